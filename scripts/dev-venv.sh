@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Development environment without Pants: a venv with the locked requirements and the protobuf
+# modules generated into src/python (git-ignored). `source scripts/dev-env.sh` afterwards, or
+# run tests with: .venv/bin/python -m pytest src/python
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${ELASTICDL_DEV_VENV:-$root/.venv}"
+[ -x "$venv/bin/python" ] || python3.11 -m venv "$venv"
+"$venv/bin/pip" install -q -r "$root/3rdparty/python/requirements.txt" grpcio-tools==1.62.2
+"$root/scripts/gen-protos.sh" "$venv/bin/python"

@@ -1,0 +1,138 @@
+"""Conversions between NumPy arrays and the wire `Tensor` / `IndexedSlices` messages.
+
+Tensors travel as raw C-contiguous little-endian bytes (see protos/elasticdl/proto): decoding is
+a zero-copy `np.frombuffer` view of the message bytes, so decoded arrays are read-only; callers
+that mutate must copy.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from elasticdl.proto import elasticdl_pb2 as pb
+
+_NP_TO_PB = {
+    np.dtype(np.float32): pb.DT_FLOAT32,
+    np.dtype(np.float64): pb.DT_FLOAT64,
+    np.dtype(np.int32): pb.DT_INT32,
+    np.dtype(np.int64): pb.DT_INT64,
+    np.dtype(np.float16): pb.DT_FLOAT16,
+    np.dtype(np.bool_): pb.DT_BOOL,
+    np.dtype(np.int8): pb.DT_INT8,
+    np.dtype(np.uint8): pb.DT_UINT8,
+}
+_PB_TO_NP = {v: k for k, v in _NP_TO_PB.items()}
+
+try:  # bfloat16 comes with ml_dtypes (a TensorFlow dependency); optional for the light client
+    import ml_dtypes
+
+    _NP_TO_PB[np.dtype(ml_dtypes.bfloat16)] = pb.DT_BFLOAT16
+    _PB_TO_NP[pb.DT_BFLOAT16] = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover
+    pass
+
+
+def dtype_to_pb(dtype) -> int:
+    dtype = np.dtype(dtype)
+    if dtype.kind in ("S", "O", "U"):
+        return pb.DT_STRING
+    try:
+        return _NP_TO_PB[dtype]
+    except KeyError:
+        raise TypeError(f"dtype {dtype} cannot be sent as a Tensor") from None
+
+
+def pb_to_dtype(dtype: int) -> np.dtype:
+    try:
+        return _PB_TO_NP[dtype]
+    except KeyError:
+        raise TypeError(f"Tensor dtype {pb.DataType.Name(dtype)} has no NumPy equivalent") from None
+
+
+def _encode_strings(values: Sequence[bytes]) -> bytes:
+    parts = []
+    for v in values:
+        if isinstance(v, str):
+            v = v.encode()
+        parts.append(struct.pack("<I", len(v)))
+        parts.append(bytes(v))
+    return b"".join(parts)
+
+
+def _decode_strings(content: bytes, count: int) -> np.ndarray:
+    out = np.empty(count, dtype=object)
+    pos = 0
+    for i in range(count):
+        (n,) = struct.unpack_from("<I", content, pos)
+        pos += 4
+        out[i] = content[pos : pos + n]
+        pos += n
+    return out
+
+
+def ndarray_to_pb(array, out: pb.Tensor | None = None) -> pb.Tensor:
+    """Serialize an array (anything np.asarray accepts, incl. eager tf.Tensors) into a Tensor."""
+    tensor = out if out is not None else pb.Tensor()
+    array = np.asarray(array)
+    tensor.shape[:] = array.shape
+    tensor.dtype = dtype_to_pb(array.dtype)
+    if tensor.dtype == pb.DT_STRING:
+        tensor.content = _encode_strings(array.reshape(-1).tolist())
+    else:
+        array = np.ascontiguousarray(array)
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))
+        tensor.content = array.tobytes()
+    return tensor
+
+
+def pb_to_ndarray(tensor: pb.Tensor) -> np.ndarray:
+    """Decode a Tensor; numeric results are read-only views of the message bytes."""
+    shape = tuple(tensor.shape)
+    if tensor.dtype == pb.DT_STRING:
+        count = int(np.prod(shape)) if shape else 1
+        return _decode_strings(tensor.content, count).reshape(shape)
+    dtype = pb_to_dtype(tensor.dtype)
+    expected = (int(np.prod(shape)) if shape else 1) * dtype.itemsize
+    if len(tensor.content) != expected:
+        raise ValueError(
+            f"Tensor content is {len(tensor.content)} bytes but shape {list(shape)} of "
+            f"{dtype} needs {expected}"
+        )
+    return np.frombuffer(tensor.content, dtype=dtype).reshape(shape)
+
+
+@dataclass
+class IndexedRows:
+    """Rows of a table (values[i] is row indices[i]); the in-memory form of IndexedSlices."""
+
+    values: np.ndarray  # (n, dim)
+    indices: np.ndarray  # (n,) int64
+
+
+def indexed_rows_to_pb(rows: IndexedRows, out: pb.IndexedSlices | None = None) -> pb.IndexedSlices:
+    msg = out if out is not None else pb.IndexedSlices()
+    values = np.asarray(rows.values)
+    indices = np.asarray(rows.indices, dtype=np.int64).reshape(-1)
+    if values.ndim == 0 or values.shape[0] != indices.shape[0]:
+        raise ValueError(
+            f"IndexedSlices has {indices.shape[0]} indices but values of shape {values.shape}"
+        )
+    ndarray_to_pb(values, msg.values)
+    ndarray_to_pb(indices, msg.indices)
+    return msg
+
+
+def pb_to_indexed_rows(msg: pb.IndexedSlices) -> IndexedRows:
+    values = pb_to_ndarray(msg.values)
+    indices = pb_to_ndarray(msg.indices)
+    if indices.dtype != np.int64:
+        indices = indices.astype(np.int64)
+    if values.shape[:1] != indices.shape:
+        raise ValueError(
+            f"IndexedSlices has {indices.shape[0]} indices but values of shape {values.shape}"
+        )
+    return IndexedRows(values=values, indices=indices)

@@ -1,0 +1,55 @@
+import numpy as np
+import pytest
+
+from elasticdl.common import tensor_utils as tu
+from elasticdl.common.hash_utils import scatter_embedding_vector, string_to_id
+from elasticdl.proto import elasticdl_pb2 as pb
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.float16, np.bool_])
+def test_ndarray_round_trip(dtype):
+    a = (np.arange(24).reshape(2, 3, 4) % 2).astype(dtype)
+    msg = pb.Tensor.FromString(tu.ndarray_to_pb(a).SerializeToString())
+    b = tu.pb_to_ndarray(msg)
+    assert b.dtype == a.dtype and b.shape == a.shape
+    np.testing.assert_array_equal(a, b)
+
+
+def test_scalar_and_strings():
+    np.testing.assert_array_equal(tu.pb_to_ndarray(tu.ndarray_to_pb(np.float32(2.5))), 2.5)
+    s = np.array([b"a", b"", b"xyz"], dtype=object)
+    assert list(tu.pb_to_ndarray(tu.ndarray_to_pb(s))) == [b"a", b"", b"xyz"]
+
+
+def test_content_size_mismatch_is_rejected():
+    msg = tu.ndarray_to_pb(np.zeros((2, 2), np.float32))
+    msg.content = msg.content[:-1]
+    with pytest.raises(ValueError, match="needs 16"):
+        tu.pb_to_ndarray(msg)
+
+
+def test_indexed_rows_round_trip():
+    rows = tu.IndexedRows(values=np.ones((3, 2), np.float32), indices=np.array([5, 1, 5]))
+    back = tu.pb_to_indexed_rows(tu.indexed_rows_to_pb(rows))
+    np.testing.assert_array_equal(back.values, rows.values)
+    np.testing.assert_array_equal(back.indices, [5, 1, 5])
+    with pytest.raises(ValueError):
+        tu.indexed_rows_to_pb(tu.IndexedRows(values=np.ones((2, 2)), indices=np.array([1])))
+
+
+def test_string_to_id_matches_original_quirk():
+    # int(sha256(name).hexdigest(), base=32) % n, as the original computed it.
+    import hashlib
+
+    for name in ["dense/kernel:0", "x", "embedding"]:
+        expect = int(hashlib.sha256(name.encode()).hexdigest(), 32) % 3
+        assert string_to_id(name, 3) == expect
+
+
+def test_scatter_embedding_vector_groups_by_id_mod_n():
+    values = np.arange(10, dtype=np.float32).reshape(5, 2)
+    ids = np.array([0, 3, 1, 4, 6])
+    out = scatter_embedding_vector(values, ids, 2)
+    np.testing.assert_array_equal(out[0][1], [0, 4, 6])
+    np.testing.assert_array_equal(out[1][1], [3, 1])
+    np.testing.assert_array_equal(out[1][0], values[[1, 2]])
