@@ -1,0 +1,191 @@
+"""The interface through which the master runs its replicas (parameter servers and workers).
+
+The master never talks to Kubernetes or to the operating system directly: it describes each
+replica as a :class:`ReplicaSpec` and hands it to a :class:`Platform`. Two implementations
+exist and are interchangeable:
+
+* ``elasticdl.platform.local.LocalProcessPlatform``: every replica is a child process of the
+  master (the default; laptops, CI, debugging).
+* ``elasticdl.platform.kubernetes.KubernetesPlatform``: every replica is a pod (+ a headless
+  service for replicas that listen on a port).
+
+Contract every platform keeps:
+
+* ``address(type, id)`` is *stable*: the same replica type and id always get the same
+  ``host:port`` for the lifetime of the platform, also across ``delete`` + ``launch``. This is
+  how a relaunched PS is found again by the workers. The port part of that address is the port
+  the replica must listen on (``ReplicaSpec.port``).
+* Lifecycle changes are reported asynchronously as :class:`ReplicaEvent` objects to every
+  listener registered with ``add_event_listener``; listeners are called from a platform thread,
+  one event at a time, in the order the platform observed them, and must not block for long.
+* A replica that ends on its own reports ``Succeeded`` (exit code 0) or ``Failed`` (non-zero
+  exit code; a process killed by signal N reports ``128 + N`` like a container runtime, so
+  SIGKILL -> 137). A replica removed through ``delete`` (by the master) reports ``Deleted``;
+  a replica removed by someone else (a preempting scheduler, a ``kubectl delete pod``) reports
+  ``Deleted`` or ``Failed`` with ``reason`` set where the platform can tell
+  (``"Preempted"``, ``"OOMKilled"``, ``"Evicted"``, ``"Error"``).
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import dataclasses
+import enum
+from typing import Callable
+
+
+class ReplicaType(str, enum.Enum):
+    PS = "ps"
+    WORKER = "worker"
+
+    def __str__(self) -> str:  # "ps", not "ReplicaType.PS", in names and logs
+        return self.value
+
+
+class ReplicaPhase(str, enum.Enum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    DELETED = "Deleted"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (ReplicaPhase.SUCCEEDED, ReplicaPhase.FAILED, ReplicaPhase.DELETED)
+
+
+# Exit code of a process killed by SIGKILL as reported by container runtimes (128 + 9). With
+# reason != "OOMKilled" the master treats it as preemption and always relaunches the worker.
+EXIT_CODE_KILLED = 137
+REASON_OOM_KILLED = "OOMKilled"
+REASON_PREEMPTED = "Preempted"
+REASON_ERROR = "Error"
+REASON_DELETED_BY_MASTER = "DeletedByMaster"
+
+
+def replica_name(job_name: str, replica_type: ReplicaType | str, replica_id: int) -> str:
+    """Name of a replica, e.g. ``elasticdl-test-mnist-worker-0`` (pod name on Kubernetes, log
+    file stem locally)."""
+    return f"elasticdl-{job_name}-{ReplicaType(replica_type).value}-{replica_id}"
+
+
+@dataclasses.dataclass
+class ReplicaSpec:
+    """What to run for one replica.
+
+    The program is always a Python module of this package (``elasticdl.ps.main`` or
+    ``elasticdl.worker.main``); the platform decides which interpreter runs it (the master's
+    own ``sys.executable`` locally, ``python`` inside the image on Kubernetes), see
+    :meth:`command`.
+    """
+
+    replica_type: ReplicaType
+    replica_id: int
+    module: str  # e.g. "elasticdl.worker.main"
+    args: list[str]  # argv after "python -m <module>"
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Port the replica listens on (PS); None for replicas that serve nothing (workers).
+    port: int | None = None
+    # Kubernetes-style resource strings ("cpu=1,memory=4096Mi"); local processes ignore them.
+    resource_request: str = ""
+    resource_limit: str = ""
+    # "high" / "low" / "" (platform default); Kubernetes maps it to a PriorityClass.
+    priority: str = ""
+    # Container image; "" = the platform's default for this replica type.
+    image: str = ""
+
+    def __post_init__(self) -> None:
+        self.replica_type = ReplicaType(self.replica_type)
+        if self.replica_id < 0:
+            raise ValueError(f"replica_id must be >= 0, got {self.replica_id}")
+
+    def command(self, python: str = "python") -> list[str]:
+        """Full argv: ``[python, "-m", module, *args]``."""
+        return [python, "-m", self.module, *self.args]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaEvent:
+    """A lifecycle change of one replica, delivered to the platform's event listeners."""
+
+    replica_type: ReplicaType
+    replica_id: int
+    phase: ReplicaPhase
+    exit_code: int | None = None  # set for terminal phases when known
+    reason: str = ""  # "OOMKilled", "Preempted", "Error", "DeletedByMaster", ...
+    message: str = ""  # free text for humans (e.g. last log lines, pod status message)
+
+    @property
+    def looks_preempted(self) -> bool:
+        """Killed from outside (SIGKILL / preemption), not by running out of memory."""
+        if self.reason == REASON_PREEMPTED:
+            return True
+        return self.exit_code == EXIT_CODE_KILLED and self.reason != REASON_OOM_KILLED
+
+
+EventListener = Callable[[ReplicaEvent], None]
+
+
+class PlatformError(RuntimeError):
+    """A platform operation failed (process could not start, API call refused, ...)."""
+
+
+class Platform(abc.ABC):
+    """Creates, deletes and watches the replicas of one job. Thread-safe."""
+
+    def __init__(self, job_name: str) -> None:
+        self.job_name = job_name
+        self._listeners: list[EventListener] = []
+
+    # ---- construction --------------------------------------------------------------------
+    @classmethod
+    @abc.abstractmethod
+    def from_args(cls, args: argparse.Namespace) -> "Platform":
+        """Build the platform from the master's parsed flags (``job_name``, ``job_dir``,
+        ``namespace``, images, volumes, ...)."""
+
+    # ---- events --------------------------------------------------------------------------
+    def add_event_listener(self, listener: EventListener) -> None:
+        """Register ``listener``; it receives every :class:`ReplicaEvent` from now on."""
+        self._listeners.append(listener)
+
+    def _emit(self, event: ReplicaEvent) -> None:
+        """Deliver ``event`` to all listeners (implementations call this from one thread)."""
+        for listener in list(self._listeners):
+            listener(event)
+
+    # ---- replicas ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def launch(self, spec: ReplicaSpec) -> None:
+        """Start the replica described by ``spec`` (asynchronously: it reports ``Pending`` /
+        ``Running`` and later a terminal phase through events). Launching a (type, id) that
+        is still alive raises :class:`PlatformError`."""
+
+    @abc.abstractmethod
+    def delete(self, replica_type: ReplicaType, replica_id: int, grace_seconds: float = 10.0) -> None:
+        """Stop the replica (graceful stop, then forced after ``grace_seconds``). Emits a
+        ``Deleted`` event with reason ``DeletedByMaster`` once it is gone. No-op if it is
+        not running."""
+
+    @abc.abstractmethod
+    def address(self, replica_type: ReplicaType, replica_id: int) -> str:
+        """Stable ``host:port`` where this replica is reachable (see module docstring);
+        the port is the one the replica must listen on."""
+
+    @abc.abstractmethod
+    def master_address(self, port: int) -> str:
+        """``host:port`` under which replicas reach the master's gRPC server on ``port``."""
+
+    def log_location(self, replica_type: ReplicaType, replica_id: int) -> str:
+        """Where a human finds this replica's output (a file path, or a ``kubectl logs``
+        command); shown in job status."""
+        return ""
+
+    @abc.abstractmethod
+    def shutdown(self, delete_all: bool = True) -> None:
+        """Stop watching; with ``delete_all`` also delete every replica still alive.
+        Idempotent."""
