@@ -1,0 +1,229 @@
+"""Loading a model definition from the model zoo, and describing its optimizer for the PS.
+
+A model file (`--model_def a.b.custom_model` -> `<model_zoo>/a/b.py`) provides the model function
+or class plus `feed`, `loss`, `optimizer`, `eval_metrics_fn` and optionally `callbacks`,
+`custom_data_reader` and `PredictionOutputsProcessor` (names overridable by CLI flags). The
+master and the workers both load the spec, so loading must not build the model or touch TF
+beyond importing the user's module.
+"""
+from __future__ import annotations
+
+import enum
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, Dict, Optional, Tuple
+
+
+class Mode(str, enum.Enum):
+    """What a dataset/model call is for; a str so `mode == "training"` also works in user code."""
+
+    TRAINING = "training"
+    EVALUATION = "evaluation"
+    PREDICTION = "prediction"
+
+    def __str__(self) -> str:  # so f-strings and logs show "training", not "Mode.TRAINING"
+        return self.value
+
+
+class ModelSpecError(ValueError):
+    """The model definition cannot be used as given (bad path, missing function, ...)."""
+
+
+@dataclass
+class ModelSpec:
+    module: ModuleType
+    model_fn: Callable[..., Any]  # function returning a keras.Model, or a keras.Model subclass
+    loss: Callable[..., Any]
+    optimizer: Callable[..., Any]
+    feed: Optional[Callable[..., Any]]
+    eval_metrics_fn: Optional[Callable[..., Any]]
+    callbacks: Optional[Callable[..., Any]] = None
+    custom_data_reader: Optional[Callable[..., Any]] = None
+    prediction_outputs_processor: Optional[Any] = None
+    model_file: str = ""
+
+    # The original API called the model entry `custom_model`; keep both spellings working.
+    @property
+    def custom_model(self) -> Callable[..., Any]:
+        return self.model_fn
+
+    def build_model(self, **model_params):
+        return self.model_fn(**model_params)
+
+
+def get_module_file_path(model_zoo: str, model_def: str) -> str:
+    """`mnist.mnist_functional_api.custom_model` -> `<model_zoo>/mnist/mnist_functional_api.py`."""
+    parts = model_def.split(".")
+    if len(parts) < 2 or not all(parts):
+        raise ModelSpecError(
+            f"--model_def {model_def!r} must look like 'package.module.custom_model' "
+            "(module path inside --model_zoo, then the model function or class)"
+        )
+    return os.path.join(model_zoo, *parts[:-1]) + ".py"
+
+
+def _import_model_module(model_zoo: str, model_def: str) -> Tuple[ModuleType, str]:
+    if not model_zoo:
+        raise ModelSpecError("--model_zoo is empty: pass the directory that holds the model files")
+    model_zoo = os.path.abspath(model_zoo)
+    if not os.path.isdir(model_zoo):
+        raise ModelSpecError(f"--model_zoo {model_zoo} is not a directory")
+    path = get_module_file_path(model_zoo, model_def)
+    if not os.path.isfile(path):
+        raise ModelSpecError(
+            f"--model_def {model_def!r}: model file {path} does not exist under --model_zoo"
+        )
+    # Model files import their siblings (`from mnist import common`), so the zoo root must be
+    # importable; import through the package path so relative imports inside the zoo work too.
+    if model_zoo not in sys.path:
+        sys.path.insert(0, model_zoo)
+    module_name = ".".join(model_def.split(".")[:-1])
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError:
+        # A directory without __init__.py that clashes with an installed package: load the file.
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    if os.path.abspath(getattr(module, "__file__", "") or "") != path:
+        # An installed package shadows the zoo's module name: load the zoo's file explicitly.
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module, path
+
+
+def _get(module: ModuleType, path: str, name: str, flag: str, required: bool):
+    if not name:
+        if required:
+            raise ModelSpecError(f"{flag} is empty: name the function defined in {path}")
+        return None
+    obj = getattr(module, name, None)
+    if obj is None and required:
+        raise ModelSpecError(
+            f"{flag}: {name!r} is not defined in {path}; define it or pass {flag}=<name>"
+        )
+    return obj
+
+
+def load_model_spec(
+    model_zoo: str,
+    model_def: str,
+    feed: str = "feed",
+    loss: str = "loss",
+    optimizer: str = "optimizer",
+    eval_metrics_fn: str = "eval_metrics_fn",
+    callbacks: str = "callbacks",
+    custom_data_reader: str = "custom_data_reader",
+    prediction_outputs_processor: str = "PredictionOutputsProcessor",
+    require_feed: bool = True,
+    require_eval_metrics_fn: bool = True,
+) -> ModelSpec:
+    """Import the model file and collect its entry points; missing required ones -> ModelSpecError.
+
+    `require_feed=False` is for jobs whose data reader supplies a default feed (ODPS-style
+    tables); `require_eval_metrics_fn=False` for jobs that never evaluate (prediction).
+    """
+    module, path = _import_model_module(model_zoo, model_def)
+    model_name = model_def.split(".")[-1]
+    model_fn = _get(module, path, model_name, "--model_def", required=True)
+    if not callable(model_fn):
+        raise ModelSpecError(f"--model_def: {model_name!r} in {path} is not a function or class")
+    return ModelSpec(
+        module=module,
+        model_fn=model_fn,
+        loss=_get(module, path, loss, "--loss", required=True),
+        optimizer=_get(module, path, optimizer, "--optimizer", required=True),
+        feed=_get(module, path, feed, "--feed", required=require_feed),
+        eval_metrics_fn=_get(
+            module, path, eval_metrics_fn, "--eval_metrics_fn", required=require_eval_metrics_fn
+        ),
+        callbacks=_get(module, path, callbacks, "--callbacks", required=False),
+        custom_data_reader=_get(
+            module, path, custom_data_reader, "--custom_data_reader", required=False
+        ),
+        prediction_outputs_processor=_get(
+            module, path, prediction_outputs_processor, "--prediction_outputs_processor",
+            required=False,
+        ),
+        model_file=path,
+    )
+
+
+def get_dict_from_params_str(params_str: Optional[str]) -> Dict[str, Any]:
+    """Parse `"k1=v1; k2=[1, 2]; k3='x'"` (the --data_reader_params format) into a dict.
+
+    Values are Python literals when they parse as one, otherwise kept as plain strings, so
+    `reader_type=RecordIO` and `columns=["a", "b"]` both work.
+    """
+    import ast
+
+    out: Dict[str, Any] = {}
+    if not params_str:
+        return out
+    for item in params_str.split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        if "=" not in item:
+            raise ModelSpecError(f"parameter {item!r} must be key=value (items separated by ';')")
+        key, value = item.split("=", 1)
+        key, value = key.strip(), value.strip()
+        if not key:
+            raise ModelSpecError(f"parameter {item!r} has an empty key")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Optimizer description for the PS (`-opt_type`, `-opt_args`)
+# ----------------------------------------------------------------------------------------------
+SUPPORTED_OPTIMIZERS = ("SGD", "Adam", "Adagrad")
+
+
+class UnsupportedOptimizerError(ValueError):
+    pass
+
+
+def _num(value) -> str:
+    """Shortest decimal that round-trips the float32 the optimizer holds (0.1, not 0.1000000015)."""
+    import numpy as np
+
+    return np.format_float_positional(np.float32(float(np.asarray(value))), trim="-")
+
+
+def _bool(value) -> str:
+    return "true" if bool(value) else "false"
+
+
+def get_optimizer_info(optimizer) -> Tuple[str, str]:
+    """(opt_type, opt_args) of a Keras optimizer, in the PS's `k=v;` format.
+
+    SGD with momentum > 0 becomes "Momentum" (the PS runs a different kernel for it).
+    """
+    kind = type(optimizer).__name__
+    lr = _num(optimizer.learning_rate)
+    if kind == "SGD":
+        momentum = float(getattr(optimizer, "momentum", 0.0) or 0.0)
+        if momentum > 0:
+            nesterov = _bool(getattr(optimizer, "nesterov", False))
+            return "Momentum", f"learning_rate={lr};momentum={_num(momentum)};nesterov={nesterov};"
+        return "SGD", f"learning_rate={lr};"
+    if kind == "Adam":
+        return "Adam", (
+            f"learning_rate={lr};beta_1={_num(optimizer.beta_1)};beta_2={_num(optimizer.beta_2)};"
+            f"epsilon={_num(optimizer.epsilon)};amsgrad={_bool(optimizer.amsgrad)};"
+        )
+    if kind == "Adagrad":
+        return "Adagrad", f"learning_rate={lr};epsilon={_num(optimizer.epsilon)};"
+    raise UnsupportedOptimizerError(
+        f"optimizer {kind} is not supported by the parameter server; "
+        f"use one of: {', '.join(SUPPORTED_OPTIMIZERS)} (keras.optimizers)"
+    )
