@@ -1,0 +1,272 @@
+"""Runs every replica of a job as a child process of the master (the default platform).
+
+Each replica gets its own process group (so ``delete`` also stops anything it spawned) and
+writes stdout+stderr to ``<job_dir>/logs/<type>-<id>.log`` (a relaunched replica appends to
+its file after a separator line). Exit codes follow container conventions: a process killed
+by signal N reports ``128 + N`` (SIGKILL -> 137), which the master reads as preemption.
+
+Children are started with the master's own interpreter and ``PYTHONPATH`` set to the master's
+``sys.path``, so they import exactly the same code also when the master runs from a PEX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from elasticdl.platform.base import (
+    REASON_DELETED_BY_MASTER,
+    REASON_ERROR,
+    Platform,
+    PlatformError,
+    ReplicaEvent,
+    ReplicaPhase,
+    ReplicaSpec,
+    ReplicaType,
+)
+
+logger = logging.getLogger(__name__)
+
+_TAIL_LINES = 20  # log lines quoted in the event message of a failed replica
+_STOP = object()  # sentinel that ends the event dispatcher
+
+
+def pick_free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def child_pythonpath() -> str:
+    """The master's import path as a PYTHONPATH value (works from a venv, a source tree or a
+    PEX, whose sys.path points into its unpacked/zipped code)."""
+    return os.pathsep.join(p for p in sys.path if p)
+
+
+def read_tail(path: Path, lines: int = _TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 16384))
+            data = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def exit_code_of(returncode: int) -> int:
+    """Popen's returncode (-N for signal N) -> container-style exit code (128 + N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+@dataclasses.dataclass
+class _Child:
+    spec: ReplicaSpec
+    proc: subprocess.Popen
+    log_path: Path
+    deleting: bool = False
+    watcher: threading.Thread | None = None
+
+
+class LocalProcessPlatform(Platform):
+    def __init__(
+        self,
+        job_name: str,
+        job_dir: str | os.PathLike,
+        host: str = "127.0.0.1",
+        python: str | None = None,
+    ) -> None:
+        super().__init__(job_name)
+        self.job_dir = Path(job_dir)
+        self.log_dir = self.job_dir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.host = host
+        self.python = python or sys.executable
+        self._lock = threading.RLock()
+        self._children: dict[tuple[ReplicaType, int], _Child] = {}
+        self._ports: dict[tuple[ReplicaType, int], int] = {}
+        self._events: queue.Queue = queue.Queue()
+        self._closed = False
+        # One dispatcher thread delivers events in order, so listeners never run concurrently.
+        self._dispatcher = threading.Thread(
+            target=self._dispatch, name="local-platform-events", daemon=True
+        )
+        self._dispatcher.start()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "LocalProcessPlatform":
+        job_dir = getattr(args, "job_dir", "") or os.path.join(
+            os.path.expanduser("~"), ".elasticdl", "jobs", args.job_name
+        )
+        return cls(job_name=args.job_name, job_dir=job_dir)
+
+    # ---- addresses -----------------------------------------------------------------------
+    def address(self, replica_type: ReplicaType, replica_id: int) -> str:
+        key = (ReplicaType(replica_type), replica_id)
+        with self._lock:
+            if key not in self._ports:
+                self._ports[key] = pick_free_port(self.host)
+            return f"{self.host}:{self._ports[key]}"
+
+    def master_address(self, port: int) -> str:
+        return f"{self.host}:{port}"
+
+    def log_path(self, replica_type: ReplicaType, replica_id: int) -> Path:
+        return self.log_dir / f"{ReplicaType(replica_type).value}-{replica_id}.log"
+
+    def log_location(self, replica_type: ReplicaType, replica_id: int) -> str:
+        return str(self.log_path(replica_type, replica_id))
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def launch(self, spec: ReplicaSpec) -> None:
+        key = (spec.replica_type, spec.replica_id)
+        with self._lock:
+            if self._closed:
+                raise PlatformError("platform is shut down; cannot launch more replicas")
+            old = self._children.get(key)
+            if old is not None and old.proc.poll() is None:
+                raise PlatformError(f"{spec.replica_type}-{spec.replica_id} is still running")
+            if spec.port is not None:
+                self._ports.setdefault(key, spec.port)
+            log_path = self.log_path(*key)
+            env = dict(os.environ)
+            env.update(spec.env)
+            env["PYTHONPATH"] = child_pythonpath()
+            env["PYTHONUNBUFFERED"] = "1"  # logs appear as they are written
+            cmd = spec.command(self.python)
+            self._events.put(ReplicaEvent(spec.replica_type, spec.replica_id, ReplicaPhase.PENDING))
+            with open(log_path, "ab") as log:
+                log.write(
+                    f"===== {time.strftime('%Y-%m-%d %H:%M:%S')} launching: {' '.join(cmd)}\n".encode()
+                )
+                log.flush()
+                try:
+                    proc = subprocess.Popen(
+                        cmd,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,  # own process group, see delete()
+                    )
+                except OSError as e:
+                    self._events.put(
+                        ReplicaEvent(
+                            spec.replica_type, spec.replica_id, ReplicaPhase.FAILED,
+                            exit_code=None, reason=REASON_ERROR, message=f"cannot start: {e}",
+                        )
+                    )
+                    raise PlatformError(f"cannot start {cmd[:3]}: {e}") from e
+            child = _Child(spec=spec, proc=proc, log_path=log_path)
+            self._children[key] = child
+            self._events.put(ReplicaEvent(spec.replica_type, spec.replica_id, ReplicaPhase.RUNNING))
+            child.watcher = threading.Thread(
+                target=self._watch, args=(child,), name=f"watch-{spec.replica_type}-{spec.replica_id}",
+                daemon=True,
+            )
+            child.watcher.start()
+            logger.info(
+                "Launched %s-%d (pid %d), log: %s", spec.replica_type, spec.replica_id, proc.pid, log_path
+            )
+
+    def pid(self, replica_type: ReplicaType, replica_id: int) -> int | None:
+        """Process id of the live replica, or None (handy for tests and debugging)."""
+        with self._lock:
+            child = self._children.get((ReplicaType(replica_type), replica_id))
+            if child is None or child.proc.poll() is not None:
+                return None
+            return child.proc.pid
+
+    def _watch(self, child: _Child) -> None:
+        returncode = child.proc.wait()
+        code = exit_code_of(returncode)
+        spec = child.spec
+        if child.deleting:
+            event = ReplicaEvent(
+                spec.replica_type, spec.replica_id, ReplicaPhase.DELETED, code, REASON_DELETED_BY_MASTER
+            )
+        elif code == 0:
+            event = ReplicaEvent(spec.replica_type, spec.replica_id, ReplicaPhase.SUCCEEDED, 0)
+        else:
+            if returncode < 0:
+                reason = signal.Signals(-returncode).name
+            else:
+                reason = REASON_ERROR
+            event = ReplicaEvent(
+                spec.replica_type, spec.replica_id, ReplicaPhase.FAILED, code, reason,
+                read_tail(child.log_path),
+            )
+        logger.info(
+            "%s-%d exited with code %d (%s)", spec.replica_type, spec.replica_id, code, event.phase
+        )
+        self._events.put(event)
+
+    def delete(self, replica_type: ReplicaType, replica_id: int, grace_seconds: float = 10.0) -> None:
+        with self._lock:
+            child = self._children.get((ReplicaType(replica_type), replica_id))
+            if child is None or child.proc.poll() is not None:
+                return
+            child.deleting = True
+        self._terminate([child], grace_seconds)
+
+    def _terminate(self, children: list[_Child], grace_seconds: float) -> None:
+        """SIGTERM each child's process group, then SIGKILL what is left after the grace."""
+        for child in children:
+            _signal_group(child.proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace_seconds
+        for child in children:
+            try:
+                child.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(child.proc, signal.SIGKILL)
+                child.proc.wait()
+            # Also reap stragglers the replica spawned in its group.
+            _signal_group(child.proc, signal.SIGKILL)
+        for child in children:
+            if child.watcher is not None:
+                child.watcher.join(timeout=5)
+
+    def shutdown(self, delete_all: bool = True, grace_seconds: float = 10.0) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            alive = [c for c in self._children.values() if c.proc.poll() is None]
+            for c in alive:
+                c.deleting = True
+        if delete_all:
+            self._terminate(alive, grace_seconds)
+        self._events.put(_STOP)
+        if threading.current_thread() is not self._dispatcher:
+            self._dispatcher.join(timeout=10)
+
+    # ---- events --------------------------------------------------------------------------
+    def _dispatch(self) -> None:
+        while True:
+            event = self._events.get()
+            if event is _STOP:
+                return
+            try:
+                self._emit(event)
+            except Exception:  # a buggy listener must not stop event delivery
+                logger.exception("Replica event listener failed on %s", event)
+
+
+def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
