@@ -1,0 +1,173 @@
+"""Public ``elasticdl.ops`` API (whichever backend is active: native when built) against the
+NumPy reference oracle on random data with duplicate ids, plus goldens and error cases."""
+
+import numpy as np
+import pytest
+
+import elasticdl.ops as ops
+from elasticdl.ops import reference as R
+from elasticdl.ops._checks import BFLOAT16
+
+ROWS, DIM = 257, 19  # odd sizes exercise the vector tails
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _ids(rng, n, rows=ROWS, dtype=np.int64):
+    # Zipf-ish: many duplicates, plus the boundary rows.
+    ids = np.minimum(rng.zipf(1.3, n) - 1, rows - 1)
+    ids[: min(n, 2)] = [0, rows - 1][: min(n, 2)]
+    return ids.astype(dtype)
+
+
+def _same(a, b, exact=False):
+    if exact:
+        np.testing.assert_array_equal(a, b)
+    else:
+        np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-6)
+
+
+def test_backend_reports_a_known_name():
+    assert ops.backend() in ("native", "reference")
+    assert isinstance(ops.cuda_available(), bool)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16] + ([BFLOAT16] if BFLOAT16 is not None else []))
+def test_lookup_gather(dtype):
+    rng = _rng()
+    table = rng.standard_normal((ROWS, DIM)).astype(dtype)
+    ids = _ids(rng, 300, dtype=np.int32)
+    out = ops.embedding_lookup(table, ids)
+    assert out.dtype == table.dtype and out.shape == (300, DIM)
+    _same(out.astype(np.float32), table[ids].astype(np.float32), exact=True)
+
+
+@pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_lookup_pooled(combiner, weighted):
+    rng = _rng(1)
+    table = rng.standard_normal((ROWS, DIM)).astype(np.float32)
+    sizes = rng.integers(0, 9, 40)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    ids = _ids(rng, int(offsets[-1]))
+    w = rng.random(ids.size).astype(np.float32) if weighted else None
+    got = ops.embedding_lookup(table, ids, offsets, combiner, w)
+    assert got.dtype == np.float32 and got.shape == (40, DIM)
+    _same(got, R.embedding_lookup(table, ids, offsets, combiner, w))
+
+
+def test_lookup_pooled_half_table():
+    rng = _rng(2)
+    table = rng.standard_normal((ROWS, DIM)).astype(np.float16)
+    ids, offsets = _ids(rng, 30), np.array([0, 10, 30])
+    _same(ops.embedding_lookup(table, ids, offsets, "mean"), R.embedding_lookup(table, ids, offsets, "mean"))
+
+
+@pytest.mark.parametrize("n", [0, 1, 5000])
+def test_sparse_aggregate(n):
+    rng = _rng(3)
+    ids = _ids(rng, n) * 1000003 - 7  # wide, also negative, id range
+    grads = rng.standard_normal((n, DIM)).astype(np.float32)
+    u, g = ops.sparse_aggregate(ids, grads)
+    ru, rg = R.sparse_aggregate(ids, grads)
+    _same(u, ru, exact=True)
+    assert u.dtype == np.int64 and g.dtype == np.float32 and g.shape == (ru.size, DIM)
+    _same(g, rg)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.25])
+def test_dense_accumulate(scale):
+    rng = _rng(4)
+    out = rng.standard_normal((33, 7)).astype(np.float32)
+    gs = [rng.standard_normal((33, 7)).astype(np.float32) for _ in range(3)]
+    expect = R.dense_accumulate(out.copy(), gs, scale)
+    assert ops.dense_accumulate(out, gs, scale) is out
+    _same(out, expect)
+    ops.dense_accumulate(out, gs[0])
+    _same(out, R.dense_accumulate(expect, gs[0]))
+
+
+def _dense_case(seed, n=1003):
+    rng = _rng(seed)
+    p = rng.standard_normal(n).astype(np.float32)
+    g = rng.standard_normal(n).astype(np.float32)
+    slots = [np.abs(rng.standard_normal(n)).astype(np.float32) for _ in range(3)]
+    return p, g, slots
+
+
+@pytest.mark.parametrize("op", ["sgd", "momentum", "nesterov", "adam", "amsgrad", "adagrad"])
+def test_dense_optimizers_match_reference(op):
+    p, g, s = _dense_case(5)
+    p2, s2 = p.copy(), [x.copy() for x in s]
+    for mod, P, S in ((ops, p, s), (R, p2, s2)):
+        if op == "sgd":
+            mod.sgd(P, g, 0.1)
+        elif op in ("momentum", "nesterov"):
+            mod.momentum(P, g, S[0], 0.1, 0.9, nesterov=op == "nesterov")
+        elif op in ("adam", "amsgrad"):
+            ams = op == "amsgrad"
+            mod.adam(P, g, S[0], S[1], 0.01, 0.9, 0.999, 1e-7, 3, amsgrad=ams, max_v=S[2] if ams else None)
+        else:
+            mod.adagrad(P, g, S[0], 0.1, 1e-7)
+    _same(p, p2)
+    for a, b in zip(s, s2):
+        _same(a, b)
+
+
+@pytest.mark.parametrize("op", ["sgd", "momentum", "nesterov", "adam", "amsgrad", "adagrad"])
+def test_sparse_optimizers_match_reference(op):
+    rng = _rng(6)
+    table = rng.standard_normal((ROWS, DIM)).astype(np.float32)
+    slots = [np.abs(rng.standard_normal((ROWS, DIM))).astype(np.float32) for _ in range(3)]
+    ids = _ids(rng, 700, dtype=np.int32)
+    grads = rng.standard_normal((ids.size, DIM)).astype(np.float32)
+    t2, s2 = table.copy(), [x.copy() for x in slots]
+    for mod, T, S in ((ops, table, slots), (R, t2, s2)):
+        if op == "sgd":
+            mod.sparse_sgd(T, ids, grads, 0.1)
+        elif op in ("momentum", "nesterov"):
+            mod.sparse_momentum(T, ids, grads, S[0], 0.1, 0.9, nesterov=op == "nesterov")
+        elif op in ("adam", "amsgrad"):
+            ams = op == "amsgrad"
+            mod.sparse_adam(T, ids, grads, S[0], S[1], 0.01, 0.9, 0.999, 1e-7, 2, amsgrad=ams, max_v=S[2] if ams else None)
+        else:
+            mod.sparse_adagrad(T, ids, grads, S[0], 0.1, 1e-7)
+    _same(table, t2)
+    for a, b in zip(slots, s2):
+        _same(a, b)
+
+
+def test_sparse_sgd_golden():
+    table = np.zeros((4, 2), np.float32)
+    ops.sparse_sgd(table, np.array([1, 3, 3]), np.full((3, 2), -1, np.float32), 0.1)
+    np.testing.assert_allclose(table[1], [0.1, 0.1], rtol=1e-6)
+    np.testing.assert_allclose(table[3], [0.2, 0.2], rtol=1e-6)
+
+
+def test_errors():
+    table = np.zeros((10, 4), np.float32)
+    with pytest.raises(ops.IdOutOfRangeError, match=r"ids\[2\] = 10 is out of range for a table of 10 rows"):
+        ops.embedding_lookup(table, np.array([0, 9, 10]))
+    with pytest.raises(ValueError, match=r"ids\[0\] = -1"):
+        ops.sparse_sgd(table, np.array([-1]), np.zeros((1, 4), np.float32), 0.1)
+    assert not table.any()  # nothing applied when the ids are bad
+    with pytest.raises(TypeError, match="float32"):
+        ops.adam(table, table.astype(np.float64), table.copy(), table.copy(), 0.1, 0.9, 0.999, 1e-7, 1)
+    with pytest.raises(ValueError, match="shape"):
+        ops.sparse_adagrad(table, [1, 2], np.zeros((2, 3), np.float32), np.zeros_like(table), 0.1, 1e-7)
+    with pytest.raises(ValueError, match="max_v"):
+        ops.adam(table, table, table.copy(), table.copy(), 0.1, 0.9, 0.999, 1e-7, 1, amsgrad=True)
+    with pytest.raises(ValueError, match="step"):
+        ops.adam(table, table, table.copy(), table.copy(), 0.1, 0.9, 0.999, 1e-7, 0)
+    ro = np.zeros_like(table)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        ops.sparse_momentum(table, [1], np.zeros((1, 4), np.float32), ro, 0.1, 0.9)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ops.dense_accumulate(np.zeros((4, 4), np.float32).T, np.zeros((4, 4), np.float32))
+    with pytest.raises(TypeError, match="integer ids"):
+        ops.embedding_lookup(table, np.array([0.5]))
+    with pytest.raises(ValueError, match="grads"):
+        ops.sparse_aggregate([1, 2], np.zeros((3, 4), np.float32))

@@ -1,0 +1,220 @@
+"""Plain NumPy reference of every ``elasticdl.ops`` kernel.
+
+This is the test oracle for the native CPU and CUDA kernels and the fallback
+backend when the native extension is not importable. It favours obviously-right
+code over speed, but follows the exact float32 operation order of the native
+kernels (scalars rounded to float32, Adam's ``lr_t`` computed in double) so the
+two agree bit for bit on element-wise updates.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from elasticdl.ops import _checks as C
+
+_F32 = np.float32
+
+
+# --------------------------------------------------------------------------- lookup
+def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None):
+    """Rows ``table[ids]``; with CSR ``offsets`` (len B+1) pool each bag with ``combiner``.
+
+    Pooling follows TF's ``embedding_lookup_sparse``: sum = sum(w*e); mean = sum(w*e)/sum(w);
+    sqrtn = sum(w*e)/sqrt(sum(w^2)); an empty bag (or zero weight sum) gives zeros. Gathered
+    rows keep the table's dtype; pooled rows are float32.
+    """
+    table = C.table_2d("table", table)
+    if table.dtype not in C.LOOKUP_DTYPES:
+        raise C.OpsTypeError(f"table: expected one of {[str(d) for d in C.LOOKUP_DTYPES]}, got {table.dtype}")
+    ids = C.ids_int64(ids)
+    comb = C.combiner_name(combiner, offsets)
+    C.check_id_range(ids, table.shape[0])
+    if comb is None:
+        if weights is not None:
+            raise C.OpsError("weights: only used when pooling bags; pass offsets and a combiner")
+        return table[ids]
+    offs = C.offsets_int64(offsets, ids.size)
+    w = None
+    if weights is not None:
+        w = C.float32_input("weights", weights, (ids.size,))
+    rows = table[ids].astype(_F32)
+    num_bags, dim = offs.size - 1, table.shape[1]
+    out = np.zeros((num_bags, dim), dtype=_F32)
+    for b in range(num_bags):
+        lo, hi = int(offs[b]), int(offs[b + 1])
+        if hi == lo:
+            continue
+        if w is None:
+            wb = np.ones(hi - lo, dtype=_F32)
+        else:
+            wb = w[lo:hi]
+        acc = np.zeros(dim, dtype=_F32)
+        for k in range(hi - lo):  # sequential order, like the native kernels
+            acc += wb[k] * rows[lo + k]
+        if comb == "mean":
+            s = _F32(wb.sum(dtype=_F32))
+            acc = acc / s if s != 0 else np.zeros(dim, _F32)
+        elif comb == "sqrtn":
+            s = _F32(np.sqrt((wb * wb).sum(dtype=_F32)))
+            acc = acc / s if s != 0 else np.zeros(dim, _F32)
+        out[b] = acc
+    return out
+
+
+# ---------------------------------------------------------------------- aggregation
+def sparse_aggregate(ids, grads):
+    """Sum rows of ``grads`` that share an id: returns (sorted unique ids, summed rows).
+
+    Duplicates are summed in their original order (stable), so results are deterministic.
+    """
+    ids = C.ids_int64(ids)
+    grads = C.float32_input("grads", grads)
+    if grads.ndim != 2 or grads.shape[0] != ids.size:
+        raise C.OpsError(f"grads: expected shape ({ids.size}, dim) to match ids, got {grads.shape}")
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    out = np.zeros((uniq.size, grads.shape[1]), dtype=_F32)
+    np.add.at(out, inverse, grads)
+    return uniq, out
+
+
+def dense_accumulate(out, grads, scale=1.0):
+    """``out += (g1 + g2 + ...) * scale`` in place; ``grads`` is one array or a list."""
+    out = C.float32_inplace("out", out)
+    glist = [grads] if not isinstance(grads, (list, tuple)) else list(grads)
+    if not glist:
+        return out
+    gs = [C.float32_input(f"grads[{i}]", g, out.shape) for i, g in enumerate(glist)]
+    total = gs[0].copy()
+    for g in gs[1:]:
+        total += g
+    if scale != 1.0:
+        total *= _F32(scale)
+    out += total
+    return out
+
+
+# ------------------------------------------------------------ element-wise updates
+# Each ``_*_rows`` works on matching float32 arrays (rows of a table or a whole param)
+# and is shared by the dense and sparse variants.
+def _sgd_rows(p, g, lr):
+    p -= _F32(lr) * g
+
+
+def _momentum_rows(p, g, v, lr, mu, nesterov):
+    lr, mu = _F32(lr), _F32(mu)
+    v *= mu
+    v += g
+    if nesterov:
+        p -= lr * (g + mu * v)
+    else:
+        p -= lr * v
+
+
+def adam_lr_t(lr, beta1, beta2, step):
+    """Bias-corrected step size, computed in double like the original kernels."""
+    return float(lr) * math.sqrt(1.0 - float(beta2) ** step) / (1.0 - float(beta1) ** step)
+
+
+def _adam_rows(p, g, m, v, lr_t, b1, b2, eps, max_v):
+    b1, b2, eps, lr_t = _F32(b1), _F32(b2), _F32(eps), _F32(lr_t)
+    m *= b1
+    m += (_F32(1) - b1) * g
+    v *= b2
+    v += (_F32(1) - b2) * (g * g)
+    if max_v is not None:
+        np.maximum(max_v, v, out=max_v)
+        denom = np.sqrt(max_v) + eps
+    else:
+        denom = np.sqrt(v) + eps
+    p -= lr_t * m / denom
+
+
+def _adagrad_rows(p, g, acc, lr, eps):
+    acc += g * g
+    p -= _F32(lr) * g / (np.sqrt(acc) + _F32(eps))
+
+
+def _check_dense(param, grad, *slots):
+    param = C.float32_inplace("param", param)
+    grad = C.float32_input("grad", grad, param.shape)
+    out = [C.float32_inplace(n, s, param.shape) for n, s in slots]
+    return param, grad, out
+
+
+def sgd(param, grad, lr):
+    param, grad, _ = _check_dense(param, grad)
+    _sgd_rows(param, grad, lr)
+
+
+def momentum(param, grad, velocity, lr, momentum, nesterov=False):
+    param, grad, (v,) = _check_dense(param, grad, ("velocity", velocity))
+    _momentum_rows(param, grad, v, lr, momentum, bool(nesterov))
+
+
+def adam(param, grad, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None):
+    slots = [("m", m), ("v", v)]
+    if amsgrad:
+        if max_v is None:
+            raise C.OpsError("max_v: required when amsgrad=True (a zero-initialised array like param)")
+        slots.append(("max_v", max_v))
+    param, grad, s = _check_dense(param, grad, *slots)
+    lr_t = adam_lr_t(lr, beta1, beta2, C.positive_step(step))
+    _adam_rows(param, grad, s[0], s[1], lr_t, beta1, beta2, epsilon, s[2] if amsgrad else None)
+
+
+def adagrad(param, grad, accumulator, lr, epsilon):
+    param, grad, (acc,) = _check_dense(param, grad, ("accumulator", accumulator))
+    _adagrad_rows(param, grad, acc, lr, epsilon)
+
+
+# ------------------------------------------------------------------ sparse updates
+def _check_sparse(table, ids, grads, *slots):
+    table = C.float32_inplace("table", table)
+    if table.ndim != 2:
+        raise C.OpsError(f"table: expected a 2-D (rows, dim) table, got shape {table.shape}")
+    ids = C.ids_int64(ids)
+    grads = C.float32_input("grads", grads, (ids.size, table.shape[1]))
+    out = [C.float32_inplace(n, s, table.shape) for n, s in slots]
+    C.check_id_range(ids, table.shape[0])
+    uniq, summed = sparse_aggregate(ids, grads)
+    return table, uniq, summed, out
+
+
+def sparse_sgd(table, ids, grads, lr):
+    table, uniq, g, _ = _check_sparse(table, ids, grads)
+    p = table[uniq]
+    _sgd_rows(p, g, lr)
+    table[uniq] = p
+
+
+def sparse_momentum(table, ids, grads, velocity, lr, momentum, nesterov=False):
+    table, uniq, g, (vel,) = _check_sparse(table, ids, grads, ("velocity", velocity))
+    p, v = table[uniq], vel[uniq]
+    _momentum_rows(p, g, v, lr, momentum, bool(nesterov))
+    table[uniq], vel[uniq] = p, v
+
+
+def sparse_adam(table, ids, grads, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None):
+    slots = [("m", m), ("v", v)]
+    if amsgrad:
+        if max_v is None:
+            raise C.OpsError("max_v: required when amsgrad=True (a zero-initialised array like table)")
+        slots.append(("max_v", max_v))
+    table, uniq, g, s = _check_sparse(table, ids, grads, *slots)
+    lr_t = adam_lr_t(lr, beta1, beta2, C.positive_step(step))
+    p, mr, vr = table[uniq], s[0][uniq], s[1][uniq]
+    mx = s[2][uniq] if amsgrad else None
+    _adam_rows(p, g, mr, vr, lr_t, beta1, beta2, epsilon, mx)
+    table[uniq], s[0][uniq], s[1][uniq] = p, mr, vr
+    if amsgrad:
+        s[2][uniq] = mx
+
+
+def sparse_adagrad(table, ids, grads, accumulator, lr, epsilon):
+    table, uniq, g, (acc,) = _check_sparse(table, ids, grads, ("accumulator", accumulator))
+    p, a = table[uniq], acc[uniq]
+    _adagrad_rows(p, g, a, lr, epsilon)
+    table[uniq], acc[uniq] = p, a
