@@ -1,0 +1,154 @@
+"""One embedding table shard with lazily initialised rows and its optimizer slots.
+
+Storage is one contiguous, geometrically grown float32 block of shape (capacity, dim) plus an
+`IdIndex` from row id to block row. Optimizer slots (Adam's m and v, Adagrad's accumulator, ...)
+are blocks of the same shape that share the index, so a sparse optimizer kernel gets the
+table and its slots as plain 2-D arrays addressed by the same row numbers.
+
+Not thread-safe: the owner (`Parameters`) serialises access.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from elasticdl.ps import initializers
+from elasticdl.ps.errors import PSError
+from elasticdl.ps.id_index import IdIndex
+
+_MIN_CAPACITY = 64
+
+
+class EmbeddingTable:
+    def __init__(self, name: str, dim: int, initializer: str = "uniform", seed: int = 0):
+        if dim <= 0:
+            raise PSError(f"embedding table {name!r}: dim must be positive, got {dim}")
+        self.name = name
+        self.dim = int(dim)
+        self.initializer = initializers.check_initializer(initializer)
+        self.seed = initializers.table_seed(name, seed)
+        self._index = IdIndex()
+        self._ids = np.empty(_MIN_CAPACITY, dtype=np.int64)  # block row -> id
+        self._values = np.empty((_MIN_CAPACITY, self.dim), dtype=np.float32)
+        self._slots: dict[str, np.ndarray] = {}
+        self._slot_init: dict[str, float] = {}  # value of a slot in a freshly created row
+        self._size = 0
+
+    # ------------------------------------------------------------------ introspection
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def values(self) -> np.ndarray:
+        """The live rows as a contiguous (len, dim) view; row r belongs to id `ids[r]`."""
+        return self._values[: self._size]
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids[: self._size]
+
+    @property
+    def slot_names(self) -> tuple[str, ...]:
+        return tuple(self._slots)
+
+    def slot(self, slot: str, init: float = 0.0) -> np.ndarray:
+        """The (len, dim) block of optimizer slot `slot`, filled with `init` on first use (and
+        in rows created later)."""
+        block = self._slots.get(slot)
+        if block is None:
+            block = np.full_like(self._values, init)
+            self._slots[slot] = block
+            self._slot_init[slot] = float(init)
+        return block[: self._size]
+
+    def slot_table_name(self, slot: str) -> str:
+        return f"{self.name}-{slot}"
+
+    # ------------------------------------------------------------------ row management
+    def _reserve(self, extra: int) -> None:
+        needed = self._size + extra
+        capacity = self._values.shape[0]
+        if needed <= capacity:
+            return
+        new_capacity = max(needed, capacity * 2)
+        self._ids = _resized(self._ids, new_capacity)
+        self._values = _resized(self._values, new_capacity)
+        for slot, block in self._slots.items():
+            grown = np.empty((new_capacity, self.dim), dtype=np.float32)
+            grown[: self._size] = block[: self._size]
+            self._slots[slot] = grown
+
+    def rows(self, ids: np.ndarray, create: bool = True) -> np.ndarray:
+        """Block row of every id (duplicates allowed). Missing ids get new rows holding the
+        initializer's values (and zero slots) when `create`, else a KeyError-like PSError."""
+        ids = check_ids(ids, self.name)
+        rows = self._index.lookup(ids)
+        missing = rows < 0
+        if missing.any():
+            if not create:
+                raise PSError(
+                    f"embedding table {self.name!r} has no row for ids "
+                    f"{ids[missing][:5].tolist()}"
+                )
+            new_ids = np.unique(ids[missing])
+            new_rows = self._append(new_ids, None)
+            rows[missing] = new_rows[np.searchsorted(new_ids, ids[missing])]
+        return rows
+
+    def _append(self, new_ids: np.ndarray, values: np.ndarray | None) -> np.ndarray:
+        n = new_ids.shape[0]
+        self._reserve(n)
+        start = self._size
+        rows = np.arange(start, start + n, dtype=np.int64)
+        self._ids[start : start + n] = new_ids
+        if values is None:
+            values = initializers.initial_values(self.initializer, self.seed, new_ids, self.dim)
+        self._values[start : start + n] = values
+        for slot, block in self._slots.items():
+            block[start : start + n] = self._slot_init[slot]
+        self._index.insert(new_ids, rows)
+        self._size += n
+        return rows
+
+    # ------------------------------------------------------------------ get / set
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        """Copy of the rows for `ids` (n, dim), creating unseen rows lazily."""
+        rows = self.rows(ids)
+        return self._values[rows]
+
+    def set(self, ids: np.ndarray, values: np.ndarray, slot: str | None = None) -> None:
+        """Overwrite (creating if needed) rows of the table or of one of its slots."""
+        ids = check_ids(ids, self.name)
+        values = np.asarray(values, dtype=np.float32)
+        if values.shape != (ids.shape[0], self.dim):
+            raise PSError(
+                f"embedding table {self.name!r}: values of shape {values.shape} do not match "
+                f"{ids.shape[0]} ids of dim {self.dim}"
+            )
+        rows = self.rows(ids)
+        if slot is None:
+            self._values[rows] = values
+        else:
+            self.slot(slot)
+            self._slots[slot][rows] = values
+
+    def export(self, slot: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, values) copies of all rows (or of a slot), sorted by id for stable output."""
+        order = np.argsort(self.ids, kind="stable")
+        block = self.values if slot is None else self.slot(slot)
+        return self.ids[order].copy(), block[order]
+
+
+def check_ids(ids, table: str) -> np.ndarray:
+    ids = np.asarray(ids)
+    if ids.dtype.kind not in "iu":
+        raise PSError(f"embedding table {table!r}: ids must be integers, got dtype {ids.dtype}")
+    ids = ids.astype(np.int64, copy=False).reshape(-1)
+    if ids.size and ids.min() < 0:
+        raise PSError(f"embedding table {table!r}: ids must be non-negative, got {ids.min()}")
+    return ids
+
+
+def _resized(array: np.ndarray, capacity: int) -> np.ndarray:
+    out = np.empty((capacity,) + array.shape[1:], dtype=array.dtype)
+    out[: array.shape[0]] = array
+    return out

@@ -1,0 +1,190 @@
+"""Optimizers the PS applies to its dense parameters and embedding rows.
+
+Configured from the PS flags `--opt_type` (SGD | Momentum | Adam | Adagrad, case-insensitive)
+and `--opt_args` ("learning_rate=0.1;momentum=0.9;nesterov=true;" -- the original syntax). The
+math runs in `elasticdl.ops` kernels (C++ when built, NumPy otherwise); this module only chooses
+the kernel and its slots:
+
+  SGD       p -= lr g
+  Momentum  v = mu v + g; p -= lr v             (Nesterov: p -= lr (g + mu v))
+  Adam      Keras-style bias correction lr_t = lr sqrt(1-b2^t)/(1-b1^t), p -= lr_t m/(sqrt(v)+eps),
+            AMSGrad uses max(v) seen so far
+  Adagrad   acc += g^2; p -= lr g/(sqrt(acc)+eps)
+
+Slots are named after Keras: "momentum", "m", "v", "max_v", "accumulator".
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from elasticdl import ops
+from elasticdl.ps.embedding_table import EmbeddingTable
+from elasticdl.ps.errors import PSError
+from elasticdl.ps.parameters import Parameters
+
+logger = logging.getLogger(__name__)
+
+OPT_TYPES = {"sgd": "SGD", "momentum": "Momentum", "adam": "Adam", "adagrad": "Adagrad"}
+
+
+class OptimizerConfigError(PSError):
+    pass
+
+
+@dataclass
+class OptimizerConfig:
+    opt_type: str = "SGD"
+    learning_rate: float = 0.01
+    momentum: float = 0.0
+    nesterov: bool = False
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-7
+    amsgrad: bool = False
+    initial_accumulator_value: float = 0.0
+
+    def __post_init__(self):
+        canonical = OPT_TYPES.get(str(self.opt_type).strip().lower())
+        if canonical is None:
+            raise OptimizerConfigError(
+                f"--opt_type {self.opt_type!r} is not supported; use one of "
+                f"{', '.join(OPT_TYPES.values())}"
+            )
+        self.opt_type = canonical
+        if self.learning_rate < 0:
+            raise OptimizerConfigError(f"learning_rate must be >= 0, got {self.learning_rate}")
+        if not 0.0 <= self.momentum < 1.0 + 1e-12:
+            raise OptimizerConfigError(f"momentum must be in [0, 1], got {self.momentum}")
+        for key in ("beta_1", "beta_2"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise OptimizerConfigError(f"{key} must be in [0, 1), got {getattr(self, key)}")
+        if self.epsilon < 0:
+            raise OptimizerConfigError(f"epsilon must be >= 0, got {self.epsilon}")
+        if self.initial_accumulator_value < 0:
+            raise OptimizerConfigError(
+                f"initial_accumulator_value must be >= 0, got {self.initial_accumulator_value}"
+            )
+
+
+# Which opt_args keys each optimizer reads; others are accepted (the master may send a superset)
+# but logged, since they usually reveal a mismatch between --opt_type and --opt_args.
+_USED_KEYS = {
+    "SGD": {"learning_rate"},
+    "Momentum": {"learning_rate", "momentum", "nesterov"},
+    "Adam": {"learning_rate", "beta_1", "beta_2", "epsilon", "amsgrad"},
+    "Adagrad": {"learning_rate", "epsilon", "initial_accumulator_value"},
+}
+_ALIASES = {"lr": "learning_rate", "beta1": "beta_1", "beta2": "beta_2"}
+_TRUE = {"true", "t", "yes", "y", "1"}
+_FALSE = {"false", "f", "no", "n", "0"}
+
+
+def parse_bool(text: str, key: str) -> bool:
+    value = str(text).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise OptimizerConfigError(f"opt_args key {key!r}: {text!r} is not a boolean (true/false)")
+
+
+def parse_optimizer_config(opt_type: str, opt_args: str) -> OptimizerConfig:
+    """Parse `--opt_type`/`--opt_args` ("k=v;k=v;", spaces tolerated) into a config."""
+    fields = {f.name: f for f in dataclasses.fields(OptimizerConfig) if f.name != "opt_type"}
+    values: dict = {}
+    for item in (opt_args or "").split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        if "=" not in item:
+            raise OptimizerConfigError(f"opt_args item {item!r} is not of the form key=value")
+        key, raw = (part.strip() for part in item.split("=", 1))
+        key = _ALIASES.get(key, key)
+        field = fields.get(key)
+        if field is None:
+            raise OptimizerConfigError(
+                f"opt_args key {key!r} is unknown; known keys: {', '.join(sorted(fields))}"
+            )
+        if field.type in (bool, "bool"):
+            values[key] = parse_bool(raw, key)
+        else:
+            try:
+                values[key] = float(raw)
+            except ValueError:
+                raise OptimizerConfigError(
+                    f"opt_args key {key!r}: {raw!r} is not a number"
+                ) from None
+    config = OptimizerConfig(opt_type=opt_type, **values)
+    unused = set(values) - _USED_KEYS[config.opt_type]
+    if unused:
+        logger.warning("opt_args keys %s are ignored by %s", sorted(unused), config.opt_type)
+    return config
+
+
+class Optimizer:
+    """Applies one (already validated and aggregated) gradient update.
+
+    `step` is the 1-based Adam step; the PS passes its model version + 1, so the bias correction
+    continues correctly after a restore from a checkpoint.
+    """
+
+    def __init__(self, config: OptimizerConfig):
+        self.config = config
+
+    @property
+    def slot_names(self) -> tuple[str, ...]:
+        c = self.config
+        if c.opt_type == "Momentum":
+            return ("momentum",)
+        if c.opt_type == "Adam":
+            return ("m", "v", "max_v") if c.amsgrad else ("m", "v")
+        if c.opt_type == "Adagrad":
+            return ("accumulator",)
+        return ()
+
+    def _slot_init(self, slot: str) -> float:
+        return self.config.initial_accumulator_value if slot == "accumulator" else 0.0
+
+    def apply_dense(self, params: Parameters, grads: dict[str, np.ndarray], lr: float, step: int):
+        c = self.config
+        for name, grad in grads.items():
+            p = params.dense[name]
+            slots = [params.dense_slot(s, name, self._slot_init(s)) for s in self.slot_names]
+            if c.opt_type == "SGD":
+                ops.sgd(p, grad, lr)
+            elif c.opt_type == "Momentum":
+                ops.momentum(p, grad, slots[0], lr, c.momentum, c.nesterov)
+            elif c.opt_type == "Adam":
+                ops.adam(
+                    p, grad, slots[0], slots[1], lr, c.beta_1, c.beta_2, c.epsilon, step,
+                    amsgrad=c.amsgrad, max_v=slots[2] if c.amsgrad else None,
+                )
+            else:
+                ops.adagrad(p, grad, slots[0], lr, c.epsilon)
+
+    def apply_sparse(
+        self, table: EmbeddingTable, ids: np.ndarray, grads: np.ndarray, lr: float, step: int
+    ):
+        """Update rows `ids` (duplicates are summed by the kernel) of `table`. The kernels see
+        block row numbers, not ids, so table and slots are plain contiguous 2-D arrays."""
+        if ids.size == 0:
+            return
+        c = self.config
+        rows = table.rows(ids)  # creates rows never pulled (e.g. after a PS restart)
+        slots = [table.slot(s, self._slot_init(s)) for s in self.slot_names]
+        values = table.values
+        if c.opt_type == "SGD":
+            ops.sparse_sgd(values, rows, grads, lr)
+        elif c.opt_type == "Momentum":
+            ops.sparse_momentum(values, rows, grads, slots[0], lr, c.momentum, c.nesterov)
+        elif c.opt_type == "Adam":
+            ops.sparse_adam(
+                values, rows, grads, slots[0], slots[1], lr, c.beta_1, c.beta_2, c.epsilon, step,
+                amsgrad=c.amsgrad, max_v=slots[2] if c.amsgrad else None,
+            )
+        else:
+            ops.sparse_adagrad(values, rows, grads, slots[0], lr, c.epsilon)

@@ -1,0 +1,200 @@
+"""Gradient application policy of one PS: asynchronous or synchronous SGD, and the model version.
+
+Async: every accepted push is applied at once and bumps the version; with staleness modulation
+its learning rate is divided by max(1, ps_version - grad_version).
+
+Sync (`grads_to_wait` = K): a push is accepted if grad_version >= ps_version - tolerance, then
+buffered; after K accepted pushes the dense gradients are AVERAGED, the sparse ones SUMMED (the
+rows each worker touched are disjoint samples of the batch), applied once, and the version bumps.
+
+One lock covers apply and every read of the model, so readers never see a half-applied update.
+NumPy and the native kernels release the GIL for large arrays, so decoding a push (done before
+taking the lock) overlaps with another push being applied.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from elasticdl import ops
+from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.ps.errors import PSError
+from elasticdl.ps.optimizer import Optimizer
+from elasticdl.ps.parameters import Parameters
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class UpdatePolicy:
+    use_async: bool = False
+    grads_to_wait: int = 1
+    lr_staleness_modulation: bool = False
+    sync_version_tolerance: int = 0
+
+    def __post_init__(self):
+        if self.grads_to_wait < 1:
+            raise PSError(f"--grads_to_wait must be >= 1, got {self.grads_to_wait}")
+        if self.sync_version_tolerance < 0:
+            raise PSError(
+                f"--sync_version_tolerance must be >= 0, got {self.sync_version_tolerance}"
+            )
+        if self.use_async and self.grads_to_wait != 1:
+            logger.info("async mode applies every push: grads_to_wait=%d ignored", self.grads_to_wait)
+            self.grads_to_wait = 1
+
+
+@dataclass
+class PushResult:
+    accepted: bool
+    version: int
+
+
+class _SyncBuffer:
+    """Gradients accepted since the last synchronous apply."""
+
+    def __init__(self):
+        self.count = 0
+        self.learning_rate = 0.0
+        self.dense: dict[str, np.ndarray] = {}
+        self.sparse: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def add(self, dense: dict, sparse: dict, learning_rate: float) -> None:
+        for name, grad in dense.items():
+            acc = self.dense.get(name)
+            if acc is None:
+                self.dense[name] = np.array(grad, dtype=np.float32, copy=True)
+            else:
+                ops.dense_accumulate(acc, grad)
+        for name, pair in sparse.items():
+            self.sparse.setdefault(name, []).append(pair)
+        if learning_rate > 0:
+            self.learning_rate = learning_rate
+        self.count += 1
+
+
+class ParameterServer:
+    """The model of one PS plus the policy that updates it; transport-agnostic."""
+
+    def __init__(
+        self,
+        params: Parameters,
+        optimizer: Optimizer,
+        policy: UpdatePolicy | None = None,
+        on_version: Callable[[int], None] | None = None,
+    ):
+        self.params = params
+        self.optimizer = optimizer
+        self.policy = policy or UpdatePolicy()
+        self.lock = threading.RLock()
+        self._buffer = _SyncBuffer()
+        # Called (under the lock, so versions arrive in order) after every version bump; must
+        # return quickly -- the servicer hands slow work (RPCs, file writes) to threads.
+        self._on_version = on_version
+
+    @property
+    def version(self) -> int:
+        return self.params.version
+
+    # ------------------------------------------------------------------ model set-up
+    def push_model(self, model: pb.Model) -> bool:
+        with self.lock:
+            taken = self.params.init_from_model_pb(model)
+        if taken:
+            logger.info(
+                "PS %d initialised at version %d: %d dense parameters, %d embedding tables",
+                self.params.ps_id, self.params.version, len(self.params.dense),
+                len(self.params.embedding_tables),
+            )
+        return taken
+
+    def push_embedding_table_infos(self, model: pb.Model) -> None:
+        with self.lock:
+            self.params.set_embedding_table_infos(model.embedding_table_infos)
+
+    def restore(self, model: pb.Model) -> None:
+        with self.lock:
+            self.params.restore_from_model_pb(model)
+            self._buffer = _SyncBuffer()
+
+    # ------------------------------------------------------------------ reads
+    def pull_dense(self, request_version: int) -> pb.PullDenseParametersResponse:
+        with self.lock:
+            p = self.params
+            resp = pb.PullDenseParametersResponse(initialized=p.initialized, version=p.version)
+            if p.initialized and (request_version < 0 or p.version > request_version):
+                p.dense_to_pb(resp)  # serialisation copies the bytes while we hold the lock
+        return resp
+
+    def pull_embedding_vectors(self, name: str, ids) -> np.ndarray:
+        with self.lock:
+            ids = self.params.check_embedding_ids(name, ids)
+            return self.params.embedding_tables[name].get(ids)
+
+    def snapshot(self, include_slots: bool = True) -> pb.Model:
+        with self.lock:
+            return self.params.to_model_pb(include_slots)
+
+    def embedding_table_snapshot(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        with self.lock:
+            return self.params.get_embedding_table(name).export()
+
+    # ------------------------------------------------------------------ gradients
+    def push_gradients(self, request: pb.PushGradientsRequest) -> PushResult:
+        grad_version = int(request.gradients.version)
+        with self.lock:
+            p = self.params
+            if not p.initialized:
+                # A relaunched PS without a checkpoint: the worker sees the rejection, pulls,
+                # finds initialized=false and pushes its model again.
+                logger.warning("PS %d rejects gradients: model not initialised", p.ps_id)
+                return PushResult(False, p.version)
+            dense, sparse = p.check_grad(request.gradients)
+            lr = float(request.learning_rate) if request.learning_rate > 0 else None
+            if self.policy.use_async:
+                return self._apply_async(dense, sparse, lr, grad_version)
+            return self._accumulate_sync(dense, sparse, lr, grad_version)
+
+    def _apply_async(self, dense, sparse, lr, grad_version) -> PushResult:
+        lr = self.optimizer.config.learning_rate if lr is None else lr
+        if self.policy.lr_staleness_modulation:
+            staleness = max(1, self.params.version - grad_version)
+            lr /= staleness
+        self._apply(dense, sparse, lr)
+        return PushResult(True, self.params.version)
+
+    def _accumulate_sync(self, dense, sparse, lr, grad_version) -> PushResult:
+        p = self.params
+        if grad_version < p.version - self.policy.sync_version_tolerance:
+            logger.debug(
+                "PS %d rejects stale gradients of version %d (PS at %d, tolerance %d)",
+                p.ps_id, grad_version, p.version, self.policy.sync_version_tolerance,
+            )
+            return PushResult(False, p.version)
+        self._buffer.add(dense, sparse, lr or 0.0)
+        if self._buffer.count >= self.policy.grads_to_wait:
+            buf, self._buffer = self._buffer, _SyncBuffer()
+            scale = 1.0 / buf.count
+            for grad in buf.dense.values():
+                grad *= np.float32(scale)
+            merged = {
+                name: (np.concatenate([i for i, _ in parts]), np.concatenate([g for _, g in parts]))
+                for name, parts in buf.sparse.items()
+            }
+            lr = buf.learning_rate or self.optimizer.config.learning_rate
+            self._apply(buf.dense, merged, lr)
+        return PushResult(True, p.version)
+
+    def _apply(self, dense: dict, sparse: dict, lr: float) -> None:
+        p = self.params
+        step = p.version + 1
+        self.optimizer.apply_dense(p, dense, lr, step)
+        for name, (ids, grads) in sparse.items():
+            self.optimizer.apply_sparse(p.embedding_tables[name], ids, grads, lr, step)
+        p.version += 1
+        if self._on_version is not None:
+            self._on_version(p.version)
