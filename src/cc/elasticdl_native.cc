@@ -1,0 +1,132 @@
+// Python bindings of the kernels (module `elasticdl_native`). Arrays travel as raw
+// addresses (uintptr_t) plus sizes: the Python layer (elasticdl/ops) owns all checks of
+// dtype/shape/layout and reads addresses from NumPy (`__array_interface__`) or GPU arrays
+// (`__cuda_array_interface__`), so one binding serves host and device memory without copies.
+// The GIL is released while kernels run.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels.h"
+
+namespace py = pybind11;
+using edl::OptParams;
+using edl::OptSlots;
+
+namespace {
+
+constexpr int kAbiVersion = 1;
+
+template <typename T>
+T* P(uintptr_t a) {
+  return reinterpret_cast<T*>(a);
+}
+
+OptParams make_params(int kind, float lr, float mu, bool nesterov, float b1, float b2, float eps, bool ams) {
+  OptParams p;
+  p.kind = kind;
+  p.lr = lr;
+  p.mu = mu;
+  p.nesterov = nesterov;
+  p.beta1 = b1;
+  p.beta2 = b2;
+  p.eps = eps;
+  p.amsgrad = ams;
+  return p;
+}
+
+OptSlots make_slots(uintptr_t s0, uintptr_t s1, uintptr_t s2) {
+  return OptSlots{P<float>(s0), P<float>(s1), P<float>(s2)};
+}
+
+std::vector<const float*> ptr_list(const std::vector<uintptr_t>& v) {
+  std::vector<const float*> out;
+  out.reserve(v.size());
+  for (auto a : v) out.push_back(P<const float>(a));
+  return out;
+}
+
+// Registers the pointer-level kernels of one backend namespace under a prefix.
+#define EDL_BIND_COMMON(m, prefix, NS)                                                                     \
+  m.def(prefix "lookup",                                                                                   \
+        [](uintptr_t table, int dtype, int64_t rows, int64_t dim, uintptr_t ids, int64_t n, uintptr_t out) { \
+          py::gil_scoped_release nogil;                                                                    \
+          return NS::lookup(P<const void>(table), dtype, rows, dim, P<const int64_t>(ids), n, P<void>(out)); \
+        });                                                                                                \
+  m.def(prefix "lookup_pooled",                                                                            \
+        [](uintptr_t table, int dtype, int64_t rows, int64_t dim, uintptr_t ids, int64_t n, uintptr_t offs, \
+           int64_t bags, uintptr_t weights, int combiner, uintptr_t out) {                                  \
+          py::gil_scoped_release nogil;                                                                    \
+          return NS::lookup_pooled(P<const void>(table), dtype, rows, dim, P<const int64_t>(ids), n,       \
+                                   P<const int64_t>(offs), bags, P<const float>(weights), combiner,        \
+                                   P<float>(out));                                                         \
+        });                                                                                                \
+  m.def(prefix "dense_accumulate",                                                                         \
+        [](uintptr_t out, const std::vector<uintptr_t>& grads, int64_t n, float scale) {                   \
+          auto g = ptr_list(grads);                                                                        \
+          py::gil_scoped_release nogil;                                                                    \
+          NS::dense_accumulate(P<float>(out), g.data(), static_cast<int>(g.size()), n, scale);             \
+        });                                                                                                \
+  m.def(prefix "dense_update",                                                                             \
+        [](int kind, float lr, float mu, bool nesterov, float b1, float b2, float eps, bool ams,           \
+           uintptr_t param, uintptr_t grad, uintptr_t s0, uintptr_t s1, uintptr_t s2, int64_t n) {         \
+          const OptParams p = make_params(kind, lr, mu, nesterov, b1, b2, eps, ams);                       \
+          py::gil_scoped_release nogil;                                                                    \
+          NS::dense_update(p, P<float>(param), P<const float>(grad), make_slots(s0, s1, s2), n);           \
+        });                                                                                                \
+  m.def(prefix "sparse_update",                                                                            \
+        [](int kind, float lr, float mu, bool nesterov, float b1, float b2, float eps, bool ams,           \
+           uintptr_t table, int64_t rows, int64_t dim, uintptr_t ids, int64_t n, uintptr_t grads,          \
+           uintptr_t s0, uintptr_t s1, uintptr_t s2) {                                                     \
+          const OptParams p = make_params(kind, lr, mu, nesterov, b1, b2, eps, ams);                       \
+          py::gil_scoped_release nogil;                                                                    \
+          return NS::sparse_update(p, P<float>(table), rows, dim, P<const int64_t>(ids), n,                \
+                                   P<const float>(grads), make_slots(s0, s1, s2));                         \
+        });
+
+}  // namespace
+
+PYBIND11_MODULE(elasticdl_native, m) {
+  m.doc() = "ElasticDL PS kernels (C++/OpenMP, optional CUDA); use them through elasticdl.ops";
+  m.attr("ABI_VERSION") = kAbiVersion;
+  m.def("num_threads", &edl::cpu::num_threads);
+
+  EDL_BIND_COMMON(m, "cpu_", edl::cpu)
+
+  // CPU aggregation allocates its outputs once the unique count is known.
+  m.def("cpu_aggregate", [](uintptr_t ids, int64_t n, uintptr_t grads, int64_t dim) {
+    auto plan = std::make_unique<edl::cpu::AggPlan>();
+    {
+      py::gil_scoped_release nogil;
+      edl::cpu::build_plan(P<const int64_t>(ids), n, plan.get());
+    }
+    const int64_t u = plan->num_unique;
+    py::array_t<int64_t> out_ids(u);
+    py::array_t<float> out({u, dim});
+    int64_t* oi = out_ids.mutable_data();
+    float* og = out.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      edl::cpu::aggregate_rows(*plan, P<const float>(grads), dim, oi, og);
+    }
+    return py::make_tuple(out_ids, out);
+  });
+
+#ifdef EDL_WITH_CUDA
+  m.def("has_cuda", [] { return true; });
+  m.def("cuda_device_count", &edl::cuda::device_count);
+  EDL_BIND_COMMON(m, "cuda_", edl::cuda)
+  m.def("cuda_aggregate",
+        [](uintptr_t ids, int64_t n, uintptr_t grads, int64_t dim, uintptr_t out_ids, uintptr_t out) {
+          py::gil_scoped_release nogil;
+          return edl::cuda::aggregate(P<const int64_t>(ids), n, P<const float>(grads), dim,
+                                      P<int64_t>(out_ids), P<float>(out));
+        });
+#else
+  m.def("has_cuda", [] { return false; });
+  m.def("cuda_device_count", [] { return 0; });
+#endif
+}

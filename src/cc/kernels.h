@@ -1,0 +1,77 @@
+// Memory-bound kernels of the ElasticDL parameter server (CPU: kernels_cpu.cc,
+// CUDA: kernels_cuda.cu). All arrays are dense and C-contiguous; the Python layer
+// (elasticdl/ops) checks dtypes, shapes and layout before calling. Kernels that read
+// rows by id check every id themselves and return the position of the first id outside
+// [0, rows) (or -1): such a call writes nothing to tables or slots.
+#pragma once
+
+#include <cstdint>
+
+namespace edl {
+
+enum DType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+enum Combiner : int { kSum = 0, kMean = 1, kSqrtN = 2 };
+enum OptKind : int { kSGD = 0, kMomentum = 1, kAdam = 2, kAdagrad = 3 };
+
+// Scalars of one optimizer step, for dense and sparse updates alike.
+struct OptParams {
+  int kind = kSGD;
+  float lr = 0.f;       // SGD/Momentum/Adagrad lr; Adam: bias-corrected lr_t
+  float mu = 0.f;       // Momentum
+  bool nesterov = false;
+  float beta1 = 0.f, beta2 = 0.f, eps = 0.f;  // Adam (eps also Adagrad)
+  bool amsgrad = false;
+};
+
+// Slot arrays of one optimizer (nullptr when unused), shaped like the parameter.
+struct OptSlots {
+  float* s0 = nullptr;  // velocity | m | accumulator
+  float* s1 = nullptr;  // v
+  float* s2 = nullptr;  // max_v (AMSGrad)
+};
+
+namespace cpu {
+int num_threads();
+int64_t lookup(const void* table, int dtype, int64_t rows, int64_t dim, const int64_t* ids, int64_t n,
+               void* out);
+int64_t lookup_pooled(const void* table, int dtype, int64_t rows, int64_t dim, const int64_t* ids,
+                      int64_t n, const int64_t* offsets, int64_t bags, const float* weights, int combiner,
+                      float* out);
+void dense_accumulate(float* out, const float* const* grads, int num_grads, int64_t n, float scale);
+void dense_update(const OptParams& p, float* param, const float* grad, const OptSlots& s, int64_t n);
+int64_t sparse_update(const OptParams& p, float* table, int64_t rows, int64_t dim, const int64_t* ids,
+                      int64_t n, const float* grads, const OptSlots& s);
+
+// Sorted-unique plan of a batch of ids: uniq[k] owns rows order[start[k] .. start[k+1]).
+struct AggPlan {
+  std::int64_t num_unique = 0;
+  std::int64_t* uniq = nullptr;
+  std::int64_t* start = nullptr;
+  std::int64_t* order = nullptr;
+  ~AggPlan();
+};
+void build_plan(const int64_t* ids, int64_t n, AggPlan* plan);
+void aggregate_rows(const AggPlan& plan, const float* grads, int64_t dim, int64_t* out_ids, float* out);
+}  // namespace cpu
+
+#ifdef EDL_WITH_CUDA
+namespace cuda {
+int device_count();
+// All pointers are device pointers; each call runs on the legacy default stream and returns
+// after its work is queued, except where it must read a result (bad id, unique count).
+int64_t lookup(const void* table, int dtype, int64_t rows, int64_t dim, const int64_t* ids, int64_t n,
+               void* out);
+int64_t lookup_pooled(const void* table, int dtype, int64_t rows, int64_t dim, const int64_t* ids,
+                      int64_t n, const int64_t* offsets, int64_t bags, const float* weights, int combiner,
+                      float* out);
+// Returns the number of unique ids written to out_ids/out (each sized n rows).
+int64_t aggregate(const int64_t* ids, int64_t n, const float* grads, int64_t dim, int64_t* out_ids,
+                  float* out);
+void dense_accumulate(float* out, const float* const* grads, int num_grads, int64_t n, float scale);
+void dense_update(const OptParams& p, float* param, const float* grad, const OptSlots& s, int64_t n);
+int64_t sparse_update(const OptParams& p, float* table, int64_t rows, int64_t dim, const int64_t* ids,
+                      int64_t n, const float* grads, const OptSlots& s);
+}  // namespace cuda
+#endif
+
+}  // namespace edl
