@@ -1,0 +1,165 @@
+"""Parse ``--volume`` strings into volume and mount descriptions.
+
+Syntax: volumes separated by ``;``, each a ``,``-separated list of ``key=value``::
+
+    claim_name=c1,mount_path=/data;host_path=/h,mount_path=/q,type=Directory,sub_path=x
+
+Keys: ``claim_name`` (a PersistentVolumeClaim) or ``host_path`` (a node directory) - exactly
+one of them; ``mount_path`` (required, absolute); ``sub_path`` and ``read_only`` (optional);
+``type`` (host paths only: the Kubernetes hostPath type). Several entries may mount the same
+claim or host path at different places; they share one volume (Kubernetes rejects two volumes
+of one pod with the same source name, and it is what users expect).
+
+Results are plain dataclasses whose ``to_dict()`` uses the Kubernetes API field names, so the
+Kubernetes platform can build ``V1Volume`` / ``V1VolumeMount`` objects from them without this
+module importing the Kubernetes SDK.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+_KEYS = ("claim_name", "host_path", "mount_path", "sub_path", "type", "read_only")
+HOST_PATH_TYPES = (
+    "",
+    "DirectoryOrCreate",
+    "Directory",
+    "FileOrCreate",
+    "File",
+    "Socket",
+    "CharDevice",
+    "BlockDevice",
+)
+
+
+class VolumeError(ValueError):
+    """A malformed volume string; the message names the entry and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class VolumeSpec:
+    """One ``;``-separated entry of ``--volume``."""
+
+    mount_path: str
+    claim_name: str = ""
+    host_path: str = ""
+    type: str = ""
+    sub_path: str = ""
+    read_only: bool = False
+
+    @property
+    def source_key(self) -> tuple[str, str]:
+        return ("pvc", self.claim_name) if self.claim_name else ("host", self.host_path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Volume:
+    name: str
+    claim_name: str = ""
+    host_path: str = ""
+    type: str = ""
+
+    def to_dict(self) -> dict:
+        if self.claim_name:
+            return {"name": self.name, "persistentVolumeClaim": {"claimName": self.claim_name}}
+        host = {"path": self.host_path}
+        if self.type:
+            host["type"] = self.type
+        return {"name": self.name, "hostPath": host}
+
+
+@dataclasses.dataclass(frozen=True)
+class VolumeMount:
+    name: str
+    mount_path: str
+    sub_path: str = ""
+    read_only: bool = False
+
+    def to_dict(self) -> dict:
+        mount: dict = {"name": self.name, "mountPath": self.mount_path}
+        if self.sub_path:
+            mount["subPath"] = self.sub_path
+        if self.read_only:
+            mount["readOnly"] = True
+        return mount
+
+
+def _parse_entry(entry: str) -> VolumeSpec:
+    fields: dict[str, str] = {}
+    for item in entry.split(","):
+        item = item.strip()
+        if not item:
+            raise VolumeError(f"empty item in volume {entry!r}; separate keys with single commas")
+        if "=" not in item:
+            raise VolumeError(f"{item!r} in volume {entry!r} is not key=value")
+        key, value = (part.strip() for part in item.split("=", 1))
+        if key not in _KEYS:
+            raise VolumeError(f"unknown key {key!r} in volume {entry!r}; allowed: {', '.join(_KEYS)}")
+        if key in fields:
+            raise VolumeError(f"key {key!r} appears twice in volume {entry!r}; keep one")
+        if not value:
+            raise VolumeError(f"{key}= has no value in volume {entry!r}")
+        fields[key] = value
+    if "claim_name" in fields and "host_path" in fields:
+        raise VolumeError(f"volume {entry!r} has both claim_name and host_path; use one per volume")
+    if "claim_name" not in fields and "host_path" not in fields:
+        raise VolumeError(f"volume {entry!r} needs claim_name=<pvc> or host_path=<dir>")
+    if "mount_path" not in fields:
+        raise VolumeError(f"volume {entry!r} needs mount_path=<absolute path in the container>")
+    if not fields["mount_path"].startswith("/"):
+        raise VolumeError(f"mount_path {fields['mount_path']!r} in volume {entry!r} must be absolute")
+    if "type" in fields:
+        if "host_path" not in fields:
+            raise VolumeError(f"type= applies to host_path volumes only (volume {entry!r})")
+        if fields["type"] not in HOST_PATH_TYPES:
+            raise VolumeError(
+                f"type {fields['type']!r} in volume {entry!r} is invalid; use one of "
+                + ", ".join(t for t in HOST_PATH_TYPES if t)
+            )
+    read_only = fields.get("read_only", "false").lower()
+    if read_only not in ("true", "false"):
+        raise VolumeError(f"read_only={fields['read_only']} in volume {entry!r}: use true or false")
+    return VolumeSpec(
+        mount_path=fields["mount_path"],
+        claim_name=fields.get("claim_name", ""),
+        host_path=fields.get("host_path", ""),
+        type=fields.get("type", ""),
+        sub_path=fields.get("sub_path", ""),
+        read_only=read_only == "true",
+    )
+
+
+def parse_volumes(volume: str) -> list[VolumeSpec]:
+    """Parse the whole ``--volume`` value (``""`` -> ``[]``); raises :class:`VolumeError`."""
+    specs: list[VolumeSpec] = []
+    if not volume or not volume.strip():
+        return specs
+    seen_mounts: set[str] = set()
+    for entry in volume.split(";"):
+        entry = entry.strip()
+        if not entry:
+            continue  # tolerate a trailing ';'
+        spec = _parse_entry(entry)
+        if spec.mount_path in seen_mounts:
+            raise VolumeError(f"mount_path {spec.mount_path!r} is used by two volumes; use distinct paths")
+        seen_mounts.add(spec.mount_path)
+        specs.append(spec)
+    return specs
+
+
+def volumes_and_mounts(volume: str) -> tuple[list[Volume], list[VolumeMount]]:
+    """Pod volumes and container mounts for a ``--volume`` value; entries with the same claim
+    or host path share one volume (named ``volume-0``, ``volume-1``, ...)."""
+    volumes: list[Volume] = []
+    mounts: list[VolumeMount] = []
+    names: dict[tuple[str, str], str] = {}
+    for spec in parse_volumes(volume):
+        name = names.get(spec.source_key)
+        if name is None:
+            name = f"volume-{len(volumes)}"
+            names[spec.source_key] = name
+            volumes.append(Volume(name=name, claim_name=spec.claim_name, host_path=spec.host_path, type=spec.type))
+        elif spec.host_path and spec.type and volumes[int(name.split("-")[1])].type != spec.type:
+            raise VolumeError(f"host_path {spec.host_path!r} is given with two different types; use one")
+        mounts.append(VolumeMount(name=name, mount_path=spec.mount_path, sub_path=spec.sub_path, read_only=spec.read_only))
+    return volumes, mounts

@@ -1,0 +1,59 @@
+"""Volume-string parsing, mirroring the original k8s_volume_test behaviours."""
+
+import pytest
+
+from elasticdl.common.k8s_volume import VolumeError, parse_volumes, volumes_and_mounts
+
+
+def test_claim_volume():
+    volumes, mounts = volumes_and_mounts("claim_name=c1,mount_path=/path1")
+    assert [v.to_dict() for v in volumes] == [{"name": "volume-0", "persistentVolumeClaim": {"claimName": "c1"}}]
+    assert [m.to_dict() for m in mounts] == [{"name": "volume-0", "mountPath": "/path1"}]
+
+
+def test_host_path_volume_with_type_and_sub_path():
+    volumes, mounts = volumes_and_mounts(" host_path=/h , mount_path=/q, type=Directory, sub_path=s ")
+    assert volumes[0].to_dict() == {"name": "volume-0", "hostPath": {"path": "/h", "type": "Directory"}}
+    assert mounts[0].to_dict() == {"name": "volume-0", "mountPath": "/q", "subPath": "s"}
+
+
+def test_several_volumes_and_claim_reuse():
+    volumes, mounts = volumes_and_mounts(
+        "claim_name=c1,mount_path=/p1;claim_name=c1,mount_path=/p2,sub_path=x;"
+        "host_path=/h,mount_path=/p3;claim_name=c2,mount_path=/p4,read_only=true;"
+    )
+    assert [v.name for v in volumes] == ["volume-0", "volume-1", "volume-2"]
+    assert [(m.name, m.mount_path, m.sub_path) for m in mounts] == [
+        ("volume-0", "/p1", ""),
+        ("volume-0", "/p2", "x"),
+        ("volume-1", "/p3", ""),
+        ("volume-2", "/p4", ""),
+    ]
+    assert mounts[3].to_dict()["readOnly"] is True
+
+
+def test_empty():
+    assert parse_volumes("") == []
+    assert volumes_and_mounts("") == ([], [])
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("claim_name=c1,mount_path=/p,abc=1", "unknown key 'abc'"),
+        ("claim_name=c1,claim_name=c2,mount_path=/p", "key 'claim_name' appears twice"),
+        ("claim_name=c1", "needs mount_path"),
+        ("mount_path=/p", "needs claim_name=<pvc> or host_path=<dir>"),
+        ("claim_name=c1,host_path=/h,mount_path=/p", "both claim_name and host_path"),
+        ("claim_name=c1,mount_path=p", "must be absolute"),
+        ("claim_name=c1,mount_path=/p,type=Directory", "host_path volumes only"),
+        ("host_path=/h,mount_path=/p,type=Dir", "type 'Dir'"),
+        ("claim_name=c1,mount_path=/p;claim_name=c2,mount_path=/p", "used by two volumes"),
+        ("claim_name=,mount_path=/p", "has no value"),
+        ("claim_name=c1,mount_path", "is not key=value"),
+        ("claim_name=c1,mount_path=/p,read_only=maybe", "use true or false"),
+    ],
+)
+def test_errors(bad, message):
+    with pytest.raises(VolumeError, match=message):
+        parse_volumes(bad)
