@@ -1,0 +1,97 @@
+import numpy as np
+import pytest
+
+from elasticdl.ps import initializers
+from elasticdl.ps.embedding_table import EmbeddingTable
+from elasticdl.ps.errors import PSError
+from elasticdl.ps.id_index import IdIndex
+
+
+def test_id_index_matches_dict_through_growth():
+    rng = np.random.default_rng(1)
+    index = IdIndex(capacity=16)
+    reference = {}
+    for batch in range(20):
+        ids = np.unique(rng.integers(0, 1 << 40, 500))
+        ids = np.array([i for i in ids.tolist() if i not in reference], dtype=np.int64)
+        rows = np.arange(len(reference), len(reference) + ids.size)
+        index.insert(ids, rows)
+        reference.update(zip(ids.tolist(), rows.tolist()))
+    assert len(index) == len(reference)
+    keys = np.array(list(reference), dtype=np.int64)
+    query = np.concatenate([rng.choice(keys, 3000), keys[:10], keys[:10]])
+    np.testing.assert_array_equal(index.lookup(query), [reference[k] for k in query.tolist()])
+    absent = np.array([k for k in rng.integers(0, 1 << 40, 100).tolist() if k not in reference])
+    assert (index.lookup(absent) == -1).all()
+
+
+def test_lazy_init_is_deterministic_per_id_and_order_independent():
+    a = EmbeddingTable("user", 8, "uniform")
+    b = EmbeddingTable("user", 8, "uniform")
+    va = a.get(np.array([7, 3, 7, 1000000007]))
+    vb = b.get(np.array([1000000007, 3]))
+    assert len(a) == 3 and len(b) == 2
+    np.testing.assert_array_equal(va[0], va[2])  # duplicate ids -> same row
+    np.testing.assert_array_equal(va[3], vb[0])
+    np.testing.assert_array_equal(va[1], vb[1])
+    assert va.dtype == np.float32 and va.shape == (4, 8)
+    assert np.abs(va).max() <= 0.05 and np.abs(va).max() > 0
+    other = EmbeddingTable("item", 8, "uniform").get(np.array([7]))
+    assert not np.array_equal(other[0], va[0])  # tables get different seeds
+
+
+def test_get_returns_copy_and_set_overwrites_and_creates():
+    t = EmbeddingTable("e", 3, "zeros")
+    got = t.get(np.array([1, 2]))
+    got[:] = 5
+    np.testing.assert_array_equal(t.get(np.array([1])), [[0, 0, 0]])
+    t.set(np.array([2, 9]), np.array([[1, 2, 3], [4, 5, 6]], np.float32))
+    np.testing.assert_array_equal(t.get(np.array([9, 2, 1])), [[4, 5, 6], [1, 2, 3], [0, 0, 0]])
+    ids, values = t.export()
+    np.testing.assert_array_equal(ids, [1, 2, 9])
+    np.testing.assert_array_equal(values[2], [4, 5, 6])
+
+
+def test_slots_share_rows_and_grow_with_the_table():
+    t = EmbeddingTable("e", 2, "ones")
+    t.get(np.array([5]))
+    m = t.slot("m")
+    assert m.shape == (1, 2) and not m.any()
+    acc = t.slot("accumulator", init=0.1)
+    np.testing.assert_allclose(acc, 0.1)
+    t.set(np.array([5]), np.array([[3, 4]], np.float32), slot="m")
+    t.get(np.arange(100, 300))  # forces several block reallocations
+    assert t.slot("m").shape == (201, 2)
+    np.testing.assert_array_equal(t.slot("m")[t.rows(np.array([5]))], [[3, 4]])
+    np.testing.assert_allclose(t.slot("accumulator")[-1], 0.1)
+    np.testing.assert_array_equal(t.values[t.rows(np.array([5]))], [[1, 1]])
+    assert t.slot_names == ("m", "accumulator")
+
+
+@pytest.mark.parametrize(
+    "name,check",
+    [
+        ("zeros", lambda v: (v == 0).all()),
+        ("Ones", lambda v: (v == 1).all()),
+        ("RandomNormal", lambda v: abs(v.std() - 0.05) < 0.005),
+        ("truncated_normal", lambda v: np.abs(v).max() <= 0.1 + 1e-6),
+        ("glorot_uniform", lambda v: np.abs(v).max() <= np.sqrt(3.0 / 16) + 1e-6),
+        ("random_uniform", lambda v: np.abs(v).max() <= 0.05 and abs(v.mean()) < 0.005),
+    ],
+)
+def test_initializers(name, check):
+    assert check(EmbeddingTable("t", 16, name).get(np.arange(1000)))
+
+
+def test_bad_input_is_rejected_with_clear_messages():
+    with pytest.raises(initializers.UnknownInitializerError, match="unknown embedding initializer 'he_magic'"):
+        EmbeddingTable("t", 4, "he_magic")
+    t = EmbeddingTable("t", 4)
+    with pytest.raises(PSError, match="non-negative"):
+        t.get(np.array([-1]))
+    with pytest.raises(PSError, match="integers"):
+        t.get(np.array([1.5]))
+    with pytest.raises(PSError, match="do not match"):
+        t.set(np.array([1]), np.zeros((1, 3)))
+    with pytest.raises(PSError, match="no row for ids"):
+        t.rows(np.array([42]), create=False)

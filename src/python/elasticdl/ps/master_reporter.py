@@ -1,0 +1,76 @@
+"""Best-effort, non-blocking `report_version` calls from a PS to the master.
+
+The master starts an evaluation round when a PS reports a version that is a multiple of
+`--evaluation_steps`. Gradient pushes must never wait on the master, so reports go through a
+bounded queue served by one daemon thread; failures are logged (rate-limited), never raised.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+import grpc
+
+from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class MasterReporter:
+    def __init__(self, master_addr: str, ps_id: int, timeout_s: float = 10.0, max_pending: int = 64):
+        self.master_addr = master_addr
+        self.ps_id = ps_id
+        self.timeout_s = timeout_s
+        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        self._thread = threading.Thread(target=self._run, name="ps-master-reporter", daemon=True)
+        self._last_warning = 0.0
+        self.reported: list[int] = []  # versions the master acknowledged, for logs and tests
+        self._thread.start()
+
+    def report_version(self, version: int) -> None:
+        try:
+            self._queue.put_nowait(int(version))
+        except queue.Full:
+            self._warn(f"dropping report of version {version}: master {self.master_addr} is slow")
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Send what is queued (within timeout_s), then stop the thread."""
+        try:
+            self._queue.put(_STOP, timeout=timeout_s)
+        except queue.Full:
+            pass
+        self._thread.join(timeout_s)
+
+    def _warn(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last_warning > 30.0:
+            self._last_warning = now
+            logger.warning("PS %d: %s", self.ps_id, message)
+
+    def _run(self) -> None:
+        channel = grpc.insecure_channel(self.master_addr)
+        stub = pb_grpc.MasterStub(channel)
+        try:
+            while True:
+                item = self._queue.get()
+                if item is _STOP:
+                    return
+                try:
+                    stub.report_version(
+                        pb.ReportVersionRequest(model_version=item, ps_id=self.ps_id),
+                        timeout=self.timeout_s,
+                    )
+                    self.reported.append(item)
+                    logger.debug("PS %d reported version %d to the master", self.ps_id, item)
+                except grpc.RpcError as e:
+                    self._warn(
+                        f"report_version({item}) to master {self.master_addr} failed: "
+                        f"{e.code().name} {e.details()}"
+                    )
+        finally:
+            channel.close()

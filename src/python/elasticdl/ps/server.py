@@ -1,0 +1,161 @@
+"""Assembles one parameter server process: model state, optimizer, update policy, checkpoints,
+master reports and the gRPC server.
+
+On start the PS restores from `--checkpoint_dir_for_init` if given, else from the newest valid
+checkpoint in `--checkpoint_dir` (how a relaunched PS recovers after being killed); otherwise it
+waits for a worker to push the initial model.
+"""
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+
+from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+from elasticdl.ps import checkpoint
+from elasticdl.ps.checkpointer import CheckpointConfig, Checkpointer
+from elasticdl.ps.errors import PSError
+from elasticdl.ps.master_reporter import MasterReporter
+from elasticdl.ps.optimizer import Optimizer, parse_optimizer_config
+from elasticdl.ps.parameters import Parameters
+from elasticdl.ps.servicer import PserverServicer
+from elasticdl.ps.updater import ParameterServer, UpdatePolicy
+
+logger = logging.getLogger(__name__)
+
+GRPC_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+
+@dataclass
+class PSConfig:
+    ps_id: int = 0
+    num_ps_pods: int = 1
+    port: int = 2222  # 0: pick a free port (logged)
+    bind_host: str = "0.0.0.0"
+    master_addr: str = ""  # "" disables report_version
+    job_name: str = ""
+    use_async: bool = False
+    grads_to_wait: int = 1
+    lr_staleness_modulation: bool = False
+    sync_version_tolerance: int = 0
+    evaluation_steps: int = 0
+    checkpoint_dir: str = ""
+    checkpoint_steps: int = 0
+    keep_checkpoint_max: int = 0
+    checkpoint_dir_for_init: str = ""
+    num_workers: int = 0
+    opt_type: str = "SGD"
+    opt_args: str = ""
+    log_every_versions: int = 100
+    grpc_threads: int = 64
+
+    def __post_init__(self):
+        if self.num_ps_pods < 1:
+            raise PSError(f"--num_ps_pods must be >= 1, got {self.num_ps_pods}")
+        if not 0 <= self.ps_id < self.num_ps_pods:
+            raise PSError(f"--ps_id must be in [0, {self.num_ps_pods}), got {self.ps_id}")
+        if not 0 <= self.port < 65536:
+            raise PSError(f"--port must be in [0, 65535], got {self.port}")
+        if self.evaluation_steps < 0:
+            raise PSError(f"--evaluation_steps must be >= 0, got {self.evaluation_steps}")
+
+
+def _bind_address(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # IPv6 literal such as "::"
+    return f"{host}:{port}"
+
+
+class PSServer:
+    def __init__(self, config: PSConfig):
+        self.config = config
+        c = config
+        self.optimizer = Optimizer(parse_optimizer_config(c.opt_type, c.opt_args))
+        self.policy = UpdatePolicy(
+            use_async=c.use_async,
+            grads_to_wait=c.grads_to_wait,
+            lr_staleness_modulation=c.lr_staleness_modulation,
+            sync_version_tolerance=c.sync_version_tolerance,
+        )
+        self.checkpointer = Checkpointer(
+            CheckpointConfig(c.checkpoint_dir, c.checkpoint_steps, c.keep_checkpoint_max),
+            c.ps_id, c.num_ps_pods,
+        )
+        self.reporter = (
+            MasterReporter(c.master_addr, c.ps_id) if c.master_addr and c.evaluation_steps else None
+        )
+        self.params = Parameters(c.ps_id, c.num_ps_pods)
+        self.ps = ParameterServer(self.params, self.optimizer, self.policy, self._on_version)
+        self.restored_from = self._restore()
+        self.servicer = PserverServicer(self.ps, self.checkpointer)
+        self._server: grpc.Server | None = None
+        self.port: int | None = None
+
+    # ------------------------------------------------------------------ start-up restore
+    def _restore(self) -> str | None:
+        c = self.config
+        source = None
+        if c.checkpoint_dir_for_init:
+            source = checkpoint.resolve_version_dir(c.checkpoint_dir_for_init)
+        elif c.checkpoint_dir:
+            source = checkpoint.get_latest_valid_version_dir(c.checkpoint_dir)
+        if source is None:
+            logger.info("PS %d starts empty; waiting for a worker to push the model", c.ps_id)
+            return None
+        self.ps.restore(checkpoint.restore(source, c.ps_id, c.num_ps_pods))
+        logger.info(
+            "PS %d restored version %d from %s: %d dense parameters, embedding tables %s",
+            c.ps_id, self.params.version, source, len(self.params.dense),
+            {n: len(t) for n, t in self.params.embedding_tables.items()},
+        )
+        return source
+
+    # ------------------------------------------------------------------ version hook
+    def _on_version(self, version: int) -> None:
+        # Runs under the model lock right after an update: only cheap work here.
+        c = self.config
+        if c.log_every_versions and version % c.log_every_versions == 0:
+            logger.info("PS %d reached version %d", c.ps_id, version)
+        if self.reporter is not None and version % c.evaluation_steps == 0:
+            self.reporter.report_version(version)
+        if self.checkpointer.due(version):
+            self.checkpointer.save_async(self.params.to_model_pb())
+
+    # ------------------------------------------------------------------ gRPC lifecycle
+    def start(self) -> int:
+        c = self.config
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=c.grpc_threads, thread_name_prefix="ps-rpc"),
+            options=[
+                ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
+            ],
+        )
+        pb_grpc.add_PserverServicer_to_server(self.servicer, server)
+        address = _bind_address(c.bind_host, c.port)
+        port = server.add_insecure_port(address)
+        if port == 0:
+            raise PSError(f"cannot listen on {address}: port in use or host not local")
+        server.start()
+        self._server, self.port = server, port
+        logger.info(
+            "PS %d of %d listening on %s (%s, optimizer %s, job %r)",
+            c.ps_id, c.num_ps_pods, _bind_address(c.bind_host, port),
+            "async" if self.policy.use_async else f"sync grads_to_wait={self.policy.grads_to_wait}",
+            self.optimizer.config.opt_type, c.job_name,
+        )
+        return port
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._server.wait_for_termination(timeout) if self._server else True
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        if self._server is not None:
+            self._server.stop(grace_s).wait()
+            self._server = None
+        self.checkpointer.close()
+        if self.reporter is not None:
+            self.reporter.close()
+        logger.info("PS %d stopped at version %d", self.config.ps_id, self.params.version)

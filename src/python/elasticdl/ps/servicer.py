@@ -1,0 +1,108 @@
+"""gRPC `Pserver` service: a thin translation layer over `ParameterServer`.
+
+Errors a caller can fix (`PSError`) become INVALID_ARGUMENT / NOT_FOUND with the one-line
+message; anything else is logged with its traceback and reported as INTERNAL.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+
+import grpc
+import numpy as np
+from google.protobuf import empty_pb2
+
+from elasticdl.common import tensor_utils as tu
+from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+from elasticdl.ps.checkpointer import Checkpointer
+from elasticdl.ps.errors import NotFoundError, PSError
+from elasticdl.ps.updater import ParameterServer
+
+logger = logging.getLogger(__name__)
+
+MAX_STREAM_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+def default_rows_per_message(dim: int) -> int:
+    """Rows per streamed IndexedSlices so that one message stays under 4 MiB."""
+    return max(1, (MAX_STREAM_MESSAGE_BYTES - 1024) // (dim * 4 + 8))
+
+
+def _status_for(error: Exception) -> grpc.StatusCode:
+    if isinstance(error, NotFoundError):
+        return grpc.StatusCode.NOT_FOUND
+    return grpc.StatusCode.INVALID_ARGUMENT
+
+
+def _rpc(method):
+    @functools.wraps(method)
+    def wrapper(self, request, context):
+        try:
+            return method(self, request, context)
+        except PSError as e:
+            context.abort(_status_for(e), str(e))
+        except Exception as e:  # noqa: BLE001 - the client must get a status, not a hang
+            logger.exception("PS %d: %s failed", self.ps.params.ps_id, method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+
+    return wrapper
+
+
+class PserverServicer(pb_grpc.PserverServicer):
+    def __init__(self, ps: ParameterServer, checkpointer: Checkpointer | None = None):
+        self.ps = ps
+        self.checkpointer = checkpointer
+
+    @_rpc
+    def push_model(self, request: pb.Model, context):
+        self.ps.push_model(request)
+        return empty_pb2.Empty()
+
+    @_rpc
+    def push_embedding_table_infos(self, request: pb.Model, context):
+        self.ps.push_embedding_table_infos(request)
+        return empty_pb2.Empty()
+
+    @_rpc
+    def pull_dense_parameters(self, request: pb.PullDenseParametersRequest, context):
+        return self.ps.pull_dense(int(request.version))
+
+    @_rpc
+    def pull_embedding_vectors(self, request: pb.PullEmbeddingVectorsRequest, context):
+        if not request.HasField("ids"):
+            raise PSError("PullEmbeddingVectorsRequest.ids is missing")
+        ids = tu.pb_to_ndarray(request.ids).reshape(-1)
+        return tu.ndarray_to_pb(self.ps.pull_embedding_vectors(request.name, ids))
+
+    @_rpc
+    def push_gradients(self, request: pb.PushGradientsRequest, context):
+        result = self.ps.push_gradients(request)
+        return pb.PushGradientsResponse(accepted=result.accepted, version=result.version)
+
+    def pull_embedding_table(self, request: pb.PullEmbeddingTableRequest, context):
+        try:
+            ids, values = self.ps.embedding_table_snapshot(request.name)
+        except PSError as e:
+            context.abort(_status_for(e), str(e))
+        dim = values.shape[1]
+        step = int(request.max_rows_per_message) or default_rows_per_message(dim)
+        if step < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"max_rows_per_message must be >= 0, got {step}")
+        return self._stream_rows(ids, values, step)
+
+    @staticmethod
+    def _stream_rows(ids: np.ndarray, values: np.ndarray, step: int):
+        for start in range(0, ids.shape[0], step):
+            yield tu.indexed_rows_to_pb(
+                tu.IndexedRows(values[start : start + step], ids[start : start + step])
+            )
+
+    @_rpc
+    def save_checkpoint(self, request: pb.SaveCheckpointRequest, context):
+        if self.checkpointer is None:
+            raise PSError("this PS has no checkpointer configured")
+        model = self.ps.snapshot()
+        path = self.checkpointer.save(model, request.checkpoint_dir or None)
+        return pb.SaveCheckpointResponse(version=model.version, path=path)
