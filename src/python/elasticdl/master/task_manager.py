@@ -277,6 +277,11 @@ class TaskManager:
         return bool(self._evaluation_ranges)
 
     @property
+    def num_evaluation_tasks(self) -> int:
+        """Tasks one evaluation round consists of."""
+        return len(self._evaluation_ranges)
+
+    @property
     def failed_message(self) -> str:
         return self._failed_message
 
