@@ -130,12 +130,20 @@ def encode_example(features: Mapping[str, object]) -> bytes:
     floats -> float_list. Use the ``*_feature`` helpers when the inference is not what you want
     (e.g. an integer-valued column that the model reads as float).
     """
-    entries = []
-    for name, value in features.items():
-        if not isinstance(name, str) or not name:
-            raise ExampleCodecError(f"feature names must be non-empty strings, got {name!r}")
-        entry = _len_field(1, name.encode("utf-8")) + _len_field(2, _encode_feature(name, value))
-        entries.append(_len_field(1, entry))
+    return example_from_entries([feature_entry(n, v) for n, v in features.items()])
+
+
+def feature_entry(name: str, value) -> bytes:
+    """The encoded ``name -> feature`` map entry. Bulk writers cache these for repeated values
+    (categorical columns, labels) and join them with :func:`example_from_entries`."""
+    if not isinstance(name, str) or not name:
+        raise ExampleCodecError(f"feature names must be non-empty strings, got {name!r}")
+    entry = _len_field(1, name.encode("utf-8")) + _len_field(2, _encode_feature(name, value))
+    return _len_field(1, entry)
+
+
+def example_from_entries(entries: Iterable[bytes]) -> bytes:
+    """Example bytes from map entries made by :func:`feature_entry` (names must be unique)."""
     return _len_field(1, b"".join(entries))
 
 

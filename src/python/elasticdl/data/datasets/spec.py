@@ -1,0 +1,48 @@
+"""What a preparable dataset declares: where its raw inputs are and how to turn them into
+train/test records (serialized ``tf.train.Example`` bytes)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterator, List, Optional
+
+import numpy as np
+
+
+@dataclass
+class Split:
+    """One output split: how many records, and an iterator producing them once."""
+
+    num_records: int
+    records: Iterator[bytes]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Resolved raw inputs: files whose bytes define the dataset, plus how to open them."""
+
+    files: List[str]
+    # Bytes fed to the content hash when it is not simply the files (e.g. one member of a
+    # wheel); None: hash the files.
+    digest_parts: Optional[Callable[[], Iterator[bytes]]] = None
+    extra: Dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    description: str
+    records_per_shard: int
+    schema_version: int
+    locate: Callable[[Optional[str]], Inputs]
+    build: Callable[[Inputs, Optional[int]], Dict[str, Split]]
+
+
+SPLIT_SEED = 20200101
+TEST_FRACTION = 0.2
+
+
+def split_indices(n: int, seed: int = SPLIT_SEED) -> Dict[str, np.ndarray]:
+    """Deterministic shuffled 80/20 split of ``range(n)``, identical on every machine."""
+    perm = np.random.Generator(np.random.PCG64(seed)).permutation(n)
+    n_test = int(round(n * TEST_FRACTION))
+    return {"train": perm[n_test:], "test": perm[:n_test]}
