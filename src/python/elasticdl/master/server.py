@@ -1,0 +1,54 @@
+"""The master's gRPC server: thread pool of 64, 256 MiB message limits (whole evaluation
+batches travel in one message)."""
+
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+
+import grpc
+
+from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+GRPC_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+GRPC_THREADS = 64
+
+
+class MasterServerError(RuntimeError):
+    pass
+
+
+def create_master_server(
+    servicer: pb_grpc.MasterServicer, port: int, bind_host: str = "0.0.0.0"
+) -> tuple[grpc.Server, int]:
+    """Start serving ``servicer`` on ``bind_host:port`` (port 0 = any free port).
+
+    Returns the started server and the port it is bound to.
+    """
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="master-rpc"),
+        options=[
+            ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
+            # One master per port: fail loudly instead of sharing it with a stale master.
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    pb_grpc.add_MasterServicer_to_server(servicer, server)
+    host = f"[{bind_host}]" if ":" in bind_host and not bind_host.startswith("[") else bind_host
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as e:  # grpc raises RuntimeError when it cannot bind
+        bound = 0
+        cause = e
+    else:
+        cause = None
+    if not bound:
+        raise MasterServerError(
+            f"cannot listen on {host}:{port} (port in use?): pass another --port"
+        ) from cause
+    server.start()
+    logger.info("Master gRPC server listening on %s:%d", host, bound)
+    return server, bound

@@ -1,0 +1,103 @@
+"""The master's gRPC service (`elasticdl.Master`): a thin adapter over the task manager, the
+evaluation service and the job status. No logic lives here beyond translating messages."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import grpc
+from google.protobuf import empty_pb2
+
+from elasticdl.common.tensor_utils import pb_to_ndarray
+from elasticdl.master.evaluation_service import EvaluationMetricsError, EvaluationService
+from elasticdl.master.task_manager import TaskManager
+from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+_ALLREDUCE_UNSUPPORTED = (
+    "this master runs ParameterServerStrategy jobs only; AllreduceStrategy (get_comm_rank, "
+    "report_training_loop_status) is not implemented: use --distribution_strategy=ParameterServerStrategy"
+)
+
+
+class MasterServicer(pb_grpc.MasterServicer):
+    def __init__(
+        self,
+        task_manager: TaskManager,
+        evaluation_service: EvaluationService | None = None,
+        job_status: Callable[[], pb.JobStatus] | None = None,
+    ) -> None:
+        self._tm = task_manager
+        self._es = evaluation_service
+        self._job_status = job_status
+        self._model_version = 0  # latest version reported by any PS
+
+    @property
+    def model_version(self) -> int:
+        if self._es is not None:
+            return max(self._model_version, self._es.model_version)
+        return self._model_version
+
+    def get_task(self, request: pb.GetTaskRequest, context) -> pb.Task:
+        task = self._tm.get(request.worker_id)
+        if task.task_id == 0:
+            # No task: tell the worker how far the model is (the original did the same).
+            return task.to_pb(model_version=self.model_version)
+        return task.to_pb()
+
+    def report_task_result(self, request: pb.ReportTaskResultRequest, context):
+        self._tm.report(
+            request.task_id,
+            success=not request.err_message,
+            worker_id=request.worker_id,
+            exec_counters=dict(request.exec_counters),
+            err_message=request.err_message,
+        )
+        # A stale report is not an error for the worker: the work is simply accounted elsewhere.
+        return empty_pb2.Empty()
+
+    def report_evaluation_metrics(self, request: pb.ReportEvaluationMetricsRequest, context):
+        if self._es is None:
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "this job has no evaluation (no --validation_data); evaluation metrics are not accepted",
+            )
+        try:
+            outputs = {k: pb_to_ndarray(v) for k, v in request.model_outputs.items()}
+            self._es.report_evaluation_metrics(
+                outputs,
+                pb_to_ndarray(request.labels),
+                worker_id=request.worker_id,
+                task_id=request.task_id,
+                model_version=request.model_version,
+            )
+        except (EvaluationMetricsError, ValueError) as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        return empty_pb2.Empty()
+
+    def report_version(self, request: pb.ReportVersionRequest, context):
+        self._model_version = max(self._model_version, request.model_version)
+        if self._es is not None:
+            self._es.report_version(request.model_version)
+        return empty_pb2.Empty()
+
+    def get_comm_rank(self, request, context):
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, _ALLREDUCE_UNSUPPORTED)
+
+    def report_training_loop_status(self, request, context):
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, _ALLREDUCE_UNSUPPORTED)
+
+    def report_training_params(self, request, context):
+        context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "report_training_params (custom training loops) is not implemented; the master "
+            "creates shards from --training_data",
+        )
+
+    def get_job_status(self, request, context) -> pb.JobStatus:
+        if self._job_status is None:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "job status is not available yet")
+        return self._job_status()

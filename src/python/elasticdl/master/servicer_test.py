@@ -1,0 +1,105 @@
+"""MasterServicer over a real gRPC server on 127.0.0.1."""
+
+import grpc
+import numpy as np
+import pytest
+
+from elasticdl.common.tensor_utils import ndarray_to_pb
+from elasticdl.master.evaluation_service import EvaluationService
+from elasticdl.master.server import MasterServerError, create_master_server
+from elasticdl.master.servicer import MasterServicer
+from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
+from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+
+
+def _mae(labels, predictions):
+    return np.abs(labels - predictions)
+
+
+@pytest.fixture
+def master():
+    tm = TaskManager(
+        TaskManagerConfig(records_per_task=4, num_epochs=2),
+        training_shards=[("train", 0, 8)],
+        evaluation_shards=[("val", 0, 4)],
+    )
+    es = EvaluationService(tm, lambda: {"mae": _mae}, evaluation_steps=10)
+    servicer = MasterServicer(
+        tm, es, job_status=lambda: pb.JobStatus(job_name="unit", phase="Running", tasks_done=tm.summary().tasks_done)
+    )
+    server, port = create_master_server(servicer, 0, bind_host="127.0.0.1")
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = pb_grpc.MasterStub(channel)
+    yield tm, es, stub, port
+    channel.close()
+    server.stop(0)
+
+
+def test_training_tasks_epochs_and_job_status(master):
+    tm, es, stub, _ = master
+    executed = []
+    while True:
+        task = stub.get_task(pb.GetTaskRequest(worker_id=3))
+        if task.type != pb.TRAINING:
+            break
+        executed.append((task.epoch, task.shard.name, task.shard.start, task.shard.end))
+        stub.report_task_result(
+            pb.ReportTaskResultRequest(task_id=task.task_id, worker_id=3, exec_counters={"records": 4})
+        )
+    assert executed == [(1, "train", 0, 4), (1, "train", 4, 8), (2, "train", 0, 4), (2, "train", 4, 8)]
+    # Training done -> the final evaluation task follows.
+    assert task.type == pb.EVALUATION and task.shard.name == "val"
+    s = tm.summary()
+    assert s.records_trained == s.records_expected == 16 and s.exec_counters == {"records": 16}
+    assert stub.get_job_status(pb.JobStatusRequest()).tasks_done == 4
+
+
+def test_failure_requeue_and_stale_report_over_grpc(master):
+    tm, _, stub, _ = master
+    t = stub.get_task(pb.GetTaskRequest(worker_id=1))
+    stub.report_task_result(pb.ReportTaskResultRequest(task_id=t.task_id, worker_id=1, err_message="oops"))
+    assert tm.summary().tasks_retried == 1
+    t2 = stub.get_task(pb.GetTaskRequest(worker_id=2))
+    t_again = stub.get_task(pb.GetTaskRequest(worker_id=2))
+    assert t_again.task_id == t.task_id
+    # Worker 1 no longer owns it: its late success is ignored without an RPC error.
+    stub.report_task_result(pb.ReportTaskResultRequest(task_id=t.task_id, worker_id=1))
+    assert tm.summary().stale_reports == 1 and tm.summary().tasks_done == 0
+    for task in (t2, t_again):
+        stub.report_task_result(pb.ReportTaskResultRequest(task_id=task.task_id, worker_id=2))
+    assert tm.summary().tasks_done == 2
+
+
+def test_version_triggers_evaluation_and_metrics_aggregate(master):
+    tm, es, stub, _ = master
+    train = stub.get_task(pb.GetTaskRequest(worker_id=0))
+    stub.report_version(pb.ReportVersionRequest(model_version=10, ps_id=0))
+    ev = stub.get_task(pb.GetTaskRequest(worker_id=1))
+    assert ev.type == pb.EVALUATION and ev.model_version == 10
+    req = pb.ReportEvaluationMetricsRequest(worker_id=1, task_id=ev.task_id, model_version=10)
+    ndarray_to_pb(np.array([1.0, 2.0, 3.0, 4.0], np.float32), req.model_outputs["output"])
+    ndarray_to_pb(np.array([1.0, 1.0, 1.0, 1.0], np.float32), req.labels)
+    stub.report_evaluation_metrics(req)
+    stub.report_task_result(pb.ReportTaskResultRequest(task_id=ev.task_id, worker_id=1))
+    assert es.latest.model_version == 10 and es.latest.metrics == {"mae": 1.5}
+    # Nothing to hand out right now? Idle workers learn the current model version.
+    for _ in range(3):  # the other training tasks of both epochs
+        assert stub.get_task(pb.GetTaskRequest(worker_id=5)).type == pb.TRAINING
+    wait = stub.get_task(pb.GetTaskRequest(worker_id=6))
+    assert wait.type == pb.WAIT and wait.model_version == 10
+    del train
+
+
+def test_unimplemented_rpcs_explain_themselves(master):
+    _, _, stub, _ = master
+    with pytest.raises(grpc.RpcError) as err:
+        stub.get_comm_rank(pb.GetCommRankRequest(worker_host="h"))
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "ParameterServerStrategy" in err.value.details()
+
+
+def test_port_in_use_is_a_clear_error(master):
+    _, _, _, port = master
+    with pytest.raises(MasterServerError, match="--port"):
+        create_master_server(MasterServicer(TaskManager(TaskManagerConfig(1))), port, "127.0.0.1")
