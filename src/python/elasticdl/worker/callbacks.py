@@ -1,0 +1,49 @@
+"""Callbacks a model file may return from `callbacks()`.
+
+The worker calls `on_train_batch_begin(version)` / `on_train_batch_end(version)` with the PS
+model version as the "batch", so schedules follow global progress, not one worker's steps.
+Standard Keras callbacks are accepted too and get the same calls.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import keras
+
+logger = logging.getLogger(__name__)
+
+
+class LearningRateScheduler(keras.callbacks.Callback):
+    """Sets the learning rate sent with each gradient push to `schedule(model_version)`."""
+
+    def __init__(self, schedule: Callable[[int], float]):
+        super().__init__()
+        self.schedule = schedule
+
+    def on_train_batch_begin(self, batch, logs=None):
+        lr = float(self.schedule(int(batch)))
+        self.model.optimizer.learning_rate = lr
+
+
+class MaxStepsStopping(keras.callbacks.Callback):
+    """Stops training once the model version reaches `max_steps`; later training tasks are
+    acknowledged without training so the job can finish (and still export its model)."""
+
+    def __init__(self, max_steps: int):
+        super().__init__()
+        if int(max_steps) <= 0:
+            raise ValueError(f"MaxStepsStopping max_steps must be positive, got {max_steps}")
+        self.max_steps = int(max_steps)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(batch) >= self.max_steps and not self.model.stop_training:
+            logger.info("Model version %d reached max_steps %d: stop training", batch, self.max_steps)
+            self.model.stop_training = True
+
+
+class BasePredictionOutputsProcessor:
+    """Base for a model file's `PredictionOutputsProcessor`: receives each prediction batch."""
+
+    def process(self, predictions, worker_id: int) -> None:  # pragma: no cover - interface
+        raise NotImplementedError

@@ -1,0 +1,62 @@
+"""Channels and retries shared by the worker's master and PS clients."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, TypeVar
+
+import grpc
+
+logger = logging.getLogger(__name__)
+
+# Same limit as the servers: whole models travel in one message.
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Fail fast on a dead peer instead of waiting for TCP timeouts; retries below decide.
+    ("grpc.enable_retries", 0),
+]
+
+# UNAVAILABLE: the server is (re)starting or unreachable. Anything else is a real error.
+RETRYABLE_CODES = (grpc.StatusCode.UNAVAILABLE,)
+
+T = TypeVar("T")
+
+
+def build_channel(addr: str) -> grpc.Channel:
+    return grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
+
+
+def is_retryable(err: BaseException) -> bool:
+    return isinstance(err, grpc.RpcError) and err.code() in RETRYABLE_CODES
+
+
+class Backoff:
+    """Exponential backoff bounded by a total deadline (seconds)."""
+
+    def __init__(self, timeout: float, first: float = 0.1, cap: float = 2.0):
+        self.deadline = time.monotonic() + timeout
+        self.delay = first
+        self.cap = cap
+
+    def sleep_or_give_up(self) -> bool:
+        """Sleep before the next attempt; False when the deadline has passed."""
+        now = time.monotonic()
+        if now >= self.deadline:
+            return False
+        time.sleep(min(self.delay, self.deadline - now))
+        self.delay = min(self.delay * 2, self.cap)
+        return True
+
+
+def call_with_retry(fn: Callable[[], T], what: str, timeout: float) -> T:
+    """Run `fn` retrying UNAVAILABLE until `timeout` seconds have passed."""
+    backoff = Backoff(timeout)
+    while True:
+        try:
+            return fn()
+        except grpc.RpcError as err:
+            if not is_retryable(err) or not backoff.sleep_or_give_up():
+                raise
+            logger.warning("%s: %s unavailable, retrying", what, err.details() or err.code())

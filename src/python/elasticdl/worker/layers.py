@@ -1,0 +1,166 @@
+"""Keras layers whose parameters live on the parameter servers.
+
+`Embedding` keeps no table on the worker. For each batch it de-duplicates the ids, asks the
+trainer's lookup function for those rows (pulled from the PS that own them), and gathers the
+batch's vectors from them. The looked-up rows are watched by the trainer's GradientTape, so the
+gradient arrives per *unique* id (already summed over duplicates): exactly what the PS applies.
+
+For export the trainer materialises the table from the PS into the layer
+(`set_local_table`), after which the layer is an ordinary gather over a Keras variable and the
+SavedModel is self-contained.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+# lookup_fn(table_name, unique_ids: np.ndarray[int64]) -> np.ndarray[float32] of shape (n, dim)
+LookupFn = Callable[[str, np.ndarray], np.ndarray]
+
+COMBINERS = ("sum", "mean", "sqrtn")
+
+
+@dataclass
+class EmbeddingRecord:
+    """One forward call: the unique ids and the (watched) rows looked up for them."""
+
+    unique_ids: tf.Tensor
+    vectors: tf.Tensor
+
+
+class _RemoteState:
+    """Plain holder so Keras' attribute tracking leaves the tape/lookup/records alone."""
+
+    def __init__(self):
+        self.lookup_fn: Optional[LookupFn] = None
+        self.tape: Optional[tf.GradientTape] = None
+        self.records: List[EmbeddingRecord] = []
+
+
+class Embedding(keras.layers.Layer):
+    """Embedding whose rows live on the PS (`id % num_ps`), created lazily there on first use.
+
+    Args:
+        output_dim: vector size.
+        input_dim: vocabulary size; optional (the PS table grows lazily) but needed to export a
+            fixed-size table when ids were never seen in training.
+        embeddings_initializer: Keras initializer *name* the PS uses for new rows.
+        combiner: None -> output (..., ids, output_dim); "sum" | "mean" | "sqrtn" -> reduce the
+            last id axis, output (..., output_dim) (a bag of ids per example).
+    """
+
+    def __init__(self, output_dim: int, input_dim: Optional[int] = None,
+                 embeddings_initializer: str = "uniform", combiner: Optional[str] = None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        if int(output_dim) <= 0:
+            raise ValueError(f"Embedding output_dim must be positive, got {output_dim}")
+        if combiner is not None and combiner not in COMBINERS:
+            raise ValueError(f"Embedding combiner must be one of {COMBINERS} or None, got {combiner!r}")
+        if not isinstance(embeddings_initializer, str):
+            raise ValueError("Embedding embeddings_initializer must be an initializer name (str): "
+                             "the PS creates the rows")
+        self.output_dim = int(output_dim)
+        self.input_dim = None if input_dim is None else int(input_dim)
+        self.embeddings_initializer = embeddings_initializer
+        self.combiner = combiner
+        self._remote = _RemoteState()
+        self.local_table = None  # keras Variable once set_local_table() ran (export)
+
+    # ------------------------------------------------------------------ trainer hooks
+    def set_lookup_fn(self, fn: Optional[LookupFn]) -> None:
+        self._remote.lookup_fn = fn
+
+    def set_tape(self, tape: Optional[tf.GradientTape]) -> None:
+        self._remote.tape = tape
+
+    def reset_records(self) -> None:
+        self._remote.records = []
+
+    @property
+    def records(self) -> List[EmbeddingRecord]:
+        return self._remote.records
+
+    def set_local_table(self, table: np.ndarray) -> None:
+        """Hold the whole table locally (row i = id i): forward no longer needs the PS."""
+        table = np.asarray(table, dtype=np.float32)
+        if table.ndim != 2 or table.shape[1] != self.output_dim:
+            raise ValueError(f"Embedding {self.name}: table shape {table.shape} does not match "
+                             f"output_dim {self.output_dim}")
+        if self.local_table is None or tuple(self.local_table.shape) != table.shape:
+            # Keras locks a built layer's state; the table is new state created after training,
+            # so unlock just for this variable.
+            tracker = getattr(self, "_tracker", None)
+            locked = bool(tracker is not None and tracker.locked)
+            if locked:
+                tracker.unlock()
+            try:
+                self.local_table = self.add_weight(
+                    name="embeddings", shape=table.shape, initializer="zeros", trainable=False
+                )
+            finally:
+                if locked:
+                    tracker.lock()
+        self.local_table.assign(table)
+
+    # ------------------------------------------------------------------ Keras API
+    def compute_output_shape(self, input_shape):
+        input_shape = tuple(input_shape)
+        if self.combiner is not None:
+            return input_shape[:-1] + (self.output_dim,)
+        return input_shape + (self.output_dim,)
+
+    def _lookup(self, unique_ids):
+        fn = self._remote.lookup_fn
+        if fn is None:
+            raise RuntimeError(
+                f"Embedding {self.name} has no lookup function: it must run inside an ElasticDL "
+                "trainer (or call set_local_table first)"
+            )
+        rows = fn(self.name, unique_ids.numpy())
+        return np.asarray(rows, dtype=np.float32).reshape(-1, self.output_dim)
+
+    def call(self, inputs):
+        ids = tf.cast(inputs, tf.int64)
+        flat = tf.reshape(ids, [-1])
+        if self.local_table is not None:
+            vectors = tf.gather(self.local_table.value, flat)
+        else:
+            unique, idx = tf.unique(flat)
+            rows = tf.py_function(self._lookup, [unique], tf.float32)
+            rows = tf.ensure_shape(rows, [None, self.output_dim])
+            if self._remote.tape is not None:
+                self._remote.tape.watch(rows)
+            self._remote.records.append(EmbeddingRecord(unique, rows))
+            vectors = tf.gather(rows, idx)
+        out = tf.reshape(vectors, tf.concat([tf.shape(ids), [self.output_dim]], axis=0))
+        if self.combiner is None:
+            return out
+        if self.combiner == "sum":
+            return tf.reduce_sum(out, axis=-2)
+        if self.combiner == "mean":
+            return tf.reduce_mean(out, axis=-2)
+        n = tf.cast(tf.shape(out)[-2], out.dtype)
+        return tf.reduce_sum(out, axis=-2) / tf.sqrt(n)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            output_dim=self.output_dim,
+            input_dim=self.input_dim,
+            embeddings_initializer=self.embeddings_initializer,
+            combiner=self.combiner,
+        )
+        return config
+
+
+def find_embedding_layers(model: keras.Model) -> List[Embedding]:
+    """All ElasticDL Embedding layers of a model, nested layers/models included."""
+    return [
+        layer for layer in model._flatten_layers(include_self=False, recursive=True)
+        if isinstance(layer, Embedding)
+    ]

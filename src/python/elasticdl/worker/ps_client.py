@@ -1,0 +1,323 @@
+"""The worker's view of the parameter servers.
+
+Placement rules (shared with the PS and checkpoints): a dense parameter lives whole on PS
+`string_to_id(name, num_ps)`; embedding row `id` lives on PS `id % num_ps`. Every call fans out
+to the PS concerned with gRPC futures so all PS work in parallel, and each PS's model version is
+tracked separately (each PS has its own version counter).
+
+Message sizes: read-only pulls of embedding rows are cut into messages of at most
+`max_message_bytes` (4 MiB default) so no single response stalls the channel. Pushes of a model
+or of gradients are *one* message per PS on purpose: the PS applies a gradient message
+atomically and bumps its version once per message, so cutting one would change the training
+semantics (and its version counting in sync mode).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import grpc
+import numpy as np
+
+from elasticdl.common.hash_utils import string_to_id
+from elasticdl.common.tensor_utils import (
+    IndexedRows,
+    indexed_rows_to_pb,
+    ndarray_to_pb,
+    pb_to_ndarray,
+)
+from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+from elasticdl.worker.grpc_utils import Backoff, build_channel, is_retryable
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class PSUnavailableError(RuntimeError):
+    """A PS stayed unreachable longer than the retry budget."""
+
+
+@dataclass
+class EmbeddingTableInfo:
+    name: str
+    dim: int
+    initializer: str = "uniform"
+    dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
+
+
+@dataclass
+class PullResult:
+    """Outcome of pull_dense_parameters: which PS are uninitialised, and the new parameters."""
+
+    uninitialized_ps: List[int]
+    parameters: Dict[str, np.ndarray]
+
+    @property
+    def all_initialized(self) -> bool:
+        return not self.uninitialized_ps
+
+
+@dataclass
+class PushResult:
+    accepted: bool
+    versions: Dict[int, int]  # PS id -> version reported by that PS
+
+
+def deduplicate_indexed_rows(values: np.ndarray, ids: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Sum the rows of equal ids: gradients of one embedding row must reach the PS once."""
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    values = np.asarray(values)
+    unique, inverse = np.unique(ids, return_inverse=True)
+    if unique.size == ids.size:
+        order = np.argsort(ids, kind="stable")
+        return values[order], ids[order]
+    summed = np.zeros((unique.size,) + values.shape[1:], dtype=values.dtype)
+    np.add.at(summed, inverse, values)
+    return summed, unique
+
+
+class PSClient:
+    def __init__(self, ps_addrs: Sequence[str], worker_id: int = 0, retry_timeout: float = 60.0,
+                 rpc_timeout: float = 120.0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+        if not ps_addrs:
+            raise ValueError("--ps_addrs is empty: the ParameterServerStrategy needs at least one PS")
+        self.addrs = list(ps_addrs)
+        self.num_ps = len(self.addrs)
+        self.worker_id = int(worker_id)
+        self.retry_timeout = retry_timeout
+        self.rpc_timeout = rpc_timeout
+        self.max_message_bytes = int(max_message_bytes)
+        self._channels = [build_channel(a) for a in self.addrs]
+        self._stubs = [pb_grpc.PserverStub(c) for c in self._channels]
+        self.ps_versions: List[int] = [-1] * self.num_ps  # -1: never pulled
+        self._table_dims: Dict[str, int] = {}
+
+    def close(self) -> None:
+        for c in self._channels:
+            c.close()
+
+    # ------------------------------------------------------------------ fan-out with retries
+    def _fan_out(self, method: str, requests: Sequence[Tuple[int, object]]) -> List[object]:
+        """Issue `method(req)` on PS `ps_id` for every (ps_id, req) at once; results in order.
+
+        Calls that fail with UNAVAILABLE (a PS restarting) are re-issued until the retry budget
+        is spent; any other error propagates immediately.
+        """
+        results: List[object] = [None] * len(requests)
+        pending = list(range(len(requests)))
+        backoff = Backoff(self.retry_timeout)
+        while pending:
+            futures = [
+                (i, getattr(self._stubs[requests[i][0]], method).future(
+                    requests[i][1], timeout=self.rpc_timeout))
+                for i in pending
+            ]
+            failed = []
+            last_err = None
+            for i, fut in futures:
+                try:
+                    results[i] = fut.result()
+                except grpc.RpcError as err:
+                    if not is_retryable(err):
+                        raise
+                    failed.append(i)
+                    last_err = err
+            if failed:
+                ps = sorted({requests[i][0] for i in failed})
+                if not backoff.sleep_or_give_up():
+                    raise PSUnavailableError(
+                        f"PS {', '.join(self.addrs[p] for p in ps)} unreachable for "
+                        f"{self.retry_timeout:.0f}s during {method}: {last_err.details()}"
+                    )
+                logger.warning("%s: PS %s unavailable, retrying", method, ps)
+            pending = failed
+        return results
+
+    # ------------------------------------------------------------------ placement
+    def ps_of_param(self, name: str) -> int:
+        return string_to_id(name, self.num_ps)
+
+    def partition_dense(self, params: Mapping[str, np.ndarray]) -> List[Dict[str, np.ndarray]]:
+        parts: List[Dict[str, np.ndarray]] = [dict() for _ in range(self.num_ps)]
+        for name, value in params.items():
+            parts[self.ps_of_param(name)][name] = value
+        return parts
+
+    # ------------------------------------------------------------------ model init
+    def push_model(self, dense_params: Mapping[str, np.ndarray],
+                   embedding_infos: Sequence[EmbeddingTableInfo] = (), version: int = 0) -> None:
+        """Offer the initial model; a PS that is already initialised keeps its own values."""
+        parts = self.partition_dense(dense_params)
+        reqs = []
+        for ps_id in range(self.num_ps):
+            model = pb.Model(version=version)
+            for name, value in parts[ps_id].items():
+                ndarray_to_pb(np.asarray(value), model.dense_parameters[name])
+            self._add_infos(model, embedding_infos)
+            reqs.append((ps_id, model))
+        self._fan_out("push_model", reqs)
+
+    def push_embedding_table_infos(self, infos: Sequence[EmbeddingTableInfo]) -> None:
+        if not infos:
+            return
+        reqs = []
+        for ps_id in range(self.num_ps):
+            model = pb.Model()
+            self._add_infos(model, infos)
+            reqs.append((ps_id, model))
+        self._fan_out("push_embedding_table_infos", reqs)
+
+    def _add_infos(self, model: pb.Model, infos: Sequence[EmbeddingTableInfo]) -> None:
+        from elasticdl.common.tensor_utils import dtype_to_pb
+
+        for info in infos:
+            self._table_dims[info.name] = int(info.dim)
+            model.embedding_table_infos.add(
+                name=info.name, dim=int(info.dim), initializer=info.initializer,
+                dtype=dtype_to_pb(info.dtype),
+            )
+
+    # ------------------------------------------------------------------ pulls
+    def pull_dense_parameters(self, force: bool = False) -> PullResult:
+        """Parameters newer than what this worker last pulled from each PS.
+
+        `force=True` asks for everything (the local copy is unknown, e.g. after a restart).
+        """
+        reqs = [
+            (ps_id, pb.PullDenseParametersRequest(version=-1 if force else self.ps_versions[ps_id]))
+            for ps_id in range(self.num_ps)
+        ]
+        responses = self._fan_out("pull_dense_parameters", reqs)
+        uninitialized = []
+        params: Dict[str, np.ndarray] = {}
+        for ps_id, resp in enumerate(responses):
+            if not resp.initialized:
+                uninitialized.append(ps_id)
+                self.ps_versions[ps_id] = -1
+                continue
+            for name, tensor in resp.dense_parameters.items():
+                params[name] = pb_to_ndarray(tensor)
+            self.ps_versions[ps_id] = resp.version
+        return PullResult(uninitialized_ps=uninitialized, parameters=params)
+
+    def rows_per_message(self, name: str, dim: Optional[int] = None) -> int:
+        dim = dim or self._table_dims.get(name) or 1
+        return max(1, self.max_message_bytes // (4 * int(dim)))
+
+    def pull_embedding_vectors(self, name: str, ids, dim: Optional[int] = None) -> np.ndarray:
+        """Rows `ids` (any order, duplicates allowed) of table `name`, shape (len(ids), dim).
+
+        Ids are de-duplicated before they travel; each PS gets its own ids in messages whose
+        responses stay under the message budget, all in flight at once.
+        """
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if ids.size == 0:
+            d = dim or self._table_dims.get(name, 0)
+            return np.zeros((0, d), dtype=np.float32)
+        if ids.min() < 0:
+            raise ValueError(f"embedding {name}: ids must be non-negative, got {int(ids.min())}")
+        unique, inverse = np.unique(ids, return_inverse=True)
+        owner = unique % self.num_ps
+        chunk = self.rows_per_message(name, dim)
+        reqs, slots = [], []
+        for ps_id in range(self.num_ps):
+            positions = np.flatnonzero(owner == ps_id)
+            for s in range(0, positions.size, chunk):
+                pos = positions[s: s + chunk]
+                req = pb.PullEmbeddingVectorsRequest(name=name)
+                ndarray_to_pb(unique[pos], req.ids)
+                reqs.append((ps_id, req))
+                slots.append(pos)
+        responses = self._fan_out("pull_embedding_vectors", reqs)
+        out = None
+        for pos, resp in zip(slots, responses):
+            rows = pb_to_ndarray(resp)
+            if rows.shape[0] != pos.size:
+                raise RuntimeError(
+                    f"embedding {name}: PS returned {rows.shape[0]} rows for {pos.size} ids"
+                )
+            if out is None:
+                out = np.empty((unique.size,) + rows.shape[1:], dtype=rows.dtype)
+            out[pos] = rows
+        return out[inverse]
+
+    def pull_embedding_table(self, name: str) -> IndexedRows:
+        """Every row the PS hold for table `name` (used to export a self-contained model)."""
+        from elasticdl.common.tensor_utils import pb_to_indexed_rows
+
+        values, indices = [], []
+        rows_per_msg = self.rows_per_message(name)
+        for ps_id, stub in enumerate(self._stubs):
+            req = pb.PullEmbeddingTableRequest(name=name, max_rows_per_message=rows_per_msg)
+            backoff = Backoff(self.retry_timeout)
+            while True:
+                try:
+                    part_v, part_i = [], []
+                    for msg in stub.pull_embedding_table(req, timeout=self.rpc_timeout):
+                        rows = pb_to_indexed_rows(msg)
+                        part_v.append(rows.values)
+                        part_i.append(rows.indices)
+                    values.extend(part_v)
+                    indices.extend(part_i)
+                    break
+                except grpc.RpcError as err:
+                    if not is_retryable(err) or not backoff.sleep_or_give_up():
+                        raise
+        if not indices:
+            dim = self._table_dims.get(name, 0)
+            return IndexedRows(np.zeros((0, dim), np.float32), np.zeros((0,), np.int64))
+        return IndexedRows(np.concatenate(values), np.concatenate(indices))
+
+    # ------------------------------------------------------------------ pushes
+    def push_gradients(self, dense_grads: Mapping[str, np.ndarray],
+                       embedding_grads: Mapping[str, Tuple[np.ndarray, np.ndarray]] = None,
+                       learning_rate: float = 0.0) -> PushResult:
+        """Send gradients to every PS (an empty message still counts, so all PS versions advance
+        together); embedding gradients are summed per id and scattered by `id % num_ps`.
+
+        Each message carries the version this worker computed against on that PS, which the PS
+        uses for staleness checks (sync) or lr modulation (async).
+        """
+        models = [pb.Model(version=max(v, 0)) for v in self.ps_versions]
+        for name, grad in dense_grads.items():
+            ndarray_to_pb(np.asarray(grad), models[self.ps_of_param(name)].dense_parameters[name])
+        for name, (values, ids) in (embedding_grads or {}).items():
+            values, ids = deduplicate_indexed_rows(values, ids)
+            owner = ids % self.num_ps
+            for ps_id in range(self.num_ps):
+                mask = owner == ps_id
+                if mask.any():
+                    indexed_rows_to_pb(
+                        IndexedRows(values[mask], ids[mask]),
+                        models[ps_id].embedding_tables[name],
+                    )
+        reqs = [
+            (ps_id, pb.PushGradientsRequest(
+                gradients=models[ps_id], learning_rate=float(learning_rate),
+                worker_id=self.worker_id))
+            for ps_id in range(self.num_ps)
+        ]
+        responses = self._fan_out("push_gradients", reqs)
+        return PushResult(
+            accepted=all(r.accepted for r in responses),
+            versions={ps_id: r.version for ps_id, r in enumerate(responses)},
+        )
+
+    def save_checkpoint(self, checkpoint_dir: str = "") -> List[pb.SaveCheckpointResponse]:
+        reqs = [(ps_id, pb.SaveCheckpointRequest(checkpoint_dir=checkpoint_dir))
+                for ps_id in range(self.num_ps)]
+        return self._fan_out("save_checkpoint", reqs)
+
+
+def wait_for_ps(client: PSClient, timeout: float) -> None:
+    """Block until every PS channel is connected (or raise after `timeout` seconds)."""
+    deadline = time.monotonic() + timeout
+    for addr, channel in zip(client.addrs, client._channels):
+        try:
+            grpc.channel_ready_future(channel).result(timeout=max(0.1, deadline - time.monotonic()))
+        except grpc.FutureTimeoutError:
+            raise PSUnavailableError(f"PS {addr} not reachable after {timeout:.0f}s") from None

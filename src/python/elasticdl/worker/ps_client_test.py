@@ -1,0 +1,85 @@
+import numpy as np
+import pytest
+
+from elasticdl.common.hash_utils import string_to_id
+from elasticdl.worker.ps_client import (
+    EmbeddingTableInfo,
+    PSClient,
+    PSUnavailableError,
+    deduplicate_indexed_rows,
+)
+
+
+def test_deduplicate_sums_rows_of_equal_ids():
+    values = np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]], np.float32)
+    summed, ids = deduplicate_indexed_rows(values, np.array([3, 1, 3]))
+    assert ids.tolist() == [1, 3]
+    np.testing.assert_allclose(summed, [[2, 2], [4, 4]])
+
+
+def test_dense_params_are_placed_by_name_hash(ps_cluster):
+    cluster = ps_cluster(3)
+    client = PSClient(cluster.addrs)
+    params = {f"layer{i}/kernel": np.full((2, 2), i, np.float32) for i in range(8)}
+    client.push_model(params)
+    for name, value in params.items():
+        owner = string_to_id(name, 3)
+        held = cluster.servers[owner].params.dense
+        assert name in held
+        np.testing.assert_array_equal(np.asarray(held[name]).reshape(2, 2), value)
+        for other in set(range(3)) - {owner}:
+            assert name not in cluster.servers[other].params.dense
+    pulled = client.pull_dense_parameters()
+    assert pulled.all_initialized and sorted(pulled.parameters) == sorted(params)
+    # Nothing newer on the PS: a second pull returns nothing.
+    assert client.pull_dense_parameters().parameters == {}
+    assert client.pull_dense_parameters(force=True).parameters.keys() == params.keys()
+    client.close()
+
+
+def test_embedding_rows_routed_by_id_mod_and_chunked(ps_cluster):
+    cluster = ps_cluster(2)
+    # 16 bytes per row and a 48-byte budget: 3 rows per message, so many messages per PS.
+    client = PSClient(cluster.addrs, max_message_bytes=48)
+    client.push_model({"w": np.zeros(2, np.float32)}, [EmbeddingTableInfo("emb", 4, "uniform")])
+    assert client.rows_per_message("emb") == 3
+    ids = np.array([7, 2, 7, 10, 3, 2, 5, 8, 1], np.int64)
+    rows = client.pull_embedding_vectors("emb", ids)
+    assert rows.shape == (9, 4)
+    np.testing.assert_array_equal(rows[0], rows[2])  # duplicate ids -> same row
+    # Rows were created on their owners only.
+    for s, server in enumerate(cluster.servers):
+        held = set(np.asarray(server.params.embedding_tables["emb"].ids).tolist())
+        assert held == {i for i in ids.tolist() if i % 2 == s}
+    # The same ids again return the same (stored) values.
+    np.testing.assert_array_equal(client.pull_embedding_vectors("emb", ids[::-1]), rows[::-1])
+    client.close()
+
+
+def test_push_gradients_applies_sgd_on_owning_ps(ps_cluster):
+    cluster = ps_cluster(2)
+    client = PSClient(cluster.addrs)
+    client.push_model({"a": np.ones(3, np.float32), "b": np.ones(2, np.float32)},
+                      [EmbeddingTableInfo("emb", 2, "zeros")])
+    client.pull_dense_parameters()
+    client.pull_embedding_vectors("emb", [1, 2, 3])
+    result = client.push_gradients(
+        {"a": np.ones(3, np.float32), "b": np.full(2, 2.0, np.float32)},
+        {"emb": (np.ones((3, 2), np.float32), np.array([3, 1, 3]))},
+        learning_rate=0.5,
+    )
+    assert result.accepted
+    pulled = client.pull_dense_parameters().parameters
+    np.testing.assert_allclose(pulled["a"], [0.5, 0.5, 0.5])
+    np.testing.assert_allclose(pulled["b"], [0.0, 0.0])
+    rows = client.pull_embedding_vectors("emb", [1, 2, 3])
+    np.testing.assert_allclose(rows, [[-0.5, -0.5], [0, 0], [-1.0, -1.0]])  # 3 appeared twice
+    assert all(v >= 1 for v in client.ps_versions)
+    client.close()
+
+
+def test_unreachable_ps_gives_up_after_retry_budget():
+    client = PSClient(["127.0.0.1:1"], retry_timeout=0.5, rpc_timeout=0.5)
+    with pytest.raises(PSUnavailableError, match="unreachable"):
+        client.pull_dense_parameters()
+    client.close()

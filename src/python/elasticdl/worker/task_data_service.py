@@ -1,0 +1,65 @@
+"""Turns a task's shard `[start, end)` into minibatches of `(features, labels)`.
+
+Records come from the data reader as raw values (bytes for RecordIO, lines for CSV); the model
+file's `feed(dataset, mode, metadata)` maps the record dataset to `(features, labels)` (or to
+features for prediction), and the worker batches *after* feed, as the original ElasticDL does,
+so `feed` parses one record at a time.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, Iterator, Optional
+
+import tensorflow as tf
+
+from elasticdl.common.model_utils import Mode, ModelSpec
+from elasticdl.proto import elasticdl_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+
+def _default_reader_factory(data_origin: str, records_per_task=None, **params):
+    from elasticdl.data.reader import create_data_reader
+
+    return create_data_reader(data_origin, records_per_task=records_per_task, **params)
+
+
+class TaskDataService:
+    def __init__(self, spec: ModelSpec, minibatch_size: int,
+                 data_reader_params: Optional[Dict[str, Any]] = None,
+                 reader_factory: Optional[Callable[..., Any]] = None):
+        if int(minibatch_size) <= 0:
+            raise ValueError(f"--minibatch_size must be positive, got {minibatch_size}")
+        self.spec = spec
+        self.minibatch_size = int(minibatch_size)
+        self.params = dict(data_reader_params or {})
+        # A model's own reader wins over the built-in ones (same rule as on the master).
+        self._factory = reader_factory or spec.custom_data_reader or _default_reader_factory
+        self._readers: Dict[str, Any] = {}
+
+    def reader_for(self, shard_name: str):
+        reader = self._readers.get(shard_name)
+        if reader is None:
+            reader = self._factory(data_origin=shard_name, records_per_task=None, **self.params)
+            self._readers[shard_name] = reader
+        return reader
+
+    def records(self, shard: pb.Shard) -> Iterator:
+        reader = self.reader_for(shard.name)
+        if shard.indices:
+            # Shuffled record indices within [start, end): read the range once, then pick.
+            rows = list(reader.read_records(shard.name, shard.start, shard.end))
+            for i in shard.indices:
+                yield rows[i - shard.start]
+        else:
+            yield from reader.read_records(shard.name, shard.start, shard.end)
+
+    def dataset(self, shard: pb.Shard, mode: Mode) -> tf.data.Dataset:
+        reader = self.reader_for(shard.name)
+        out_type = getattr(reader, "records_output_types", tf.string) or tf.string
+        ds = tf.data.Dataset.from_generator(
+            lambda: self.records(shard), output_signature=tf.TensorSpec((), out_type)
+        )
+        if self.spec.feed is not None:
+            ds = self.spec.feed(ds, mode, getattr(reader, "metadata", None))
+        return ds.batch(self.minibatch_size).prefetch(1)

@@ -1,0 +1,301 @@
+"""Parameter-server training of a model-zoo Keras model.
+
+The worker holds a replica of the dense parameters and no embedding tables. Per minibatch:
+pull dense parameters newer than the local copy (every `get_model_steps` steps), compute the
+loss and gradients in a `tf.function`, push the gradients with the current learning rate. PS in
+sync mode may reject a gradient computed against a stale version; the minibatch is then retried
+against freshly pulled parameters, up to `max_minibatch_retries` times.
+
+The PS is initialised lazily by the workers: the first worker to build the model pushes it; the
+PS keep the first model they receive, and every worker then pulls the PS's values, so all
+replicas start from the same point. A PS that restarted without a checkpoint reports
+`initialized=false`; the worker then pushes its current parameters again.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from elasticdl.common.model_utils import ModelSpec
+from elasticdl.worker.layers import Embedding, find_embedding_layers
+from elasticdl.worker.ps_client import EmbeddingTableInfo, PSClient
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_MINIBATCH_RETRIES = 64
+
+
+class WorkerStuckError(RuntimeError):
+    """The PS kept rejecting this worker's gradients."""
+
+
+class PSNotInitializedError(RuntimeError):
+    """Evaluation/prediction found a PS without a model (no checkpoint to start from)."""
+
+
+@dataclass
+class TrainerConfig:
+    get_model_steps: int = 1  # pull dense parameters every N local steps (async only)
+    max_minibatch_retries: int = DEFAULT_MAX_MINIBATCH_RETRIES
+    use_tf_function: bool = True
+    init_model_on_ps: bool = True  # False for evaluation/prediction-only jobs
+    wait_for_ps_model_s: float = 60.0  # how long those jobs wait for the PS to hold a model
+
+
+def _param_names(variables) -> List[str]:
+    names = [v.path for v in variables]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(
+            f"model variables have duplicate paths {dup}: give the layers unique names"
+        )
+    return names
+
+
+def _dense(grad):
+    if grad is None:
+        return None
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.convert_to_tensor(grad)  # sums duplicate indices
+    return grad
+
+
+class PSTrainer:
+    def __init__(self, spec: ModelSpec, ps_client: PSClient,
+                 config: Optional[TrainerConfig] = None):
+        self.spec = spec
+        self.ps = ps_client
+        self.config = config or TrainerConfig()
+        self.model: Optional[keras.Model] = None
+        self.optimizer = None
+        self.embedding_layers: List[Embedding] = []
+        self._vars: List[Any] = []
+        self._names: List[str] = []
+        self._var_by_name: Dict[str, Any] = {}
+        self._steps_since_pull = 0
+        self._need_pull = True
+        self.steps = 0  # minibatches whose gradients the PS accepted
+        self.feature_spec = None  # TensorSpec structure of the inputs (for export)
+        self._train_fn = None
+        self._predict_fn = None
+
+    # ------------------------------------------------------------------ model setup
+    @property
+    def model_version(self) -> int:
+        return max(0, max(self.ps.ps_versions))
+
+    @property
+    def learning_rate(self) -> float:
+        return float(np.asarray(self.optimizer.learning_rate))
+
+    def embedding_infos(self) -> List[EmbeddingTableInfo]:
+        return [
+            EmbeddingTableInfo(name=l.name, dim=l.output_dim, initializer=l.embeddings_initializer)
+            for l in self.embedding_layers
+        ]
+
+    def ensure_model(self, features, model: Optional[keras.Model] = None) -> keras.Model:
+        """Build the model on the first batch, initialise the PS, and sync from it."""
+        if self.model is not None:
+            return self.model
+        model = model if model is not None else self.spec.model_fn()
+        self.optimizer = self.spec.optimizer()
+        self.embedding_layers = find_embedding_layers(model)
+        for layer in self.embedding_layers:
+            layer.set_lookup_fn(self._lookup)
+        if self.config.init_model_on_ps:
+            # Rows are created lazily by the PS on first pull, so tables must be known first.
+            self.ps.push_embedding_table_infos(self.embedding_infos())
+        model(features, training=False)  # creates the variables of subclassed models too
+        for layer in self.embedding_layers:
+            layer.reset_records()
+        self.feature_spec = tf.nest.map_structure(
+            lambda t: tf.TensorSpec([None] + list(t.shape[1:]), t.dtype), features
+        )
+        self.model = model
+        try:  # callbacks such as LearningRateScheduler reach the lr through model.optimizer
+            model.compile(optimizer=self.optimizer)
+        except Exception:  # pragma: no cover - exotic models; the lr then comes from self.optimizer
+            logger.debug("model.compile(optimizer) failed", exc_info=True)
+        self._vars = list(model.trainable_variables)
+        self._names = _param_names(self._vars)
+        self._var_by_name = dict(zip(self._names, self._vars))
+        if self.config.init_model_on_ps:
+            self._push_model()
+        self.pull_model(force=True)
+        return model
+
+    def ensure_model_without_data(self) -> bool:
+        """Build the model from its declared inputs (functional models) when no batch was seen.
+
+        Returns False when that is impossible (a subclassed model that never saw data).
+        """
+        if self.model is not None:
+            return True
+        probe = self.spec.model_fn()
+        inputs = getattr(probe, "inputs", None)
+        if not inputs:
+            return False
+        structure = getattr(probe, "_inputs_struct", None) or inputs
+        zeros = tf.nest.map_structure(
+            lambda t: tf.zeros([1] + [d or 1 for d in t.shape[1:]], t.dtype), structure
+        )
+        if isinstance(zeros, list) and len(zeros) == 1:
+            zeros = zeros[0]
+        # Reuse the probe: a second model would get other auto-generated variable names.
+        self.ensure_model(zeros, model=probe)
+        return True
+
+    def _push_model(self) -> None:
+        params = {n: v.numpy() for n, v in zip(self._names, self._vars)}
+        self.ps.push_model(params, self.embedding_infos(), version=0)
+
+    def _lookup(self, name: str, ids: np.ndarray) -> np.ndarray:
+        dim = next((l.output_dim for l in self.embedding_layers if l.name == name), None)
+        return self.ps.pull_embedding_vectors(name, ids, dim=dim)
+
+    def pull_model(self, force: bool = False) -> None:
+        """Bring the local dense parameters up to the PS's (re-initialising a restarted PS)."""
+        deadline = time.monotonic() + self.config.wait_for_ps_model_s
+        while True:
+            result = self.ps.pull_dense_parameters(force=force)
+            if result.all_initialized:
+                break
+            if self.config.init_model_on_ps:
+                logger.warning("PS %s hold no model (restarted?): pushing the local model again",
+                               result.uninitialized_ps)
+                self.ps.push_embedding_table_infos(self.embedding_infos())
+                self._push_model()
+            elif time.monotonic() > deadline:
+                raise PSNotInitializedError(
+                    f"PS {result.uninitialized_ps} hold no model after "
+                    f"{self.config.wait_for_ps_model_s:.0f}s: start the job with "
+                    "--checkpoint_dir_for_init pointing at a checkpoint version directory"
+                )
+            else:
+                time.sleep(1.0)
+            force = True
+        for name, value in result.parameters.items():
+            var = self._var_by_name.get(name)
+            if var is None:
+                raise ValueError(
+                    f"PS holds parameter {name!r} that the model does not have: the PS was "
+                    "initialised with a different model definition"
+                )
+            var.assign(value)
+        self._steps_since_pull = 0
+        self._need_pull = False
+
+    # ------------------------------------------------------------------ compiled steps
+    def _forward_backward(self, features, labels):
+        with tf.GradientTape() as tape:
+            for layer in self.embedding_layers:
+                layer.set_tape(tape)
+                layer.reset_records()
+            outputs = self.model(features, training=True)
+            loss = self.spec.loss(labels, outputs)
+            loss = tf.reduce_mean(loss)  # a per-sample loss becomes the batch mean
+        records = [(layer.name, r) for layer in self.embedding_layers for r in layer.records]
+        for layer in self.embedding_layers:
+            layer.set_tape(None)
+            layer.reset_records()
+        grads = tape.gradient(loss, self._vars + [r.vectors for _, r in records])
+        dense = [_dense(g) for g in grads[: len(self._vars)]]
+        sparse = [(r.unique_ids, _dense(g)) for (_, r), g in zip(records, grads[len(self._vars):])]
+        # Table names are static per trace; keep them on the Python side.
+        self._record_names = [name for name, _ in records]
+        return loss, dense, sparse
+
+    def _get_train_fn(self):
+        if self._train_fn is None:
+            fn = self._forward_backward
+            self._train_fn = (tf.function(fn, reduce_retracing=True)
+                              if self.config.use_tf_function else fn)
+        return self._train_fn
+
+    def forward(self, features):
+        """Model outputs for evaluation/prediction (training=False)."""
+        if self._predict_fn is None:
+            def predict(x):
+                for layer in self.embedding_layers:
+                    layer.set_tape(None)
+                    layer.reset_records()
+                out = self.model(x, training=False)
+                for layer in self.embedding_layers:
+                    layer.reset_records()
+                return out
+            self._predict_fn = (tf.function(predict, reduce_retracing=True)
+                                if self.config.use_tf_function else predict)
+        return self._predict_fn(features)
+
+    def compute_gradients(self, features, labels) -> Tuple[float, Dict[str, np.ndarray], Dict]:
+        loss, dense, sparse = self._get_train_fn()(features, labels)
+        dense_grads = {
+            name: g.numpy() for name, g in zip(self._names, dense) if g is not None
+        }
+        embedding_grads: Dict[str, Tuple[np.ndarray, np.ndarray]] = {}
+        for name, (ids, g) in zip(self._record_names, sparse):
+            if g is None:
+                continue
+            ids, g = ids.numpy(), g.numpy()
+            if name in embedding_grads:  # layer called more than once in the model
+                prev_g, prev_ids = embedding_grads[name]
+                g, ids = np.concatenate([prev_g, g]), np.concatenate([prev_ids, ids])
+            embedding_grads[name] = (g, ids)
+        return float(loss.numpy()), dense_grads, embedding_grads
+
+    # ------------------------------------------------------------------ training
+    def train_minibatch(self, features, labels) -> float:
+        """Train one minibatch through the PS; returns its loss."""
+        self.ensure_model(features)
+        retries = self.config.max_minibatch_retries
+        for _ in range(retries):
+            if self._need_pull or self._steps_since_pull >= max(1, self.config.get_model_steps):
+                self.pull_model()
+            loss, dense_grads, embedding_grads = self.compute_gradients(features, labels)
+            result = self.ps.push_gradients(dense_grads, embedding_grads, self.learning_rate)
+            if result.accepted:
+                self.steps += 1
+                self._steps_since_pull += 1
+                return loss
+            # Sync PS rejected a stale gradient: recompute against the newest parameters.
+            self._need_pull = True
+        raise WorkerStuckError(
+            f"the PS rejected this worker's gradients {retries} times in a row (stale model "
+            "version in sync mode): raise --sync_version_tolerance or use --use_async"
+        )
+
+    # ------------------------------------------------------------------ export
+    def materialize_embeddings(self) -> None:
+        """Copy every embedding table from the PS into its layer (for a self-contained export)."""
+        for layer in self.embedding_layers:
+            if layer.input_dim:
+                ids = np.arange(layer.input_dim, dtype=np.int64)
+                table = self.ps.pull_embedding_vectors(layer.name, ids, dim=layer.output_dim)
+            else:
+                rows = self.ps.pull_embedding_table(layer.name)
+                size = int(rows.indices.max()) + 1 if rows.indices.size else 1
+                table = np.zeros((size, layer.output_dim), np.float32)
+                table[rows.indices] = rows.values
+            layer.set_local_table(table)
+
+    def export_saved_model(self, path: str) -> None:
+        """Pull the newest model from the PS and write a SavedModel with a `serve` endpoint."""
+        if self.model is None:
+            raise RuntimeError("cannot export: the model was never built (no data seen)")
+        self.pull_model(force=True)
+        self.materialize_embeddings()
+        model = self.model
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        archive.add_endpoint(
+            "serve", lambda x: model(x, training=False), input_signature=[self.feature_spec]
+        )
+        archive.write_out(path)
+        logger.info("Exported SavedModel (version %d) to %s", self.model_version, path)

@@ -1,0 +1,227 @@
+"""The worker's main loop: ask the master for a task, run it, report, repeat.
+
+TRAINING       train every minibatch of the shard through the PS; report records/batches.
+EVALUATION     forward the shard with the newest parameters; send outputs + labels to the master,
+               which computes the metrics of `eval_metrics_fn` for the task's model version.
+PREDICTION     forward the shard; hand predictions to the model's PredictionOutputsProcessor.
+TRAIN_END_CALLBACK  export the PS's final model as a SavedModel; run callbacks' on_train_end.
+WAIT           nothing to do now (others finish the epoch): sleep and ask again.
+NONE           the job has no more work: exit 0.
+
+A task that fails is reported with its error (the master re-queues it) and the loop goes on;
+only a run of consecutive failures, which means this worker cannot work at all, ends it.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from elasticdl.common.model_utils import Mode, ModelSpec
+from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.worker.master_client import MasterClient
+from elasticdl.worker.task_data_service import TaskDataService
+from elasticdl.worker.trainer import PSTrainer
+
+logger = logging.getLogger(__name__)
+
+
+class JobType(str, enum.Enum):
+    TRAINING_ONLY = "training_only"
+    TRAINING_WITH_EVALUATION = "training_with_evaluation"
+    EVALUATION_ONLY = "evaluation_only"
+    PREDICTION_ONLY = "prediction_only"
+
+    @property
+    def trains(self) -> bool:
+        return self in (JobType.TRAINING_ONLY, JobType.TRAINING_WITH_EVALUATION)
+
+
+@dataclass
+class WorkerConfig:
+    worker_id: int
+    job_type: JobType = JobType.TRAINING_ONLY
+    minibatch_size: int = 64
+    log_loss_steps: int = 100
+    output: str = ""  # default SavedModel path / prediction output directory
+    wait_sleep_s: float = 1.5
+    max_consecutive_failures: int = 5
+
+
+class WorkerFailedError(RuntimeError):
+    pass
+
+
+def _num_examples(batch) -> int:
+    first = tf.nest.flatten(batch)[0]
+    return int(first.shape[0]) if first.shape.rank else 1
+
+
+def _to_numpy_outputs(outputs) -> Dict[str, np.ndarray]:
+    if isinstance(outputs, dict):
+        return {k: np.asarray(v) for k, v in outputs.items()}
+    return {"output": np.asarray(outputs)}
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig, spec: ModelSpec, master: MasterClient,
+                 trainer: PSTrainer, data: TaskDataService):
+        self.config = config
+        self.spec = spec
+        self.master = master
+        self.trainer = trainer
+        self.data = data
+        self._callbacks: Optional[List[Any]] = None
+        self._processor = None
+        self._stopped_training = False
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> int:
+        failures = 0
+        while True:
+            task = self.master.get_task()
+            if task.type == pb.WAIT:
+                time.sleep(self.config.wait_sleep_s)
+                continue
+            if task.task_id == 0 or task.type == pb.NONE:
+                logger.info("Worker %d: no more tasks, exiting", self.config.worker_id)
+                return 0
+            try:
+                counters = self.run_task(task)
+            except Exception as err:  # report, let the master re-queue, go on
+                failures += 1
+                msg = f"{type(err).__name__}: {err}"
+                logger.error("Task %d failed: %s\n%s", task.task_id, msg, traceback.format_exc())
+                self.master.report_task_result(task.task_id, err_message=msg)
+                if failures >= self.config.max_consecutive_failures:
+                    raise WorkerFailedError(
+                        f"{failures} tasks failed in a row, last: {msg}"
+                    ) from err
+                continue
+            failures = 0
+            self.master.report_task_result(task.task_id, exec_counters=counters)
+
+    def run_task(self, task: pb.Task) -> Dict[str, int]:
+        if task.type == pb.TRAINING:
+            return self.train_task(task)
+        if task.type == pb.EVALUATION:
+            return self.evaluate_task(task)
+        if task.type == pb.PREDICTION:
+            return self.predict_task(task)
+        if task.type == pb.TRAIN_END_CALLBACK:
+            return self.train_end_task(task)
+        raise ValueError(f"unknown task type {task.type}")
+
+    # ------------------------------------------------------------------ callbacks
+    def callbacks(self) -> List[Any]:
+        if self._callbacks is None:
+            cbs = list(self.spec.callbacks() or []) if self.spec.callbacks else []
+            for cb in cbs:
+                cb.set_model(self.trainer.model)
+            self._callbacks = cbs
+        return self._callbacks
+
+    # ------------------------------------------------------------------ tasks
+    def train_task(self, task: pb.Task) -> Dict[str, int]:
+        records = batches = 0
+        if self._stopped_training:
+            # MaxStepsStopping fired: acknowledge the rest of the data without training.
+            return {"records": 0, "batches": 0, "skipped_records": task.shard.end - task.shard.start}
+        for features, labels in self.data.dataset(task.shard, Mode.TRAINING):
+            self.trainer.ensure_model(features)
+            version = self.trainer.model_version
+            for cb in self.callbacks():
+                cb.on_train_batch_begin(version)
+            loss = self.trainer.train_minibatch(features, labels)
+            records += _num_examples(labels)
+            batches += 1
+            for cb in self.callbacks():
+                cb.on_train_batch_end(self.trainer.model_version, {"loss": loss})
+            steps = self.trainer.steps
+            if self.config.log_loss_steps > 0 and (steps == 1 or steps % self.config.log_loss_steps == 0):
+                logger.info("Loss = %s, steps = %d", loss, steps)
+            if getattr(self.trainer.model, "stop_training", False):
+                self._stopped_training = True
+                break
+        return {"records": records, "batches": batches}
+
+    def evaluate_task(self, task: pb.Task) -> Dict[str, int]:
+        outputs: Dict[str, List[np.ndarray]] = {}
+        labels_all: List[np.ndarray] = []
+        pulled = False
+        for features, labels in self.data.dataset(task.shard, Mode.EVALUATION):
+            self.trainer.ensure_model(features)
+            if not pulled:
+                self.trainer.pull_model()
+                pulled = True
+            for name, value in _to_numpy_outputs(self.trainer.forward(features)).items():
+                outputs.setdefault(name, []).append(value)
+            labels_all.append(np.asarray(labels))
+        if not labels_all:
+            return {"records": 0, "batches": 0}
+        model_outputs = {k: np.concatenate(v) for k, v in outputs.items()}
+        labels = np.concatenate(labels_all)
+        version = task.model_version if task.model_version > 0 else self.trainer.model_version
+        self.master.report_evaluation_metrics(model_outputs, labels, version, task.task_id)
+        return {"records": int(labels.shape[0]), "batches": len(labels_all)}
+
+    def _prediction_processor(self):
+        if self._processor is None and self.spec.prediction_outputs_processor is not None:
+            p = self.spec.prediction_outputs_processor
+            self._processor = p() if isinstance(p, type) else p
+        return self._processor
+
+    def predict_task(self, task: pb.Task) -> Dict[str, int]:
+        records = batches = 0
+        pulled = False
+        for features in self.data.dataset(task.shard, Mode.PREDICTION):
+            if isinstance(features, tuple) and len(features) == 2:
+                features = features[0]  # feed returned (features, labels) anyway
+            self.trainer.ensure_model(features)
+            if not pulled:
+                self.trainer.pull_model()
+                pulled = True
+            predictions = self.trainer.forward(features)
+            preds = (tf.nest.map_structure(np.asarray, predictions)
+                     if isinstance(predictions, dict) else np.asarray(predictions))
+            processor = self._prediction_processor()
+            if processor is not None:
+                processor.process(preds, self.config.worker_id)
+            else:
+                self._write_predictions(task, preds)
+            records += _num_examples(features)
+            batches += 1
+        return {"records": records, "batches": batches}
+
+    def _write_predictions(self, task: pb.Task, preds) -> None:
+        """Without a PredictionOutputsProcessor: append rows to <output>/predictions-worker-N.csv."""
+        if not self.config.output:
+            logger.warning("Task %d: predictions dropped: the model has no "
+                           "PredictionOutputsProcessor and --output is empty", task.task_id)
+            return
+        os.makedirs(self.config.output, exist_ok=True)
+        path = os.path.join(self.config.output, f"predictions-worker-{self.config.worker_id}.csv")
+        arrays = preds.values() if isinstance(preds, dict) else [preds]
+        flat = np.concatenate([np.asarray(a).reshape(len(a), -1) for a in arrays], axis=1)
+        with open(path, "a") as f:
+            np.savetxt(f, flat, delimiter=",", fmt="%.7g")
+
+    def train_end_task(self, task: pb.Task) -> Dict[str, int]:
+        path = task.extended_config.get("saved_model_path") or self.config.output
+        if not self.trainer.ensure_model_without_data():
+            raise RuntimeError("cannot export: this worker never saw data and the model has "
+                               "no declared inputs (subclassed model)")
+        if path:
+            self.trainer.export_saved_model(path)
+        else:
+            logger.info("No saved_model_path/--output: skipping SavedModel export")
+        for cb in self.callbacks():
+            cb.on_train_end()
+        return {}
