@@ -1,0 +1,118 @@
+import os
+
+import numpy as np
+import pytest
+
+from elasticdl.common import tensor_utils as tu
+from elasticdl.common.hash_utils import string_to_id
+from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.ps import checkpoint
+from elasticdl.ps.parameters import Parameters, slot_key
+
+DENSE = {f"layer_{i}/kernel": np.full((2, 2), i, np.float32) for i in range(10)}
+IDS = np.arange(0, 60, 1)
+
+
+def sharded_params(num_ps, version=12):
+    """num_ps shards of one model: dense params, 60 rows of 'emb' and Adam-like slots."""
+    full = pb.Model(version=version)
+    for name, value in DENSE.items():
+        tu.ndarray_to_pb(value, full.dense_parameters[name])
+    full.embedding_table_infos.add(name="emb", dim=2, initializer="zeros")
+    shards = []
+    for i in range(num_ps):
+        p = Parameters(i, num_ps)
+        p.init_from_model_pb(full)
+        table = p.embedding_tables["emb"]
+        mine = IDS[IDS % num_ps == i]
+        table.set(mine, np.stack([mine, -mine], axis=1).astype(np.float32))
+        table.set(mine, np.stack([mine, mine], axis=1).astype(np.float32) * 10, slot="m")
+        for name in p.dense:
+            p.dense_slot("v", name)[:] = DENSE[name] + 100
+        shards.append(p)
+    return shards
+
+
+def save_all(shards, directory, keep=0):
+    return [checkpoint.save_shard(p.to_model_pb(), str(directory), p.ps_id, p.num_ps, keep)
+            for p in shards]
+
+
+def test_layout_and_round_trip(tmp_path):
+    paths = save_all(sharded_params(1), tmp_path)
+    assert paths == [str(tmp_path / "version-12" / "variables-0-of-1.ckpt")]
+    assert [n for n in os.listdir(tmp_path / "version-12")] == ["variables-0-of-1.ckpt"]
+    q = Parameters(0, 1)
+    q.restore_from_model_pb(checkpoint.restore(str(tmp_path), 0, 1))
+    assert q.version == 12 and set(q.dense) == set(DENSE)
+    ids, values = q.embedding_tables["emb"].export()
+    np.testing.assert_array_equal(ids, IDS)
+    np.testing.assert_array_equal(values[:, 1], -IDS)
+    np.testing.assert_array_equal(q.embedding_tables["emb"].export("m")[1][:, 0], IDS * 10)
+    np.testing.assert_array_equal(q.dense_slots["v"]["layer_3/kernel"], np.full((2, 2), 103))
+
+
+@pytest.mark.parametrize("old,new", [(2, 3), (3, 1), (1, 4)])
+def test_resharding_puts_every_param_and_row_on_exactly_one_new_ps(tmp_path, old, new):
+    save_all(sharded_params(old), tmp_path)
+    vdir = str(tmp_path / "version-12")
+    restored = []
+    for i in range(new):
+        p = Parameters(i, new)
+        p.restore_from_model_pb(checkpoint.restore(vdir, i, new))
+        restored.append(p)
+        assert p.version == 12
+        assert all(string_to_id(n, new) == i for n in p.dense)
+        assert set(p.dense_slots.get("v", {})) == set(p.dense)  # slots follow their parameter
+        ids, values = p.embedding_tables["emb"].export()
+        assert (ids % new == i).all()
+        np.testing.assert_array_equal(values[:, 0], ids)
+        m_ids, m = p.embedding_tables["emb"].export("m")
+        np.testing.assert_array_equal(m_ids, ids)
+        np.testing.assert_array_equal(m[:, 1], ids * 10)
+    dense_names = sorted(n for p in restored for n in p.dense)
+    assert dense_names == sorted(DENSE)  # each exactly once
+    all_ids = np.sort(np.concatenate([p.embedding_tables["emb"].ids for p in restored]))
+    np.testing.assert_array_equal(all_ids, IDS)
+    for p in restored:
+        for name, value in p.dense.items():
+            np.testing.assert_array_equal(value, DENSE[name])
+
+
+def test_incomplete_and_mixed_versions_are_rejected(tmp_path):
+    shards = sharded_params(2)
+    checkpoint.save_shard(shards[0].to_model_pb(), str(tmp_path), 0, 2)
+    assert checkpoint.get_latest_valid_version_dir(str(tmp_path)) is None
+    with pytest.raises(checkpoint.CheckpointError, match="no valid checkpoint"):
+        checkpoint.restore(str(tmp_path), 0, 1)
+    with pytest.raises(checkpoint.CheckpointError, match="incomplete"):
+        checkpoint.restore(str(tmp_path / "version-12"), 0, 1)
+    other = shards[1].to_model_pb()
+    other.version = 13
+    path = checkpoint.shard_path(str(tmp_path), 12, 1, 2)
+    with open(path, "wb") as f:
+        f.write(other.SerializeToString())
+    with pytest.raises(checkpoint.CheckpointError, match="mixes versions"):
+        checkpoint.restore(str(tmp_path), 0, 1)
+    with open(path, "wb") as f:
+        f.write(b"\xff\xff not a model")
+    with pytest.raises(checkpoint.CheckpointError, match="corrupt"):
+        checkpoint.restore(str(tmp_path), 0, 1)
+
+
+def test_keep_checkpoint_max_deletes_oldest_valid_versions_only(tmp_path):
+    shards = sharded_params(2)
+    for version in (1, 2, 3, 4):
+        for p in shards:
+            p.version = version
+        save_all(shards, tmp_path)
+    for p in shards:
+        p.version = 5
+    checkpoint.save_shard(shards[0].to_model_pb(), str(tmp_path), 0, 2)  # 5 in progress
+    for p in shards:
+        p.version = 6
+    save_all(shards, tmp_path, keep=2)
+    assert sorted(os.listdir(tmp_path)) == ["version-4", "version-5", "version-6"]
+    assert [v for v, _ in checkpoint.list_version_dirs(str(tmp_path))] == [4, 6]
+    assert os.path.isdir(tmp_path / "version-5")  # incomplete: left for its other writer
+    assert not [n for n in os.listdir(tmp_path / "version-6") if n.endswith(".tmp")]
