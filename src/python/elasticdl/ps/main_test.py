@@ -1,0 +1,129 @@
+"""`python -m elasticdl.ps.main` as a real process: serving, checkpointing, restart recovery."""
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from elasticdl.common import tensor_utils as tu
+from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+from elasticdl.ps import checkpoint
+from elasticdl.ps.main import parse_args
+
+
+class PSProcess:
+    def __init__(self, *args):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "elasticdl.ps.main", "--bind_host", "127.0.0.1",
+             "--port", "0", *args],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+        )
+        self.lines: queue.Queue = queue.Queue()
+        self.log = []
+        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
+        self._pump_thread.start()
+
+    def _pump(self):
+        for line in self.proc.stderr:
+            self.lines.put(line)
+
+    def wait_for(self, pattern, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if not self._pump_thread.is_alive() and self.lines.empty():
+                    break  # the process closed stderr: nothing more will come
+                continue
+            self.log.append(line)
+            m = re.search(pattern, line)
+            if m:
+                return m
+        raise AssertionError(f"{pattern!r} not logged; log so far:\n{''.join(self.log)}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(15)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def test_serves_checkpoints_and_recovers_after_restart(tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    args = ["--ps_id", "0", "--num_ps_pods", "1", "--use_async", "--checkpoint_dir", ckpt,
+            "--checkpoint_steps", "2", "--opt_type", "sgd", "--opt_args", "learning_rate=0.5;",
+            "--master_addr", "127.0.0.1:1", "--some_future_flag", "x"]
+    ps = PSProcess(*args)
+    try:
+        port = int(ps.wait_for(r"PS 0 of 1 listening on 127\.0\.0\.1:(\d+)").group(1))
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.PserverStub(channel)
+            model = pb.Model()
+            tu.ndarray_to_pb(np.ones(3, np.float32), model.dense_parameters["w"])
+            model.embedding_table_infos.add(name="e", dim=2, initializer="ones")
+            stub.push_model(model)
+            for v in range(2):
+                req = pb.PushGradientsRequest()
+                req.gradients.version = v
+                tu.ndarray_to_pb(np.ones(3, np.float32), req.gradients.dense_parameters["w"])
+                tu.indexed_rows_to_pb(tu.IndexedRows(np.ones((1, 2), np.float32), np.array([4])),
+                                      req.gradients.embedding_tables["e"])
+                assert stub.push_gradients(req).accepted
+        ps.wait_for(r"saved checkpoint version 2")
+    finally:
+        assert ps.stop() == 0
+    assert checkpoint.get_latest_valid_version_dir(ckpt).endswith("version-2")
+    assert any("ignoring unknown arguments: --some_future_flag x" in line for line in ps.log)
+
+    ps = PSProcess(*args[:-2])
+    try:
+        ps.wait_for(r"restored version 2 from .*version-2")
+        port = int(ps.wait_for(r"listening on 127\.0\.0\.1:(\d+)").group(1))
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.PserverStub(channel)
+            resp = stub.pull_dense_parameters(pb.PullDenseParametersRequest(version=0))
+            assert resp.initialized and resp.version == 2
+            np.testing.assert_allclose(tu.pb_to_ndarray(resp.dense_parameters["w"]), [0, 0, 0])
+            rows = stub.pull_embedding_vectors(pb.PullEmbeddingVectorsRequest(
+                name="e", ids=tu.ndarray_to_pb(np.array([4, 5]))))
+            np.testing.assert_allclose(tu.pb_to_ndarray(rows), [[0, 0], [1, 1]])
+    finally:
+        assert ps.stop() == 0
+
+
+def test_bad_flags_exit_2_with_a_clear_message(tmp_path):
+    ps = PSProcess("--opt_type", "RMSprop")
+    ps.wait_for(r"error: --opt_type 'RMSprop' is not supported")
+    assert ps.proc.wait(30) == 2
+    ps = PSProcess("--checkpoint_dir_for_init", str(tmp_path / "nothing"))
+    ps.wait_for(r"error: no valid checkpoint")
+    assert ps.proc.wait(30) == 2
+
+
+@pytest.mark.parametrize("argv,expected", [
+    ([], False), (["--use_async"], True), (["--use_async=true"], True),
+    (["--use_async=no"], False), (["--use_async", "1"], True), (["--use_async=False"], False),
+])
+def test_bool_flags(argv, expected):
+    args, unknown = parse_args(argv)
+    assert args.use_async is expected and not unknown
+
+
+def test_bad_bool_is_an_argparse_error():
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--lr_staleness_modulation=maybe"])
+    assert e.value.code == 2
