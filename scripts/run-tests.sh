@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The test command: installs what a fresh machine lacks, then runs every test with Pants.
+#   scripts/run-tests.sh            # set-up + ./pants test ::
+#   scripts/run-tests.sh path::     # set-up + ./pants test path::
+# Slow, machine-wide set-up (the kube-apiserver build, the container engine) is cached outside
+# the repo (~/.cache/elasticdl) and reused by later runs.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+log() { echo "[run-tests] $*" >&2; }
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  # Debian package lists are needed by the Pants bootstrap (protoc) and the dataset/engine/k8s
+  # set-up scripts; refresh them once a day at most.
+  stamp=/var/lib/apt/lists/.elasticdl-updated
+  if [ -z "$(find "$stamp" -mmin -1440 2>/dev/null)" ]; then
+    log "apt-get update"
+    apt-get -qq update && touch "$stamp"
+  fi
+fi
+
+# A real kube-apiserver + etcd + controller-manager for the Kubernetes tests (~10 min once).
+if [ -x scripts/k8s/build-apiserver.sh ]; then
+  log "kube-apiserver (cached build)"
+  scripts/k8s/build-apiserver.sh
+  export ELASTICDL_REQUIRE_K8S=1
+fi
+# A real container engine + local registry for the image tests.
+if [ -x scripts/container-engine/install.sh ]; then
+  log "container engine packages"
+  scripts/container-engine/install.sh
+  export ELASTICDL_REQUIRE_ENGINE=1
+fi
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=("::")
+log "./pants test ${targets[*]}"
+exec ./pants test "${targets[@]}"
