@@ -17,11 +17,15 @@ from elasticdl.platform.base import (
 from elasticdl.platform.local import LocalProcessPlatform, exit_code_of
 
 
+class InlineSpec(ReplicaSpec):
+    """Real replicas run `python -m <module>`; these test programs are inline `python -c` code."""
+
+    def command(self, python="python"):
+        return [python, "-c", self.args[0]]
+
+
 def _spec(replica_type, replica_id, code, port=None):
-    # Real replicas run `python -m <module>`; these test programs are inline `python -c` code.
-    spec = ReplicaSpec(replica_type, replica_id, module="_unused", args=[], port=port)
-    spec.command = lambda python="python": [python, "-c", code]  # type: ignore[method-assign]
-    return spec
+    return InlineSpec(replica_type, replica_id, module="", args=[code], port=port)
 
 
 @pytest.fixture

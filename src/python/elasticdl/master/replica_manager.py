@@ -1,0 +1,327 @@
+"""Launches the job's parameter servers and workers through a Platform and keeps them alive.
+
+Rules (the original pod manager's, plus PS recovery):
+
+* **Worker ends with an error or disappears** (Failed, or Deleted by someone other than the
+  master): its tasks go back to the queue at once (``task_manager.recover_tasks``), then a
+  replacement is launched with a **new worker id** if relaunching is enabled and either
+
+  - it looks preempted (killed with exit code 137 and the reason is not ``OOMKilled``; on
+    Kubernetes also reason ``Preempted``) — preemption never uses up the budget, or
+  - the failed worker's lineage has been relaunched fewer than ``relaunch_on_worker_failure``
+    times.
+
+  A replacement inherits the lineage's relaunch count and priority.
+* **Worker succeeds** (exit 0): it had no more work; nothing to do.
+* **Worker hangs** (a task exceeds the timeout, see TaskManager.check_timeouts): with
+  ``relaunch_timeout_worker`` the master deletes it and the rules above apply.
+* **PS ends in any way while the job runs**: relaunched with the **same id and address**, so
+  workers find it again; it restores its shard from the newest checkpoint in its checkpoint
+  directory (without checkpoints it starts empty and the workers push their model copy again).
+  After ``max_ps_relaunches`` non-preemption failures of one PS the job fails.
+* **The job fails** when a task exceeded its retries, a PS cannot be kept alive, or no worker
+  is left (all ended) while work remains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import threading
+import time
+from typing import Callable
+
+from elasticdl.master.task_manager import TaskManager
+from elasticdl.platform.base import (
+    REASON_DELETED_BY_MASTER,
+    Platform,
+    PlatformError,
+    ReplicaEvent,
+    ReplicaPhase,
+    ReplicaSpec,
+    ReplicaType,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class PriorityError(ValueError):
+    pass
+
+
+def parse_worker_priority(num_workers: int, value: str) -> dict[int, str]:
+    """``--worker_pod_priority``: "" (platform default), "high", "low", or a fraction ``p`` in
+    (0, 1]: the first ``round(p * num_workers)`` workers (at least one) are high, the rest low."""
+    value = (value or "").strip()
+    if value in ("", "high", "low"):
+        return {i: value for i in range(num_workers)}
+    try:
+        fraction = float(value)
+    except ValueError:
+        fraction = -1.0
+    if not 0.0 < fraction <= 1.0:
+        raise PriorityError(
+            f"--worker_pod_priority={value!r}: use 'high', 'low' or a fraction in (0, 1] such as 0.5"
+        )
+    high = max(1, int(math.floor(fraction * num_workers + 0.5)))
+    return {i: ("high" if i < high else "low") for i in range(num_workers)}
+
+
+@dataclasses.dataclass
+class ReplicaManagerConfig:
+    num_ps: int
+    num_workers: int
+    relaunch_on_worker_failure: int = 1
+    disable_relaunch: bool = False  # --aux_params disable_relaunch
+    relaunch_timeout_worker: bool = False
+    max_ps_relaunches: int = 3
+    worker_priority: str = ""
+    ps_priority: str = ""
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 1:
+            raise ValueError(f"--num_workers must be >= 1, got {self.num_workers}")
+        if self.num_ps < 0:
+            raise ValueError(f"--num_ps_pods must be >= 0, got {self.num_ps}")
+
+
+@dataclasses.dataclass
+class ReplicaState:
+    replica_type: ReplicaType
+    replica_id: int
+    phase: ReplicaPhase = ReplicaPhase.PENDING
+    relaunch_count: int = 0  # relaunches in this replica's lineage before it
+    exit_code: int | None = None
+    reason: str = ""
+    priority: str = ""
+    replaced_by: int | None = None  # worker id of the replacement
+    log: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "type": str(self.replica_type),
+            "id": self.replica_id,
+            "phase": str(self.phase),
+            "relaunch_count": self.relaunch_count,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "replaced_by": self.replaced_by,
+            "log": self.log,
+        }
+
+
+SpecBuilder = Callable[[int], ReplicaSpec]
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        platform: Platform,
+        config: ReplicaManagerConfig,
+        worker_spec: SpecBuilder,
+        ps_spec: SpecBuilder,
+        task_manager: TaskManager,
+    ) -> None:
+        self.platform = platform
+        self.config = config
+        self._worker_spec = worker_spec
+        self._ps_spec = ps_spec
+        self._tm = task_manager
+        self._lock = threading.RLock()
+        self._workers: dict[int, ReplicaState] = {}
+        self._ps: dict[int, ReplicaState] = {}
+        self._ps_failures: dict[int, int] = {}
+        self._next_worker_id = config.num_workers
+        self._deleting: dict[tuple[ReplicaType, int], str] = {}  # why the master deletes it
+        self._stopping = False
+        self._failed_message = ""
+        self._changed = threading.Condition(self._lock)
+        self._priorities = parse_worker_priority(config.num_workers, config.worker_priority)
+        platform.add_event_listener(self._on_event)
+
+    # ---- start / stop --------------------------------------------------------------------
+    def start(self) -> None:
+        """Launch all PS first (workers need them), then the workers."""
+        for ps_id in range(self.config.num_ps):
+            self._launch_ps(ps_id)
+        for worker_id in range(self.config.num_workers):
+            self._launch_worker(worker_id, relaunch_count=0, priority=self._priorities[worker_id])
+
+    def stop(self, delete_all: bool = True) -> None:
+        """The job is over: no more relaunches; delete what is still running."""
+        with self._lock:
+            self._stopping = True
+        self.platform.shutdown(delete_all=delete_all)
+
+    def _launch_worker(self, worker_id: int, relaunch_count: int, priority: str) -> None:
+        spec = self._worker_spec(worker_id)
+        spec.priority = priority or spec.priority
+        with self._lock:
+            self._workers[worker_id] = ReplicaState(
+                ReplicaType.WORKER, worker_id, relaunch_count=relaunch_count, priority=spec.priority,
+                log=self.platform.log_location(ReplicaType.WORKER, worker_id),
+            )
+        self._launch(spec)
+
+    def _launch_ps(self, ps_id: int) -> None:
+        spec = self._ps_spec(ps_id)
+        spec.priority = spec.priority or self.config.ps_priority
+        with self._lock:
+            old = self._ps.get(ps_id)
+            self._ps[ps_id] = ReplicaState(
+                ReplicaType.PS, ps_id, relaunch_count=(old.relaunch_count + 1) if old else 0,
+                priority=spec.priority, log=self.platform.log_location(ReplicaType.PS, ps_id),
+            )
+        self._launch(spec)
+
+    def _launch(self, spec: ReplicaSpec) -> None:
+        try:
+            self.platform.launch(spec)
+        except PlatformError as e:
+            if self._stopping:  # the job ended while a relaunch was on its way
+                return
+            self._fail(f"cannot launch {spec.replica_type}-{spec.replica_id}: {e}")
+
+    # ---- events --------------------------------------------------------------------------
+    def _on_event(self, event: ReplicaEvent) -> None:
+        with self._lock:
+            table = self._ps if event.replica_type == ReplicaType.PS else self._workers
+            state = table.get(event.replica_id)
+            if state is None:
+                logger.debug("Event for unknown replica ignored: %s", event)
+                return
+            state.phase = event.phase
+            if event.phase.is_terminal:
+                state.exit_code = event.exit_code
+                state.reason = event.reason
+            why_deleted = self._deleting.pop((event.replica_type, event.replica_id), None)
+            stopping = self._stopping
+            self._changed.notify_all()
+        if not event.phase.is_terminal or stopping:
+            return
+        if event.phase == ReplicaPhase.DELETED and event.reason == REASON_DELETED_BY_MASTER and why_deleted is None:
+            why_deleted = "deleted by master"
+        if event.replica_type == ReplicaType.WORKER:
+            self._on_worker_ended(state, event, why_deleted)
+        else:
+            self._on_ps_ended(state, event)
+
+    def _on_worker_ended(self, state: ReplicaState, event: ReplicaEvent, why_deleted: str | None) -> None:
+        if event.phase == ReplicaPhase.SUCCEEDED:
+            logger.info("Worker %d finished", state.replica_id)
+            self._check_workers_left()
+            return
+        # Its tasks must not wait for anyone: back to the queue right away.
+        self._tm.recover_tasks(state.replica_id)
+        cause = why_deleted or (
+            f"exit code {event.exit_code}" + (f", {event.reason}" if event.reason else "")
+        )
+        logger.warning("Worker %d ended abnormally (%s, %s)", state.replica_id, event.phase, cause)
+        if event.message:
+            logger.warning("Last output of worker %d:\n%s", state.replica_id, event.message)
+        preempted = event.looks_preempted
+        if self.config.disable_relaunch:
+            decision = "not relaunched: relaunch disabled (--aux_params disable_relaunch)"
+        elif self._tm.finished:
+            decision = "not relaunched: no work left"
+        elif preempted:
+            decision = "relaunch (preempted; does not use the relaunch budget)"
+        elif state.relaunch_count < self.config.relaunch_on_worker_failure:
+            decision = (
+                f"relaunch {state.relaunch_count + 1}/{self.config.relaunch_on_worker_failure}"
+            )
+        else:
+            decision = (
+                f"not relaunched: relaunch budget of {self.config.relaunch_on_worker_failure} used "
+                "(--relaunch_on_worker_failure)"
+            )
+        if not decision.startswith("relaunch"):
+            logger.warning("Worker %d %s", state.replica_id, decision)
+            self._check_workers_left()
+            return
+        with self._lock:
+            new_id = self._next_worker_id
+            self._next_worker_id += 1
+            state.replaced_by = new_id
+        count = state.relaunch_count if preempted else state.relaunch_count + 1
+        logger.info("Worker %d: %s as worker %d", state.replica_id, decision, new_id)
+        self._launch_worker(new_id, relaunch_count=count, priority=state.priority)
+
+    def _on_ps_ended(self, state: ReplicaState, event: ReplicaEvent) -> None:
+        ps_id = state.replica_id
+        logger.warning(
+            "PS %d ended while the job runs (%s, exit code %s%s)", ps_id, event.phase, event.exit_code,
+            f", {event.reason}" if event.reason else "",
+        )
+        if event.message:
+            logger.warning("Last output of PS %d:\n%s", ps_id, event.message)
+        if not event.looks_preempted:
+            self._ps_failures[ps_id] = self._ps_failures.get(ps_id, 0) + 1
+        if self._ps_failures.get(ps_id, 0) > self.config.max_ps_relaunches:
+            self._fail(
+                f"PS {ps_id} failed {self._ps_failures[ps_id]} times (exit code {event.exit_code}); "
+                f"see {state.log or 'its log'}"
+            )
+            return
+        logger.info("Relaunching PS %d at %s", ps_id, self.platform.address(ReplicaType.PS, ps_id))
+        self._launch_ps(ps_id)
+
+    def _check_workers_left(self) -> None:
+        with self._lock:
+            alive = [w for w in self._workers.values() if not w.phase.is_terminal]
+        if not alive and not self._tm.finished:
+            self._fail("no worker left (all ended and none can be relaunched) while tasks remain")
+
+    def _fail(self, message: str) -> None:
+        with self._lock:
+            if not self._failed_message:
+                self._failed_message = message
+                logger.error("Job failed: %s", message)
+            self._changed.notify_all()
+        self._tm.fail(message)
+
+    # ---- actions from the master ---------------------------------------------------------
+    def on_worker_timeout(self, worker_id: int) -> None:
+        """A worker's task timed out (its tasks are already re-queued). With
+        ``relaunch_timeout_worker`` delete it; the event then relaunches it."""
+        if not self.config.relaunch_timeout_worker:
+            return
+        with self._lock:
+            state = self._workers.get(worker_id)
+            if state is None or state.phase.is_terminal:
+                return
+            self._deleting[(ReplicaType.WORKER, worker_id)] = "task timeout"
+        logger.warning("Deleting hung worker %d", worker_id)
+        self.platform.delete(ReplicaType.WORKER, worker_id)
+
+    # ---- queries -------------------------------------------------------------------------
+    @property
+    def failed_message(self) -> str:
+        return self._failed_message
+
+    def alive_workers(self) -> list[int]:
+        with self._lock:
+            return [i for i, w in self._workers.items() if not w.phase.is_terminal]
+
+    def all_workers_exited(self) -> bool:
+        with self._lock:
+            return all(w.phase.is_terminal for w in self._workers.values())
+
+    def replicas(self) -> list[ReplicaState]:
+        with self._lock:
+            return [dataclasses.replace(s) for s in list(self._ps.values()) + list(self._workers.values())]
+
+    def wait_for_change(self, timeout: float) -> None:
+        """Block until a replica changes phase or ``timeout`` seconds pass."""
+        with self._changed:
+            self._changed.wait(timeout)
+
+    def wait_workers_exited(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.all_workers_exited():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.wait_for_change(min(left, 1.0))
+        return True

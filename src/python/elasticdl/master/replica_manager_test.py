@@ -1,0 +1,218 @@
+import os
+import signal
+import time
+
+import pytest
+
+from elasticdl.master.replica_manager import (
+    PriorityError,
+    ReplicaManager,
+    ReplicaManagerConfig,
+    parse_worker_priority,
+)
+from elasticdl.master.task_manager import TaskManager, TaskManagerConfig, TaskType
+from elasticdl.platform.base import (
+    REASON_DELETED_BY_MASTER,
+    REASON_OOM_KILLED,
+    Platform,
+    ReplicaEvent,
+    ReplicaPhase,
+    ReplicaSpec,
+    ReplicaType,
+)
+from elasticdl.platform.local import LocalProcessPlatform
+
+W, PS = ReplicaType.WORKER, ReplicaType.PS
+
+
+class FakePlatform(Platform):
+    """Test-only fake: the platform's events (what a kubelet or the OS would report) are the
+    external input of the replica manager, so the test injects them directly."""
+
+    def __init__(self):
+        super().__init__("fake")
+        self.launched: list[ReplicaSpec] = []
+        self.deleted: list[tuple] = []
+        self.closed = False
+
+    @classmethod
+    def from_args(cls, args):
+        return cls()
+
+    def launch(self, spec):
+        self.launched.append(spec)
+        self._emit(ReplicaEvent(spec.replica_type, spec.replica_id, ReplicaPhase.RUNNING))
+
+    def delete(self, replica_type, replica_id, grace_seconds=10.0):
+        self.deleted.append((replica_type, replica_id))
+        self._emit(ReplicaEvent(replica_type, replica_id, ReplicaPhase.DELETED, 143, REASON_DELETED_BY_MASTER))
+
+    def address(self, replica_type, replica_id):
+        return f"{replica_type}-{replica_id}:2222"
+
+    def master_address(self, port):
+        return f"master:{port}"
+
+    def shutdown(self, delete_all=True):
+        self.closed = True
+
+    def end(self, replica_type, replica_id, phase, exit_code=None, reason=""):
+        self._emit(ReplicaEvent(replica_type, replica_id, phase, exit_code, reason))
+
+    def ids(self, replica_type):
+        return [s.replica_id for s in self.launched if s.replica_type == replica_type]
+
+
+def _spec(replica_type):
+    return lambda i: ReplicaSpec(replica_type, i, module=f"elasticdl.{replica_type}.main", args=[f"--id={i}"])
+
+
+def _manager(platform, num_workers=2, num_ps=1, records=100, **kw):
+    tm = TaskManager(TaskManagerConfig(records_per_task=10), training_shards=[("d", 0, records)])
+    rm = ReplicaManager(platform, ReplicaManagerConfig(num_ps, num_workers, **kw), _spec(W), _spec(PS), tm)
+    rm.start()
+    return rm, tm
+
+
+def test_starts_ps_then_workers():
+    p = FakePlatform()
+    rm, _ = _manager(p, num_workers=3, num_ps=2)
+    assert [(s.replica_type, s.replica_id) for s in p.launched] == [(PS, 0), (PS, 1), (W, 0), (W, 1), (W, 2)]
+    assert sorted(rm.alive_workers()) == [0, 1, 2]
+
+
+def test_failed_worker_tasks_recovered_and_relaunched_with_new_id_until_budget():
+    p = FakePlatform()
+    rm, tm = _manager(p, num_workers=2, relaunch_on_worker_failure=1)
+    t = tm.get(0)
+    p.end(W, 0, ReplicaPhase.FAILED, 1, "Error")
+    # Its task is back in the queue at once, and a new worker 2 replaces it.
+    assert tm.get(1).task_id == t.task_id
+    assert p.ids(W) == [0, 1, 2]
+    # The replacement fails too: budget of 1 used up -> not relaunched.
+    p.end(W, 2, ReplicaPhase.FAILED, 1, "Error")
+    assert p.ids(W) == [0, 1, 2]
+    states = {(s.replica_type, s.replica_id): s for s in rm.replicas()}
+    assert states[(W, 0)].replaced_by == 2 and states[(W, 2)].relaunch_count == 1
+    assert rm.failed_message == ""  # worker 1 is still alive
+    p.end(W, 1, ReplicaPhase.FAILED, 2, "Error")  # budget per lineage: worker 1 gets a relaunch
+    assert p.ids(W) == [0, 1, 2, 3]
+    p.end(W, 3, ReplicaPhase.FAILED, 2, "Error")
+    assert "no worker left" in rm.failed_message
+    assert "no worker left" in tm.failed_message and tm.get(9).type == TaskType.NONE
+
+
+def test_preemption_always_relaunches_but_oom_does_not():
+    p = FakePlatform()
+    rm, _ = _manager(p, num_workers=1, relaunch_on_worker_failure=0)
+    for i in range(3):  # SIGKILL / preemption: relaunched every time, budget untouched
+        p.end(W, i, ReplicaPhase.FAILED, 137)
+    assert p.ids(W) == [0, 1, 2, 3]
+    p.end(W, 3, ReplicaPhase.DELETED, None, "Preempted")
+    assert p.ids(W) == [0, 1, 2, 3, 4]
+    p.end(W, 4, ReplicaPhase.FAILED, 137, REASON_OOM_KILLED)
+    assert p.ids(W) == [0, 1, 2, 3, 4]
+    assert "no worker left" in rm.failed_message
+
+
+def test_disable_relaunch_and_success_needs_no_relaunch():
+    p = FakePlatform()
+    rm, tm = _manager(p, num_workers=2, disable_relaunch=True)
+    p.end(W, 0, ReplicaPhase.FAILED, 137)
+    assert p.ids(W) == [0, 1]
+    while (t := tm.get(1)).type == TaskType.TRAINING:
+        tm.report(t.task_id, True, 1)
+    p.end(W, 1, ReplicaPhase.SUCCEEDED, 0)
+    assert rm.all_workers_exited() and rm.failed_message == "" and tm.finished
+
+
+def test_ps_relaunched_with_same_id_then_job_fails_after_limit():
+    p = FakePlatform()
+    rm, _ = _manager(p, num_workers=1, num_ps=2, max_ps_relaunches=2)
+    p.end(PS, 1, ReplicaPhase.FAILED, 137)  # preempted: not counted
+    p.end(PS, 1, ReplicaPhase.FAILED, 1, "Error")
+    p.end(PS, 1, ReplicaPhase.FAILED, 1, "Error")
+    assert p.ids(PS) == [0, 1, 1, 1, 1]
+    ps1 = [s for s in rm.replicas() if s.replica_type == PS and s.replica_id == 1][0]
+    assert ps1.relaunch_count == 3 and ps1.phase == ReplicaPhase.RUNNING
+    p.end(PS, 1, ReplicaPhase.FAILED, 1, "Error")
+    assert "PS 1 failed 3 times" in rm.failed_message
+    assert p.ids(PS) == [0, 1, 1, 1, 1]
+
+
+def test_timeout_deletes_and_relaunches_worker_and_stop_ends_relaunching():
+    p = FakePlatform()
+    rm, _ = _manager(p, num_workers=1, relaunch_timeout_worker=True)
+    rm.on_worker_timeout(0)
+    assert p.deleted == [(W, 0)] and p.ids(W) == [0, 1]
+    rm.stop()
+    p.end(W, 1, ReplicaPhase.FAILED, 137)
+    assert p.ids(W) == [0, 1] and p.closed
+
+
+def test_worker_priority_fraction():
+    assert parse_worker_priority(4, "0.5") == {0: "high", 1: "high", 2: "low", 3: "low"}
+    assert parse_worker_priority(3, "0.1") == {0: "high", 1: "low", 2: "low"}
+    assert parse_worker_priority(2, "low") == {0: "low", 1: "low"}
+    with pytest.raises(PriorityError, match="--worker_pod_priority"):
+        parse_worker_priority(2, "urgent")
+
+
+# ---- with real child processes ------------------------------------------------------------
+class InlineSpec(ReplicaSpec):
+    """Runs inline code (`python -c`) instead of an ElasticDL module."""
+
+    def command(self, python="python"):
+        return [python, "-c", self.args[0]]
+
+
+def _wait(pred, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def test_local_processes_sigkill_relaunch_and_budget(tmp_path):
+    # worker 0 sleeps (the test SIGKILLs it: preemption -> relaunched as worker 2, which exits
+    # 0); worker 1 exits 3 -> relaunched once as worker 3, which exits 3 -> budget used.
+    programs = {
+        0: "import time; time.sleep(60)",
+        1: "import sys; sys.exit(3)",
+        2: "pass",
+        3: "import sys; print('still failing'); sys.exit(3)",
+    }
+    platform = LocalProcessPlatform("rm", tmp_path)
+    tm = TaskManager(TaskManagerConfig(records_per_task=10), training_shards=[("d", 0, 100)])
+    rm = ReplicaManager(
+        platform,
+        ReplicaManagerConfig(num_ps=1, num_workers=2, relaunch_on_worker_failure=1),
+        worker_spec=lambda i: InlineSpec(W, i, "", [programs[i]]),
+        ps_spec=lambda i: InlineSpec(PS, i, "", ["import time; time.sleep(60)"], port=0),
+        task_manager=tm,
+    )
+    try:
+        rm.start()
+        _wait(lambda: platform.pid(W, 0) is not None)
+        task = tm.get(0)
+        os.kill(platform.pid(W, 0), signal.SIGKILL)
+        _wait(lambda: {2, 3} <= {s.replica_id for s in rm.replicas() if s.replica_type == W})
+        _wait(lambda: rm.all_workers_exited())
+        states = {(s.replica_type, s.replica_id): s for s in rm.replicas()}
+        assert (states[(W, 0)].exit_code, states[(W, 0)].replaced_by) == (137, 2)
+        assert states[(W, 2)].phase == ReplicaPhase.SUCCEEDED
+        assert (states[(W, 1)].exit_code, states[(W, 1)].replaced_by) == (3, 3)
+        assert (states[(W, 3)].phase, states[(W, 3)].replaced_by) == (ReplicaPhase.FAILED, None)
+        assert "still failing" in open(states[(W, 3)].log).read()
+        assert tm.summary().tasks_recovered == 1  # the killed worker's task went back
+        assert "no worker left" in rm.failed_message
+        assert tm.get(5).type == TaskType.NONE and task.task_id == 1
+        # The PS is still up; killing it brings it back under the same id.
+        ps_pid = platform.pid(PS, 0)
+        os.kill(ps_pid, signal.SIGKILL)
+        _wait(lambda: platform.pid(PS, 0) not in (None, ps_pid))
+    finally:
+        rm.stop()
+    assert platform.pid(PS, 0) is None
