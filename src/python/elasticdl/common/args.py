@@ -24,7 +24,6 @@ Differences from the original ElasticDL, on purpose:
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import re
 from typing import Iterable, Sequence
@@ -70,7 +69,7 @@ _TRUE_STRINGS = ("true", "yes", "t", "y", "1")
 
 # Keys of a parsed Namespace that only steer the client; they are never sent to the master.
 CLIENT_ONLY_ARGS = frozenset(
-    {"func", "command", "detach", "output_format", "yaml", "master_command"}
+    {"func", "command", "detach", "output_format", "yaml", "_parser"}
 )
 
 
@@ -104,12 +103,19 @@ class StrictArgumentParser(argparse.ArgumentParser):
         # parse_known_args + explicit rejection gives us one message for all unknown flags,
         # with "did you mean" hints, instead of argparse's bare list.
         namespace, extras = self.parse_known_args(args, namespace)
+        # Sub-commands register themselves as `_parser` (see elasticdl.client.main) so the
+        # message and the "did you mean" hints come from the sub-command that was used.
+        target = getattr(namespace, "_parser", None) or self
+        if hasattr(namespace, "_parser"):
+            delattr(namespace, "_parser")
         if extras:
-            self.error("unrecognized arguments: " + " ".join(extras))
+            target.error("unrecognized arguments: " + " ".join(extras))
         return namespace
 
 
 def _explain_unknown_arguments(parser: argparse.ArgumentParser, message: str) -> str:
+    import difflib  # only on errors: keeps `elasticdl --help` fast
+
     extras = message.split(":", 1)[1].split()
     known = [opt for action in parser._actions for opt in action.option_strings]
     hints = []

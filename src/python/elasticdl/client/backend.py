@@ -1,0 +1,93 @@
+"""The interface every job backend implements, and how the client picks one.
+
+A backend owns the lifecycle of jobs on one platform: ``LocalBackend`` (jobs are process
+trees on this machine, the default) and ``elasticdl.client.k8s_backend.KubernetesBackend``
+(jobs are a master pod plus the pods it creates). The CLI and ``elasticdl.api`` only talk to
+this interface, so every command works the same on both.
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import dataclasses
+import time
+from typing import Iterator
+
+from elasticdl.client.errors import ClientError, WaitTimeout
+from elasticdl.client.job_status import JobStatus
+from elasticdl.common.args import PLATFORM_KUBERNETES, PLATFORM_LOCAL, PLATFORMS
+
+
+@dataclasses.dataclass
+class JobHandle:
+    """What ``submit`` returns: enough to find the job again."""
+
+    job_name: str
+    platform: str
+    created_at: float
+    namespace: str = ""
+    job_dir: str = ""  # local platform
+    pid: int | None = None  # local platform: the master's process (group leader)
+    master: str = ""  # Kubernetes: the master pod name
+    yaml_path: str = ""  # Kubernetes with --yaml: where the manifest was written (nothing submitted)
+
+
+class JobBackend(abc.ABC):
+    """Lifecycle of ElasticDL jobs on one platform. Methods raise ``ValueError`` subclasses
+    (see ``elasticdl.client.errors``) for user errors such as an unknown job name."""
+
+    platform: str = ""
+
+    @abc.abstractmethod
+    def submit(self, args: argparse.Namespace) -> JobHandle:
+        """Start the job described by validated, normalised job args (``common.args``)."""
+
+    @abc.abstractmethod
+    def list_jobs(self) -> list[JobStatus]:
+        """All jobs this backend knows, oldest first."""
+
+    @abc.abstractmethod
+    def status(self, name: str) -> JobStatus:
+        """Current status; raises ``JobNotFoundError`` for an unknown job."""
+
+    @abc.abstractmethod
+    def logs(self, name: str, replica: str = "master", follow: bool = False) -> Iterator[str]:
+        """Log text of one replica ("master", "worker-0", "ps-0") in chunks; with ``follow``
+        keep yielding until the replica (or the job) has ended."""
+
+    @abc.abstractmethod
+    def cancel(self, name: str) -> JobStatus:
+        """Stop the job and everything it started; returns the final status."""
+
+    def wait(self, name: str, timeout: float | None = None, poll_interval: float = 1.0) -> JobStatus:
+        """Block until the job reaches a final phase; raises ``WaitTimeout`` after ``timeout``
+        seconds (None: no limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.status(name)
+            if status.is_final:
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"job {name} is still {status.phase} after {timeout:g}s")
+            time.sleep(poll_interval if deadline is None else max(0.0, min(poll_interval, deadline - time.monotonic())))
+
+
+def get_backend(platform: str | None, namespace: str = "default", kube_context: str = "") -> JobBackend:
+    """The backend for ``platform`` (None/"" = local). Kubernetes support is imported only
+    here, so a laptop user never loads the Kubernetes SDK."""
+    platform = platform or PLATFORM_LOCAL
+    if platform == PLATFORM_LOCAL:
+        from elasticdl.client.local_backend import LocalBackend
+
+        return LocalBackend()
+    if platform == PLATFORM_KUBERNETES:
+        try:
+            from elasticdl.client.k8s_backend import KubernetesBackend
+        except ImportError as e:
+            raise ClientError(
+                f"the Kubernetes platform is not available ({e}); install the 'kubernetes' package "
+                "or use --platform=local"
+            ) from None
+        return KubernetesBackend(namespace=namespace or "default", kube_context=kube_context or "")
+    raise ClientError(f"--platform {platform!r} is invalid; use one of {', '.join(PLATFORMS)}")

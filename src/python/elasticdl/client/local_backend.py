@@ -1,0 +1,371 @@
+"""Jobs as process trees on this machine (the default platform).
+
+Layout of a job directory (default ``~/.elasticdl/jobs/<job_name>``)::
+
+    job.json        written by the client at submit: name, platform, master argv, pid, times
+    status.json     written by the master while it runs (see ``job_status.JobStatus``)
+    exit_code       the master's exit status, written by the wrapper shell when it ends
+    cancelled       present once ``cancel`` was requested (time stamp inside)
+    logs/master.log master stdout+stderr; logs/ps-0.log, logs/worker-0.log ... by the platform
+
+The master runs detached (own session and process group) under a tiny ``/bin/sh`` wrapper
+that records its exit status, so ``status`` is right even when the client that submitted the
+job is long gone. A job with a custom ``--job_dir`` is also reachable by name through a
+symlink ``~/.elasticdl/jobs/<job_name>`` -> ``job_dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+from elasticdl.client.backend import JobBackend, JobHandle
+from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
+from elasticdl.client.job_status import JobPhase, JobStatus
+from elasticdl.client.master_runtime import MasterRuntime, resolve_master_runtime
+from elasticdl.common.args import PLATFORM_LOCAL, build_arguments_from_parsed_result, jobs_root
+
+logger = logging.getLogger(__name__)
+
+JOB_FILE = "job.json"
+STATUS_FILE = "status.json"
+EXIT_CODE_FILE = "exit_code"
+CANCELLED_FILE = "cancelled"
+LOG_DIR = "logs"
+MASTER_LOG = "master.log"
+
+# Runs the master ("$@"), then records its exit status in the file named by $0.
+_WRAPPER = '"$@"; code=$?; echo "$code" > "$0"; exit "$code"'
+_POLL_SECONDS = 0.2
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict | None:
+    # status.json is replaced atomically by the master, but tolerate a writer that does not.
+    for _ in range(3):
+        try:
+            data = json.loads(path.read_text())
+            return data if isinstance(data, dict) else None
+        except FileNotFoundError:
+            return None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            time.sleep(0.05)
+    return None
+
+
+def _proc_start_time(pid: int) -> str | None:
+    """Start time of a process in clock ticks since boot (Linux); tells a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def pid_alive(pid: int | None, start_time: str | None = None) -> bool:
+    """True if ``pid`` is a live (non-zombie) process, and the same one when ``start_time``
+    was recorded."""
+    if not pid:
+        return False
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our child that has ended
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if _proc_state(pid) == "Z":
+        return False
+    if start_time is not None:
+        current = _proc_start_time(pid)
+        if current is not None and current != start_time:
+            return False
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _last_line(path: Path, limit: int = 200) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = [line.strip() for line in f.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:limit] if lines else ""
+
+
+class LocalBackend(JobBackend):
+    platform = PLATFORM_LOCAL
+
+    def __init__(
+        self,
+        root: str | os.PathLike | None = None,
+        runtime: MasterRuntime | None = None,
+        cancel_grace_seconds: float = 15.0,
+    ) -> None:
+        self.root = Path(root) if root else Path(jobs_root())
+        self._runtime = runtime
+        self.cancel_grace_seconds = cancel_grace_seconds
+        self._children: dict[str, subprocess.Popen] = {}
+
+    # ---- paths ---------------------------------------------------------------------------
+    def job_dir(self, name: str) -> Path:
+        """The directory of job ``name`` (following the symlink of a custom ``--job_dir``)."""
+        return (self.root / name).resolve()
+
+    def _require_job(self, name: str) -> tuple[Path, dict]:
+        directory = self.job_dir(name)
+        job = _read_json(directory / JOB_FILE)
+        if job is None:
+            raise JobNotFoundError(f"no local job named {name!r} (looked in {self.root}); see 'elasticdl list'")
+        return directory, job
+
+    # ---- submit --------------------------------------------------------------------------
+    def submit(self, args: argparse.Namespace) -> JobHandle:
+        name = args.job_name
+        directory = Path(args.job_dir or self.root / name).expanduser().absolute()
+        link = self.root / name
+        runtime = self._runtime or resolve_master_runtime()  # fail before touching any file
+
+        for existing in {directory, link.resolve()}:
+            old = _read_json(existing / JOB_FILE)
+            if old is not None and self._master_alive(existing, old):
+                raise JobConflictError(
+                    f"job {name!r} is still running (pid {old.get('pid')}); cancel it with "
+                    f"'elasticdl cancel {name}' or choose another --job_name"
+                )
+        if directory.exists() and any(directory.iterdir()) and not (directory / JOB_FILE).exists():
+            raise ClientError(
+                f"--job_dir {directory} exists and is not an ElasticDL job directory; use a new or empty directory"
+            )
+        # Replace the previous job of that name: its directory and a stale name link.
+        if directory.exists():
+            shutil.rmtree(directory)
+        if link.is_symlink():
+            link.unlink()
+        elif link.exists() and link.resolve() != directory:
+            shutil.rmtree(link)
+        (directory / LOG_DIR).mkdir(parents=True)
+        if link.absolute() != directory:
+            self.root.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(directory, target_is_directory=True)
+
+        master_args = build_arguments_from_parsed_result(args, filter_args=("job_dir", "platform"))
+        master_args += [f"--platform={PLATFORM_LOCAL}", f"--job_dir={directory}"]
+        command = runtime.command(master_args)
+        created_at = time.time()
+        job = {
+            "job_name": name,
+            "platform": PLATFORM_LOCAL,
+            "job_dir": str(directory),
+            "args": master_args,
+            "command": command,
+            "runtime": runtime.description,
+            "created_at": created_at,
+            "pid": None,
+        }
+        _write_json_atomic(directory / JOB_FILE, job)
+
+        env = dict(os.environ)
+        env.update(runtime.env)
+        env["PYTHONUNBUFFERED"] = "1"  # the log shows progress as it happens
+        with open(directory / LOG_DIR / MASTER_LOG, "ab") as log:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", _WRAPPER, str(directory / EXIT_CODE_FILE), *command],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=os.getcwd(),
+                env=env,
+                start_new_session=True,  # survives the terminal; cancel kills the whole group
+            )
+        self._children[name] = proc
+        job["pid"] = proc.pid
+        job["pid_start_time"] = _proc_start_time(proc.pid)
+        _write_json_atomic(directory / JOB_FILE, job)
+        logger.info("Started master of job %s (pid %d): %s", name, proc.pid, " ".join(command))
+        return JobHandle(job_name=name, platform=PLATFORM_LOCAL, created_at=created_at, job_dir=str(directory), pid=proc.pid)
+
+    # ---- status --------------------------------------------------------------------------
+    def _master_alive(self, directory: Path, job: dict) -> bool:
+        proc = self._children.get(job.get("job_name", ""))
+        if proc is not None and proc.pid == job.get("pid"):
+            return proc.poll() is None
+        return pid_alive(job.get("pid"), job.get("pid_start_time"))
+
+    def _status_of(self, directory: Path, job: dict) -> JobStatus:
+        data = _read_json(directory / STATUS_FILE) or {}
+        status = JobStatus.from_dict(
+            data,
+            job_name=job.get("job_name"),
+            platform=PLATFORM_LOCAL,
+            job_dir=str(directory),
+            created_at=job.get("created_at"),
+        )
+        cancelled = (directory / CANCELLED_FILE).exists()
+        if status.is_final:
+            if cancelled and status.phase != JobPhase.SUCCEEDED:
+                status.phase, status.message = JobPhase.CANCELLED, "cancelled by user"
+            return status
+        if self._master_alive(directory, job):
+            if cancelled:
+                status.message = "cancelling"
+            return status
+        # The master is gone without reporting a final phase.
+        if cancelled:
+            status.phase, status.message = JobPhase.CANCELLED, "cancelled by user"
+            return status
+        exit_code = self._exit_code(directory)
+        if exit_code == 0:
+            status.phase = JobPhase.SUCCEEDED
+            status.message = status.message or "master exited with code 0"
+            return status
+        status.phase = JobPhase.FAILED
+        code = "" if exit_code is None else f" with code {exit_code}"
+        last = _last_line(directory / LOG_DIR / MASTER_LOG)
+        status.message = f"master exited unexpectedly{code}" + (f"; last log line: {last}" if last else "")
+        return status
+
+    @staticmethod
+    def _exit_code(directory: Path) -> int | None:
+        try:
+            return int((directory / EXIT_CODE_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def status(self, name: str) -> JobStatus:
+        directory, job = self._require_job(name)
+        return self._status_of(directory, job)
+
+    def list_jobs(self) -> list[JobStatus]:
+        if not self.root.is_dir():
+            return []
+        result = []
+        for entry in self.root.iterdir():
+            directory = entry.resolve()
+            job = _read_json(directory / JOB_FILE)
+            if job is None or job.get("job_name") != entry.name:
+                continue
+            result.append(self._status_of(directory, job))
+        result.sort(key=lambda s: (s.created_at or 0, s.job_name))
+        return result
+
+    # ---- logs ----------------------------------------------------------------------------
+    def log_path(self, name: str, replica: str = "master") -> Path:
+        directory, _ = self._require_job(name)
+        replica = replica.removeprefix(f"elasticdl-{name}-")
+        return directory / LOG_DIR / f"{replica}.log"
+
+    def available_logs(self, name: str) -> list[str]:
+        directory, _ = self._require_job(name)
+        return sorted(p.stem for p in (directory / LOG_DIR).glob("*.log"))
+
+    def logs(self, name: str, replica: str = "master", follow: bool = False) -> Iterator[str]:
+        path = self.log_path(name, replica)  # raises for an unknown job before iteration
+        return self._read_log(name, replica, path, follow)
+
+    def _read_log(self, name: str, replica: str, path: Path, follow: bool) -> Iterator[str]:
+        directory, job = self._require_job(name)
+        while not path.exists():
+            if not follow or self._status_of(directory, job).is_final:
+                available = ", ".join(self.available_logs(name)) or "none yet"
+                raise JobNotFoundError(f"job {name!r} has no log for replica {replica!r}; available: {available}")
+            time.sleep(_POLL_SECONDS)
+        with open(path, "rb") as f:
+            while True:
+                chunk = f.read(65536)
+                if chunk:
+                    yield chunk.decode("utf-8", "replace")
+                    continue
+                if not follow:
+                    return
+                if self._status_of(directory, job).is_final:
+                    rest = f.read()  # whatever was written between the last read and the end
+                    if rest:
+                        yield rest.decode("utf-8", "replace")
+                    return
+                time.sleep(_POLL_SECONDS)
+
+    # ---- cancel --------------------------------------------------------------------------
+    def cancel(self, name: str) -> JobStatus:
+        directory, job = self._require_job(name)
+        status = self._status_of(directory, job)
+        if status.is_final:
+            return status
+        (directory / CANCELLED_FILE).write_text(f"{time.time()}\n")
+        pid = job.get("pid")
+        if pid and self._master_alive(directory, job):
+            # SIGTERM lets the master stop its PS and workers (own process groups) cleanly.
+            self._signal_group(pid, signal.SIGTERM)
+            deadline = time.monotonic() + self.cancel_grace_seconds
+            while self._master_alive(directory, job) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if self._master_alive(directory, job) or _group_alive(pid):
+                logger.warning("Master of job %s did not stop in %.0fs; killing it", name, self.cancel_grace_seconds)
+                self._signal_group(pid, signal.SIGKILL)
+        self._kill_leftover_replicas(name, directory)
+        proc = self._children.pop(name, None)
+        if proc is not None:
+            proc.wait()
+        return self._status_of(directory, job)
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: signal.Signals) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _kill_leftover_replicas(self, name: str, directory: Path) -> None:
+        """Replicas run in their own process groups; if the master died without stopping them
+        (e.g. it was SIGKILLed), stop the ones it reported, after checking the pid still
+        belongs to this job (Linux: the command line names the job directory or job name)."""
+        data = _read_json(directory / STATUS_FILE) or {}
+        for replica in data.get("replicas") or []:
+            pid = replica.get("pid") if isinstance(replica, dict) else None
+            if not isinstance(pid, int) or not pid_alive(pid):
+                continue
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            except OSError:
+                continue
+            if str(directory) in cmdline or f"--job_name={name}" in cmdline or f"--job_name {name}" in cmdline:
+                logger.warning("Killing leftover replica %s (pid %d) of job %s", replica.get("name", "?"), pid, name)
+                self._signal_group(pid, signal.SIGKILL)
+
+
+__all__ = ["LocalBackend", "pid_alive"]

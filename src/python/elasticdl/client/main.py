@@ -1,0 +1,301 @@
+"""The ``elasticdl`` command line.
+
+Startup must stay fast (``elasticdl --help`` well under a quarter of a second): this module
+imports only the standard library and light client modules. TensorFlow never runs in the
+client; the Kubernetes SDK, Docker, PyYAML and the dataset tools are imported inside the
+handlers that need them.
+
+Exit status: 0 success; 1 the job (or wait) did not succeed; 2 bad input (one line
+``elasticdl: error: ...`` on stderr, nothing created); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Sequence
+
+from elasticdl.client.errors import WaitTimeout
+from elasticdl.client.version import __version__
+from elasticdl.common.args import PLATFORMS, ArgumentError, StrictArgumentParser
+
+PROG = "elasticdl"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+logger = logging.getLogger(__name__)
+
+
+def _err(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Handlers (heavy imports stay inside them)
+# --------------------------------------------------------------------------------------------
+
+
+def _run_job(args: argparse.Namespace) -> int:
+    from elasticdl.client.submit import prepare_job, submit_job
+
+    for notice in prepare_job(args, args._argv):
+        _err(notice)
+    backend, handle = submit_job(args)
+    if handle.yaml_path:
+        _err(f"wrote the master pod manifest of job {handle.job_name} to {handle.yaml_path} (nothing submitted)")
+        return EXIT_OK
+    where = f"job dir {handle.job_dir}" if handle.job_dir else f"namespace {handle.namespace or args.namespace}"
+    _err(f"submitted job {handle.job_name} ({handle.platform}, {where})")
+    if args.detach:
+        print(handle.job_name)
+        _err(f"follow it with '{PROG} logs -f {handle.job_name}', check it with '{PROG} status {handle.job_name}'")
+        return EXIT_OK
+    return _follow(backend, handle.job_name)
+
+
+def _follow(backend, name: str) -> int:
+    _err(f"following the master log (Ctrl-C cancels the job; submit with --detach to return at once)")
+    try:
+        for chunk in backend.logs(name, "master", follow=True):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+        status = backend.wait(name, poll_interval=0.2)
+    except KeyboardInterrupt:
+        _err(f"interrupted: cancelling job {name} ...")
+        try:
+            status = backend.cancel(name)
+            _err(f"job {name} {status.phase}")
+        except KeyboardInterrupt:
+            _err(f"cancel interrupted; run '{PROG} cancel {name}' to finish it")
+        return EXIT_INTERRUPTED
+    return _report_final(status)
+
+
+def _report_final(status) -> int:
+    message = f": {status.message}" if status.message else ""
+    _err(f"job {status.job_name} {status.phase}{message}")
+    return EXIT_OK if status.phase == "Succeeded" else EXIT_FAILED
+
+
+def _backend_for(args: argparse.Namespace):
+    from elasticdl.client.backend import get_backend
+    from elasticdl.client.config import apply_config, load_config
+
+    apply_config(args, args._argv, load_config())
+    return get_backend(args.platform, args.namespace, args.kube_context)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from elasticdl.client.output import dump, jobs_table
+
+    jobs = _backend_for(args).list_jobs()
+    if args.output_format == "table":
+        if jobs:
+            print(jobs_table(jobs))
+        else:
+            _err("no jobs found")
+    else:
+        print(dump([j.to_dict() for j in jobs], args.output_format))
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    from elasticdl.client.output import dump, status_text
+
+    status = _backend_for(args).status(args.job)
+    print(status_text(status) if args.output_format == "table" else dump(status.to_dict(), args.output_format))
+    return EXIT_OK
+
+
+def _logs(args: argparse.Namespace) -> int:
+    backend = _backend_for(args)
+    try:
+        for chunk in backend.logs(args.job, args.replica, follow=args.follow):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def _wait(args: argparse.Namespace) -> int:
+    if args.timeout is not None and args.timeout <= 0:
+        raise ArgumentError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    backend = _backend_for(args)
+    try:
+        status = backend.wait(args.job, timeout=args.timeout)
+    except WaitTimeout as e:
+        _err(f"error: {e}")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return _report_final(status)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    backend = _backend_for(args)
+    before = backend.status(args.job)
+    status = backend.cancel(args.job)
+    if before.is_final:
+        _err(f"job {args.job} had already finished: {status.phase}")
+    else:
+        _err(f"job {args.job} {status.phase}")
+    return EXIT_OK
+
+
+def _version(args: argparse.Namespace) -> int:
+    print(f"{PROG} {__version__} (python {sys.version.split()[0]})")
+    return EXIT_OK
+
+
+def _dataset_prepare(args: argparse.Namespace) -> int:
+    try:
+        from elasticdl.data import datasets
+    except ImportError as e:
+        raise ArgumentError(f"dataset preparation is not available in this installation ({e})") from None
+    names = getattr(datasets, "DATASETS", None)
+    if names is not None and args.name not in names:
+        raise ArgumentError(f"unknown dataset {args.name!r}; available: {', '.join(sorted(names))}")
+    result = datasets.prepare(args.name, args.output, source=args.source, progress=not args.no_progress)
+    _err(f"dataset {args.name} is ready in {result if isinstance(result, str) else args.output}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------
+# Parser
+# --------------------------------------------------------------------------------------------
+
+
+def _add_command(subparsers, name: str, func, help: str, **kwargs) -> StrictArgumentParser:
+    parser = subparsers.add_parser(name, help=help, description=help, **kwargs)
+    parser.set_defaults(func=func, _parser=parser)
+    return parser
+
+
+def _add_target_params(parser: argparse.ArgumentParser) -> None:
+    """Where to look for jobs (list/status/logs/wait/cancel)."""
+    parser.add_argument(
+        "--platform", choices=PLATFORMS, default="local", help="Where the jobs run (default: local, or the config file)"
+    )
+    parser.add_argument("--namespace", default="default", help="Kubernetes namespace (default: default)")
+    parser.add_argument("--kube_context", default="", help="kubeconfig context (default: the current one)")
+
+
+def _add_output_param(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-o", "--output", dest="output_format", choices=("table", "json", "yaml"), default="table", help="Output format"
+    )
+
+
+def build_parser() -> StrictArgumentParser:
+    from elasticdl.client.job_commands import JOB_COMMANDS, add_job_command_params
+
+    parser = StrictArgumentParser(
+        prog=PROG,
+        description="ElasticDL: elastic distributed training on your machine or on Kubernetes.",
+        epilog=f"Run '{PROG} COMMAND --help' for the flags of a command.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=StrictArgumentParser)
+
+    for command, (_, help_text) in JOB_COMMANDS.items():
+        job = _add_command(sub, command, _run_job, help_text)
+        add_job_command_params(command, job)
+
+    dataset = _add_command(sub, "dataset", None, "Prepare example datasets")
+    dataset_sub = dataset.add_subparsers(dest="dataset_command", metavar="ACTION", parser_class=StrictArgumentParser)
+    prepare = _add_command(dataset_sub, "prepare", _dataset_prepare, "Download/convert a dataset into RecordIO shards")
+    prepare.add_argument("name", help="Dataset name, e.g. mnist")
+    prepare.add_argument("--output", required=True, help="Output directory")
+    prepare.add_argument("--source", default=None, help="Local copy of the raw dataset (no download)")
+    prepare.add_argument("--no-progress", dest="no_progress", action="store_true", help="Do not show progress")
+
+    _add_zoo(sub)
+
+    lst = _add_command(sub, "list", _list, "List jobs")
+    _add_target_params(lst)
+    _add_output_param(lst)
+
+    status = _add_command(sub, "status", _status, "Show the status of a job")
+    status.add_argument("job", help="Job name")
+    _add_target_params(status)
+    _add_output_param(status)
+
+    logs = _add_command(sub, "logs", _logs, "Print the log of a job's master, PS or worker")
+    logs.add_argument("job", help="Job name")
+    logs.add_argument("-f", "--follow", action="store_true", help="Keep printing until the replica ends")
+    logs.add_argument("--replica", default="master", help="master (default), ps-N or worker-N")
+    _add_target_params(logs)
+
+    wait = _add_command(sub, "wait", _wait, "Wait until a job ends (exit 0 if it succeeded, else 1)")
+    wait.add_argument("job", help="Job name")
+    wait.add_argument("--timeout", type=float, default=None, help="Give up after this many seconds")
+    _add_target_params(wait)
+
+    cancel = _add_command(sub, "cancel", _cancel, "Stop a job and everything it started")
+    cancel.add_argument("job", help="Job name")
+    _add_target_params(cancel)
+
+    _add_command(sub, "version", _version, "Print the ElasticDL version")
+    return parser
+
+
+def _add_zoo(sub) -> None:
+    """``zoo init|build|push`` live in ``elasticdl.client.zoo`` (image building)."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("elasticdl.client.zoo") is None:
+        return  # not part of this installation
+    try:
+        zoo = importlib.import_module("elasticdl.client.zoo")
+    except ImportError as e:
+        reason = str(e)
+
+        def unavailable(args: argparse.Namespace) -> int:
+            raise ArgumentError(f"zoo commands are unavailable: {reason}")
+
+        _add_command(sub, "zoo", unavailable, "Build and push model-zoo images (unavailable)")
+        return
+    zoo.add_parser(sub)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s: %(message)s")
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except ArgumentError as e:
+        _err(f"error: {e}")
+        return EXIT_USAGE
+    except SystemExit as e:  # --help / --version
+        return e.code if isinstance(e.code, int) else EXIT_OK
+    func = getattr(args, "func", None)
+    if func is None:
+        # "elasticdl" or "elasticdl dataset" without an action: show what there is.
+        target = parser
+        if getattr(args, "command", None):
+            target = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]
+        target.print_help()
+        return EXIT_USAGE if getattr(args, "command", None) else EXIT_OK
+    args._argv = argv
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except ValueError as e:  # ArgumentError, ClientError, ResourceError, ... : user errors
+        _err(f"error: {e}")
+        return EXIT_USAGE
+    except OSError as e:
+        _err(f"error: {e}")
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""kubectl-style rendering of job lists and statuses (table, JSON, YAML)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Sequence
+
+from elasticdl.client.job_status import JobStatus, format_age
+
+OUTPUT_FORMATS = ("table", "json", "yaml")
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    rows = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    lines = ["   ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def dump(data: Any, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(data, indent=2, sort_keys=False, default=str)
+    if fmt == "yaml":
+        import yaml  # only for -o yaml
+
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip()
+    raise ValueError(f"-o {fmt!r} is invalid; use one of {', '.join(OUTPUT_FORMATS)}")
+
+
+def jobs_table(jobs: Sequence[JobStatus]) -> str:
+    if not jobs:
+        return "No jobs found."
+    return table(
+        ("NAME", "PLATFORM", "PHASE", "AGE", "VERSION", "PROGRESS"),
+        [(j.job_name, j.platform, j.phase, format_age(j.created_at), j.model_version, j.progress) for j in jobs],
+    )
+
+
+def status_text(status: JobStatus) -> str:
+    lines = [
+        f"Name:        {status.job_name}",
+        f"Platform:    {status.platform}" + (f" (namespace {status.namespace})" if status.namespace else ""),
+        f"Phase:       {status.phase}",
+    ]
+    if status.message:
+        lines.append(f"Message:     {status.message}")
+    lines += [
+        f"Age:         {format_age(status.created_at)}",
+        f"Version:     {status.model_version}",
+        f"Epoch:       {status.epoch}",
+        f"Progress:    {status.progress}"
+        + (f" ({status.records_trained}/{status.records_expected} records)" if status.records_expected else ""),
+        f"Tasks:       todo {status.tasks_todo}, doing {status.tasks_doing}, done {status.tasks_done}, "
+        f"retried {status.tasks_retried}",
+    ]
+    if status.job_dir:
+        lines.append(f"Job dir:     {status.job_dir}")
+    if status.evaluation_metrics:
+        metrics = ", ".join(f"{k}={_fmt_metric(v)}" for k, v in sorted(status.evaluation_metrics.items()))
+        lines.append(f"Evaluation:  {metrics}")
+    if status.replicas:
+        lines.append("Replicas:")
+        replica_rows = [
+            (r.name, r.phase, "-" if r.exit_code is None else r.exit_code, r.restarts, r.message) for r in status.replicas
+        ]
+        lines += ["  " + line for line in table(("NAME", "PHASE", "EXIT", "RESTARTS", "MESSAGE"), replica_rows).splitlines()]
+    return "\n".join(lines)
+
+
+def _fmt_metric(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -1,0 +1,100 @@
+"""A FAKE ElasticDL master for the client tests (the real one needs TensorFlow and minutes).
+
+It takes the master's flags, reads --job_name and --job_dir, and acts out a job the way the
+real master reports it: status.json (atomically replaced) and logs/<replica>.log files.
+Behaviour is chosen with $FAKE_MASTER_MODE:
+  succeed (default)  Running -> Succeeded, exit 0
+  fail               Running -> Failed (message "worker-0 failed"), exit 1
+  crash              Running, then exit 3 without a final phase (master died)
+  hang               Running until SIGTERM; on SIGTERM it writes "terminating" to its log
+                     and exits 143 without a final phase (like a master being cancelled)
+  ignore_term        Running and ignores SIGTERM (the client must SIGKILL it)
+$FAKE_MASTER_STEPS sets how many progress steps succeed/fail take (0.1 s each, default 5).
+It also writes the argv it got to argv.json so tests can check what the client sent.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+
+def flag(name, default=""):
+    prefix = f"--{name}="
+    for arg in sys.argv[1:]:
+        if arg.startswith(prefix):
+            return arg[len(prefix):]
+    return default
+
+
+job_name = flag("job_name")
+job_dir = flag("job_dir")
+mode = os.environ.get("FAKE_MASTER_MODE", "succeed")
+steps = int(os.environ.get("FAKE_MASTER_STEPS", "5"))
+os.makedirs(os.path.join(job_dir, "logs"), exist_ok=True)
+with open(os.path.join(job_dir, "argv.json"), "w") as f:
+    json.dump(sys.argv[1:], f)
+
+
+def write_status(phase, step, message=""):
+    data = {
+        "job_name": job_name,
+        "phase": phase,
+        "model_version": step * 10,
+        "tasks_todo": max(0, steps - step),
+        "tasks_doing": 0 if phase != "Running" else 1,
+        "tasks_done": step,
+        "tasks_retried": 0,
+        "records_trained": step * 100,
+        "records_expected": steps * 100,
+        "epoch": 1,
+        "evaluation_metrics": {"accuracy": 0.5 + step / 100.0} if step else {},
+        "replicas": [
+            {"name": "ps-0", "type": "ps", "id": 0, "phase": "Running"},
+            {"name": "worker-0", "type": "worker", "id": 0, "phase": "Running", "restarts": 0},
+        ],
+        "message": message,
+        "updated_at": time.time(),
+        "future_field": "ignored by older clients",
+    }
+    path = os.path.join(job_dir, "status.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".tmp", path)
+
+
+def on_term(signum, frame):
+    print("terminating", flush=True)
+    sys.exit(143)
+
+
+if mode == "ignore_term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, on_term)
+
+print(f"fake master of {job_name} starting", flush=True)
+with open(os.path.join(job_dir, "logs", "worker-0.log"), "a") as log:
+    log.write("worker-0 started\n")
+write_status("Running", 0)
+
+if mode in ("hang", "ignore_term"):
+    while True:
+        time.sleep(0.1)
+
+for step in range(1, steps + 1):
+    time.sleep(0.1)
+    print(f"step {step} version {step * 10}", flush=True)
+    if step < steps:
+        write_status("Running", step)
+
+if mode == "crash":
+    print("fatal: something broke", flush=True)
+    sys.exit(3)
+if mode == "fail":
+    write_status("Failed", steps, "worker-0 failed")
+    print("job failed", flush=True)
+    sys.exit(1)
+write_status("Succeeded", steps)
+print("job succeeded", flush=True)
