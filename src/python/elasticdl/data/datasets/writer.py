@@ -30,7 +30,9 @@ logger = logging.getLogger(__name__)
 
 MANIFEST = ".elasticdl-dataset.json"
 MANIFEST_FORMAT = 1
+STALE_MANIFEST = MANIFEST + ".replacing"  # marks an output being replaced (still ours)
 SPLITS = ("train", "test")
+_STAGING_PREFIX = ".elasticdl-prepare-"
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def manifest_is_complete(output_dir: str, manifest: dict, identity: dict) -> boo
 
 def _check_output_usable(output_dir: str, manifest: Optional[dict]) -> None:
     """Refuse to replace train/ or test/ directories that no prepare run wrote."""
-    if manifest is not None:
+    if manifest is not None or os.path.exists(os.path.join(output_dir, STALE_MANIFEST)):
         return
     for split in SPLITS:
         if os.path.exists(os.path.join(output_dir, split)):
@@ -87,7 +89,11 @@ def write_splits(
     os.makedirs(output_dir, exist_ok=True)
     old_manifest = read_manifest(output_dir)
     _check_output_usable(output_dir, old_manifest)
-    staging = tempfile.mkdtemp(prefix=".elasticdl-prepare-", dir=output_dir)
+    for name in os.listdir(output_dir):
+        # Staging directories of runs that were killed (not just interrupted) are garbage.
+        if name.startswith(_STAGING_PREFIX):
+            shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
+    staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=output_dir)
     try:
         files: Dict[str, List[ShardFile]] = {}
         for split in SPLITS:
@@ -140,9 +146,11 @@ def _publish(
     replacing: bool,
 ) -> None:
     manifest_path = os.path.join(output_dir, MANIFEST)
+    stale_path = os.path.join(output_dir, STALE_MANIFEST)
     if replacing:
-        # From here on the output is incomplete; drop the marker that says otherwise first.
-        os.unlink(manifest_path)
+        # From here on the output is incomplete: the manifest must no longer say it is
+        # complete, but the renamed marker still says the directories are ours to replace.
+        os.replace(manifest_path, stale_path)
     for split in SPLITS:
         target = os.path.join(output_dir, split)
         if os.path.exists(target):
@@ -160,3 +168,5 @@ def _publish(
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, manifest_path)
+    if os.path.exists(stale_path):
+        os.unlink(stale_path)
