@@ -168,8 +168,10 @@ class Worker:
             return {"records": 0, "batches": 0}
         model_outputs = {k: np.concatenate(v) for k, v in outputs.items()}
         labels = np.concatenate(labels_all)
-        version = task.model_version if task.model_version > 0 else self.trainer.model_version
-        self.master.report_evaluation_metrics(model_outputs, labels, version, task.task_id)
+        # The version actually evaluated (the master files results under the task's round).
+        self.master.report_evaluation_metrics(
+            model_outputs, labels, self.trainer.model_version, task.task_id
+        )
         return {"records": int(labels.shape[0]), "batches": len(labels_all)}
 
     def _prediction_processor(self):
