@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from elasticdl.client.backend import JobBackend, JobHandle
-from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
+from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError, WaitTimeout
 from elasticdl.client.job_status import JobPhase, JobStatus
 from elasticdl.client.master_runtime import MasterRuntime, resolve_master_runtime
 from elasticdl.common.args import PLATFORM_LOCAL, build_arguments_from_parsed_result, jobs_root
@@ -136,10 +136,13 @@ class LocalBackend(JobBackend):
         root: str | os.PathLike | None = None,
         runtime: MasterRuntime | None = None,
         cancel_grace_seconds: float = 15.0,
+        exit_grace_seconds: float = 30.0,
     ) -> None:
         self.root = Path(root) if root else Path(jobs_root())
         self._runtime = runtime
         self.cancel_grace_seconds = cancel_grace_seconds
+        self.exit_grace_seconds = exit_grace_seconds
+        self._final_seen: dict[str, float] = {}
         self._children: dict[str, subprocess.Popen] = {}
 
     # ---- paths ---------------------------------------------------------------------------
@@ -284,6 +287,29 @@ class LocalBackend(JobBackend):
         result.sort(key=lambda s: (s.created_at or 0, s.job_name))
         return result
 
+    def _finished(self, directory: Path, job: dict) -> bool:
+        """Final phase reported *and* the master process gone (its last log lines written)."""
+        if not self._status_of(directory, job).is_final:
+            return False
+        if not self._master_alive(directory, job):
+            return True
+        # A master that reported a final phase but does not exit is not waited for forever.
+        first = self._final_seen.setdefault(str(directory), time.monotonic())
+        return time.monotonic() - first > self.exit_grace_seconds
+
+    def wait(self, name: str, timeout: float | None = None, poll_interval: float = 1.0) -> JobStatus:
+        """Like :meth:`JobBackend.wait`, and also until the master process has exited (at most
+        ``exit_grace_seconds`` after it reported the final phase)."""
+        directory, job = self._require_job(name)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        poll = min(poll_interval, _POLL_SECONDS)
+        while not self._finished(directory, job):
+            if deadline is not None and time.monotonic() >= deadline:
+                phase = self._status_of(directory, job).phase
+                raise WaitTimeout(f"job {name} is still {phase} after {timeout:g}s")
+            time.sleep(poll)
+        return self._status_of(directory, job)
+
     # ---- logs ----------------------------------------------------------------------------
     def log_path(self, name: str, replica: str = "master") -> Path:
         directory, _ = self._require_job(name)
@@ -313,7 +339,7 @@ class LocalBackend(JobBackend):
                     continue
                 if not follow:
                     return
-                if self._status_of(directory, job).is_final:
+                if self._finished(directory, job):
                     rest = f.read()  # whatever was written between the last read and the end
                     if rest:
                         yield rest.decode("utf-8", "replace")
@@ -335,8 +361,12 @@ class LocalBackend(JobBackend):
             while self._master_alive(directory, job) and time.monotonic() < deadline:
                 time.sleep(0.1)
             if self._master_alive(directory, job) or _group_alive(pid):
-                logger.warning("Master of job %s did not stop in %.0fs; killing it", name, self.cancel_grace_seconds)
+                logger.warning("Master of job %s did not stop in %gs; killing it", name, self.cancel_grace_seconds)
                 self._signal_group(pid, signal.SIGKILL)
+            # Reap our own child (a zombie keeps the group "alive") and let SIGKILL land.
+            deadline = time.monotonic() + 5.0
+            while (self._master_alive(directory, job) or _group_alive(pid)) and time.monotonic() < deadline:
+                time.sleep(0.05)
         self._kill_leftover_replicas(name, directory)
         proc = self._children.pop(name, None)
         if proc is not None:

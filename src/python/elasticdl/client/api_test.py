@@ -1,0 +1,52 @@
+"""elasticdl.api (lives in src/python/elasticdl/api.py; tested here beside the client it wraps)
+with the FAKE master from testdata (see local_backend_test.py for why)."""
+
+from pathlib import Path
+
+import pytest
+
+from elasticdl import api
+
+FAKE_MASTER = Path(__file__).parent / "testdata" / "fake_master.py"
+
+
+@pytest.fixture
+def zoo(tmp_path, monkeypatch):
+    monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ELASTICDL_MASTER_PEX", str(FAKE_MASTER))
+    monkeypatch.setenv("FAKE_MASTER_STEPS", "2")
+    monkeypatch.delenv("ELASTICDL_CONFIG", raising=False)
+    (tmp_path / "zoo" / "m").mkdir(parents=True)
+    (tmp_path / "zoo" / "m" / "model.py").write_text("")
+    (tmp_path / "data").mkdir()
+    return tmp_path
+
+
+def test_train_wait_status_list(zoo):
+    handle = api.train(
+        job_name="api-job",
+        model_zoo=str(zoo / "zoo"),
+        model_def="m.model.custom_model",
+        training_data=str(zoo / "data"),
+        num_workers=1,
+        use_async=True,
+    )
+    assert handle.platform == "local" and handle.pid
+    final = api.wait("api-job", timeout=30, poll_interval=0.1)
+    assert final.phase == api.JobPhase.SUCCEEDED and final.model_version == 20
+    assert api.status("api-job").phase == "Succeeded"
+    assert [j.job_name for j in api.list_jobs()] == ["api-job"]
+    assert "job succeeded" in "".join(api.logs("api-job"))
+    sent = (zoo / "home" / "jobs" / "api-job" / "argv.json").read_text()
+    assert '"--use_async=true"' in sent and '"--num_workers=1"' in sent
+    assert api.cancel("api-job").phase == "Succeeded"  # already finished: unchanged
+
+
+def test_bad_kwargs_raise_value_errors(zoo):
+    with pytest.raises(api.ArgumentError, match="unrecognized arguments: --num_worker=1"):
+        api.train(job_name="x", num_worker=1)
+    with pytest.raises(ValueError, match="--checkpoint_dir_for_init is required to evaluate"):
+        api.evaluate(job_name="x", model_zoo=str(zoo / "zoo"), model_def="m.model.f", validation_data=str(zoo / "data"))
+    with pytest.raises(api.JobNotFoundError):
+        api.status("nope")
+    assert not (zoo / "home" / "jobs").exists()

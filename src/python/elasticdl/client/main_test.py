@@ -1,0 +1,116 @@
+"""The elasticdl command line: startup cost, help, errors, version, dataset command."""
+
+import json
+import os
+import subprocess
+import sys
+
+from elasticdl.client.main import main
+from elasticdl.client.version import __version__
+
+HEAVY = ("tensorflow", "numpy", "grpc", "kubernetes", "docker", "yaml", "google.protobuf")
+
+
+def _python(code, **env):
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **env),
+        timeout=60,
+    )
+
+
+def test_help_imports_nothing_heavy():
+    code = (
+        "import json, sys\n"
+        "from elasticdl.client.main import main\n"
+        "rc = main(['--help'])\n"
+        "for c in ['train', 'list', 'status']:\n"
+        "    main([c, '--help'])\n"
+        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+        "print(json.dumps({'rc': rc, 'heavy': heavy}))\n"
+    )
+    result = _python(code)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report == {"rc": 0, "heavy": []}
+    assert "train" in result.stdout and "--num_workers" in result.stdout
+
+
+def test_module_entry_point_and_version():
+    result = subprocess.run(
+        [sys.executable, "-m", "elasticdl.client", "version"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+        timeout=60,
+    )
+    assert result.returncode == 0
+    assert result.stdout.startswith(f"elasticdl {__version__} ")
+
+
+def test_unknown_flag_exit_2_one_line(capsys):
+    assert main(["train", "--job_name=a", "--num_worker=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "elasticdl: error: unrecognized arguments: --num_worker=2 (--num_worker -> did you mean --num_workers?) "
+        "(see 'elasticdl train --help')"
+    )
+
+
+def test_unknown_command(capsys):
+    assert main(["trian"]) == 2
+    assert "invalid choice: 'trian'" in capsys.readouterr().err
+
+
+def test_missing_required_flag(capsys):
+    assert main(["train"]) == 2
+    assert "the following arguments are required: --job_name" in capsys.readouterr().err
+
+
+def test_no_command_prints_help(capsys):
+    assert main([]) == 0
+    assert "COMMAND" in capsys.readouterr().out
+
+
+def test_version(capsys):
+    assert main(["version"]) == 0
+    assert __version__ in capsys.readouterr().out
+
+
+def test_wait_timeout_must_be_positive(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path))
+    assert main(["wait", "x", "--timeout=0"]) == 2
+    assert "--timeout must be > 0" in capsys.readouterr().err
+
+
+def test_list_empty(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path))
+    monkeypatch.delenv("ELASTICDL_CONFIG", raising=False)
+    assert main(["list"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "no jobs found" in err
+    assert main(["list", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_kubernetes_without_image_is_a_usage_error(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path))
+    rc = main(["train", "--job_name=a", "--model_def=a.b.c", "--training_data=/d", "--platform=kubernetes"])
+    assert rc == 2
+    assert "--image_name is required on Kubernetes" in capsys.readouterr().err
+    assert not (tmp_path / "jobs").exists()
+
+
+def test_dataset_prepare_unknown_name(capsys, tmp_path):
+    import importlib.util
+
+    rc = main(["dataset", "prepare", "no-such-dataset", "--output", str(tmp_path / "out")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    if importlib.util.find_spec("elasticdl.data.datasets") is None:
+        assert "dataset preparation is not available" in err
+    else:
+        assert "unknown dataset 'no-such-dataset'" in err
+    assert not (tmp_path / "out").exists()
