@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
 
 import numpy as np
 

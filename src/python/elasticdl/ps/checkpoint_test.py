@@ -7,7 +7,7 @@ from elasticdl.common import tensor_utils as tu
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps import checkpoint
-from elasticdl.ps.parameters import Parameters, slot_key
+from elasticdl.ps.parameters import Parameters
 
 DENSE = {f"layer_{i}/kernel": np.full((2, 2), i, np.float32) for i in range(10)}
 IDS = np.arange(0, 60, 1)
