@@ -1,0 +1,327 @@
+"""One ElasticDL job as run by its master: wires the task manager, the evaluation service, the
+gRPC server, the platform and the replica manager together, runs until the job ends and
+reports the outcome (``status.json``, the final log summary, the exit code)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from elasticdl.master import job_status
+from elasticdl.master.evaluation_service import FINAL_VERSION, EvaluationService
+from elasticdl.master.replica_commands import ReplicaCommandConfig, ReplicaCommands, replica_env
+from elasticdl.master.replica_manager import ReplicaManager, ReplicaManagerConfig
+from elasticdl.master.server import MasterServerError, create_master_server
+from elasticdl.master.servicer import MasterServicer
+from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
+from elasticdl.platform.base import Platform
+
+logger = logging.getLogger(__name__)
+
+TRAINING_ONLY = "training_only"
+TRAINING_WITH_EVALUATION = "training_with_evaluation"
+EVALUATION_ONLY = "evaluation_only"
+PREDICTION_ONLY = "prediction_only"
+
+
+class JobConfigError(ValueError):
+    """The job cannot start as configured; the message names the flag and the fix."""
+
+
+def create_platform(args: argparse.Namespace) -> Platform:
+    if args.platform == "local":
+        from elasticdl.platform.local import LocalProcessPlatform
+
+        return LocalProcessPlatform.from_args(args)
+    if args.platform == "kubernetes":
+        from elasticdl.platform.kubernetes import KubernetesPlatform  # kubernetes client: lazy
+
+        return KubernetesPlatform.from_args(args)
+    raise JobConfigError(f"--platform {args.platform!r} is not supported; use local or kubernetes")
+
+
+def _aux_params(value: str) -> set[str]:
+    return {p.strip() for p in (value or "").replace(";", ",").split(",") if p.strip()}
+
+
+class Job:
+    def __init__(self, args: argparse.Namespace, platform: Platform | None = None) -> None:
+        self.args = args
+        self.name = args.job_name
+        self.job_dir = Path(args.job_dir) if getattr(args, "job_dir", "") else None
+        self.started_at = time.time()
+        self.phase = job_status.PENDING
+        self.message = ""
+        self._cancel = threading.Event()
+        self._platform = platform
+        self._server = None
+        self.worker_exit_grace_s = 60.0
+        self.poll_interval_s = 1.0
+        self._validate()
+        self._prepare()
+
+    # ---- setup ---------------------------------------------------------------------------
+    def _validate(self) -> None:
+        a = self.args
+        if getattr(a, "job_command", ""):
+            raise JobConfigError("--job_command is not supported by this master; run model-zoo jobs with --model_def")
+        if a.distribution_strategy != "ParameterServerStrategy":
+            raise JobConfigError(
+                f"--distribution_strategy={a.distribution_strategy} is not supported by this master; "
+                "use ParameterServerStrategy"
+            )
+        if a.num_ps_pods < 1:
+            raise JobConfigError("--num_ps_pods must be >= 1 for ParameterServerStrategy")
+
+    @property
+    def job_type(self) -> str:
+        return self.args.job_type
+
+    @property
+    def trains(self) -> bool:
+        return self.job_type in (TRAINING_ONLY, TRAINING_WITH_EVALUATION)
+
+    @property
+    def evaluates(self) -> bool:
+        return self.job_type in (TRAINING_WITH_EVALUATION, EVALUATION_ONLY) and bool(self.args.validation_data)
+
+    def _prepare(self) -> None:
+        from elasticdl.common.model_utils import get_optimizer_info, load_model_spec
+
+        a = self.args
+        if self.job_dir is not None:
+            (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.spec = load_model_spec(
+            a.model_zoo, a.model_def, feed=a.feed, loss=a.loss, optimizer=a.optimizer,
+            eval_metrics_fn=a.eval_metrics_fn, callbacks=a.callbacks,
+            custom_data_reader=a.custom_data_reader,
+            prediction_outputs_processor=a.prediction_outputs_processor,
+            require_feed=False, require_eval_metrics_fn=self.evaluates,
+        )
+        records_per_task = a.minibatch_size * a.num_minibatches_per_task
+        self.records_per_task = records_per_task
+        training = self._shards(a.training_data) if self.trains else []
+        validation = self._shards(a.validation_data) if self.evaluates else []
+        prediction = self._shards(a.prediction_data) if self.job_type == PREDICTION_ONLY else []
+        if self.trains and not training:
+            raise JobConfigError(f"--training_data {a.training_data!r} holds no records")
+        self.tm = TaskManager(
+            TaskManagerConfig(
+                records_per_task=records_per_task,
+                num_epochs=a.num_epochs if self.trains else 1,
+                minibatch_size=a.minibatch_size,
+                max_step=a.max_step if self.trains else 0,
+                saved_model_path=a.output if self.trains else "",
+            ),
+            training_shards=training,
+            evaluation_shards=validation,
+            prediction_shards=prediction,
+        )
+        self.es = (
+            EvaluationService(self.tm, self.spec.eval_metrics_fn, evaluation_steps=a.evaluation_steps)
+            if self.evaluates else None
+        )
+        opt_type, opt_args = "SGD", "learning_rate=0.1;"
+        if self.trains:
+            opt_type, opt_args = get_optimizer_info(self.spec.optimizer())
+        self.opt_type, self.opt_args = opt_type, opt_args
+
+        self.platform = self._platform or create_platform(a)
+        self.servicer = MasterServicer(self.tm, self.es, job_status=lambda: job_status.to_pb(self.snapshot()))
+        self._server, self.port = self._start_server()
+        master_addr = self.platform.master_address(self.port)
+        if a.checkpoint_steps == 0 and self.trains:
+            logger.info(
+                "Checkpointing is off (--checkpoint_steps=0): a relaunched PS gets the dense model "
+                "back from the workers, but embedding tables and optimizer state are lost; set "
+                "--checkpoint_steps and --checkpoint_dir to make PS recovery exact"
+            )
+        commands = ReplicaCommands(
+            a, self.platform,
+            ReplicaCommandConfig(
+                master_addr=master_addr, opt_type=opt_type, opt_args=opt_args,
+                checkpoint_dir=a.checkpoint_dir, env=replica_env(a),
+            ),
+        )
+        self.commands = commands
+        self.rm = ReplicaManager(
+            self.platform,
+            ReplicaManagerConfig(
+                num_ps=a.num_ps_pods,
+                num_workers=a.num_workers,
+                relaunch_on_worker_failure=a.relaunch_on_worker_failure,
+                disable_relaunch="disable_relaunch" in _aux_params(a.aux_params),
+                relaunch_timeout_worker=a.relaunch_timeout_worker,
+                worker_priority=a.worker_pod_priority,
+                ps_priority=a.ps_pod_priority,
+            ),
+            worker_spec=commands.worker_spec,
+            ps_spec=commands.ps_spec,
+            task_manager=self.tm,
+        )
+        self.status_writer = job_status.StatusWriter(
+            self.job_dir / "status.json" if self.job_dir is not None else None, self.snapshot
+        )
+        logger.info(
+            "Job %s (%s): %d training / %d evaluation / %d prediction tasks per round of "
+            "%d records; %d PS, %d workers; master at %s",
+            self.name, self.job_type, len(self.tm._training_ranges), self.tm.num_evaluation_tasks,
+            len(self.tm._prediction_ranges), records_per_task, a.num_ps_pods, a.num_workers, master_addr,
+        )
+
+    def _shards(self, data_origin: str) -> list:
+        from elasticdl.data.reader import create_data_reader, parse_data_reader_params
+
+        params = parse_data_reader_params(self.args.data_reader_params)
+        rpt = self.args.minibatch_size * self.args.num_minibatches_per_task
+        if self.spec.custom_data_reader is not None:
+            reader = self.spec.custom_data_reader(data_origin, rpt, **params)
+        else:
+            reader = create_data_reader(data_origin, rpt, **params)
+        return list(reader.create_shards())
+
+    def _start_server(self):
+        local = self.args.platform == "local"
+        host = "127.0.0.1" if local else "0.0.0.0"
+        try:
+            return create_master_server(self.servicer, self.args.port, host)
+        except MasterServerError:
+            if not local:
+                raise
+            # Several local jobs may run at once: any free port will do.
+            logger.info("Port %d is busy; the master uses a free port instead", self.args.port)
+            return create_master_server(self.servicer, 0, host)
+
+    # ---- running -------------------------------------------------------------------------
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def run(self) -> int:
+        """Run the job to its end; returns the master's exit code (0 success, 1 otherwise)."""
+        self.status_writer.write()
+        self.status_writer.start()
+        try:
+            if self.job_type == EVALUATION_ONLY and self.es is not None:
+                self.es.start_evaluation(FINAL_VERSION)
+            self.rm.start()
+            self.phase = job_status.RUNNING
+            self.tm.start_timeout_monitor(self.rm.on_worker_timeout)
+            self._wait_for_end()
+        except Exception as e:  # never leave replicas behind
+            logger.exception("Master error")
+            self.phase, self.message = job_status.FAILED, f"master error: {type(e).__name__}: {e}"
+        finally:
+            self.tm.stop()
+            self.rm.stop(delete_all=True)
+            if self._server is not None:
+                self._server.stop(grace=1)
+            self.status_writer.stop()
+            self.status_writer.write()
+        self._log_summary()
+        return 0 if self.phase == job_status.SUCCEEDED else 1
+
+    def _wait_for_end(self) -> None:
+        while True:
+            if self._cancel.is_set():
+                self.phase, self.message = job_status.CANCELLED, "cancelled (the master was asked to stop)"
+                return
+            failed = self.tm.failed_message or self.rm.failed_message
+            if failed:
+                self.phase, self.message = job_status.FAILED, failed
+                return
+            if self.tm.finished and not (self.es is not None and self.es.busy):
+                # Workers ask for a task, get "no more tasks" and exit on their own.
+                if not self.rm.wait_workers_exited(self.worker_exit_grace_s):
+                    logger.warning("Workers %s did not exit in time; stopping them", self.rm.alive_workers())
+                self.phase, self.message = self._final_verdict()
+                return
+            self.rm.wait_for_change(self.poll_interval_s)
+
+    def _final_verdict(self) -> tuple[str, str]:
+        s = self.tm.summary()
+        if self.trains and s.records_trained != s.records_expected:
+            return job_status.FAILED, (
+                f"accounting mismatch: trained {s.records_trained} records, expected {s.records_expected}"
+            )
+        return job_status.SUCCEEDED, ""
+
+    # ---- reporting -----------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        s = self.tm.summary()
+        latest = self.es.latest if self.es is not None else None
+        replicas = []
+        for r in self.rm.replicas():
+            pid = None
+            if hasattr(self.platform, "pid"):
+                pid = self.platform.pid(r.replica_type, r.replica_id)
+            replicas.append({
+                "name": f"{r.replica_type}-{r.replica_id}",
+                "type": str(r.replica_type),
+                "id": r.replica_id,
+                "phase": str(r.phase),
+                "exit_code": r.exit_code,
+                "restarts": r.relaunch_count,
+                "pid": pid,
+                "message": r.reason,
+                "replaced_by": r.replaced_by,
+                "log": r.log,
+            })
+        return {
+            "job_name": self.name,
+            "platform": self.args.platform,
+            "job_type": self.job_type,
+            "phase": self.phase,
+            "message": self.message or s.failed_message or self.rm.failed_message,
+            "model_version": self.servicer.model_version,
+            "tasks_todo": s.tasks_todo,
+            "tasks_doing": s.tasks_doing,
+            "tasks_done": s.tasks_done,
+            "tasks_retried": s.tasks_retried,
+            "tasks_recovered": s.tasks_recovered,
+            "tasks_failed": s.tasks_failed,
+            "stale_reports": s.stale_reports,
+            "records_trained": s.records_trained,
+            "records_expected": s.records_expected,
+            "records_trained_per_epoch": {str(k): v for k, v in s.records_trained_per_epoch.items()},
+            "records_predicted": s.records_predicted,
+            "epoch": s.epoch,
+            "num_epochs": self.args.num_epochs if self.trains else 0,
+            "evaluation_metrics": dict(latest.metrics) if latest else {},
+            "evaluation_history": [
+                {"model_version": r.model_version, "metrics": r.metrics} for r in (self.es.history if self.es else [])
+            ],
+            "replicas": replicas,
+            "master": {"pid": os.getpid(), "port": self.port},
+            "created_at": self.started_at,
+            "job_dir": str(self.job_dir) if self.job_dir else "",
+        }
+
+    def _log_summary(self) -> None:
+        s = self.tm.summary()
+        elapsed = time.time() - self.started_at
+        verb = {job_status.SUCCEEDED: "succeeded", job_status.FAILED: "failed"}.get(self.phase, self.phase.lower())
+        parts = []
+        if self.trains:
+            per_epoch = ", ".join(f"epoch {e}: {n}" for e, n in sorted(s.records_trained_per_epoch.items()))
+            parts.append(f"trained {s.records_trained}/{s.records_expected} records in {s.tasks_done} tasks "
+                         f"({s.tasks_retried} retried, {s.tasks_recovered} recovered from lost workers)"
+                         + (f" [{per_epoch}]" if per_epoch else ""))
+            parts.append(f"model version {self.servicer.model_version}")
+        elif self.job_type == PREDICTION_ONLY:
+            parts.append(f"predicted {s.records_predicted} records in {s.tasks_done} tasks")
+        else:
+            parts.append(f"{s.tasks_done} evaluation tasks")
+        if self.es is not None and self.es.latest is not None:
+            parts.append(f"evaluation metrics[v={self.es.latest.model_version}]: {self.es.latest.metrics}")
+        relaunched = sum(1 for r in self.rm.replicas() if r.replaced_by is not None)
+        if relaunched:
+            parts.append(f"{relaunched} worker(s) relaunched")
+        parts.append(f"{elapsed:.1f} s")
+        line = f"Job {self.name} {verb}: " + ", ".join(parts)
+        if self.message:
+            line += f". {self.message}"
+        (logger.info if self.phase == job_status.SUCCEEDED else logger.error)(line)
