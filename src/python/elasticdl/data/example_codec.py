@@ -47,13 +47,17 @@ class Feature:
 
     def __post_init__(self):
         if self.kind not in _KIND_FIELD:
-            raise ExampleCodecError(f"feature kind {self.kind!r} must be one of bytes, float, int64")
+            raise ExampleCodecError(
+                f"feature kind {self.kind!r} must be one of bytes, float, int64"
+            )
 
 
 def bytes_feature(values: Union[bytes, str, Iterable[Union[bytes, str]]]) -> Feature:
     if isinstance(values, (bytes, bytearray, memoryview, str)):
         values = [values]
-    return Feature(BYTES, tuple(v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in values))
+    return Feature(
+        BYTES, tuple(v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in values)
+    )
 
 
 def float_feature(values) -> Feature:

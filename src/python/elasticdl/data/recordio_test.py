@@ -14,7 +14,7 @@ GO_COUNT = 777
 
 
 def go_record(i: int) -> bytes:
-    """The rule the Go fixture was written with (see testdata README in the fixture's origin)."""
+    """The rule the Go fixture was written with (see testdata/README.md)."""
     n = 1 + (i * 7919) % 300
     return (hashlib.sha256(str(i).encode()).digest() * (n // 32 + 1))[:n]
 

@@ -49,7 +49,9 @@ from elasticdl.data.datasets.writer import (
 
 logger = logging.getLogger(__name__)
 
-_SPECS: Dict[str, DatasetSpec] = {s.name: s for s in (fashion_mnist.SPEC, census.SPEC, movielens.SPEC)}
+_SPECS: Dict[str, DatasetSpec] = {
+    s.name: s for s in (fashion_mnist.SPEC, census.SPEC, movielens.SPEC)
+}
 
 #: Dataset name -> one-line description, for ``elasticdl dataset list``/help texts.
 DATASETS: Dict[str, str] = {name: spec.description for name, spec in _SPECS.items()}
@@ -103,7 +105,9 @@ def _result(name: str, output_dir: str, manifest: dict, skipped: bool, seconds: 
         name=name,
         output_dir=output_dir,
         counts={s: manifest["counts"][s] for s in SPLITS},
-        files={s: [os.path.join(output_dir, f["name"]) for f in manifest["files"][s]] for s in SPLITS},
+        files={
+            s: [os.path.join(output_dir, f["name"]) for f in manifest["files"][s]] for s in SPLITS
+        },
         skipped=skipped,
         input_sha256=manifest["identity"]["input_sha256"],
         seconds=seconds,

@@ -24,6 +24,14 @@ def locate(source: Optional[str]) -> Inputs:
     return tabular.locate(source, MEMBER, _HINT)
 
 
+def _numeric_entry(feature: str):
+    return lambda v: feature_entry(feature, float_feature([0.0 if v is None else float(v)]))
+
+
+def _string_entry(feature: str):
+    return lambda v: feature_entry(feature, bytes_feature([(v or "").strip()]))
+
+
 def build(inputs: Inputs, limit: Optional[int]) -> Dict[str, Split]:
     import pyarrow.types as pat
 
@@ -45,9 +53,9 @@ def build(inputs: Inputs, limit: Optional[int]) -> Dict[str, Split]:
         feature = tabular.normalize_name(name)
         col_type = table.schema.field(name).type
         if pat.is_integer(col_type) or pat.is_floating(col_type) or pat.is_boolean(col_type):
-            make = lambda v, f=feature: feature_entry(f, float_feature([0.0 if v is None else float(v)]))
+            make = _numeric_entry(feature)
         elif pat.is_string(col_type) or pat.is_large_string(col_type):
-            make = lambda v, f=feature: feature_entry(f, bytes_feature([(v or "").strip()]))
+            make = _string_entry(feature)
         else:
             raise DatasetError(
                 f"{tabular.source_name(inputs)}: column {name!r} has unsupported type {col_type}"

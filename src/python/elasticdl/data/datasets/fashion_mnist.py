@@ -17,7 +17,12 @@ import numpy as np
 from elasticdl.data.datasets import sources
 from elasticdl.data.datasets.errors import DatasetError, SourceUnavailableError
 from elasticdl.data.datasets.spec import DatasetSpec, Inputs, Split
-from elasticdl.data.example_codec import bytes_feature, example_from_entries, feature_entry, int64_feature
+from elasticdl.data.example_codec import (
+    bytes_feature,
+    example_from_entries,
+    feature_entry,
+    int64_feature,
+)
 
 DEBIAN_PACKAGE = "dataset-fashion-mnist"
 DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
@@ -77,7 +82,9 @@ def read_idx(path: str, expected_ndim: int) -> np.ndarray:
     offset = 4 + 4 * ndim
     size = int(np.prod(dims))
     if len(data) - offset != size:
-        raise DatasetError(f"{path}: expected {size} data bytes for shape {dims}, got {len(data) - offset}")
+        raise DatasetError(
+            f"{path}: expected {size} data bytes for shape {dims}, got {len(data) - offset}"
+        )
     return np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(dims)
 
 

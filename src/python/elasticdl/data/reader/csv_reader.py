@@ -16,7 +16,6 @@ Params (``--data_reader_params``):
 from __future__ import annotations
 
 import csv
-import os
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
