@@ -1,0 +1,368 @@
+"""Jobs on Kubernetes: a job is its master pod ``elasticdl-<job>-master`` plus what the
+master creates (worker/PS pods and services, all owned by the master pod).
+
+* ``submit`` builds the master pod (``python -m elasticdl.master.main <job flags>
+  --platform=kubernetes``; resources, priority, volumes, ``--envs``, cluster spec,
+  ``MY_POD_IP`` from the downward API) and creates it — or, with ``--yaml FILE``, only writes
+  its manifest (no cluster access at all). Everything is built and checked before the first
+  API call, so bad input creates nothing. If the namespace has a ServiceAccount named
+  ``elasticdl`` (``deploy/k8s/rbac.yaml``), the master runs under it.
+* ``status``/``list_jobs`` read the master pod: its phase, the ``status`` label the master
+  sets when it ends, the JSON progress the master publishes in the ``elasticdl-status``
+  annotation (:data:`STATUS_ANNOTATION`), and the job's replica pods.
+* ``logs`` reads pod logs through the API server. Where the cluster cannot serve logs (a node
+  without a reachable kubelet, e.g. the process kubelet of the test harness), set
+  ``ELASTICDL_K8S_POD_LOG_DIR`` to a directory holding ``<namespace>/<pod>.log`` files (a
+  shared log volume) and they are read from there instead.
+* ``cancel`` labels the master ``status=Cancelled`` and deletes it; the cluster's garbage
+  collector removes the pods and services it owns. ``cancel`` waits until none are left.
+
+The ``kubernetes`` package is imported only when this backend is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Iterator
+
+from elasticdl.client.backend import JobBackend, JobHandle
+from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
+from elasticdl.client.job_status import JobPhase, JobStatus, ReplicaStatus
+from elasticdl.common import args as job_args
+from elasticdl.common.cluster_spec import ClusterSpec
+from elasticdl.common.k8s_client import (
+    LABEL_REPLICA_INDEX,
+    LABEL_REPLICA_TYPE,
+    LABEL_STATUS,
+    MASTER_TYPE,
+    K8sApiError,
+    K8sClient,
+    K8sConfigError,
+    KubeConfig,
+    job_selector,
+    master_pod_name,
+    pod_name,
+    to_dict,
+)
+
+logger = logging.getLogger(__name__)
+
+MASTER_MODULE = "elasticdl.master.main"
+STATUS_ANNOTATION = "elasticdl-status"
+SERVICE_ACCOUNT = "elasticdl"
+POD_LOG_DIR_ENV = "ELASTICDL_K8S_POD_LOG_DIR"
+_CANCEL_WAIT_SECONDS = 60.0
+_FINAL_LABELS = {JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED}
+
+
+class KubernetesBackend(JobBackend):
+    platform = job_args.PLATFORM_KUBERNETES
+
+    def __init__(self, namespace: str = "default", kube_context: str = "", k8s: K8sClient | None = None,
+                 force_use_kube_config_file: bool = False) -> None:
+        self.namespace = namespace or "default"
+        self._config = KubeConfig(context=kube_context, force_use_kube_config_file=force_use_kube_config_file)
+        self._k8s = k8s
+
+    @property
+    def k8s(self) -> K8sClient:
+        if self._k8s is None:
+            try:
+                self._k8s = K8sClient(self.namespace, config=self._config)
+            except K8sConfigError as e:
+                raise ClientError(str(e)) from None
+        return self._k8s
+
+    # ---- submit --------------------------------------------------------------------------
+    def build_master_pod(self, args: argparse.Namespace, service_account: str = ""):
+        """The master pod for validated job ``args`` (no API calls)."""
+        from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod
+
+        if not getattr(args, "image_name", ""):
+            raise ClientError("--image_name is required on Kubernetes; build one with 'elasticdl zoo build'")
+        try:
+            spec = ClusterSpec.from_args(args)
+            template = PodTemplate.from_args(args, cluster_spec=spec)
+        except ValueError as e:
+            raise ClientError(str(e)) from None
+        template.namespace = self.namespace
+        template.service_account = service_account
+        # The master never restarts on its own: a restarted master would lose the task queue.
+        template.restart_policy = "Never"
+        # Only flags the master understands (the CLI namespace also holds client-only keys).
+        known = {a.dest for a in job_args.master_parser()._actions}
+        unknown = [k for k in vars(args) if k not in known]
+        master_args = job_args.build_arguments_from_parsed_result(args, filter_args=["platform", *unknown])
+        command = ["python", "-m", MASTER_MODULE, *master_args, f"--platform={job_args.PLATFORM_KUBERNETES}"]
+        try:
+            return build_pod(
+                template,
+                name=master_pod_name(args.job_name),
+                job_name=args.job_name,
+                replica_type=MASTER_TYPE,
+                replica_id=0,
+                image=args.image_name,
+                command=command,
+                resource_request=getattr(args, "master_resource_request", ""),
+                resource_limit=getattr(args, "master_resource_limit", ""),
+                priority_class=getattr(args, "master_pod_priority", ""),
+                port=getattr(args, "port", None) or job_args.DEFAULT_MASTER_PORT,
+            )
+        except ValueError as e:
+            raise ClientError(str(e)) from None
+
+    def submit(self, args: argparse.Namespace) -> JobHandle:
+        yaml_path = getattr(args, "yaml", "") or ""
+        if yaml_path:
+            pod = self.build_master_pod(args)
+            write_manifest(pod, yaml_path)
+            return JobHandle(job_name=args.job_name, platform=self.platform, created_at=time.time(),
+                             namespace=self.namespace, master=pod.metadata.name, yaml_path=yaml_path)
+        pod = self.build_master_pod(args)  # validate everything before touching the cluster
+        service_account = self._job_service_account()
+        if service_account:
+            pod.spec.service_account_name = pod.spec.service_account_name or service_account
+        existing = self._get_pod(pod.metadata.name)
+        if existing is not None:
+            status = self._status_of(existing)
+            raise JobConflictError(
+                f"job {args.job_name} already exists in namespace {self.namespace} ({status.phase}); "
+                f"remove it with 'elasticdl cancel {args.job_name}' or use another --job_name"
+            )
+        try:
+            created = self.k8s.create_pod(pod)
+        except K8sApiError as e:
+            if e.status == 409:
+                raise JobConflictError(f"job {args.job_name} already exists in namespace {self.namespace}") from None
+            raise ClientError(f"cannot submit job {args.job_name}: {e}") from None
+        created_at = created.metadata.creation_timestamp.timestamp() if created.metadata.creation_timestamp else time.time()
+        return JobHandle(job_name=args.job_name, platform=self.platform, created_at=created_at,
+                         namespace=self.namespace, master=created.metadata.name)
+
+    def _job_service_account(self) -> str:
+        """``elasticdl`` if that ServiceAccount exists here (rbac.yaml), else the default."""
+        try:
+            self.k8s.core.read_namespaced_service_account(SERVICE_ACCOUNT, self.namespace)
+            return SERVICE_ACCOUNT
+        except Exception:  # absent, or we may not read service accounts: use the default
+            return ""
+
+    # ---- status --------------------------------------------------------------------------
+    def _get_pod(self, name: str):
+        try:
+            return self.k8s.get_pod(name)
+        except K8sApiError as e:
+            raise ClientError(str(e)) from None
+
+    def _master(self, name: str):
+        pod = self._get_pod(master_pod_name(name))
+        if pod is None:
+            raise JobNotFoundError(f"no job {name!r} in namespace {self.namespace} (see 'elasticdl list')")
+        return pod
+
+    def status(self, name: str) -> JobStatus:
+        return self._status_of(self._master(name), with_replicas=True)
+
+    def list_jobs(self) -> list[JobStatus]:
+        try:
+            masters = self.k8s.list_pods(f"{LABEL_REPLICA_TYPE}={MASTER_TYPE}")
+        except K8sApiError as e:
+            raise ClientError(str(e)) from None
+        jobs = [self._status_of(p) for p in masters]
+        return sorted(jobs, key=lambda s: s.created_at or 0)
+
+    def _status_of(self, master, with_replicas: bool = False) -> JobStatus:
+        labels = master.metadata.labels or {}
+        job_name = labels.get("elasticdl-job-name") or master.metadata.name
+        published: dict = {}
+        raw = (master.metadata.annotations or {}).get(STATUS_ANNOTATION)
+        if raw:
+            try:
+                published = json.loads(raw)
+            except ValueError:
+                logger.warning("ignoring malformed %s annotation on %s", STATUS_ANNOTATION, master.metadata.name)
+        pod_phase = master.status.phase if master.status else None
+        phase = _job_phase(labels.get(LABEL_STATUS, ""), pod_phase, published.get("phase", ""))
+        message = published.get("message", "") or ""
+        if phase == JobPhase.FAILED and not message:
+            exit_code, reason, detail = _container_termination(master)
+            if exit_code is not None:
+                message = f"master exited with {exit_code}" + (f" ({reason})" if reason else "")
+            elif detail:
+                message = detail
+        created = master.metadata.creation_timestamp.timestamp() if master.metadata.creation_timestamp else None
+        status = JobStatus.from_dict(published, job_name=job_name, platform=self.platform, phase=phase,
+                                     message=message, namespace=self.namespace, created_at=created)
+        if with_replicas and not status.replicas:
+            status.replicas = self._replicas(job_name)
+        return status
+
+    def _replicas(self, job_name: str) -> list[ReplicaStatus]:
+        try:
+            pods = self.k8s.list_pods(job_selector(job_name) + f",{LABEL_REPLICA_TYPE} in (ps,worker)")
+        except K8sApiError:
+            return []
+        replicas = []
+        for pod in pods:
+            labels = pod.metadata.labels or {}
+            try:
+                replica_id = int(labels.get(LABEL_REPLICA_INDEX, "0"))
+            except ValueError:
+                continue
+            exit_code, reason, _ = _container_termination(pod)
+            rtype = labels.get(LABEL_REPLICA_TYPE, "")
+            replicas.append(ReplicaStatus(
+                name=f"{rtype}-{replica_id}", type=rtype, id=replica_id,
+                phase=(pod.status.phase if pod.status else "") or "", exit_code=exit_code, message=reason,
+            ))
+        return sorted(replicas, key=lambda r: (r.type, r.id))
+
+    # ---- logs ----------------------------------------------------------------------------
+    def _pod_for_replica(self, name: str, replica: str) -> str:
+        if replica in ("", MASTER_TYPE):
+            return master_pod_name(name)
+        rtype, _, rid = replica.rpartition("-")
+        if rtype not in ("worker", "ps") or not rid.isdigit():
+            raise ClientError(f"replica {replica!r} is invalid; use master, worker-<i> or ps-<i>")
+        return pod_name(name, rtype, int(rid))
+
+    def logs(self, name: str, replica: str = "master", follow: bool = False) -> Iterator[str]:
+        pod = self._pod_for_replica(name, replica)
+        self._master(name)  # unknown job -> JobNotFoundError
+        if os.environ.get(POD_LOG_DIR_ENV):
+            yield from self._file_logs(name, pod, Path(os.environ[POD_LOG_DIR_ENV]) / self.namespace / f"{pod}.log",
+                                       follow)
+            return
+        if not follow:
+            try:
+                text = self.k8s.read_pod_log(pod)
+            except K8sApiError as e:
+                raise ClientError(f"logs of {pod} are not available: {e}") from None
+            if text is None:
+                raise ClientError(f"no pod {pod} in namespace {self.namespace}")
+            yield text
+            return
+        yield from self._follow_api_logs(name, pod)
+
+    def _follow_api_logs(self, name: str, pod: str) -> Iterator[str]:
+        while True:  # logs exist once the container started
+            current = self._get_pod(pod)
+            if current is None:
+                raise ClientError(f"no pod {pod} in namespace {self.namespace}")
+            if current.status and current.status.phase in ("Running", "Succeeded", "Failed"):
+                break
+            time.sleep(0.5)
+        try:
+            response = self.k8s.core.read_namespaced_pod_log(pod, self.namespace, follow=True, _preload_content=False)
+        except Exception as e:
+            raise ClientError(f"logs of {pod} are not available: {getattr(e, 'reason', e)}") from None
+        try:
+            for chunk in response.stream(4096):
+                yield chunk.decode("utf-8", errors="replace")
+        finally:
+            response.release_conn()
+
+    def _file_logs(self, name: str, pod: str, path: Path, follow: bool) -> Iterator[str]:
+        offset = 0
+        while True:
+            if path.exists():
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+                if data:
+                    offset += len(data)
+                    yield data.decode("utf-8", errors="replace")
+            if not follow:
+                if not path.exists():
+                    raise ClientError(f"no log file {path} for pod {pod}")
+                return
+            current = self._get_pod(pod)
+            if current is None or (current.status and current.status.phase in ("Succeeded", "Failed")):
+                # One last read for output written just before the end.
+                if path.exists() and path.stat().st_size > offset:
+                    continue
+                return
+            time.sleep(0.3)
+
+    # ---- cancel --------------------------------------------------------------------------
+    def cancel(self, name: str) -> JobStatus:
+        master = self._master(name)
+        status = self._status_of(master)
+        if not status.is_final:
+            try:
+                self.k8s.patch_pod_labels(master.metadata.name, {LABEL_STATUS: JobPhase.CANCELLED})
+            except K8sApiError as e:
+                logger.warning("cannot label %s cancelled: %s", master.metadata.name, e)
+            status.phase = JobPhase.CANCELLED
+            status.message = "cancelled by the user"
+        try:
+            self.k8s.delete_pod(master.metadata.name, propagation="Background")
+        except K8sApiError as e:
+            raise ClientError(f"cannot cancel job {name}: {e}") from None
+        leftovers = self._wait_job_gone(name, _CANCEL_WAIT_SECONDS)
+        if leftovers:
+            status.message = (status.message + "; " if status.message else "") + (
+                f"still terminating: {', '.join(leftovers)}"
+            )
+        return status
+
+    def _wait_job_gone(self, name: str, timeout: float) -> list[str]:
+        """Wait until no pod or service of the job is left; returns what remains."""
+        deadline = time.monotonic() + timeout
+        selector = job_selector(name)
+        while True:
+            try:
+                left = [p.metadata.name for p in self.k8s.list_pods(selector)]
+                left += [f"service/{s.metadata.name}" for s in self.k8s.list_services(selector)]
+            except K8sApiError as e:
+                raise ClientError(str(e)) from None
+            if not left or time.monotonic() >= deadline:
+                return left
+            time.sleep(0.3)
+
+
+def write_manifest(pod, path: str) -> None:
+    """Write ``pod`` as YAML to ``path`` ("-" = stdout)."""
+    import yaml
+
+    text = yaml.safe_dump(to_dict(pod), sort_keys=False, default_flow_style=False)
+    if path == "-":
+        import sys
+
+        sys.stdout.write(text)
+        return
+    try:
+        parent = os.path.dirname(os.path.abspath(path))
+        os.makedirs(parent, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise ClientError(f"--yaml {path!r}: cannot write it ({e.strerror})") from None
+
+
+def _job_phase(label: str, pod_phase: str | None, published: str) -> str:
+    if label in _FINAL_LABELS:
+        return label
+    if pod_phase == "Succeeded":
+        return JobPhase.SUCCEEDED
+    if pod_phase == "Failed":
+        return JobPhase.FAILED
+    if pod_phase == "Running":
+        return published if published in (JobPhase.RUNNING, JobPhase.PENDING) else JobPhase.RUNNING
+    return JobPhase.PENDING
+
+
+def _container_termination(pod) -> tuple[int | None, str, str]:
+    status = pod.status
+    if status is None:
+        return None, "", ""
+    for cs in status.container_statuses or []:
+        terminated = cs.state.terminated if cs.state is not None else None
+        if terminated is not None:
+            return terminated.exit_code, terminated.reason or "", terminated.message or ""
+    return None, status.reason or "", status.message or ""

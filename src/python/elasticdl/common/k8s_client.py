@@ -1,0 +1,476 @@
+"""The one place ElasticDL talks to the Kubernetes API.
+
+Everything Kubernetes-related in ElasticDL (the client's ``KubernetesBackend``, the master's
+``KubernetesPlatform``, the test harness) goes through :class:`K8sClient`, a thin wrapper of
+the official ``kubernetes`` Python client that
+
+* loads credentials the way users expect (in-cluster service account when running inside a
+  pod, else ``~/.kube/config`` / ``$KUBECONFIG`` with an optional context;
+  ``--force_use_kube_config_file`` prefers the file even inside a pod);
+* names and labels ElasticDL objects consistently (:func:`pod_name`, :data:`LABEL_JOB`, ...);
+* turns "not found" into ``None`` / ``False`` instead of exceptions where callers only care
+  whether something exists, and every other API failure into :class:`K8sApiError` with a
+  one-line message;
+* hides differences between the supported ``kubernetes`` client versions (29.x, the pinned
+  one, and newer pydantic-based releases) and API-server quirks: Kubernetes 1.20 answers
+  ``DELETE service`` and ``POST pods/binding`` with a ``Status`` object, which the generated
+  client fails to deserialize although the call succeeded, so those calls skip
+  deserialization;
+* offers :meth:`K8sClient.watch_pods`, a watch that survives expired resource versions
+  (HTTP 410) by re-listing and synthesising the events the consumer missed.
+
+The ``kubernetes`` package is imported lazily (only when a client is built), so importing
+this module is cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any, Iterator
+
+logger = logging.getLogger(__name__)
+
+# ---- names and labels ------------------------------------------------------------------------
+LABEL_JOB = "elasticdl-job-name"
+LABEL_REPLICA_TYPE = "elasticdl-replica-type"
+LABEL_REPLICA_INDEX = "elasticdl-replica-index"
+# Set on the master pod when the job ends: "Succeeded", "Failed", "Cancelled"... (``status``
+# is the label key the original ElasticDL used, so existing dashboards keep working).
+LABEL_STATUS = "status"
+APP_LABEL = "app"
+APP_NAME = "elasticdl"
+MASTER_TYPE = "master"
+
+
+def master_pod_name(job_name: str) -> str:
+    return f"elasticdl-{job_name}-master"
+
+
+def pod_name(job_name: str, replica_type: str, replica_id: int) -> str:
+    """``elasticdl-<job>-<type>-<id>``; also the name of the replica's headless service."""
+    return f"elasticdl-{job_name}-{replica_type}-{replica_id}"
+
+
+def job_labels(job_name: str, replica_type: str, replica_id: int | None = None) -> dict[str, str]:
+    labels = {APP_LABEL: APP_NAME, LABEL_JOB: job_name, LABEL_REPLICA_TYPE: str(replica_type)}
+    if replica_id is not None:
+        labels[LABEL_REPLICA_INDEX] = str(replica_id)
+    return labels
+
+
+def job_selector(job_name: str, replica_type: str | None = None) -> str:
+    selector = f"{LABEL_JOB}={job_name}"
+    if replica_type:
+        selector += f",{LABEL_REPLICA_TYPE}={replica_type}"
+    return selector
+
+
+# ---- errors ----------------------------------------------------------------------------------
+class K8sConfigError(ValueError):
+    """No usable Kubernetes credentials; the message says what was tried and how to fix it."""
+
+
+class K8sApiError(RuntimeError):
+    """A Kubernetes API call failed. ``status`` is the HTTP status (0 if none)."""
+
+    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+def _api_exception_class():
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException
+
+
+def _describe_api_exception(exc) -> tuple[str, str]:
+    """(reason, message) from an ApiException's Status body, falling back to its text."""
+    reason, message = getattr(exc, "reason", "") or "", ""
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            data = json.loads(body)
+            reason = data.get("reason") or reason
+            message = data.get("message") or ""
+        except (ValueError, TypeError, AttributeError):
+            message = str(body)[:300]
+    return str(reason), message
+
+
+def _wrap(exc, what: str) -> K8sApiError:
+    status = int(getattr(exc, "status", 0) or 0)
+    reason, message = _describe_api_exception(exc)
+    text = f"{what} failed: HTTP {status} {reason}".rstrip()
+    if message:
+        text += f": {message}"
+    return K8sApiError(text, status=status, reason=reason)
+
+
+# ---- configuration ---------------------------------------------------------------------------
+@dataclasses.dataclass
+class KubeConfig:
+    """How to reach the API server.
+
+    ``kubeconfig``: path of a kubeconfig file ("" = ``$KUBECONFIG`` or ``~/.kube/config``);
+    ``context``: context in that file ("" = its current context);
+    ``force_use_kube_config_file``: use the file even when running inside a pod (by default a
+    pod uses its service account).
+    """
+
+    kubeconfig: str = ""
+    context: str = ""
+    force_use_kube_config_file: bool = False
+
+    @classmethod
+    def from_args(cls, args) -> "KubeConfig":
+        return cls(
+            kubeconfig=getattr(args, "kubeconfig", "") or "",
+            context=getattr(args, "kube_context", "") or "",
+            force_use_kube_config_file=bool(getattr(args, "force_use_kube_config_file", False)),
+        )
+
+
+def in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.exists(
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    )
+
+
+def load_api_client(cfg: KubeConfig | None = None):
+    """A ``kubernetes.client.ApiClient`` configured from ``cfg`` (see :class:`KubeConfig`)."""
+    from kubernetes import client, config
+
+    cfg = cfg or KubeConfig()
+    configuration = client.Configuration()
+    if in_cluster() and not cfg.force_use_kube_config_file:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+            return client.ApiClient(configuration)
+        except config.ConfigException as e:
+            raise K8sConfigError(f"cannot use the pod's service account: {e}") from None
+    path = cfg.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser(
+        "~/.kube/config"
+    )
+    if not os.path.exists(path):
+        raise K8sConfigError(
+            f"no kubeconfig at {path}; point $KUBECONFIG at your cluster's kubeconfig (or run inside a pod)"
+        )
+    try:
+        config.load_kube_config(
+            config_file=path, context=cfg.context or None, client_configuration=configuration, persist_config=False
+        )
+    except (config.ConfigException, ValueError, KeyError, TypeError) as e:
+        where = f" context {cfg.context!r}" if cfg.context else ""
+        raise K8sConfigError(f"cannot load kubeconfig {path}{where}: {e}") from None
+    return client.ApiClient(configuration)
+
+
+# ---- models <-> dicts ------------------------------------------------------------------------
+def to_dict(obj) -> Any:
+    """A model (or list/dict of models) as the JSON-ready dict the API server sees
+    (camelCase keys, no ``None`` values)."""
+    from kubernetes import client
+
+    return client.ApiClient().sanitize_for_serialization(obj)
+
+
+def to_model(data: Any, type_name: str):
+    """Build a model such as ``V1Affinity`` from its JSON form (camelCase keys).
+
+    Raises :class:`ValueError` naming the first unknown field, so typos in user-supplied
+    specs (``nodeAfinity``) are reported instead of silently dropped.
+    """
+    from kubernetes import client
+
+    cls = getattr(client, type_name)
+    if hasattr(cls, "from_dict"):  # pydantic-based clients (>= 30)
+        model = cls.from_dict(data)
+    else:  # openapi-generator clients (29.x): its private deserializer is the only entry point
+        model = client.ApiClient()._ApiClient__deserialize(data, type_name)
+    _check_round_trip(data, to_dict(model), type_name)
+    return model
+
+
+def _check_round_trip(given: Any, kept: Any, path: str) -> None:
+    if isinstance(given, dict):
+        if not isinstance(kept, dict):
+            raise ValueError(f"{path}: expected a value, got an object")
+        for key, value in given.items():
+            if key not in kept:
+                if value is None or value == {} or value == []:
+                    continue
+                raise ValueError(f"{path}: unknown field {key!r}; check the spelling against the Kubernetes API")
+            _check_round_trip(value, kept[key], f"{path}.{key}")
+    elif isinstance(given, list) and isinstance(kept, list):
+        for i, (a, b) in enumerate(zip(given, kept)):
+            _check_round_trip(a, b, f"{path}[{i}]")
+
+
+# ---- the client ------------------------------------------------------------------------------
+class K8sClient:
+    """Pods and services of one namespace. Thread-safe (the underlying client is)."""
+
+    def __init__(self, namespace: str = "default", api_client=None, config: KubeConfig | None = None) -> None:
+        from kubernetes import client
+
+        self.namespace = namespace
+        self.api_client = api_client if api_client is not None else load_api_client(config)
+        self.core = client.CoreV1Api(self.api_client)
+
+    # -- generic call wrapper --
+    def _call(self, what: str, fn, *args, missing_ok: bool = False, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except _api_exception_class() as e:
+            if missing_ok and e.status == 404:
+                return None
+            raise _wrap(e, what) from None
+
+    # -- pods --
+    def create_pod(self, pod):
+        return self._call(f"create pod {pod.metadata.name}", self.core.create_namespaced_pod, self.namespace, pod)
+
+    def get_pod(self, name: str):
+        """The pod, or ``None`` if it does not exist."""
+        return self._call(f"get pod {name}", self.core.read_namespaced_pod, name, self.namespace, missing_ok=True)
+
+    def list_pods(self, label_selector: str = "") -> list:
+        result = self._call(
+            "list pods", self.core.list_namespaced_pod, self.namespace, label_selector=label_selector or None
+        )
+        return list(result.items)
+
+    def delete_pod(self, name: str, grace_seconds: float | None = None, propagation: str | None = None) -> bool:
+        """Delete ``name``; False if it did not exist. ``propagation``: Background (default on
+        the server), Foreground or Orphan for the pods/services it owns."""
+        kwargs: dict[str, Any] = {}
+        if grace_seconds is not None:
+            kwargs["grace_period_seconds"] = int(max(0, grace_seconds))
+        if propagation:
+            kwargs["propagation_policy"] = propagation
+        result = self._call(
+            f"delete pod {name}",
+            self.core.delete_namespaced_pod,
+            name,
+            self.namespace,
+            missing_ok=True,
+            _preload_content=False,
+            **kwargs,
+        )
+        return result is not None
+
+    def wait_pod_gone(self, name: str, timeout: float) -> bool:
+        """Poll until the pod no longer exists; True if it went within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.get_pod(name) is None:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+
+    def patch_pod_labels(self, name: str, labels: dict[str, str]):
+        return self._call(
+            f"label pod {name}",
+            self.core.patch_namespaced_pod,
+            name,
+            self.namespace,
+            {"metadata": {"labels": labels}},
+        )
+
+    def patch_pod_status(self, name: str, status: dict, missing_ok: bool = True):
+        return self._call(
+            f"update status of pod {name}",
+            self.core.patch_namespaced_pod_status,
+            name,
+            self.namespace,
+            {"status": status},
+            missing_ok=missing_ok,
+        )
+
+    def bind_pod(self, name: str, node_name: str) -> None:
+        """Assign a pending pod to a node (what a scheduler does)."""
+        from kubernetes import client
+
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=name),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node_name),
+        )
+        # 1.20 answers with a Status the generated client cannot parse as V1Binding.
+        self._call(
+            f"bind pod {name}",
+            self.core.create_namespaced_pod_binding,
+            name,
+            self.namespace,
+            body,
+            _preload_content=False,
+        )
+
+    def read_pod_log(self, name: str, tail_lines: int | None = None, container: str | None = None) -> str | None:
+        """The pod's log text, or ``None`` if the pod does not exist."""
+        kwargs: dict[str, Any] = {}
+        if tail_lines:
+            kwargs["tail_lines"] = int(tail_lines)
+        if container:
+            kwargs["container"] = container
+        response = self._call(
+            f"read log of pod {name}",
+            self.core.read_namespaced_pod_log,
+            name,
+            self.namespace,
+            missing_ok=True,
+            _preload_content=False,
+            **kwargs,
+        )
+        if response is None:
+            return None
+        return response.data.decode("utf-8", errors="replace")
+
+    # -- services --
+    def create_service(self, service):
+        return self._call(
+            f"create service {service.metadata.name}", self.core.create_namespaced_service, self.namespace, service
+        )
+
+    def get_service(self, name: str):
+        return self._call(
+            f"get service {name}", self.core.read_namespaced_service, name, self.namespace, missing_ok=True
+        )
+
+    def list_services(self, label_selector: str = "") -> list:
+        result = self._call(
+            "list services", self.core.list_namespaced_service, self.namespace, label_selector=label_selector or None
+        )
+        return list(result.items)
+
+    def delete_service(self, name: str) -> bool:
+        # 1.20 answers with a Status the generated client cannot parse as V1Service.
+        result = self._call(
+            f"delete service {name}",
+            self.core.delete_namespaced_service,
+            name,
+            self.namespace,
+            missing_ok=True,
+            _preload_content=False,
+        )
+        return result is not None
+
+    # -- owner references --
+    @staticmethod
+    def owner_reference(pod):
+        """An owner reference to ``pod``: objects carrying it are garbage-collected by the
+        cluster when the pod is deleted. ``blockOwnerDeletion`` stays off so creating owned
+        objects needs no extra RBAC permission on ``pods/finalizers``."""
+        from kubernetes import client
+
+        return client.V1OwnerReference(
+            api_version="v1",
+            kind="Pod",
+            name=pod.metadata.name,
+            uid=pod.metadata.uid,
+            controller=True,
+            block_owner_deletion=False,
+        )
+
+    # -- watching --
+    def watch_pods(
+        self, label_selector: str, stop: threading.Event, timeout_seconds: int = 30
+    ) -> Iterator[tuple[str, Any]]:
+        """Yield ``(event_type, pod)`` for pods matching ``label_selector`` until ``stop`` is set.
+
+        Starts with an ``ADDED`` event per existing pod, then streams ADDED/MODIFIED/DELETED.
+        When the server has compacted the resource version (HTTP 410) or the connection
+        breaks, it re-lists and yields ``MODIFIED`` for every pod still there and ``DELETED``
+        for pods that disappeared meanwhile, so a consumer never misses a final state.
+        ``stop`` is checked at least every ``timeout_seconds``.
+        """
+        from kubernetes import watch
+
+        known: dict[str, Any] = {}
+        resource_version = None
+        first = True
+        while not stop.is_set():
+            if resource_version is None:
+                try:
+                    listing = self.core.list_namespaced_pod(self.namespace, label_selector=label_selector)
+                except Exception as e:  # API server briefly unreachable: retry
+                    logger.warning("listing pods (%s) failed: %s; retrying", label_selector, e)
+                    stop.wait(1.0)
+                    continue
+                current = {p.metadata.name: p for p in listing.items}
+                for name, pod in list(known.items()):
+                    if name not in current:
+                        del known[name]
+                        yield "DELETED", pod
+                for name, pod in current.items():
+                    known[name] = pod
+                    yield ("ADDED" if first else "MODIFIED"), pod
+                first = False
+                resource_version = listing.metadata.resource_version
+            w = watch.Watch()
+            try:
+                for event in w.stream(
+                    self.core.list_namespaced_pod,
+                    self.namespace,
+                    label_selector=label_selector,
+                    resource_version=resource_version,
+                    timeout_seconds=int(timeout_seconds),
+                    allow_watch_bookmarks=False,
+                ):
+                    if stop.is_set():
+                        w.stop()
+                        break
+                    kind, pod = event["type"], event["object"]
+                    if kind == "ERROR" or not hasattr(pod, "metadata"):
+                        # A watch-level Status (e.g. 410 Gone delivered in-stream): relist.
+                        resource_version = None
+                        break
+                    resource_version = pod.metadata.resource_version
+                    if kind == "DELETED":
+                        known.pop(pod.metadata.name, None)
+                    else:
+                        known[pod.metadata.name] = pod
+                    yield kind, pod
+            except _api_exception_class() as e:
+                if e.status != 410:
+                    logger.warning("pod watch (%s) failed: %s; re-listing", label_selector, _wrap(e, "watch"))
+                    stop.wait(0.5)
+                resource_version = None
+            except Exception as e:  # connection reset, read timeout, ...
+                if stop.is_set():
+                    break
+                logger.warning("pod watch (%s) interrupted: %s; re-listing", label_selector, e)
+                stop.wait(0.5)
+                resource_version = None
+            finally:
+                w.stop()
+
+
+__all__ = [
+    "APP_LABEL",
+    "APP_NAME",
+    "K8sApiError",
+    "K8sClient",
+    "K8sConfigError",
+    "KubeConfig",
+    "LABEL_JOB",
+    "LABEL_REPLICA_INDEX",
+    "LABEL_REPLICA_TYPE",
+    "LABEL_STATUS",
+    "MASTER_TYPE",
+    "in_cluster",
+    "job_labels",
+    "job_selector",
+    "load_api_client",
+    "master_pod_name",
+    "pod_name",
+    "to_dict",
+    "to_model",
+]

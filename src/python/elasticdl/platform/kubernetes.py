@@ -1,0 +1,352 @@
+"""Runs the replicas of a job as Kubernetes pods (the master's side of ElasticDL on k8s).
+
+* PS ``i`` -> pod ``elasticdl-<job>-ps-<i>`` + headless service of the same name; worker
+  ``i`` -> pod ``elasticdl-<job>-worker-<i>`` (a service too if it listens on a port). All are
+  owned by the master pod (``ownerReferences``), so deleting the master pod deletes the job.
+* Pod objects come from :mod:`elasticdl.platform.kubernetes_pods` (resources, volumes,
+  priorities, image pull policy, restart policy ``Never``, ``MY_POD_IP``, ``--envs``,
+  cluster spec).
+* One watch thread (label ``elasticdl-job-name=<job>``) turns pod changes into
+  :class:`~elasticdl.platform.base.ReplicaEvent` s, one terminal event per pod:
+  ``Failed`` carries the container's exit code and reason (``OOMKilled``, ``Error``,
+  ``Evicted``...; exit 137 with a reason other than OOMKilled is the preemption signature
+  the master relaunches on), a pod deleted by :meth:`delete` reports ``Deleted`` /
+  ``DeletedByMaster``, a pod deleted by anyone else reports ``Deleted`` with the pod's
+  status reason (empty if none) once it is gone.
+
+Addresses (``address(type, id)``), chosen by ``network``:
+
+``pod`` (default, real clusters)
+    ``elasticdl-<job>-<type>-<id>.<namespace>.svc:<port>`` — the headless service's DNS name,
+    which a relaunched PS keeps; every pod has its own IP, so all PS listen on 2222.
+``host`` (all pods share one network namespace: ``hostNetwork`` pods on a one-node cluster,
+    and the process kubelet of the test harness)
+    ``<master IP>:<port>`` with a distinct free port per replica, stable for the platform's
+    lifetime. Selected with ``ELASTICDL_K8S_NETWORK=host`` in the master's environment
+    (e.g. ``--envs=ELASTICDL_K8S_NETWORK=host``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import threading
+
+from elasticdl.common.k8s_client import (
+    LABEL_REPLICA_INDEX,
+    LABEL_REPLICA_TYPE,
+    LABEL_STATUS,
+    K8sApiError,
+    K8sClient,
+    KubeConfig,
+    job_selector,
+    master_pod_name,
+)
+from elasticdl.platform.base import (
+    REASON_DELETED_BY_MASTER,
+    Platform,
+    PlatformError,
+    ReplicaEvent,
+    ReplicaPhase,
+    ReplicaSpec,
+    ReplicaType,
+    replica_name,
+)
+from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod, build_service
+
+logger = logging.getLogger(__name__)
+
+NETWORK_ENV = "ELASTICDL_K8S_NETWORK"
+NETWORK_POD = "pod"
+NETWORK_HOST = "host"
+DEFAULT_PORTS = {ReplicaType.PS: 2222, ReplicaType.WORKER: 3333}
+_RELAUNCH_WAIT_SECONDS = 60.0  # how long launch() waits for a previous pod of the same name to go
+
+
+@dataclasses.dataclass
+class _PodState:
+    """What the event translator already told the listeners about one pod (by uid)."""
+
+    replica_type: ReplicaType
+    replica_id: int
+    phase: ReplicaPhase | None = None
+    terminal: bool = False
+
+
+class KubernetesPlatform(Platform):
+    def __init__(
+        self,
+        job_name: str,
+        k8s: K8sClient,
+        image: str,
+        template: PodTemplate | None = None,
+        network: str = NETWORK_POD,
+        master_pod: str | None = None,
+        master_host: str | None = None,
+        watch_timeout_seconds: int = 5,
+    ) -> None:
+        super().__init__(job_name)
+        if network not in (NETWORK_POD, NETWORK_HOST):
+            raise ValueError(f"{NETWORK_ENV}={network!r} is invalid; use '{NETWORK_POD}' or '{NETWORK_HOST}'")
+        self.k8s = k8s
+        self.namespace = k8s.namespace
+        self.image = image
+        self.template = template or PodTemplate(namespace=k8s.namespace)
+        self.network = network
+        self.master_host = master_host or os.environ.get("MY_POD_IP") or "127.0.0.1"
+        self._lock = threading.RLock()
+        self._ports: dict[tuple[ReplicaType, int], int] = {}
+        self._states: dict[str, _PodState] = {}  # pod uid -> state
+        self._deleted_by_master: set[str] = set()  # pod uids
+        self._closed = False
+        self._owner = self._find_owner(master_pod if master_pod is not None else master_pod_name(job_name))
+        self._stop = threading.Event()
+        self._watch_timeout = watch_timeout_seconds
+        self._watcher = threading.Thread(target=self._watch, name="k8s-platform-events", daemon=True)
+        self._watcher.start()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "KubernetesPlatform":
+        k8s = K8sClient(getattr(args, "namespace", "default") or "default", config=KubeConfig.from_args(args))
+        image = getattr(args, "worker_image", "") or getattr(args, "image_name", "")
+        if not image:
+            raise PlatformError("--image_name is required on Kubernetes")
+        return cls(
+            job_name=args.job_name,
+            k8s=k8s,
+            image=image,
+            template=PodTemplate.from_args(args),
+            network=os.environ.get(NETWORK_ENV, NETWORK_POD) or NETWORK_POD,
+        )
+
+    def _find_owner(self, name: str):
+        if not name:
+            return None
+        try:
+            pod = self.k8s.get_pod(name)
+        except K8sApiError as e:
+            raise PlatformError(f"cannot read the master pod {name}: {e}") from None
+        if pod is None:
+            logger.warning(
+                "master pod %s not found in namespace %s: replicas get no owner reference and are "
+                "only removed by shutdown()", name, self.namespace,
+            )
+            return None
+        return K8sClient.owner_reference(pod)
+
+    # ---- addresses -----------------------------------------------------------------------
+    def _port(self, key: tuple[ReplicaType, int]) -> int:
+        with self._lock:
+            if key not in self._ports:
+                if self.network == NETWORK_HOST:
+                    from elasticdl.platform.local import pick_free_port
+
+                    used = set(self._ports.values())
+                    port = pick_free_port(self.master_host if self.master_host != "0.0.0.0" else "127.0.0.1")
+                    while port in used:
+                        port = pick_free_port()
+                    self._ports[key] = port
+                else:
+                    self._ports[key] = DEFAULT_PORTS[key[0]]
+            return self._ports[key]
+
+    def address(self, replica_type: ReplicaType, replica_id: int) -> str:
+        key = (ReplicaType(replica_type), replica_id)
+        port = self._port(key)
+        if self.network == NETWORK_HOST:
+            return f"{self.master_host}:{port}"
+        return f"{replica_name(self.job_name, key[0], replica_id)}.{self.namespace}.svc:{port}"
+
+    def master_address(self, port: int) -> str:
+        return f"{self.master_host}:{port}"
+
+    def log_location(self, replica_type: ReplicaType, replica_id: int) -> str:
+        return f"kubectl logs -n {self.namespace} {replica_name(self.job_name, replica_type, replica_id)}"
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def launch(self, spec: ReplicaSpec) -> None:
+        key = (spec.replica_type, spec.replica_id)
+        name = replica_name(self.job_name, *key)
+        with self._lock:
+            if self._closed:
+                raise PlatformError("platform is shut down; cannot launch more replicas")
+            if spec.port is not None:
+                self._ports.setdefault(key, spec.port)
+        try:
+            self._clear_previous(name)
+            pod = build_pod(
+                self.template,
+                name=name,
+                job_name=self.job_name,
+                replica_type=spec.replica_type.value,
+                replica_id=spec.replica_id,
+                image=spec.image or self.image,
+                command=spec.command("python"),
+                env=spec.env,
+                resource_request=spec.resource_request,
+                resource_limit=spec.resource_limit,
+                priority_class=spec.priority,
+                owner_reference=self._owner,
+                port=spec.port,
+            )
+            self.k8s.create_pod(pod)
+            if spec.port is not None:
+                self._ensure_service(name, spec)
+        except K8sApiError as e:
+            raise PlatformError(f"cannot launch {name}: {e}") from None
+        except ValueError as e:  # bad resource / volume strings
+            raise PlatformError(f"cannot launch {name}: {e}") from None
+        logger.info("launched pod %s", name)
+
+    def _clear_previous(self, name: str) -> None:
+        """A pod of the same name may still exist (a finished replica, or one being
+        deleted): remove it and wait, so the relaunch keeps the name (and the PS its DNS)."""
+        old = self.k8s.get_pod(name)
+        if old is None:
+            return
+        phase = old.status.phase if old.status else None
+        if not old.metadata.deletion_timestamp and phase not in ("Succeeded", "Failed"):
+            raise PlatformError(f"{name} is still {phase or 'there'}; delete it before launching it again")
+        if not old.metadata.deletion_timestamp:
+            self.k8s.delete_pod(name, grace_seconds=0)
+        if not self.k8s.wait_pod_gone(name, _RELAUNCH_WAIT_SECONDS):
+            raise PlatformError(f"previous pod {name} did not go away within {_RELAUNCH_WAIT_SECONDS:.0f}s")
+
+    def _ensure_service(self, name: str, spec: ReplicaSpec) -> None:
+        service = build_service(
+            self.template,
+            name=name,
+            job_name=self.job_name,
+            replica_type=spec.replica_type.value,
+            replica_id=spec.replica_id,
+            port=spec.port,
+            owner_reference=self._owner,
+        )
+        try:
+            self.k8s.create_service(service)
+        except K8sApiError as e:
+            if e.status != 409:  # already there from the replica's previous life: keep it
+                raise
+
+    def delete(self, replica_type: ReplicaType, replica_id: int, grace_seconds: float = 10.0) -> None:
+        name = replica_name(self.job_name, ReplicaType(replica_type), replica_id)
+        try:
+            pod = self.k8s.get_pod(name)
+            if pod is None:
+                return
+            with self._lock:
+                self._deleted_by_master.add(pod.metadata.uid)
+            self.k8s.delete_pod(name, grace_seconds=grace_seconds)
+        except K8sApiError as e:
+            raise PlatformError(f"cannot delete {name}: {e}") from None
+        logger.info("deleting pod %s (grace %.0fs)", name, grace_seconds)
+
+    def mark_job_status(self, status: str) -> bool:
+        """Label the master pod ``status=<status>`` (e.g. ``Succeeded``/``Failed``) so users and
+        the client see the outcome after the master exits. False if there is no master pod."""
+        name = master_pod_name(self.job_name)
+        try:
+            if self.k8s.get_pod(name) is None:
+                return False
+            self.k8s.patch_pod_labels(name, {LABEL_STATUS: status})
+        except K8sApiError as e:
+            logger.warning("cannot label master pod %s status=%s: %s", name, status, e)
+            return False
+        return True
+
+    def shutdown(self, delete_all: bool = True) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if delete_all:
+            selector = job_selector(self.job_name) + f",{LABEL_REPLICA_TYPE} in (ps,worker)"
+            try:
+                for pod in self.k8s.list_pods(selector):
+                    with self._lock:
+                        self._deleted_by_master.add(pod.metadata.uid)
+                    self.k8s.delete_pod(pod.metadata.name, grace_seconds=5)
+                for service in self.k8s.list_services(selector):
+                    self.k8s.delete_service(service.metadata.name)
+            except K8sApiError as e:
+                logger.warning("cleanup of job %s incomplete: %s", self.job_name, e)
+        self._stop.set()
+        self._watcher.join(self._watch_timeout + 5)
+
+    # ---- events --------------------------------------------------------------------------
+    def _watch(self) -> None:
+        selector = job_selector(self.job_name) + f",{LABEL_REPLICA_TYPE} in (ps,worker)"
+        for kind, pod in self.k8s.watch_pods(selector, self._stop, timeout_seconds=self._watch_timeout):
+            try:
+                event = self._translate(kind, pod)
+            except Exception:  # a malformed pod must not kill the event thread
+                logger.exception("cannot translate event %s of pod %s", kind, pod.metadata.name)
+                continue
+            if event is not None:
+                try:
+                    self._emit(event)
+                except Exception:
+                    logger.exception("event listener failed on %s", event)
+
+    def _translate(self, kind: str, pod) -> ReplicaEvent | None:
+        labels = pod.metadata.labels or {}
+        try:
+            replica_type = ReplicaType(labels.get(LABEL_REPLICA_TYPE, ""))
+            replica_id = int(labels.get(LABEL_REPLICA_INDEX, ""))
+        except ValueError:
+            return None
+        uid = pod.metadata.uid
+        with self._lock:
+            state = self._states.setdefault(uid, _PodState(replica_type, replica_id))
+            if state.terminal:
+                if kind == "DELETED":
+                    self._states.pop(uid, None)
+                    self._deleted_by_master.discard(uid)
+                return None
+            exit_code, reason, message = _termination(pod)
+            if kind == "DELETED":
+                state.terminal = True
+                self._states.pop(uid, None)
+                by_master = uid in self._deleted_by_master
+                self._deleted_by_master.discard(uid)
+                return ReplicaEvent(
+                    replica_type, replica_id, ReplicaPhase.DELETED, exit_code=exit_code,
+                    reason=REASON_DELETED_BY_MASTER if by_master else (pod.status.reason or "" if pod.status else ""),
+                    message=message or ("pod deleted by the master" if by_master else "pod deleted"),
+                )
+            phase = _phase(pod)
+            if phase is None or phase == state.phase:
+                return None
+            if phase.is_terminal and pod.metadata.deletion_timestamp:
+                # Being deleted: the final word is the DELETED event (one terminal event per pod).
+                return None
+            state.phase = phase
+            if phase.is_terminal:
+                state.terminal = True
+                return ReplicaEvent(replica_type, replica_id, phase, exit_code=exit_code, reason=reason, message=message)
+            return ReplicaEvent(replica_type, replica_id, phase)
+
+
+def _phase(pod) -> ReplicaPhase | None:
+    phase = pod.status.phase if pod.status else None
+    try:
+        return ReplicaPhase(phase or "Pending")
+    except ValueError:  # "Unknown": node lost; wait for a definite answer
+        return None
+
+
+def _termination(pod) -> tuple[int | None, str, str]:
+    """(exit code, reason, message) of the pod's first container, else the pod's own."""
+    status = pod.status
+    if status is None:
+        return None, "", ""
+    for cs in status.container_statuses or []:
+        state = cs.state
+        terminated = state.terminated if state is not None else None
+        if terminated is None and cs.last_state is not None:
+            terminated = cs.last_state.terminated
+        if terminated is not None:
+            return terminated.exit_code, terminated.reason or status.reason or "", terminated.message or status.message or ""
+    return None, status.reason or "", status.message or ""

@@ -1,0 +1,170 @@
+"""Builds the pod and service objects of an ElasticDL job (master, workers, PS).
+
+Shared by the client (which creates the master pod) and the master's
+:class:`~elasticdl.platform.kubernetes.KubernetesPlatform` (workers and PS), so every pod of a
+job gets the same image policy, volumes, environment and cluster-specific additions.
+
+Every pod:
+
+* is named ``elasticdl-<job>-<type>-<id>`` (master: ``elasticdl-<job>-master``) and labelled
+  ``app=elasticdl``, ``elasticdl-job-name``, ``elasticdl-replica-type``,
+  ``elasticdl-replica-index``;
+* has one container ``main`` running ``python -m <module> <args>`` directly (no shell, so no
+  quoting issues), restart policy from ``--restart_policy`` (default ``Never``: ElasticDL
+  relaunches replicas itself);
+* gets ``MY_POD_IP`` / ``MY_POD_NAME`` / ``MY_POD_NAMESPACE`` from the downward API, then the
+  ``--envs`` variables, then the replica's own variables;
+* carries resource requests/limits from ``elasticdl.common.k8s_resource`` (``gpu`` ->
+  ``nvidia.com/gpu``; the limit defaults to the request), volumes from
+  ``elasticdl.common.k8s_volume``, an optional PriorityClass, and an owner reference to the
+  master pod for replicas (deleting the master deletes the job).
+
+Services are headless (``clusterIP: None``) and select exactly one replica by its labels, so
+a relaunched PS keeps its DNS name ``elasticdl-<job>-ps-<i>.<namespace>.svc``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from elasticdl.common import k8s_resource, k8s_volume
+from elasticdl.common.cluster_spec import ClusterSpec
+from elasticdl.common.k8s_client import job_labels, to_model
+
+CONTAINER_NAME = "main"
+DOWNWARD_ENV = {
+    "MY_POD_IP": "status.podIP",
+    "MY_POD_NAME": "metadata.name",
+    "MY_POD_NAMESPACE": "metadata.namespace",
+}
+
+
+@dataclasses.dataclass
+class PodTemplate:
+    """Job-wide pod settings (from the job's flags)."""
+
+    namespace: str = "default"
+    image_pull_policy: str = "Always"
+    restart_policy: str = "Never"
+    volume: str = ""  # --volume string
+    envs: dict[str, str] = dataclasses.field(default_factory=dict)  # --envs
+    cluster_spec: ClusterSpec = dataclasses.field(default_factory=ClusterSpec)
+    service_account: str = ""  # "" = the namespace's default service account
+
+    @classmethod
+    def from_args(cls, args, cluster_spec: ClusterSpec | None = None) -> "PodTemplate":
+        from elasticdl.common.args import parse_envs
+
+        return cls(
+            namespace=getattr(args, "namespace", "default") or "default",
+            image_pull_policy=getattr(args, "image_pull_policy", "Always") or "Always",
+            restart_policy=getattr(args, "restart_policy", "Never") or "Never",
+            volume=getattr(args, "volume", "") or "",
+            envs=parse_envs(getattr(args, "envs", "") or ""),
+            cluster_spec=cluster_spec if cluster_spec is not None else ClusterSpec.from_args(args),
+        )
+
+
+def resource_requirements(request: str, limit: str = ""):
+    """``V1ResourceRequirements`` from resource strings; the limit defaults to the request."""
+    from kubernetes import client
+
+    requests = k8s_resource.parse_resource(request)
+    limits = k8s_resource.parse_resource(limit) if limit else dict(requests)
+    if not requests and not limits:
+        return None
+    return client.V1ResourceRequirements(requests=requests or None, limits=limits or None)
+
+
+def build_pod(
+    template: PodTemplate,
+    *,
+    name: str,
+    job_name: str,
+    replica_type: str,
+    replica_id: int | None,
+    image: str,
+    command: list[str],
+    env: dict[str, str] | None = None,
+    resource_request: str = "",
+    resource_limit: str = "",
+    priority_class: str = "",
+    owner_reference: Any = None,
+    port: int | None = None,
+):
+    """The ``V1Pod`` of one replica (or of the master, ``replica_type="master"``), with the
+    cluster spec applied."""
+    from kubernetes import client
+
+    env_vars = [
+        client.V1EnvVar(name=key, value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path=path)))
+        for key, path in DOWNWARD_ENV.items()
+    ]
+    merged = {**template.envs, **(env or {})}
+    env_vars = [e for e in env_vars if e.name not in merged]
+    env_vars += [client.V1EnvVar(name=k, value=str(v)) for k, v in merged.items()]
+
+    volumes, mounts = k8s_volume.volumes_and_mounts(template.volume) if template.volume else ([], [])
+    container = client.V1Container(
+        name=CONTAINER_NAME,
+        image=image,
+        image_pull_policy=template.image_pull_policy,
+        command=list(command),
+        env=env_vars,
+        resources=resource_requirements(resource_request, resource_limit),
+        volume_mounts=[to_model(m.to_dict(), "V1VolumeMount") for m in mounts] or None,
+        ports=[client.V1ContainerPort(container_port=int(port), name="grpc")] if port else None,
+    )
+    pod = client.V1Pod(
+        api_version="v1",
+        kind="Pod",
+        metadata=client.V1ObjectMeta(
+            name=name,
+            namespace=template.namespace,
+            labels=job_labels(job_name, replica_type, replica_id),
+            owner_references=[owner_reference] if owner_reference is not None else None,
+        ),
+        spec=client.V1PodSpec(
+            containers=[container],
+            restart_policy=template.restart_policy,
+            priority_class_name=priority_class or None,
+            volumes=[to_model(v.to_dict(), "V1Volume") for v in volumes] or None,
+            service_account_name=template.service_account or None,
+        ),
+    )
+    return template.cluster_spec.patch_pod(pod, replica_type)
+
+
+def build_service(
+    template: PodTemplate,
+    *,
+    name: str,
+    job_name: str,
+    replica_type: str,
+    replica_id: int,
+    port: int,
+    owner_reference: Any = None,
+):
+    """Headless service selecting exactly the replica ``replica_type``/``replica_id``."""
+    from kubernetes import client
+
+    labels = job_labels(job_name, replica_type, replica_id)
+    service = client.V1Service(
+        api_version="v1",
+        kind="Service",
+        metadata=client.V1ObjectMeta(
+            name=name,
+            namespace=template.namespace,
+            labels=dict(labels),
+            owner_references=[owner_reference] if owner_reference is not None else None,
+        ),
+        spec=client.V1ServiceSpec(
+            cluster_ip="None",
+            selector=labels,
+            ports=[client.V1ServicePort(name="grpc", port=int(port), target_port=int(port))],
+            # A restarting PS must be resolvable before it is ready, or workers cannot reconnect.
+            publish_not_ready_addresses=True,
+        ),
+    )
+    return template.cluster_spec.patch_service(service)
