@@ -80,6 +80,7 @@ class PSTrainer:
         self._var_by_name: Dict[str, Any] = {}
         self._steps_since_pull = 0
         self._need_pull = True
+        self._pushed_version = 0  # PS version right after this worker's last accepted push
         self.steps = 0  # minibatches whose gradients the PS accepted
         self.feature_spec = None  # TensorSpec structure of the inputs (for export)
         self._train_fn = None
@@ -88,7 +89,8 @@ class PSTrainer:
     # ------------------------------------------------------------------ model setup
     @property
     def model_version(self) -> int:
-        return max(0, max(self.ps.ps_versions))
+        """Newest PS version this worker knows of (pulled, or reported after its own push)."""
+        return max(0, max(self.ps.ps_versions), self._pushed_version)
 
     @property
     def learning_rate(self) -> float:
@@ -261,6 +263,9 @@ class PSTrainer:
             loss, dense_grads, embedding_grads = self.compute_gradients(features, labels)
             result = self.ps.push_gradients(dense_grads, embedding_grads, self.learning_rate)
             if result.accepted:
+                # Not fed back into ps_versions: the local copy lacks this very update until
+                # the next pull.
+                self._pushed_version = max(result.versions.values(), default=0)
                 self.steps += 1
                 self._steps_since_pull += 1
                 return loss
