@@ -43,7 +43,9 @@ class BuildExt(build_ext):
         nvcc = _find_nvcc()
         ext = self.extensions[0]
         if nvcc:
-            cuda_root = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+            # nvcc may be a symlink or wrapper outside the toolkit: look in the usual roots too.
+            roots = [os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), os.environ.get("CUDA_HOME", ""),
+                     "/usr/local/cuda"]
             obj = os.path.join(self.build_temp, "kernels_cuda.o")
             os.makedirs(self.build_temp, exist_ok=True)
             archs = os.environ.get("ELASTICDL_CUDA_ARCHS", "80;90").split(";")
@@ -57,8 +59,11 @@ class BuildExt(build_ext):
             subprocess.check_call(cmd)
             ext.extra_objects.append(obj)
             ext.define_macros.append(("EDL_WITH_CUDA", "1"))
-            libdirs = [os.path.join(cuda_root, d) for d in ("lib64", "lib", "targets/x86_64-linux/lib")]
-            ext.library_dirs += [d for d in libdirs if os.path.isdir(d)]
+            libdirs = [os.path.join(r, d) for r in roots if r for d in ("lib64", "lib", "targets/x86_64-linux/lib")]
+            libdirs = [d for d in libdirs if os.path.exists(os.path.join(d, "libcudart_static.a"))]
+            if not libdirs:
+                raise RuntimeError(f"libcudart_static.a not found under {roots}; set CUDA_HOME")
+            ext.library_dirs.append(libdirs[0])
             ext.libraries += ["cudart_static", "dl", "rt", "pthread"]
         super().build_extensions()
 

@@ -1,5 +1,258 @@
-"""GPU dispatch (filled in with the CUDA backend)."""
+"""GPU arrays (``__cuda_array_interface__``: CuPy, PyTorch CUDA tensors) -> CUDA kernels.
+
+Zero-copy: kernels read and write the caller's device memory. They run on the legacy
+default stream, which orders itself after work queued on the frameworks' ordinary (blocking)
+streams. Host arrays mixed into a GPU call (e.g. NumPy ids) are copied to the device with
+the framework of the GPU array; arrays updated in place must already be on the device.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from elasticdl.ops import _backend
+from elasticdl.ops import _checks as C
+from elasticdl.ops.errors import IdOutOfRangeError, OpsError, OpsTypeError
+
+SGD, MOMENTUM, ADAM, ADAGRAD = 0, 1, 2, 3
+COMBINER_CODE = {"sum": 0, "mean": 1, "sqrtn": 2}
+_DTYPE_CODE = {"<f4": 0, "<f2": 1}
 
 
 def any_on_gpu(arrays) -> bool:
     return any(hasattr(a, "__cuda_array_interface__") for a in arrays)
+
+
+def _native():
+    if not _backend.cuda_built():
+        raise OpsError(
+            "GPU arrays were passed but elasticdl_native was built without CUDA "
+            f"(backend: {_backend.name()}); rebuild src/cc with nvcc available, or pass NumPy arrays"
+        )
+    return _backend.native
+
+
+class _Dev:
+    """A view of one GPU array: address, shape, dtype string, contiguity, framework."""
+
+    def __init__(self, name: str, x):
+        self.obj = x
+        self.name = name
+        cai = x.__cuda_array_interface__
+        self.shape = tuple(int(s) for s in cai["shape"])
+        self.typestr = cai["typestr"]
+        self.ptr, self.readonly = int(cai["data"][0]), bool(cai["data"][1])
+        strides = cai.get("strides")
+        itemsize = int(self.typestr[2:])
+        self.contiguous = strides is None or tuple(strides) == _c_strides(self.shape, itemsize)
+        self.framework = type(x).__module__.split(".")[0]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+def _c_strides(shape, itemsize):
+    out, acc = [], itemsize
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def _framework_of(x):
+    mod = type(x).__module__.split(".")[0]
+    if mod == "cupy":
+        import cupy
+
+        return "cupy", cupy
+    if mod == "torch":
+        import torch
+
+        return "torch", torch
+    raise OpsTypeError(f"unsupported GPU array type {type(x).__name__}; use CuPy arrays or PyTorch tensors")
+
+
+def _to_device(like, x, dtype: str):
+    """x (host or device) as a contiguous device array of `dtype` next to `like`."""
+    kind, fw = _framework_of(like)
+    if kind == "cupy":
+        with fw.cuda.Device(like.device.id):
+            return fw.ascontiguousarray(fw.asarray(x, dtype=dtype))
+    t = fw.as_tensor(x, device=like.device)
+    return t.to(getattr(fw, dtype)).contiguous()
+
+
+def _empty(like, shape, dtype: str):
+    kind, fw = _framework_of(like)
+    if kind == "cupy":
+        with fw.cuda.Device(like.device.id):
+            return fw.empty(shape, dtype=dtype)
+    return fw.empty(shape, dtype=getattr(fw, dtype), device=like.device)
+
+
+def _input(name, like, x, typestr_want, dtype_name, shape=None) -> _Dev:
+    if not hasattr(x, "__cuda_array_interface__"):
+        x = _to_device(like, np.asarray(x), dtype_name)
+    d = _Dev(name, x)
+    if d.typestr != typestr_want:
+        if dtype_name == "int64" and d.typestr in ("<i4", "<i8", "<u4"):
+            d = _Dev(name, _to_device(like, x, "int64"))
+        else:
+            raise OpsTypeError(f"{name}: expected {dtype_name}, got typestr {d.typestr}")
+    if shape is not None and d.shape != tuple(shape):
+        raise OpsError(f"{name}: expected shape {tuple(shape)}, got {d.shape}")
+    if not d.contiguous:
+        d = _Dev(name, _to_device(like, x, dtype_name))
+    return d
+
+
+def _inplace(name, x, shape=None) -> _Dev:
+    if not hasattr(x, "__cuda_array_interface__"):
+        raise OpsError(f"{name}: updated in place on the GPU, so it must be a GPU array like the others")
+    d = _Dev(name, x)
+    if d.typestr != "<f4":
+        raise OpsTypeError(f"{name}: expected float32 for an in-place update, got typestr {d.typestr}")
+    if shape is not None and d.shape != tuple(shape):
+        raise OpsError(f"{name}: expected shape {tuple(shape)}, got {d.shape}")
+    if not d.contiguous:
+        raise OpsError(f"{name}: updated in place, so it must be C-contiguous")
+    if d.readonly:
+        raise OpsError(f"{name}: updated in place, but the array is read-only")
+    return d
+
+
+def _bad(pos, ids: _Dev, rows):
+    if pos >= 0:
+        value = int(np.asarray(_host(ids.obj[pos : pos + 1]))[0])
+        raise IdOutOfRangeError(pos, value, rows)
+
+
+def _host(x):
+    return x.get() if hasattr(x, "get") else x.cpu().numpy()
+
+
+def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None):
+    N = _native()
+    t = _Dev("table", table)
+    if len(t.shape) != 2:
+        raise OpsError(f"table: expected a 2-D (rows, dim) table, got shape {t.shape}")
+    if t.typestr not in _DTYPE_CODE:
+        raise OpsTypeError(f"table: GPU lookup supports float32/float16 tables, got typestr {t.typestr}")
+    if not t.contiguous:
+        raise OpsError("table: must be C-contiguous")
+    rows, dim = t.shape
+    i = _input("ids", table, ids, "<i8", "int64")
+    if len(i.shape) != 1:
+        raise OpsError(f"ids: expected a 1-D array of ids, got shape {i.shape}")
+    comb = C.combiner_name(combiner, offsets)
+    if comb is None:
+        if weights is not None:
+            raise OpsError("weights: only used when pooling bags; pass offsets and a combiner")
+        out = _empty(table, (i.size, dim), "float32" if t.typestr == "<f4" else "float16")
+        _bad(N.cuda_lookup(t.ptr, _DTYPE_CODE[t.typestr], rows, dim, i.ptr, i.size, _Dev("out", out).ptr), i, rows)
+        return out
+    # Offsets are validated on the host (B+1 integers): a bad bag layout would read out of bounds.
+    offs_host = C.offsets_int64(_host(offsets) if hasattr(offsets, "__cuda_array_interface__") else offsets, i.size)
+    o = _input("offsets", table, offs_host, "<i8", "int64")
+    w = _input("weights", table, weights, "<f4", "float32", (i.size,)) if weights is not None else None
+    out = _empty(table, (offs_host.size - 1, dim), "float32")
+    bad = N.cuda_lookup_pooled(t.ptr, _DTYPE_CODE[t.typestr], rows, dim, i.ptr, i.size, o.ptr, offs_host.size - 1,
+                               w.ptr if w is not None else 0, COMBINER_CODE[comb], _Dev("out", out).ptr)
+    _bad(bad, i, rows)
+    return out
+
+
+def sparse_aggregate(ids, grads):
+    N = _native()
+    like = grads if hasattr(grads, "__cuda_array_interface__") else ids
+    i = _input("ids", like, ids, "<i8", "int64")
+    g = _input("grads", like, grads, "<f4", "float32")
+    if len(g.shape) != 2 or g.shape[0] != i.size:
+        raise OpsError(f"grads: expected shape ({i.size}, dim) to match ids, got {g.shape}")
+    dim = g.shape[1]
+    out_ids = _empty(like, (i.size,), "int64")
+    out = _empty(like, (i.size, dim), "float32")
+    u = N.cuda_aggregate(i.ptr, i.size, g.ptr, dim, _Dev("out_ids", out_ids).ptr, _Dev("out", out).ptr)
+    return out_ids[:u], out[:u]
+
+
+def dense_accumulate(out, grads, scale=1.0):
+    N = _native()
+    o = _inplace("out", out)
+    glist = [grads] if not isinstance(grads, (list, tuple)) else list(grads)
+    gs = [_input(f"grads[{k}]", out, g, "<f4", "float32", o.shape) for k, g in enumerate(glist)]
+    if gs:
+        N.cuda_dense_accumulate(o.ptr, [g.ptr for g in gs], o.size, float(scale))
+    return out
+
+
+def _dense(kind, param, grad, slots, lr, mu=0.0, nesterov=False, b1=0.0, b2=0.0, eps=0.0, ams=False):
+    N = _native()
+    p = _inplace("param", param)
+    g = _input("grad", param, grad, "<f4", "float32", p.shape)
+    ptrs = [_inplace(n, s, p.shape).ptr for n, s in slots] + [0] * (3 - len(slots))
+    N.cuda_dense_update(kind, lr, mu, bool(nesterov), b1, b2, eps, bool(ams), p.ptr, g.ptr, *ptrs, p.size)
+
+
+def _sparse(kind, table, ids, grads, slots, lr, mu=0.0, nesterov=False, b1=0.0, b2=0.0, eps=0.0, ams=False):
+    N = _native()
+    t = _inplace("table", table)
+    if len(t.shape) != 2:
+        raise OpsError(f"table: expected a 2-D (rows, dim) table, got shape {t.shape}")
+    rows, dim = t.shape
+    i = _input("ids", table, ids, "<i8", "int64")
+    g = _input("grads", table, grads, "<f4", "float32", (i.size, dim))
+    ptrs = [_inplace(n, s, t.shape).ptr for n, s in slots] + [0] * (3 - len(slots))
+    bad = N.cuda_sparse_update(kind, lr, mu, bool(nesterov), b1, b2, eps, bool(ams), t.ptr, rows, dim, i.ptr, i.size,
+                               g.ptr, *ptrs)
+    _bad(bad, i, rows)
+
+
+def _adam_slots(m, v, amsgrad, max_v, what):
+    slots = [("m", m), ("v", v)]
+    if amsgrad:
+        if max_v is None:
+            raise OpsError(f"max_v: required when amsgrad=True (a zero-initialised array like {what})")
+        slots.append(("max_v", max_v))
+    return slots
+
+
+def _lr_t(lr, beta1, beta2, step):
+    from elasticdl.ops.reference import adam_lr_t
+
+    return adam_lr_t(lr, beta1, beta2, C.positive_step(step))
+
+
+def sgd(param, grad, lr):
+    _dense(SGD, param, grad, [], lr)
+
+
+def momentum(param, grad, velocity, lr, momentum, nesterov=False):
+    _dense(MOMENTUM, param, grad, [("velocity", velocity)], lr, mu=momentum, nesterov=nesterov)
+
+
+def adam(param, grad, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None):
+    slots = _adam_slots(m, v, amsgrad, max_v, "param")
+    _dense(ADAM, param, grad, slots, _lr_t(lr, beta1, beta2, step), b1=beta1, b2=beta2, eps=epsilon, ams=amsgrad)
+
+
+def adagrad(param, grad, accumulator, lr, epsilon):
+    _dense(ADAGRAD, param, grad, [("accumulator", accumulator)], lr, eps=epsilon)
+
+
+def sparse_sgd(table, ids, grads, lr):
+    _sparse(SGD, table, ids, grads, [], lr)
+
+
+def sparse_momentum(table, ids, grads, velocity, lr, momentum, nesterov=False):
+    _sparse(MOMENTUM, table, ids, grads, [("velocity", velocity)], lr, mu=momentum, nesterov=nesterov)
+
+
+def sparse_adam(table, ids, grads, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None):
+    slots = _adam_slots(m, v, amsgrad, max_v, "table")
+    _sparse(ADAM, table, ids, grads, slots, _lr_t(lr, beta1, beta2, step), b1=beta1, b2=beta2, eps=epsilon, ams=amsgrad)
+
+
+def sparse_adagrad(table, ids, grads, accumulator, lr, epsilon):
+    _sparse(ADAGRAD, table, ids, grads, [("accumulator", accumulator)], lr, eps=epsilon)

@@ -1,0 +1,105 @@
+"""CUDA kernels (through CuPy or PyTorch CUDA arrays) against the NumPy reference.
+
+Skipped cleanly where there is no CUDA build, device, CuPy or torch (CI has no GPU).
+"""
+
+import numpy as np
+import pytest
+
+import elasticdl.ops as ops
+from elasticdl.ops import reference as R
+
+if not ops.cuda_available():
+    pytest.skip("elasticdl_native has no CUDA build or no CUDA device is visible", allow_module_level=True)
+
+try:
+    import cupy as xp
+
+    def dev(a):
+        return xp.asarray(a)
+
+    def host(a):
+        return xp.asnumpy(a)
+
+except ImportError:
+    torch = pytest.importorskip("torch")
+
+    def dev(a):
+        return torch.as_tensor(a, device="cuda")
+
+    def host(a):
+        return a.cpu().numpy()
+
+
+ROWS, DIM = 1031, 24
+
+
+def _case(seed=0, n=4000):
+    rng = np.random.default_rng(seed)
+    table = rng.standard_normal((ROWS, DIM)).astype(np.float32)
+    ids = np.minimum(rng.zipf(1.3, n) - 1, ROWS - 1).astype(np.int64)
+    grads = rng.standard_normal((n, DIM)).astype(np.float32)
+    return rng, table, ids, grads
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_gather(dtype):
+    _, table, ids, _ = _case()
+    t = table.astype(dtype)
+    np.testing.assert_array_equal(host(ops.embedding_lookup(dev(t), dev(ids))), t[ids])
+    np.testing.assert_array_equal(host(ops.embedding_lookup(dev(t), ids.astype(np.int32))), t[ids])
+
+
+@pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
+def test_pooled(combiner):
+    rng, table, ids, _ = _case(1, 300)
+    offs = np.concatenate([[0], np.sort(rng.integers(0, 300, 49)), [300]])
+    w = rng.random(300).astype(np.float32)
+    got = host(ops.embedding_lookup(dev(table), dev(ids), dev(offs), combiner, dev(w)))
+    np.testing.assert_allclose(got, R.embedding_lookup(table, ids, offs, combiner, w), rtol=1e-5, atol=1e-5)
+
+
+def test_aggregate():
+    _, _, ids, grads = _case(2)
+    u, g = ops.sparse_aggregate(dev(ids), dev(grads))
+    ru, rg = R.sparse_aggregate(ids, grads)
+    np.testing.assert_array_equal(host(u), ru)
+    np.testing.assert_array_equal(host(g), rg)  # same order of summation as the reference
+
+
+@pytest.mark.parametrize("op", ["sgd", "momentum", "adam", "amsgrad", "adagrad"])
+def test_sparse_and_dense_updates(op):
+    rng, table, ids, grads = _case(3)
+    slots = [np.abs(rng.standard_normal(table.shape)).astype(np.float32) for _ in range(3)]
+    d_t, d_s = dev(table), [dev(s) for s in slots]
+    for mod, T, S, I, G in ((ops, d_t, d_s, dev(ids), dev(grads)), (R, table, slots, ids, grads)):
+        if op == "sgd":
+            mod.sparse_sgd(T, I, G, 0.1)
+            mod.sgd(T, T * 0 + 1 if mod is ops else np.ones_like(T), 0.01)
+        elif op == "momentum":
+            mod.sparse_momentum(T, I, G, S[0], 0.1, 0.9, nesterov=True)
+        elif op in ("adam", "amsgrad"):
+            ams = op == "amsgrad"
+            mod.sparse_adam(T, I, G, S[0], S[1], 0.01, 0.9, 0.999, 1e-7, 2, ams, S[2] if ams else None)
+            mod.adam(T, S[1], S[0], S[2], 0.01, 0.9, 0.999, 1e-7, 3)
+        else:
+            mod.sparse_adagrad(T, I, G, S[0], 0.1, 1e-7)
+            mod.adagrad(T, S[1], S[0], 0.1, 1e-7)
+    np.testing.assert_array_equal(host(d_t), table)
+    for a, b in zip(d_s, slots):
+        np.testing.assert_array_equal(host(a), b)
+
+
+def test_dense_accumulate_and_errors():
+    rng = np.random.default_rng(4)
+    out = rng.standard_normal(1000).astype(np.float32)
+    gs = [rng.standard_normal(1000).astype(np.float32) for _ in range(10)]  # > one kernel group
+    d = dev(out)
+    ops.dense_accumulate(d, [dev(g) for g in gs], 0.5)
+    np.testing.assert_allclose(host(d), R.dense_accumulate(out, gs, 0.5), rtol=1e-5, atol=1e-5)
+    table = dev(np.zeros((10, 4), np.float32))
+    with pytest.raises(ops.IdOutOfRangeError, match=r"ids\[1\] = 10 .* 10 rows"):
+        ops.embedding_lookup(table, dev(np.array([3, 10])))
+    with pytest.raises(ValueError, match=r"ids\[0\] = -2"):
+        ops.sparse_sgd(table, dev(np.array([-2, 1])), dev(np.ones((2, 4), np.float32)), 0.1)
+    assert not host(table).any()
