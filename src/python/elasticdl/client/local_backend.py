@@ -225,10 +225,21 @@ class LocalBackend(JobBackend):
 
     # ---- status --------------------------------------------------------------------------
     def _master_alive(self, directory: Path, job: dict) -> bool:
+        """Whether any process of the master's group (wrapper shell, master) still runs."""
+        pid = job.get("pid")
+        if not pid:
+            return False
         proc = self._children.get(job.get("job_name", ""))
-        if proc is not None and proc.pid == job.get("pid"):
-            return proc.poll() is None
-        return pid_alive(job.get("pid"), job.get("pid_start_time"))
+        if proc is not None and proc.pid == pid:
+            if proc.poll() is None:  # poll() also reaps it, so a zombie never counts
+                return True
+        elif pid_alive(pid, job.get("pid_start_time")):
+            return True
+        elif pid_alive(pid):
+            return False  # the pid now belongs to another process: the job is long gone
+        # The wrapper shell may be gone (e.g. killed by SIGTERM) while the master still
+        # shuts down in the same process group.
+        return _group_alive(pid)
 
     def _status_of(self, directory: Path, job: dict) -> JobStatus:
         data = _read_json(directory / STATUS_FILE) or {}
@@ -356,16 +367,18 @@ class LocalBackend(JobBackend):
         pid = job.get("pid")
         if pid and self._master_alive(directory, job):
             # SIGTERM lets the master stop its PS and workers (own process groups) cleanly.
+            # The group holds the wrapper shell (which dies at once) and the master: wait for
+            # the whole group, not just the group leader.
             self._signal_group(pid, signal.SIGTERM)
             deadline = time.monotonic() + self.cancel_grace_seconds
             while self._master_alive(directory, job) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if self._master_alive(directory, job) or _group_alive(pid):
+            if self._master_alive(directory, job):
                 logger.warning("Master of job %s did not stop in %gs; killing it", name, self.cancel_grace_seconds)
                 self._signal_group(pid, signal.SIGKILL)
             # Reap our own child (a zombie keeps the group "alive") and let SIGKILL land.
             deadline = time.monotonic() + 5.0
-            while (self._master_alive(directory, job) or _group_alive(pid)) and time.monotonic() < deadline:
+            while self._master_alive(directory, job) and time.monotonic() < deadline:
                 time.sleep(0.05)
         self._kill_leftover_replicas(name, directory)
         proc = self._children.pop(name, None)

@@ -146,6 +146,21 @@ def test_cancel_stops_the_process_group_and_a_rerun_replaces_the_job(env, monkey
     assert not (env / "jobs" / "job-h" / "cancelled").exists()
 
 
+def test_cancel_waits_for_a_master_that_takes_time_to_stop(env, monkeypatch, caplog):
+    """SIGTERM kills the wrapper shell at once; the master itself must still get its grace."""
+    monkeypatch.setenv("FAKE_MASTER_MODE", "hang")
+    monkeypatch.setenv("FAKE_MASTER_TERM_SECONDS", "1")
+    main(job_argv("job-s", "--detach"))
+    backend = LocalBackend(cancel_grace_seconds=20)
+    deadline = time.time() + 20
+    while backend.status("job-s").phase != "Running" and time.time() < deadline:
+        time.sleep(0.05)
+    assert backend.cancel("job-s").phase == "Cancelled"
+    log = "".join(backend.logs("job-s"))
+    assert log.rstrip().endswith("stopped cleanly")
+    assert "killing it" not in caplog.text
+
+
 def test_cancel_kills_a_master_ignoring_sigterm(env, monkeypatch):
     monkeypatch.setenv("FAKE_MASTER_MODE", "ignore_term")
     main(job_argv("job-i", "--detach"))

@@ -157,7 +157,7 @@ def _dataset_prepare(args: argparse.Namespace) -> int:
     if names is not None and args.name not in names:
         raise ArgumentError(f"unknown dataset {args.name!r}; available: {', '.join(sorted(names))}")
     result = datasets.prepare(args.name, args.output, source=args.source, progress=not args.no_progress)
-    _err(f"dataset {args.name} is ready in {result if isinstance(result, str) else args.output}")
+    _err(getattr(result, "message", "") or f"dataset {args.name} is ready in {args.output}")
     return EXIT_OK
 
 
@@ -289,6 +289,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(func(args) or 0)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `elasticdl logs x | head`: the reader is gone, stop quietly
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
     except ValueError as e:  # ArgumentError, ClientError, ResourceError, ... : user errors
         _err(f"error: {e}")
         return EXIT_USAGE

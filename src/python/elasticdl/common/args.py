@@ -643,14 +643,14 @@ def build_arguments_from_parsed_result(
 ) -> list[str]:
     """Turn a parsed Namespace back into ``["--key=value", ...]``.
 
-    Keys in ``filter_args`` and :data:`CLIENT_ONLY_ARGS` are left out, and so are ``None``
-    values (meaning "not set"). The ``--k=v`` form keeps values that start with '-' or are
+    Keys in ``filter_args`` and :data:`CLIENT_ONLY_ARGS`, private keys (``_name``) and ``None``
+    values (meaning "not set") are left out. The ``--k=v`` form keeps values that start with '-' or are
     empty intact, so parsing the result gives back the same Namespace.
     """
     skip = set(filter_args or ()) | CLIENT_ONLY_ARGS
     result = []
     for key, value in sorted(vars(args).items()):
-        if key in skip or value is None or callable(value):
+        if key in skip or key.startswith("_") or value is None or callable(value):
             continue
         result.append(f"--{key}={_format_value(value)}")
     return result

@@ -7,7 +7,8 @@ Behaviour is chosen with $FAKE_MASTER_MODE:
   fail               Running -> Failed (message "worker-0 failed"), exit 1
   crash              Running, then exit 3 without a final phase (master died)
   hang               Running until SIGTERM; on SIGTERM it writes "terminating" to its log
-                     and exits 143 without a final phase (like a master being cancelled)
+                     and exits 143 without a final phase (like a master being cancelled),
+                     after $FAKE_MASTER_TERM_SECONDS (default 0) of "shutting down"
   ignore_term        Running and ignores SIGTERM (the client must SIGKILL it)
 $FAKE_MASTER_STEPS sets how many progress steps succeed/fail take (0.1 s each, default 5).
 It also writes the argv it got to argv.json so tests can check what the client sent.
@@ -18,6 +19,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 
 def flag(name, default=""):
@@ -27,6 +29,17 @@ def flag(name, default=""):
             return arg[len(prefix):]
     return default
 
+
+# Parse with the real master's parser, so a flag the client sends that the master would
+# reject fails these tests too (exit 2 and a one-line error, like the real master).
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from elasticdl.common.args import parse_master_args  # noqa: E402
+
+try:
+    parse_master_args(sys.argv[1:])
+except ValueError as e:
+    print(f"elasticdl master: error: {e}", file=sys.stderr)
+    sys.exit(2)
 
 job_name = flag("job_name")
 job_dir = flag("job_dir")
@@ -66,6 +79,9 @@ def write_status(phase, step, message=""):
 
 def on_term(signum, frame):
     print("terminating", flush=True)
+    # Like the real master stopping its PS and workers: shutting down takes a while.
+    time.sleep(float(os.environ.get("FAKE_MASTER_TERM_SECONDS", "0")))
+    print("stopped cleanly", flush=True)
     sys.exit(143)
 
 
