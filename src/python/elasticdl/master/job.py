@@ -169,8 +169,8 @@ class Job:
         logger.info(
             "Job %s (%s): %d training / %d evaluation / %d prediction tasks per round of "
             "%d records; %d PS, %d workers; master at %s",
-            self.name, self.job_type, len(self.tm._training_ranges), self.tm.num_evaluation_tasks,
-            len(self.tm._prediction_ranges), records_per_task, a.num_ps_pods, a.num_workers, master_addr,
+            self.name, self.job_type, self.tm.num_training_tasks_per_epoch, self.tm.num_evaluation_tasks,
+            self.tm.num_prediction_tasks, records_per_task, a.num_ps_pods, a.num_workers, master_addr,
         )
 
     def _shards(self, data_origin: str) -> list:

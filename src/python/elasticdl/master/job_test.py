@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from elasticdl.common.args import parse_master_args
 from elasticdl.data.example_codec import encode_example, float_feature, int64_feature

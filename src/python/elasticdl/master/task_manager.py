@@ -277,6 +277,14 @@ class TaskManager:
         return bool(self._evaluation_ranges)
 
     @property
+    def num_training_tasks_per_epoch(self) -> int:
+        return len(self._training_ranges)
+
+    @property
+    def num_prediction_tasks(self) -> int:
+        return len(self._prediction_ranges)
+
+    @property
     def num_evaluation_tasks(self) -> int:
         """Tasks one evaluation round consists of."""
         return len(self._evaluation_ranges)
