@@ -164,7 +164,9 @@ class Job:
             task_manager=self.tm,
         )
         self.status_writer = job_status.StatusWriter(
-            self.job_dir / "status.json" if self.job_dir is not None else None, self.snapshot
+            self.job_dir / "status.json" if self.job_dir is not None else None,
+            self.snapshot,
+            publish=self.platform.publish_status,
         )
         logger.info(
             "Job %s (%s): %d training / %d evaluation / %d prediction tasks per round of "
@@ -221,6 +223,10 @@ class Job:
                 self._server.stop(grace=1)
             self.status_writer.stop()
             self.status_writer.write()
+            try:
+                self.platform.mark_job_status(self.phase)
+            except Exception as e:  # best effort: the outcome is also in the log and exit code
+                logger.warning("Cannot record the final phase on the platform: %s", e)
         self._log_summary()
         return 0 if self.phase == job_status.SUCCEEDED else 1
 

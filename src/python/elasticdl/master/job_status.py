@@ -59,9 +59,16 @@ def to_pb(status: dict):
 class StatusWriter:
     """Rewrites ``status.json`` every ``interval_s`` seconds from ``snapshot()`` (and on demand)."""
 
-    def __init__(self, path: Path | None, snapshot: Callable[[], dict], interval_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        snapshot: Callable[[], dict],
+        interval_s: float = 2.0,
+        publish: Callable[[dict], object] | None = None,
+    ) -> None:
         self.path = path
         self._snapshot = snapshot
+        self._publish = publish  # e.g. Platform.publish_status (Kubernetes: master pod annotation)
         self._interval = interval_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -76,6 +83,11 @@ class StatusWriter:
                     write_json_atomically(self.path, status)
                 except OSError as e:  # status is best-effort; never kill the job for it
                     logger.warning("Cannot write %s: %s", self.path, e)
+        if self._publish is not None:
+            try:
+                self._publish(status)
+            except Exception as e:  # best effort as well
+                logger.debug("Cannot publish status: %s", e)
         return status
 
     def start(self) -> None:

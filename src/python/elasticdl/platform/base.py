@@ -185,6 +185,17 @@ class Platform(abc.ABC):
         command); shown in job status."""
         return ""
 
+    def publish_status(self, status: dict) -> bool:
+        """Make the job's status snapshot (the dict the master writes to ``status.json``)
+        visible where this platform's users look (e.g. an annotation of the master pod).
+        Called every few seconds; best effort. Returns whether it was published."""
+        return False
+
+    def mark_job_status(self, phase: str) -> bool:
+        """Record the job's final phase (``Succeeded``/``Failed``/``Cancelled``) where it
+        outlives the master (e.g. a master pod label). Best effort."""
+        return False
+
     @abc.abstractmethod
     def shutdown(self, delete_all: bool = True) -> None:
         """Stop watching; with ``delete_all`` also delete every replica still alive.
