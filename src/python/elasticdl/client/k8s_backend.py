@@ -40,6 +40,7 @@ from elasticdl.common.k8s_client import (
     LABEL_REPLICA_TYPE,
     LABEL_STATUS,
     MASTER_TYPE,
+    STATUS_ANNOTATION,
     K8sApiError,
     K8sClient,
     K8sConfigError,
@@ -53,7 +54,6 @@ from elasticdl.common.k8s_client import (
 logger = logging.getLogger(__name__)
 
 MASTER_MODULE = "elasticdl.master.main"
-STATUS_ANNOTATION = "elasticdl-status"
 SERVICE_ACCOUNT = "elasticdl"
 POD_LOG_DIR_ENV = "ELASTICDL_K8S_POD_LOG_DIR"
 _CANCEL_WAIT_SECONDS = 60.0

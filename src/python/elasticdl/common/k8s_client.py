@@ -42,6 +42,8 @@ LABEL_REPLICA_INDEX = "elasticdl-replica-index"
 # Set on the master pod when the job ends: "Succeeded", "Failed", "Cancelled"... (``status``
 # is the label key the original ElasticDL used, so existing dashboards keep working).
 LABEL_STATUS = "status"
+# JSON status snapshot the master publishes on its pod (progress, replicas) for the client.
+STATUS_ANNOTATION = "elasticdl-status"
 APP_LABEL = "app"
 APP_NAME = "elasticdl"
 MASTER_TYPE = "master"
@@ -465,6 +467,7 @@ __all__ = [
     "LABEL_REPLICA_TYPE",
     "LABEL_STATUS",
     "MASTER_TYPE",
+    "STATUS_ANNOTATION",
     "in_cluster",
     "job_labels",
     "job_selector",

@@ -38,6 +38,7 @@ from elasticdl.common.k8s_client import (
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
     LABEL_STATUS,
+    STATUS_ANNOTATION,
     K8sApiError,
     K8sClient,
     KubeConfig,
@@ -62,7 +63,8 @@ NETWORK_ENV = "ELASTICDL_K8S_NETWORK"
 NETWORK_POD = "pod"
 NETWORK_HOST = "host"
 DEFAULT_PORTS = {ReplicaType.PS: 2222, ReplicaType.WORKER: 3333}
-_RELAUNCH_WAIT_SECONDS = 60.0  # how long launch() waits for a previous pod of the same name to go
+_RELAUNCH_WAIT_SECONDS = 60.0
+_UNPUBLISHED_STATUS_KEYS = ("evaluation_history", "records_trained_per_epoch")  # how long launch() waits for a previous pod of the same name to go
 
 
 @dataclasses.dataclass
@@ -253,6 +255,23 @@ class KubernetesPlatform(Platform):
             self.k8s.patch_pod_labels(name, {LABEL_STATUS: status})
         except K8sApiError as e:
             logger.warning("cannot label master pod %s status=%s: %s", name, status, e)
+            return False
+        return True
+
+    def publish_status(self, status: dict) -> bool:
+        """Store the job's status snapshot (the dict the master writes to ``status.json``
+        locally) as JSON in the master pod's ``elasticdl-status`` annotation, where
+        ``elasticdl status`` reads it. Bulky history fields are left out to keep the pod
+        object small. False if there is no master pod or the update failed."""
+        import json
+
+        slim = {k: v for k, v in status.items() if k not in _UNPUBLISHED_STATUS_KEYS}
+        name = master_pod_name(self.job_name)
+        body = {"metadata": {"annotations": {STATUS_ANNOTATION: json.dumps(slim, default=str, sort_keys=True)}}}
+        try:
+            self.k8s.core.patch_namespaced_pod(name, self.namespace, body)
+        except Exception as e:  # absent master pod (404) or API trouble: status is best effort
+            logger.debug("cannot publish status on %s: %s", name, e)
             return False
         return True
 

@@ -80,6 +80,16 @@ def namespace(k8s_cluster):
 
 
 @pytest.fixture
+def served_namespace(namespace, kubelet):
+    """A fresh namespace whose pods the process kubelet runs."""
+    kubelet.serve(namespace)
+    try:
+        yield namespace
+    finally:
+        kubelet.forget(namespace)
+
+
+@pytest.fixture
 def k8s(k8s_cluster, namespace):
     """An admin :class:`elasticdl.common.k8s_client.K8sClient` for the test's namespace."""
     from elasticdl.common.k8s_client import K8sClient

@@ -108,6 +108,9 @@ class ProcessKubelet:
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_grace_seconds = max_grace_seconds
         self.extra_env = dict(extra_env or {})
+        # Only pods of these namespaces are run (tests that want pods to stay Pending simply
+        # do not register their namespace).
+        self._namespaces: set[str] = set()
         self._lock = threading.RLock()
         self._running: dict[str, _Running] = {}  # by pod uid
         self._started_uids: set[str] = set()
@@ -139,6 +142,23 @@ class ProcessKubelet:
             r.proc.wait()
         for thread in self._threads:
             thread.join(10)
+
+    def serve(self, namespace: str) -> None:
+        """Run the pods of ``namespace`` from now on (including those already Pending)."""
+        from kubernetes.client.exceptions import ApiException
+
+        with self._lock:
+            self._namespaces.add(namespace)
+        try:
+            pods = self.api.list_namespaced_pod(namespace).items
+        except ApiException:
+            return
+        for pod in pods:
+            self._handle("MODIFIED", pod)
+
+    def forget(self, namespace: str) -> None:
+        with self._lock:
+            self._namespaces.discard(namespace)
 
     def log_path(self, namespace: str, name: str) -> Path:
         return self.root / namespace / f"{name}.log"
@@ -201,6 +221,9 @@ class ProcessKubelet:
 
     def _handle(self, kind: str, pod) -> None:
         uid = pod.metadata.uid
+        with self._lock:
+            if pod.metadata.namespace not in self._namespaces and uid not in self._running:
+                return
         if kind == "DELETED":  # force-deleted (grace 0) while running: just kill it
             with self._lock:
                 running = self._running.pop(uid, None)

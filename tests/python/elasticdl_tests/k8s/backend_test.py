@@ -1,0 +1,189 @@
+"""KubernetesBackend (the client side) against a real kube-apiserver.
+
+The master pods submitted here are NOT run (their namespace is not served by the process
+kubelet) except where a test says so: these tests check what the client creates, reads and
+deletes. Logs come from the process kubelet's log files (``ELASTICDL_K8S_POD_LOG_DIR``)
+because the API server cannot proxy logs from a kubelet that does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import yaml
+
+from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
+from elasticdl.client.job_status import JobPhase
+from elasticdl.client.k8s_backend import STATUS_ANNOTATION, KubernetesBackend
+from elasticdl.common import args as job_args
+from elasticdl.common.k8s_client import K8sClient, master_pod_name, to_dict
+from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod, build_service
+
+
+def _args(namespace: str, *extra: str, job: str = "sub"):
+    parser = job_args.StrictArgumentParser(prog="elasticdl train")
+    job_args.add_train_params(parser)
+    args = parser.parse_args([
+        f"--job_name={job}", "--image_name=local/elasticdl:test", "--platform=kubernetes",
+        "--model_def=mnist.mnist_functional_api.custom_model", "--training_data=/data/mnist/train",
+        f"--namespace={namespace}", "--num_workers=2", "--num_ps_pods=1",
+        "--master_resource_request=cpu=0.2,memory=512Mi", "--master_resource_limit=cpu=1,memory=1Gi",
+        "--envs=EDL_A=1,EDL_B=x,y", "--volume=host_path=/tmp/edl,mount_path=/data", *extra,
+    ])
+    job_args.normalize_job_args(args)
+    job_args.validate_job_args(args)
+    args.yaml = getattr(args, "yaml", "")
+    return args
+
+
+def test_submit_status_list_cancel(k8s, namespace):
+    backend = KubernetesBackend(namespace=namespace, k8s=k8s)
+    args = _args(namespace)
+    handle = backend.submit(args)
+    assert handle.master == "elasticdl-sub-master" and handle.namespace == namespace and not handle.yaml_path
+
+    pod = to_dict(k8s.get_pod("elasticdl-sub-master"))
+    assert pod["metadata"]["labels"] == {"app": "elasticdl", "elasticdl-job-name": "sub",
+                                         "elasticdl-replica-type": "master", "elasticdl-replica-index": "0"}
+    container = pod["spec"]["containers"][0]
+    command = container["command"]
+    assert command[:3] == ["python", "-m", "elasticdl.master.main"]
+    assert command[-1] == "--platform=kubernetes"
+    # The master parses exactly what the client sent.
+    master_args = job_args.parse_master_args(command[3:])
+    assert master_args.job_name == "sub" and master_args.num_workers == 2 and master_args.envs == "EDL_A=1,EDL_B=x,y"
+    assert master_args.namespace == namespace
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MY_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env["EDL_B"]["value"] == "x,y"
+    assert container["resources"] == {"requests": {"cpu": "200m", "memory": "512Mi"},
+                                      "limits": {"cpu": "1", "memory": "1Gi"}}
+    assert pod["spec"]["volumes"] == [{"name": "volume-0", "hostPath": {"path": "/tmp/edl"}}]
+    assert container["volumeMounts"] == [{"name": "volume-0", "mountPath": "/data"}]
+    assert pod["spec"]["restartPolicy"] == "Never"
+
+    status = backend.status("sub")
+    assert status.phase == JobPhase.PENDING and status.namespace == namespace and status.created_at
+    assert [j.job_name for j in backend.list_jobs()] == ["sub"]
+
+    with pytest.raises(JobConflictError, match="already exists"):
+        backend.submit(args)
+
+    # The master publishes progress; the client shows it.
+    k8s.core.patch_namespaced_pod(
+        "elasticdl-sub-master", namespace,
+        {"metadata": {"annotations": {STATUS_ANNOTATION: json.dumps({"phase": "Running", "tasks_done": 3,
+                                                                      "model_version": 7})}}})
+    k8s.patch_pod_status("elasticdl-sub-master", {"phase": "Running"})
+    status = backend.status("sub")
+    assert (status.phase, status.tasks_done, status.model_version) == (JobPhase.RUNNING, 3, 7)
+
+    # Replicas owned by the master; cancel removes them through the garbage collector.
+    master = k8s.get_pod("elasticdl-sub-master")
+    owner = K8sClient.owner_reference(master)
+    template = PodTemplate(namespace=namespace)
+    k8s.create_pod(build_pod(template, name="elasticdl-sub-worker-0", job_name="sub", replica_type="worker",
+                             replica_id=0, image="img", command=["true"], owner_reference=owner))
+    k8s.create_service(build_service(template, name="elasticdl-sub-ps-0", job_name="sub", replica_type="ps",
+                                     replica_id=0, port=2222, owner_reference=owner))
+    assert [r.name for r in backend.status("sub").replicas] == ["worker-0"]
+
+    final = backend.cancel("sub")
+    assert final.phase == JobPhase.CANCELLED and "still" not in final.message
+    assert k8s.list_pods("elasticdl-job-name=sub") == [] and k8s.list_services("elasticdl-job-name=sub") == []
+    with pytest.raises(JobNotFoundError):
+        backend.status("sub")
+
+
+def test_yaml_writes_manifest_and_creates_nothing(k8s, namespace, tmp_path):
+    backend = KubernetesBackend(namespace=namespace, k8s=k8s)
+    out = tmp_path / "job.yaml"
+    args = _args(namespace, "--cluster_spec_json", '{"master_pod_spec": {"labels": {"team": "ml"}}}')
+    args.yaml = str(out)
+    handle = backend.submit(args)
+    assert handle.yaml_path == str(out)
+    manifest = yaml.safe_load(out.read_text())
+    assert manifest["kind"] == "Pod" and manifest["metadata"]["name"] == "elasticdl-sub-master"
+    assert manifest["metadata"]["labels"]["team"] == "ml"
+    assert manifest["spec"]["containers"][0]["command"][:3] == ["python", "-m", "elasticdl.master.main"]
+    assert k8s.list_pods() == []
+    # The manifest is valid for the API server as written.
+    from kubernetes import client
+
+    created = client.CoreV1Api(k8s.api_client).create_namespaced_pod(namespace, manifest)
+    assert created.metadata.name == "elasticdl-sub-master"
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--cluster_spec_json", '{"pod_spec": {"labelz": {}}}'], "unknown key 'pod_spec.labelz'"),
+        (["--cluster_spec", "/no/such/spec.py"], "does not exist"),
+    ],
+)
+def test_invalid_input_is_one_line_error_and_creates_nothing(k8s, namespace, extra, fragment):
+    backend = KubernetesBackend(namespace=namespace, k8s=k8s)
+    args = _args(namespace, *extra)
+    with pytest.raises(ClientError) as info:
+        backend.submit(args)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+    assert k8s.list_pods() == []
+
+
+def test_bad_resources_are_rejected_before_the_cluster(k8s, namespace):
+    backend = KubernetesBackend(namespace=namespace, k8s=k8s)
+    args = _args(namespace)
+    args.master_resource_request = "cpu=1,memory=lots"
+    with pytest.raises(ClientError, match="memory=lots"):
+        backend.submit(args)
+    assert k8s.list_pods() == []
+
+
+def test_status_and_logs_of_a_finished_master(k8s, served_namespace, kubelet, monkeypatch):
+    """A master pod run by the FAKE process kubelet: status follows the pod, logs come from
+    the kubelet's files."""
+    monkeypatch.setenv("ELASTICDL_K8S_POD_LOG_DIR", str(kubelet.root))
+    backend = KubernetesBackend(namespace=served_namespace, k8s=k8s)
+    pod = build_pod(PodTemplate(namespace=served_namespace), name=master_pod_name("logs"), job_name="logs",
+                    replica_type="master", replica_id=0, image="img",
+                    command=["python", "-c", "import sys; print('hello from the master'); sys.exit(3)"])
+    k8s.create_pod(pod)
+    status = backend.wait("logs", timeout=30, poll_interval=0.2)
+    assert status.phase == JobPhase.FAILED and "exited with 3" in status.message
+    assert "hello from the master" in "".join(backend.logs("logs"))
+    assert "hello from the master" in "".join(backend.logs("logs", follow=True))
+    with pytest.raises(ClientError, match="replica"):
+        list(backend.logs("logs", "chief-0"))
+    with pytest.raises(JobNotFoundError):
+        list(backend.logs("nope"))
+    # Without the log directory the API server is asked and says why it cannot help.
+    monkeypatch.delenv("ELASTICDL_K8S_POD_LOG_DIR")
+    with pytest.raises(ClientError, match="logs of elasticdl-logs-master are not available"):
+        list(backend.logs("logs"))
+
+
+def test_cli_submit_yaml_and_errors(k8s_cluster, namespace, tmp_path, monkeypatch, capsys):
+    """The real CLI entry point with a kubeconfig (TLS verified against the test CA)."""
+    main = pytest.importorskip("elasticdl.client.main").main
+    monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))
+    monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
+    common = ["train", "--job_name=cli", "--image_name=local/elasticdl:test", "--platform=kubernetes",
+              "--model_def=mnist.mnist_functional_api.custom_model", "--training_data=/data/x",
+              f"--namespace={namespace}", "--num_ps_pods=1"]
+    out = tmp_path / "cli.yaml"
+    assert main(common + [f"--yaml={out}"]) == 0
+    assert yaml.safe_load(out.read_text())["metadata"]["name"] == "elasticdl-cli-master"
+    k8s = K8sClient(namespace, api_client=k8s_cluster.api_client())
+    assert k8s.list_pods() == []
+    assert main(common + ["--worker_resource_request=gpu=0.5"]) == 2
+    assert "gpu" in capsys.readouterr().err
+    assert k8s.list_pods() == []
+    assert main(common + ["--detach"]) == 0
+    deadline = time.monotonic() + 10
+    while k8s.get_pod("elasticdl-cli-master") is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert k8s.get_pod("elasticdl-cli-master") is not None
+    assert main(["cancel", "cli", f"--namespace={namespace}", "--platform=kubernetes"]) in (0, 1)
+    assert k8s.get_pod("elasticdl-cli-master") is None

@@ -1,0 +1,147 @@
+"""End to end on Kubernetes: ``elasticdl train --platform=kubernetes`` submits a master pod,
+the master creates PS and worker pods through the API server, they train a tiny model on
+real RecordIO data; a worker pod deleted mid-job is relaunched and no task is lost; then
+status / wait / logs / cancel, and nothing is left in the namespace.
+
+Real: the client, master, PS and workers (TensorFlow), the API server, the garbage
+collector. FAKE: the kubelet (``process_kubelet``) — pods run as local processes in this
+Python environment (the image ``local/elasticdl:test`` is never pulled or run), all on
+127.0.0.1, so the job uses ``ELASTICDL_K8S_NETWORK=host`` addressing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow")
+pytest.importorskip("elasticdl.master.main")
+pytest.importorskip("elasticdl.worker.main")
+pytest.importorskip("elasticdl.ps.main")
+
+JOB = "k8s-e2e"
+
+TINY_MODEL = '''
+"""Logistic regression on 4 float features; records are tf.train.Example {x: 4 floats, label: int64}."""
+import keras
+import tensorflow as tf
+
+from elasticdl.common.model_utils import Mode
+
+_FEATURES = {
+    "x": tf.io.FixedLenFeature([4], tf.float32),
+    "label": tf.io.FixedLenFeature([], tf.int64, default_value=0),
+}
+
+
+def custom_model():
+    inputs = keras.Input(shape=(4,), name="x")
+    return keras.Model(inputs, keras.layers.Dense(2, name="logits")(inputs), name="tiny_linear")
+
+
+def loss(labels, predictions):
+    labels = tf.reshape(labels, [-1])
+    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, predictions, from_logits=True))
+
+
+def optimizer(lr=0.5):
+    return keras.optimizers.SGD(learning_rate=lr)
+
+
+def _parse(record):
+    example = tf.io.parse_single_example(record, _FEATURES)
+    return example["x"], example["label"]
+
+
+def feed(dataset, mode, metadata):
+    dataset = dataset.map(_parse)
+    if mode == Mode.PREDICTION:
+        dataset = dataset.map(lambda x, label: x)
+    return dataset
+
+
+def eval_metrics_fn():
+    return {"accuracy": keras.metrics.SparseCategoricalAccuracy()}
+'''
+
+
+def _write_data(directory: Path, files: int, per_file: int, seed: int) -> str:
+    import numpy as np
+
+    from elasticdl.data.example_codec import encode_example, float_feature, int64_feature
+    from elasticdl.data.recordio import Writer
+
+    directory.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    for f in range(files):
+        with Writer(directory / f"part-{f}.rio") as w:
+            for _ in range(per_file):
+                x = rng.normal(size=4).astype(np.float32)
+                w.write(encode_example({"x": float_feature(x), "label": int64_feature(int(x[0] + x[1] > 0))}))
+    return str(directory)
+
+
+def _wait(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.3)
+
+
+def test_train_on_kubernetes_with_worker_pod_deleted(k8s_cluster, served_namespace, kubelet, k8s, tmp_path,
+                                                     monkeypatch):
+    from elasticdl.client.backend import get_backend
+    from elasticdl.client.main import main
+
+    zoo = tmp_path / "zoo" / "tiny"
+    zoo.mkdir(parents=True)
+    (zoo / "__init__.py").write_text("")
+    (zoo / "linear.py").write_text(TINY_MODEL)
+    monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))  # inherited by the master process
+    monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ELASTICDL_K8S_POD_LOG_DIR", str(kubelet.root))
+    monkeypatch.delenv("ELASTICDL_CONFIG", raising=False)
+    ns = served_namespace
+    argv = [
+        "train", f"--job_name={JOB}", "--image_name=local/elasticdl:test", "--platform=kubernetes",
+        f"--namespace={ns}", f"--model_zoo={tmp_path / 'zoo'}", "--model_def=tiny.linear.custom_model",
+        f"--training_data={_write_data(tmp_path / 'train', 2, 96, 0)}",
+        f"--validation_data={_write_data(tmp_path / 'val', 1, 64, 1)}",
+        "--minibatch_size=16", "--num_minibatches_per_task=1", "--num_epochs=2", "--evaluation_steps=8",
+        "--num_workers=2", "--num_ps_pods=1", "--image_pull_policy=Never",
+        "--master_resource_request=cpu=0.1,memory=256Mi", "--worker_resource_request=cpu=0.1,memory=512Mi",
+        "--ps_resource_request=cpu=0.1,memory=256Mi", "--envs=ELASTICDL_K8S_NETWORK=host", "--detach",
+    ]
+    assert main(argv) == 0
+    backend = get_backend("kubernetes", ns)
+    worker0 = f"elasticdl-{JOB}-worker-0"
+
+    # The master created the PS (+ its service) and the workers, all owned by the master pod.
+    master = _wait(lambda: k8s.get_pod(f"elasticdl-{JOB}-master"), 30, "the master pod")
+    _wait(lambda: (k8s.get_pod(worker0) is not None and k8s.get_pod(worker0).status.phase == "Running"), 180,
+          "worker-0 to run")
+    assert k8s.get_service(f"elasticdl-{JOB}-ps-0") is not None
+    assert k8s.get_pod(worker0).metadata.owner_references[0].uid == master.metadata.uid
+
+    # Let worker-0 train a little, then delete its pod (like kubectl delete / preemption).
+    _wait(lambda: "task" in kubelet.log_path(ns, worker0).read_text(errors="replace").lower(), 180,
+          "worker-0 to take a task")
+    assert k8s.delete_pod(worker0)
+
+    final = backend.wait(JOB, timeout=600, poll_interval=1.0)
+    master_log = "".join(backend.logs(JOB))
+    assert final.phase == "Succeeded", master_log[-3000:]
+    assert "trained 384/384 records" in master_log  # 2 epochs x 192 records: nothing lost
+    # worker-0 was replaced by a new worker id.
+    pods = {p.metadata.name for p in k8s.list_pods(f"elasticdl-job-name={JOB}")}
+    assert f"elasticdl-{JOB}-worker-2" in pods or "relaunch" in master_log.lower(), (pods, master_log[-2000:])
+
+    # Cancel of a finished job removes it and everything it owned.
+    assert backend.cancel(JOB).phase == "Succeeded"
+    assert k8s.list_pods() == [] and k8s.list_services() == []

@@ -1,0 +1,118 @@
+"""deploy/k8s/rbac.yaml grants a master exactly what it needs, in its namespace only.
+
+Real API server with RBAC authorization; the token is the real service-account token that
+kube-controller-manager mints for the ``elasticdl`` ServiceAccount of the manifest.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from elasticdl.common.k8s_client import K8sApiError, K8sClient, master_pod_name, to_model
+from elasticdl.platform.base import ReplicaSpec, ReplicaType
+from elasticdl.platform.kubernetes import KubernetesPlatform
+from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod
+
+
+def _manifest() -> Path:
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "deploy" / "k8s" / "rbac.yaml"
+        if candidate.exists():
+            return candidate
+    candidate = Path.cwd() / "deploy" / "k8s" / "rbac.yaml"
+    if candidate.exists():
+        return candidate
+    pytest.fail("deploy/k8s/rbac.yaml not found")
+
+
+def _apply(api_client, namespace: str) -> None:
+    from kubernetes import client
+
+    core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
+    for doc in yaml.safe_load_all(_manifest().read_text()):
+        kind = doc["kind"]
+        if kind == "ServiceAccount":
+            core.create_namespaced_service_account(namespace, to_model(doc, "V1ServiceAccount"))
+        elif kind == "Role":
+            rbac.create_namespaced_role(namespace, to_model(doc, "V1Role"))
+        elif kind == "RoleBinding":
+            for subject in doc["subjects"]:
+                subject["namespace"] = namespace  # what the README's sed does
+            rbac.create_namespaced_role_binding(namespace, to_model(doc, "V1RoleBinding"))
+        else:
+            pytest.fail(f"unexpected kind {kind} in rbac.yaml")
+
+
+def _service_account_token(api_client, namespace: str, account: str = "elasticdl", timeout: float = 60) -> str:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for secret in core.list_namespaced_secret(namespace).items:
+            annotations = secret.metadata.annotations or {}
+            if secret.type == "kubernetes.io/service-account-token" and \
+                    annotations.get("kubernetes.io/service-account.name") == account and secret.data:
+                return base64.b64decode(secret.data["token"]).decode()
+        time.sleep(0.3)
+    pytest.fail(f"no token minted for service account {account} in {timeout}s")
+
+
+def test_master_operations_need_only_the_role_and_stay_in_namespace(k8s_cluster, namespace):
+    from kubernetes import client
+
+    admin = k8s_cluster.api_client()
+    _apply(admin, namespace)
+    token = _service_account_token(admin, namespace)
+    assert token.count(".") == 2  # a signed JWT, not the static admin token
+
+    # The master pod itself is created by the user (admin here).
+    admin_k8s = K8sClient(namespace, api_client=admin)
+    admin_k8s.create_pod(build_pod(PodTemplate(namespace=namespace), name=master_pod_name("rbac"),
+                                   job_name="rbac", replica_type="master", replica_id=0, image="img",
+                                   command=["python", "-c", "pass"]))
+
+    sa = K8sClient(namespace, api_client=k8s_cluster.api_client(token))
+    platform = KubernetesPlatform("rbac", sa, image="img")  # reads the master pod: get
+    try:
+        platform.launch(ReplicaSpec(ReplicaType.PS, 0, "elasticdl.ps.main", [], port=2222))  # pods+services create
+        platform.launch(ReplicaSpec(ReplicaType.WORKER, 0, "elasticdl.worker.main", []))
+        assert {p.metadata.name for p in sa.list_pods("elasticdl-job-name=rbac")} == {
+            "elasticdl-rbac-master", "elasticdl-rbac-ps-0", "elasticdl-rbac-worker-0"}
+        assert sa.get_service("elasticdl-rbac-ps-0") is not None
+        platform.delete(ReplicaType.WORKER, 0)  # pods delete
+        assert platform.mark_job_status("Succeeded")  # pods patch
+        client.CoreV1Api(sa.api_client).list_namespaced_event(namespace)  # events list
+    finally:
+        platform.shutdown()  # pods list/delete, services list/delete
+    assert sa.list_services("elasticdl-job-name=rbac") == []
+
+    # Nothing beyond the Role: secrets in its own namespace, anything in another namespace.
+    with pytest.raises(client.exceptions.ApiException) as info:
+        client.CoreV1Api(sa.api_client).list_namespaced_secret(namespace)
+    assert info.value.status == 403
+    client.CoreV1Api(admin).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=f"{namespace}-x")))
+    try:
+        other = K8sClient(f"{namespace}-x", api_client=k8s_cluster.api_client(token))
+        with pytest.raises(K8sApiError) as forbidden:
+            other.create_pod(build_pod(PodTemplate(namespace=f"{namespace}-x"), name="elasticdl-rbac-worker-9",
+                                       job_name="rbac", replica_type="worker", replica_id=9, image="img",
+                                       command=["true"]))
+        assert forbidden.value.status == 403 and "forbidden" in str(forbidden.value).lower()
+        with pytest.raises(K8sApiError) as forbidden_list:
+            other.list_pods()
+        assert forbidden_list.value.status == 403
+    finally:
+        client.CoreV1Api(admin).delete_namespace(f"{namespace}-x", _preload_content=False)
+
+
+def test_unbound_user_can_do_nothing(k8s_cluster, namespace):
+    user = K8sClient(namespace, api_client=k8s_cluster.api_client(k8s_cluster.user_token))
+    with pytest.raises(K8sApiError) as info:
+        user.list_pods()
+    assert info.value.status == 403
