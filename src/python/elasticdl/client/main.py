@@ -148,14 +148,29 @@ def _version(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _dataset_prepare(args: argparse.Namespace) -> int:
+def _datasets_module():
     try:
         from elasticdl.data import datasets
     except ImportError as e:
         raise ArgumentError(f"dataset preparation is not available in this installation ({e})") from None
+    return datasets
+
+
+def _dataset_list(args: argparse.Namespace) -> int:
+    from elasticdl.client.output import table
+
+    names = getattr(_datasets_module(), "DATASETS", {})
+    print(table(("NAME", "DESCRIPTION"), sorted(dict(names).items())))
+    return EXIT_OK
+
+
+def _dataset_prepare(args: argparse.Namespace) -> int:
+    datasets = _datasets_module()
     names = getattr(datasets, "DATASETS", None)
     if names is not None and args.name not in names:
-        raise ArgumentError(f"unknown dataset {args.name!r}; available: {', '.join(sorted(names))}")
+        raise ArgumentError(
+            f"unknown dataset {args.name!r}; available: {', '.join(sorted(names))} (see '{PROG} dataset list')"
+        )
     result = datasets.prepare(args.name, args.output, source=args.source, progress=not args.no_progress)
     _err(getattr(result, "message", "") or f"dataset {args.name} is ready in {args.output}")
     return EXIT_OK
@@ -188,7 +203,7 @@ def _add_output_param(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> StrictArgumentParser:
-    from elasticdl.client.job_commands import JOB_COMMANDS, add_job_command_params
+    from elasticdl.client.job_commands import JOB_COMMANDS, USAGES, add_job_command_params
 
     parser = StrictArgumentParser(
         prog=PROG,
@@ -199,16 +214,19 @@ def build_parser() -> StrictArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=StrictArgumentParser)
 
     for command, (_, help_text) in JOB_COMMANDS.items():
-        job = _add_command(sub, command, _run_job, help_text)
+        job = _add_command(sub, command, _run_job, help_text, usage=USAGES[command])
         add_job_command_params(command, job)
 
     dataset = _add_command(sub, "dataset", None, "Prepare example datasets")
     dataset_sub = dataset.add_subparsers(dest="dataset_command", metavar="ACTION", parser_class=StrictArgumentParser)
     prepare = _add_command(dataset_sub, "prepare", _dataset_prepare, "Download/convert a dataset into RecordIO shards")
-    prepare.add_argument("name", help="Dataset name, e.g. mnist")
+    prepare.add_argument("name", help=f"Dataset name (see '{PROG} dataset list')")
     prepare.add_argument("--output", required=True, help="Output directory")
     prepare.add_argument("--source", default=None, help="Local copy of the raw dataset (no download)")
     prepare.add_argument("--no-progress", dest="no_progress", action="store_true", help="Do not show progress")
+
+    listing = _add_command(dataset_sub, "list", _dataset_list, "List the datasets 'prepare' knows")
+    del listing
 
     _add_zoo(sub)
 

@@ -114,3 +114,26 @@ def test_dataset_prepare_unknown_name(capsys, tmp_path):
     else:
         assert "unknown dataset 'no-such-dataset'" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_dataset_list(capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("elasticdl.data.datasets") is None:
+        assert main(["dataset", "list"]) == 2
+        return
+    from elasticdl.data.datasets import DATASETS
+
+    assert main(["dataset", "list"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["NAME", "DESCRIPTION"]
+    assert all(name in out for name in DATASETS)
+
+
+def test_job_command_usage_is_short(capsys):
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == (
+        "usage: elasticdl train --job_name=NAME --model_def=MODULE.FUNCTION --training_data=PATH [flags]"
+    )
+    assert "--num_ps_pods" in out and "--detach" in out
