@@ -24,6 +24,8 @@ namespace {
 
 // Below this many touched elements a kernel runs on one thread: the fork/join costs more.
 constexpr int64_t kParallelMin = 1 << 15;
+// How many rows ahead the gather loops prefetch.
+constexpr int64_t kPrefetch = 12;
 
 inline bool bad_id(int64_t id, int64_t rows) { return id < 0 || id >= rows; }
 
@@ -50,6 +52,15 @@ int64_t lookup(const void* table, int dtype, int64_t rows, int64_t dim, const in
   // One pass: copy good rows, zero-fill bad ones and remember the first bad position.
 #pragma omp parallel for reduction(min : bad) schedule(static) if (n * dim > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
+    // Random rows of a large table miss cache and TLB: prefetch a few rows ahead so
+    // several misses are in flight per thread.
+    if (i + kPrefetch < n) {
+      const int64_t pid = ids[i + kPrefetch];
+      if (!bad_id(pid, rows)) {
+        const char* pr = src + pid * row_bytes;
+        for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(pr + b, 0, 0);
+      }
+    }
     const int64_t id = ids[i];
     if (bad_id(id, rows)) {
       std::memset(dst + i * row_bytes, 0, row_bytes);
@@ -264,6 +275,7 @@ inline void sum_segment(const AggPlan& plan, const float* grads, int64_t dim, in
   const float* g0 = grads + plan.order[b] * dim;
   for (int64_t j = 0; j < dim; ++j) dst[j] = g0[j];
   for (int64_t r = b + 1; r < e; ++r) {
+    if (r + 4 < e) __builtin_prefetch(grads + plan.order[r + 4] * dim, 0, 0);
     const float* g = grads + plan.order[r] * dim;
     for (int64_t j = 0; j < dim; ++j) dst[j] = dst[j] + g[j];
   }
