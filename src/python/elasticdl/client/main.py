@@ -54,7 +54,7 @@ def _run_job(args: argparse.Namespace) -> int:
 
 
 def _follow(backend, name: str) -> int:
-    _err(f"following the master log (Ctrl-C cancels the job; submit with --detach to return at once)")
+    _err("following the master log (Ctrl-C cancels the job; submit with --detach to return at once)")
     try:
         for chunk in backend.logs(name, "master", follow=True):
             sys.stdout.write(chunk)

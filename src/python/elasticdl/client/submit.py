@@ -7,7 +7,6 @@ import os
 
 from elasticdl.client.backend import JobBackend, JobHandle, get_backend
 from elasticdl.client.config import ClientConfig, apply_config, load_config
-from elasticdl.client.job_commands import JOB_COMMANDS, add_job_command_params, job_parser  # noqa: F401 (re-export)
 from elasticdl.common import args as job_args
 
 # Flags holding paths on this machine; on the local platform they are made absolute so the

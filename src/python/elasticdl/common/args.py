@@ -18,7 +18,9 @@ Differences from the original ElasticDL, on purpose:
   :func:`normalize_job_args` returns a notice saying so. The parser default of
   ``--num_ps_pods`` stays 0 ("not set") so a user who asks for more PS pods is never overridden.
 * ``--platform`` (``local`` or ``kubernetes``) and ``--job_dir`` are new: jobs run as local
-  processes unless an image is given.
+  processes unless an image is given. ``--kube_context`` is new (kubeconfig context).
+* ``--need_elasticdl_job_service`` defaults to true (the original: false, so every model-zoo
+  job had to pass ``--need_elasticdl_job_service=true`` or the master refused to start).
 """
 
 from __future__ import annotations
