@@ -591,6 +591,15 @@ def validate_job_args(args: argparse.Namespace, check_local_paths: bool | None =
                 k8s_resource.parse_resource(value)
             except ValueError as e:
                 raise ArgumentError(f"--{flag}: {e}") from None
+    for kind in ("master", "worker", "ps"):
+        request, limit = getattr(args, f"{kind}_resource_request", ""), getattr(args, f"{kind}_resource_limit", "")
+        if request and limit:
+            try:
+                k8s_resource.check_limit_not_below_request(request, limit)
+            except ValueError as e:
+                raise ArgumentError(f"--{kind}_resource_limit: {e}") from None
+    if getattr(args, "yaml", "") and platform != PLATFORM_KUBERNETES:
+        raise ArgumentError("--yaml writes a Kubernetes manifest; use it with --platform=kubernetes and --image_name")
     if args.volume:
         try:
             k8s_volume.parse_volumes(args.volume)

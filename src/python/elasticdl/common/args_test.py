@@ -152,6 +152,11 @@ def _validate(extra, base=MINIMAL, check_local_paths=False, parser=None):
         (["--evaluation_steps=10"], "--evaluation_steps needs --validation_data"),
         (["--envs=novalue"], "--envs: 'novalue' has no '='"),
         (["--platform=kubernetes"], "--image_name is required on Kubernetes"),
+        (
+            ["--worker_resource_request=cpu=2,memory=1Gi", "--worker_resource_limit=cpu=1"],
+            "--worker_resource_limit: cpu limit 1 is below the request 2",
+        ),
+        (["--yaml=pod.yaml"], "--yaml writes a Kubernetes manifest"),
     ],
 )
 def test_validation_messages(extra, message):
