@@ -8,8 +8,10 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "dedup_cpu.h"
 #include "kernels.h"
 
 namespace py = pybind11;
@@ -96,21 +98,23 @@ PYBIND11_MODULE(elasticdl_native, m) {
 
   EDL_BIND_COMMON(m, "cpu_", edl::cpu)
 
-  // CPU aggregation allocates its outputs once the unique count is known.
+  // CPU aggregation: dedup first (GIL released), then allocate the outputs once the unique
+  // count is known, then sum into them.
   m.def("cpu_aggregate", [](uintptr_t ids, int64_t n, uintptr_t grads, int64_t dim) {
-    auto plan = std::make_unique<edl::cpu::AggPlan>();
+    std::unique_ptr<edl::cpu::Dedup> d;
     {
       py::gil_scoped_release nogil;
-      edl::cpu::build_plan(P<const int64_t>(ids), n, plan.get());
+      d = std::make_unique<edl::cpu::Dedup>(P<const int64_t>(ids), n, false);
     }
-    const int64_t u = plan->num_unique;
+    const int64_t u = d->num_unique();
     py::array_t<int64_t> out_ids(u);
     py::array_t<float> out({u, dim});
     int64_t* oi = out_ids.mutable_data();
     float* og = out.mutable_data();
     {
       py::gil_scoped_release nogil;
-      edl::cpu::aggregate_rows(*plan, P<const float>(grads), dim, oi, og);
+      edl::cpu::aggregate_rows(*d, P<const float>(grads), dim, oi, og);
+      d.reset();  // hands the scratch back to the pool
     }
     return py::make_tuple(out_ids, out);
   });

@@ -42,16 +42,10 @@ void dense_update(const OptParams& p, float* param, const float* grad, const Opt
 int64_t sparse_update(const OptParams& p, float* table, int64_t rows, int64_t dim, const int64_t* ids,
                       int64_t n, const float* grads, const OptSlots& s);
 
-// Sorted-unique plan of a batch of ids: uniq[k] owns rows order[start[k] .. start[k+1]).
-struct AggPlan {
-  std::int64_t num_unique = 0;
-  std::int64_t* uniq = nullptr;
-  std::int64_t* start = nullptr;
-  std::int64_t* order = nullptr;
-  ~AggPlan();
-};
-void build_plan(const int64_t* ids, int64_t n, AggPlan* plan);
-void aggregate_rows(const AggPlan& plan, const float* grads, int64_t dim, int64_t* out_ids, float* out);
+// Sums rows of grads that share an id, for ids already deduplicated by `d` (dedup_cpu.h):
+// out_ids[0..u) = sorted unique ids, out[k] = sum of their rows in original order.
+class Dedup;
+void aggregate_rows(Dedup& d, const float* grads, int64_t dim, int64_t* out_ids, float* out);
 }  // namespace cpu
 
 #ifdef EDL_WITH_CUDA

@@ -9,8 +9,13 @@
 #include <memory>
 #include <vector>
 
+#include "dedup_cpu.h"
 #include "kernels.h"
 #include "update_rules.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define EDL_MULTIVERSION __attribute__((target_clones("avx2", "default")))
@@ -24,8 +29,6 @@ namespace {
 
 // Below this many touched elements a kernel runs on one thread: the fork/join costs more.
 constexpr int64_t kParallelMin = 1 << 15;
-// How many rows ahead the gather loops prefetch.
-constexpr int64_t kPrefetch = 12;
 
 inline bool bad_id(int64_t id, int64_t rows) { return id < 0 || id >= rows; }
 
@@ -43,31 +46,77 @@ int64_t first_bad_id(const int64_t* ids, int64_t n, int64_t rows) {
 
 int num_threads() { return omp_get_max_threads(); }
 
+namespace {
+// Rows per thread that the gather prefetches ahead. Each 256-byte row is 4 cache lines, so
+// ~kPrefetchRows*4 misses are in flight per core: enough to cover DRAM latency on random rows.
+constexpr int64_t kPrefetchRows = 8;
+// Outputs at least this large are written with non-temporal stores: they do not fit in cache
+// anyway, and streaming stores skip the read-for-ownership of every destination line.
+constexpr size_t kStreamMinBytes = size_t{4} << 20;
+
+inline void prefetch_row(const char* r, size_t row_bytes) {
+  for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(r + b, 0, 3);
+}
+
+inline void copy_row(char* dst, const char* src, size_t row_bytes, bool stream) {
+#if defined(__SSE2__)
+  if (stream) {  // dst 16-byte aligned and row_bytes % 16 == 0 (checked by the caller)
+    for (size_t b = 0; b < row_bytes; b += 64) {
+      const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + b));
+      const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + b + 16));
+      const __m128i a2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + b + 32));
+      const __m128i a3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + b + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b), a0);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b + 16), a1);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b + 32), a2);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + b + 48), a3);
+    }
+    return;
+  }
+#endif
+  (void)stream;
+  std::memcpy(dst, src, row_bytes);
+}
+}  // namespace
+
 int64_t lookup(const void* table, int dtype, int64_t rows, int64_t dim, const int64_t* ids, int64_t n,
                void* out) {
   const size_t row_bytes = static_cast<size_t>(dim) * dtype_size(dtype);
   const char* src = static_cast<const char*>(table);
   char* dst = static_cast<char*>(out);
+  const size_t total = row_bytes * static_cast<size_t>(n);
+#if defined(__SSE2__)
+  const bool stream = total >= kStreamMinBytes && row_bytes % 64 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+#else
+  const bool stream = false;
+#endif
   int64_t bad = INT64_MAX;
-  // One pass: copy good rows, zero-fill bad ones and remember the first bad position.
-#pragma omp parallel for reduction(min : bad) schedule(static) if (n * dim > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    // Random rows of a large table miss cache and TLB: prefetch a few rows ahead so
-    // several misses are in flight per thread.
-    if (i + kPrefetch < n) {
-      const int64_t pid = ids[i + kPrefetch];
-      if (!bad_id(pid, rows)) {
-        const char* pr = src + pid * row_bytes;
-        for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(pr + b, 0, 0);
+  // One pass: copy good rows, zero-fill bad ones and remember the first bad position. Each
+  // thread takes one contiguous block of positions, so its output is one sequential stream.
+#pragma omp parallel reduction(min : bad) if (n * dim > kParallelMin)
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
+    for (int64_t i = lo; i < std::min(hi, lo + kPrefetchRows); ++i) {
+      if (!bad_id(ids[i], rows)) prefetch_row(src + ids[i] * row_bytes, row_bytes);
+    }
+    for (int64_t i = lo; i < hi; ++i) {
+      // Random rows of a large table miss cache and TLB: keep several rows in flight.
+      if (i + kPrefetchRows < hi) {
+        const int64_t pid = ids[i + kPrefetchRows];
+        if (!bad_id(pid, rows)) prefetch_row(src + pid * row_bytes, row_bytes);
+      }
+      const int64_t id = ids[i];
+      if (bad_id(id, rows)) {
+        std::memset(dst + i * row_bytes, 0, row_bytes);
+        if (i < bad) bad = i;
+      } else {
+        copy_row(dst + i * row_bytes, src + id * row_bytes, row_bytes, stream);
       }
     }
-    const int64_t id = ids[i];
-    if (bad_id(id, rows)) {
-      std::memset(dst + i * row_bytes, 0, row_bytes);
-      if (i < bad) bad = i;
-    } else {
-      std::memcpy(dst + i * row_bytes, src + id * row_bytes, row_bytes);
-    }
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();  // streaming stores are weakly ordered: publish before returning
+#endif
   }
   return bad == INT64_MAX ? -1 : bad;
 }
@@ -190,125 +239,117 @@ void dense_update(const OptParams& p, float* param, const float* grad, const Opt
 }
 
 // ---------------------------------------------------------------------------------------------
-// Aggregation plan: a stable LSD radix sort of (id, position) on the id's significant bits
-// (ids are biased by their minimum, so a 1M-row table needs two 11-bit passes), then run
-// boundaries. Stable order means duplicates are later summed in their original order.
-AggPlan::~AggPlan() {
-  delete[] uniq;
-  delete[] start;
-  delete[] order;
-}
-
-void build_plan(const int64_t* ids, int64_t n, AggPlan* plan) {
-  plan->order = new int64_t[std::max<int64_t>(n, 1)];
-  if (n == 0) {
-    plan->uniq = new int64_t[1];
-    plan->start = new int64_t[1]{0};
-    plan->num_unique = 0;
-    return;
-  }
-  int64_t lo = ids[0], hi = ids[0];
-  for (int64_t i = 1; i < n; ++i) {
-    lo = std::min(lo, ids[i]);
-    hi = std::max(hi, ids[i]);
-  }
-  const uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
-  int bits = 0;
-  while (bits < 64 && (span >> bits) != 0) ++bits;
-
-  std::unique_ptr<uint64_t[]> key(new uint64_t[n]), key2(new uint64_t[n]);
-  std::unique_ptr<int64_t[]> pos2(new int64_t[n]);
-  int64_t* pos = plan->order;
-  for (int64_t i = 0; i < n; ++i) {
-    key[i] = static_cast<uint64_t>(ids[i]) - static_cast<uint64_t>(lo);
-    pos[i] = i;
-  }
-  if (n < 256) {  // tiny batches: insertion-free std::stable_sort is cheaper than radix passes
-    std::stable_sort(pos, pos + n, [&](int64_t a, int64_t b) { return key[a] < key[b]; });
-    for (int64_t i = 0; i < n; ++i) key2[i] = key[pos[i]];
-    std::copy(key2.get(), key2.get() + n, key.get());
-  } else {
-    constexpr int kRadix = 11, kBuckets = 1 << kRadix;
-    std::vector<int64_t> count(kBuckets);
-    uint64_t *kin = key.get(), *kout = key2.get();
-    int64_t *pin = pos, *pout = pos2.get();
-    for (int shift = 0; shift < bits; shift += kRadix) {
-      std::fill(count.begin(), count.end(), 0);
-      for (int64_t i = 0; i < n; ++i) ++count[(kin[i] >> shift) & (kBuckets - 1)];
-      int64_t sum = 0;
-      for (auto& c : count) {
-        const int64_t c0 = c;
-        c = sum;
-        sum += c0;
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t d = count[(kin[i] >> shift) & (kBuckets - 1)]++;
-        kout[d] = kin[i];
-        pout[d] = pin[i];
-      }
-      std::swap(kin, kout);
-      std::swap(pin, pout);
-    }
-    if (pin != pos) std::copy(pin, pin + n, pos);
-    if (kin != key.get()) std::copy(kin, kin + n, key.get());
-  }
-  // Run boundaries.
-  int64_t u = 1;
-  for (int64_t i = 1; i < n; ++i) u += key[i] != key[i - 1];
-  plan->num_unique = u;
-  plan->uniq = new int64_t[u];
-  plan->start = new int64_t[u + 1];
-  int64_t k = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (i == 0 || key[i] != key[i - 1]) {
-      plan->uniq[k] = static_cast<int64_t>(key[i] + static_cast<uint64_t>(lo));
-      plan->start[k++] = i;
-    }
-  }
-  plan->start[u] = n;
-}
-
+// Aggregation and sparse updates on top of the hash dedup (dedup_cpu.h). Thread t handles the
+// ids of dedup partition t, walking positions in order, so every id's duplicates are summed
+// left to right (the order of the NumPy reference) and no two threads touch the same row.
 namespace {
-// Sums the rows of segment k of the plan into dst (first row copied, the rest added in order).
-inline void sum_segment(const AggPlan& plan, const float* grads, int64_t dim, int64_t k, float* __restrict dst) {
-  const int64_t b = plan.start[k], e = plan.start[k + 1];
-  const float* g0 = grads + plan.order[b] * dim;
-  for (int64_t j = 0; j < dim; ++j) dst[j] = g0[j];
-  for (int64_t r = b + 1; r < e; ++r) {
-    if (r + 4 < e) __builtin_prefetch(grads + plan.order[r + 4] * dim, 0, 0);
-    const float* g = grads + plan.order[r] * dim;
-    for (int64_t j = 0; j < dim; ++j) dst[j] = dst[j] + g[j];
+constexpr int64_t kRowsAhead = 8;
+
+inline bool owned(int64_t g, int64_t lo, int64_t hi) { return g >= lo && g < hi; }
+
+inline void prefetch_write_row(const float* r, int64_t dim) {
+  for (int64_t b = 0; b < dim; b += 16) __builtin_prefetch(r + b, 1, 3);
+}
+
+EDL_MULTIVERSION
+void aggregate_part(const Dedup& d, int p, const float* grads, int64_t dim, const int64_t* rank, float* out) {
+  const int64_t n = d.n(), lo = d.slot_begin(p), hi = lo + d.unique_in(p);
+  const int64_t* slot_of = d.slot_of();
+  const int64_t* first = d.first_pos();
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kRowsAhead < n) {
+      const int64_t ga = slot_of[i + kRowsAhead];
+      if (owned(ga, lo, hi)) prefetch_write_row(out + rank[ga] * dim, dim);
+    }
+    const int64_t g = slot_of[i];
+    if (!owned(g, lo, hi)) continue;
+    const float* __restrict src = grads + i * dim;
+    float* __restrict dst = out + rank[g] * dim;
+    if (first[g] == i) {
+      for (int64_t j = 0; j < dim; ++j) dst[j] = src[j];
+    } else {
+      for (int64_t j = 0; j < dim; ++j) dst[j] = dst[j] + src[j];
+    }
+  }
+}
+
+template <int K>
+inline void apply_row(const OptParams& p, float* table, const OptSlots& s, int64_t base, const float* __restrict g,
+                      int64_t dim) {
+#pragma omp simd
+  for (int64_t j = 0; j < dim; ++j) apply_update<K>(p, table, s, base + j, g[j]);
+}
+
+inline void prefetch_update_rows(float* table, const OptSlots& s, int64_t base, int64_t dim) {
+  prefetch_write_row(table + base, dim);
+  if (s.s0) prefetch_write_row(s.s0 + base, dim);
+  if (s.s1) prefetch_write_row(s.s1 + base, dim);
+  if (s.s2) prefetch_write_row(s.s2 + base, dim);
+}
+
+// Fused sum + update of partition p: an id seen once is applied straight from its gradient
+// row; a repeated id is summed in a buffer row and applied at its last occurrence, so the
+// aggregated gradient of most rows never goes to memory.
+template <int K>
+EDL_MULTIVERSION void sparse_part(const OptParams& prm, float* table, int64_t dim, const int64_t* ids,
+                                  const float* grads, const OptSlots& s, Dedup& d, int p, float* buf) {
+  const int64_t n = d.n(), lo = d.slot_begin(p), hi = lo + d.unique_in(p);
+  const int64_t* slot_of = d.slot_of();
+  const int64_t* first = d.first_pos();
+  int64_t* count = d.count();
+  int64_t* brow = d.slot_aux();  // slot -> buffer row
+  int64_t next_row = lo;         // partition p's buffer rows: [lo, lo + its repeated ids)
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kRowsAhead < n) {
+      const int64_t ga = slot_of[i + kRowsAhead];
+      if (owned(ga, lo, hi) && first[ga] == i + kRowsAhead) prefetch_update_rows(table, s, ids[i + kRowsAhead] * dim, dim);
+    }
+    const int64_t g = slot_of[i];
+    if (!owned(g, lo, hi)) continue;
+    const float* __restrict src = grads + i * dim;
+    if (first[g] == i) {
+      if (count[g] == 1) {
+        apply_row<K>(prm, table, s, ids[i] * dim, src, dim);
+        continue;
+      }
+      const int64_t b = next_row++;
+      brow[g] = b;
+      float* __restrict acc = buf + b * dim;
+      for (int64_t j = 0; j < dim; ++j) acc[j] = src[j];
+      --count[g];
+    } else {
+      float* __restrict acc = buf + brow[g] * dim;
+      for (int64_t j = 0; j < dim; ++j) acc[j] = acc[j] + src[j];
+      if (--count[g] == 0) apply_row<K>(prm, table, s, ids[i] * dim, acc, dim);
+    }
   }
 }
 }  // namespace
 
-void aggregate_rows(const AggPlan& plan, const float* grads, int64_t dim, int64_t* out_ids, float* out) {
-  const int64_t u = plan.num_unique;
-  std::copy(plan.uniq, plan.uniq + u, out_ids);
-#pragma omp parallel for schedule(dynamic, 64) if (plan.start[u] * dim > kParallelMin)
-  for (int64_t k = 0; k < u; ++k) sum_segment(plan, grads, dim, k, out + k * dim);
+void aggregate_rows(Dedup& d, const float* grads, int64_t dim, int64_t* out_ids, float* out) {
+  int64_t* rank = d.slot_aux();
+  d.sort_unique(out_ids, rank);  // sorted output ids: only the unique ids are sorted
+  const int P = d.parts();
+#pragma omp parallel num_threads(P) if (P > 1)
+  {
+    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    for (int p = tid; p < P; p += nt) aggregate_part(d, p, grads, dim, rank, out);
+  }
 }
 
 int64_t sparse_update(const OptParams& p, float* table, int64_t rows, int64_t dim, const int64_t* ids,
                       int64_t n, const float* grads, const OptSlots& s) {
   const int64_t bad = first_bad_id(ids, n, rows);
   if (bad >= 0) return bad;
-  AggPlan plan;
-  build_plan(ids, n, &plan);
-  const int64_t u = plan.num_unique;
-  // Fused: each unique row's gradient is summed in a per-thread buffer and applied at once,
-  // so the aggregated gradient never goes to memory. Rows are distinct: no races.
+  Dedup d(ids, n, /*count_occurrences=*/true);
+  float* buf = d.float_buffer(n * dim);  // rows used only by repeated ids (pages touched lazily)
+  const int P = d.parts();
   dispatch_kind(p.kind, [&](auto kc) {
     constexpr int K = decltype(kc)::value;
-#pragma omp parallel if (n * dim > kParallelMin)
+#pragma omp parallel num_threads(P) if (P > 1)
     {
-      std::vector<float> buf(dim);
-#pragma omp for schedule(dynamic, 64)
-      for (int64_t k = 0; k < u; ++k) {
-        sum_segment(plan, grads, dim, k, buf.data());
-        const int64_t base = plan.uniq[k] * dim;
-        for (int64_t j = 0; j < dim; ++j) apply_update<K>(p, table, s, base + j, buf[j]);
-      }
+      const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+      for (int q = tid; q < P; q += nt) sparse_part<K>(p, table, dim, ids, grads, s, d, q, buf);
     }
   });
   return -1;

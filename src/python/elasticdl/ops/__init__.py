@@ -64,15 +64,23 @@ def _impl(*arrays):
     return _cpu()
 
 
-def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None):
+def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None, out=None):
     """Rows ``table[ids]`` (shape (len(ids), dim), table dtype); with CSR ``offsets`` of length
     B+1 the rows of bag b = ids[offsets[b]:offsets[b+1]] are pooled by ``combiner`` in
-    {"sum" (default), "mean", "sqrtn"}, optionally weighted per id -> float32 (B, dim)."""
-    return _impl(table, ids).embedding_lookup(table, ids, offsets, combiner, weights)
+    {"sum" (default), "mean", "sqrtn"}, optionally weighted per id -> float32 (B, dim).
+
+    ``out``: optional preallocated C-contiguous, writeable result array of exactly that shape
+    and dtype (on the same device); it is filled and returned. Reusing one buffer across calls
+    skips the allocation and first-touch page faults of a fresh result (for 100k x 64 float32
+    rows that is 25 MB of page faults per call)."""
+    return _impl(table, ids).embedding_lookup(table, ids, offsets, combiner, weights, out)
 
 
 def sparse_aggregate(ids, grads):
-    """Sum gradient rows with equal ids -> (sorted unique int64 ids, float32 summed rows)."""
+    """Sum gradient rows with equal ids -> (sorted unique int64 ids, float32 summed rows).
+
+    Rows of one id are summed in their original order (deterministic: same bits as a
+    left-to-right sum, whatever the thread count)."""
     return _impl(ids, grads).sparse_aggregate(ids, grads)
 
 

@@ -85,6 +85,21 @@ def float32_inplace(name: str, x, shape=None) -> np.ndarray:
     return x
 
 
+def output_array(name: str, x, shape, dtype) -> np.ndarray:
+    """A caller-provided result buffer: a C-contiguous, writeable ndarray of exactly `shape`/`dtype`."""
+    if not isinstance(x, np.ndarray):
+        raise OpsTypeError(f"{name}: expected a NumPy array to write the result into, got {type(x).__name__}")
+    if x.dtype != dtype:
+        raise OpsTypeError(f"{name}: expected dtype {np.dtype(dtype)} (the result's), got {x.dtype}")
+    if x.shape != tuple(shape):
+        raise OpsError(f"{name}: expected shape {tuple(shape)}, got {x.shape}")
+    if not x.flags.c_contiguous:
+        raise OpsError(f"{name}: the result buffer must be C-contiguous; allocate it with np.empty({tuple(shape)})")
+    if not x.flags.writeable:
+        raise OpsError(f"{name}: the result buffer is read-only")
+    return x
+
+
 def table_2d(name: str, table) -> np.ndarray:
     a = as_ndarray(name, table)
     if a.ndim != 2:

@@ -132,7 +132,19 @@ def _host(x):
     return x.get() if hasattr(x, "get") else x.cpu().numpy()
 
 
-def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None):
+def _output(name, like, out, shape, typestr, dtype_name):
+    """The caller's result buffer on the GPU, or a new one next to `like`."""
+    if out is None:
+        return _empty(like, shape, dtype_name)
+    d = _inplace(name, out, shape) if typestr == "<f4" else _Dev(name, out)
+    if d.typestr != typestr:
+        raise OpsTypeError(f"{name}: expected {dtype_name} (the result's dtype), got typestr {d.typestr}")
+    if d.shape != tuple(shape) or not d.contiguous or d.readonly:
+        raise OpsError(f"{name}: expected a writeable C-contiguous GPU array of shape {tuple(shape)}")
+    return out
+
+
+def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None, out=None):
     N = _native()
     t = _Dev("table", table)
     if len(t.shape) != 2:
@@ -149,14 +161,15 @@ def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None):
     if comb is None:
         if weights is not None:
             raise OpsError("weights: only used when pooling bags; pass offsets and a combiner")
-        out = _empty(table, (i.size, dim), "float32" if t.typestr == "<f4" else "float16")
+        half = t.typestr != "<f4"
+        out = _output("out", table, out, (i.size, dim), t.typestr, "float16" if half else "float32")
         _bad(N.cuda_lookup(t.ptr, _DTYPE_CODE[t.typestr], rows, dim, i.ptr, i.size, _Dev("out", out).ptr), i, rows)
         return out
     # Offsets are validated on the host (B+1 integers): a bad bag layout would read out of bounds.
     offs_host = C.offsets_int64(_host(offsets) if hasattr(offsets, "__cuda_array_interface__") else offsets, i.size)
     o = _input("offsets", table, offs_host, "<i8", "int64")
     w = _input("weights", table, weights, "<f4", "float32", (i.size,)) if weights is not None else None
-    out = _empty(table, (offs_host.size - 1, dim), "float32")
+    out = _output("out", table, out, (offs_host.size - 1, dim), "<f4", "float32")
     bad = N.cuda_lookup_pooled(t.ptr, _DTYPE_CODE[t.typestr], rows, dim, i.ptr, i.size, o.ptr, offs_host.size - 1,
                                w.ptr if w is not None else 0, COMBINER_CODE[comb], _Dev("out", out).ptr)
     _bad(bad, i, rows)

@@ -36,7 +36,7 @@ def _raise_bad(pos: int, ids: np.ndarray, rows: int) -> None:
         raise IdOutOfRangeError(pos, int(ids[pos]), rows)
 
 
-def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None):
+def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None, out=None):
     table = C.table_2d("table", table)
     if table.dtype not in C.LOOKUP_DTYPES:
         raise C.OpsTypeError(f"table: expected one of {[str(d) for d in C.LOOKUP_DTYPES]}, got {table.dtype}")
@@ -47,12 +47,14 @@ def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None):
     if comb is None:
         if weights is not None:
             raise OpsError("weights: only used when pooling bags; pass offsets and a combiner")
-        out = np.empty((ids.size, dim), dtype=table.dtype)
+        shape = (ids.size, dim)
+        out = np.empty(shape, dtype=table.dtype) if out is None else C.output_array("out", out, shape, table.dtype)
         _raise_bad(_N.cpu_lookup(_ptr(table), dtype_code(table.dtype), rows, dim, _ptr(ids), ids.size, _ptr(out)), ids, rows)
         return out
     offs = C.offsets_int64(offsets, ids.size)
     w = C.float32_input("weights", weights, (ids.size,)) if weights is not None else None
-    out = np.empty((offs.size - 1, dim), dtype=np.float32)
+    shape = (offs.size - 1, dim)
+    out = np.empty(shape, dtype=np.float32) if out is None else C.output_array("out", out, shape, np.float32)
     bad = _N.cpu_lookup_pooled(
         _ptr(table), dtype_code(table.dtype), rows, dim, _ptr(ids), ids.size, _ptr(offs), offs.size - 1,
         _ptr(w) if w is not None else 0, COMBINER_CODE[comb], _ptr(out),

@@ -19,12 +19,12 @@ _F32 = np.float32
 
 
 # --------------------------------------------------------------------------- lookup
-def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None):
+def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None, out=None):
     """Rows ``table[ids]``; with CSR ``offsets`` (len B+1) pool each bag with ``combiner``.
 
     Pooling follows TF's ``embedding_lookup_sparse``: sum = sum(w*e); mean = sum(w*e)/sum(w);
     sqrtn = sum(w*e)/sqrt(sum(w^2)); an empty bag (or zero weight sum) gives zeros. Gathered
-    rows keep the table's dtype; pooled rows are float32.
+    rows keep the table's dtype; pooled rows are float32. ``out``: optional result buffer.
     """
     table = C.table_2d("table", table)
     if table.dtype not in C.LOOKUP_DTYPES:
@@ -35,14 +35,22 @@ def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None):
     if comb is None:
         if weights is not None:
             raise C.OpsError("weights: only used when pooling bags; pass offsets and a combiner")
-        return table[ids]
+        if out is None:
+            return table[ids]
+        out = C.output_array("out", out, (ids.size, table.shape[1]), table.dtype)
+        np.take(table, ids, axis=0, out=out)
+        return out
     offs = C.offsets_int64(offsets, ids.size)
     w = None
     if weights is not None:
         w = C.float32_input("weights", weights, (ids.size,))
     rows = table[ids].astype(_F32)
     num_bags, dim = offs.size - 1, table.shape[1]
-    out = np.zeros((num_bags, dim), dtype=_F32)
+    if out is None:
+        out = np.zeros((num_bags, dim), dtype=_F32)
+    else:
+        out = C.output_array("out", out, (num_bags, dim), _F32)
+        out[...] = 0
     for b in range(num_bags):
         lo, hi = int(offs[b]), int(offs[b + 1])
         if hi == lo:

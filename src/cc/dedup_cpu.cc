@@ -1,0 +1,249 @@
+// Hash deduplication of id batches (see dedup_cpu.h).
+#include "dedup_cpu.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace edl {
+namespace cpu {
+
+namespace {
+
+// Below this many ids one thread dedups alone: fork/join and the extra scans cost more.
+constexpr int64_t kParallelIds = 1 << 14;
+// How many positions ahead the insert loop prefetches the hash slot.
+constexpr int64_t kProbeAhead = 16;
+// Scratch kept in the pool only up to this size (a one-off huge batch should not pin memory).
+constexpr size_t kKeepBytes = size_t{1} << 30;
+constexpr size_t kMaxPooled = 4;
+
+// Grow-only uninitialised buffer (new T[] of a trivial T does not touch the pages).
+template <typename T>
+struct Buf {
+  std::unique_ptr<T[]> p;
+  size_t cap = 0;
+  T* get(size_t k) {
+    if (k > cap) {
+      p.reset(new T[k]);
+      cap = k;
+    }
+    return p.get();
+  }
+  size_t bytes() const { return cap * sizeof(T); }
+};
+
+struct Entry {
+  int64_t key;
+  int64_t slot;  // < 0: empty (any int64 is a valid key, so emptiness lives here)
+};
+
+// Fibonacci hashing: the top bits of id * 2^64/phi spread sequential and strided ids evenly.
+inline uint64_t hash_id(int64_t id) { return static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull; }
+
+// Partition from bits 8..31 of the hash, table position from the top bits: independent
+// bit ranges, so the ids of one partition still spread over its whole segment.
+inline int part_of(uint64_t h, int parts) {
+  return static_cast<int>((((h >> 8) & 0xFFFFFFull) * static_cast<uint64_t>(parts)) >> 24);
+}
+
+inline int ceil_log2(uint64_t x) {
+  int b = 0;
+  while ((uint64_t{1} << b) < x) ++b;
+  return b;
+}
+
+}  // namespace
+
+struct DedupScratch {
+  Buf<Entry> table;
+  Buf<int64_t> slot_of, first_pos, slot_id, count, aux, sort_k, sort_v, sort_k2, sort_v2;
+  Buf<float> floats;
+  size_t bytes() const {
+    return table.bytes() + slot_of.bytes() + first_pos.bytes() + slot_id.bytes() + count.bytes() + aux.bytes() +
+           sort_k.bytes() + sort_v.bytes() + sort_k2.bytes() + sort_v2.bytes() + floats.bytes();
+  }
+};
+
+namespace {
+std::mutex g_pool_mu;
+std::vector<DedupScratch*> g_pool;
+
+DedupScratch* acquire_scratch() {
+  {
+    std::lock_guard<std::mutex> lock(g_pool_mu);
+    if (!g_pool.empty()) {
+      DedupScratch* s = g_pool.back();
+      g_pool.pop_back();
+      return s;
+    }
+  }
+  return new DedupScratch();
+}
+
+void release_scratch(DedupScratch* s) {
+  if (s->bytes() <= kKeepBytes) {
+    std::lock_guard<std::mutex> lock(g_pool_mu);
+    if (g_pool.size() < kMaxPooled) {
+      g_pool.push_back(s);
+      return;
+    }
+  }
+  delete s;
+}
+}  // namespace
+
+Dedup::Dedup(const int64_t* ids, int64_t n, bool count_occurrences) : s_(acquire_scratch()), n_(n) {
+  const size_t m = static_cast<size_t>(std::max<int64_t>(n, 1));
+  slot_of_ = s_->slot_of.get(m);
+  first_pos_ = s_->first_pos.get(m);
+  slot_id_ = s_->slot_id.get(m);
+  slot_aux_ = s_->aux.get(m);
+  count_ = count_occurrences ? s_->count.get(m) : nullptr;
+  const int P = n >= kParallelIds ? std::min(omp_get_max_threads(), kMaxParts) : 1;
+  parts_ = P;
+  int64_t seg_begin[kMaxParts + 1];
+  int seg_bits[kMaxParts];
+  int64_t lo_id[kMaxParts], hi_id[kMaxParts];
+  Entry* table = nullptr;
+  int64_t* const count = count_;
+
+#pragma omp parallel num_threads(P) if (P > 1)
+  {
+    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    // 1. Positions per partition: sizes each segment (load <= 1/2 even if the hash is skewed).
+    for (int p = tid; p < P; p += nt) {
+      int64_t c = 0;
+      for (int64_t i = 0; i < n; ++i) c += part_of(hash_id(ids[i]), P) == p;
+      part_begin_[p + 1] = c;
+    }
+#pragma omp barrier
+#pragma omp single
+    {
+      part_begin_[0] = 0;
+      seg_begin[0] = 0;
+      for (int p = 0; p < P; ++p) {
+        seg_bits[p] = std::max(4, ceil_log2(static_cast<uint64_t>(2 * part_begin_[p + 1])));
+        seg_begin[p + 1] = seg_begin[p] + (int64_t{1} << seg_bits[p]);
+        part_begin_[p + 1] += part_begin_[p];
+      }
+      table = s_->table.get(static_cast<size_t>(seg_begin[P]));
+    }
+    // 2. One pass per partition over all positions: insert or find each of its ids.
+    for (int p = tid; p < P; p += nt) {
+      Entry* seg = table + seg_begin[p];
+      const int bits = seg_bits[p];
+      const uint64_t mask = (uint64_t{1} << bits) - 1;
+      for (uint64_t k = 0; k <= mask; ++k) seg[k].slot = -1;
+      int64_t next = part_begin_[p], lo = INT64_MAX, hi = INT64_MIN;
+      for (int64_t i = 0; i < n; ++i) {
+        if (i + kProbeAhead < n) {
+          const uint64_t hp = hash_id(ids[i + kProbeAhead]);
+          if (part_of(hp, P) == p) __builtin_prefetch(seg + (hp >> (64 - bits)), 1, 3);
+        }
+        const int64_t id = ids[i];
+        const uint64_t h = hash_id(id);
+        if (part_of(h, P) != p) continue;
+        uint64_t j = h >> (64 - bits);
+        for (;;) {
+          Entry& e = seg[j];
+          if (e.slot < 0) {
+            e.key = id;
+            e.slot = next;
+            slot_id_[next] = id;
+            first_pos_[next] = i;
+            if (count) count[next] = 1;
+            slot_of_[i] = next++;
+            lo = std::min(lo, id);
+            hi = std::max(hi, id);
+            break;
+          }
+          if (e.key == id) {
+            slot_of_[i] = e.slot;
+            if (count) ++count[e.slot];
+            break;
+          }
+          j = (j + 1) & mask;
+        }
+      }
+      part_unique_[p] = next - part_begin_[p];
+      lo_id[p] = lo;
+      hi_id[p] = hi;
+    }
+  }
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (int p = 0; p < P; ++p) {
+    num_unique_ += part_unique_[p];
+    if (part_unique_[p] > 0) {
+      lo = std::min(lo, lo_id[p]);
+      hi = std::max(hi, hi_id[p]);
+    }
+  }
+  min_id_ = num_unique_ ? lo : 0;
+  max_id_ = num_unique_ ? hi : 0;
+}
+
+Dedup::~Dedup() { release_scratch(s_); }
+
+float* Dedup::float_buffer(int64_t floats) { return s_->floats.get(static_cast<size_t>(std::max<int64_t>(floats, 1))); }
+
+void Dedup::sort_unique(int64_t* sorted_ids, int64_t* rank) {
+  const int64_t u = num_unique_;
+  if (u == 0) return;
+  uint64_t* key = reinterpret_cast<uint64_t*>(s_->sort_k.get(u));
+  int64_t* val = s_->sort_v.get(u);
+  const uint64_t base = static_cast<uint64_t>(min_id_);
+  int64_t k = 0;
+  for (int p = 0; p < parts_; ++p) {
+    for (int64_t g = part_begin_[p], e = g + part_unique_[p]; g < e; ++g, ++k) {
+      key[k] = static_cast<uint64_t>(slot_id_[g]) - base;  // biased: the span decides the passes
+      val[k] = g;
+    }
+  }
+  const uint64_t span = static_cast<uint64_t>(max_id_) - base;
+  const int bits = span == 0 ? 0 : 64 - __builtin_clzll(span);
+  if (u < 512) {
+    std::vector<std::pair<uint64_t, int64_t>> v(u);
+    for (int64_t i = 0; i < u; ++i) v[i] = {key[i], val[i]};
+    std::sort(v.begin(), v.end());  // keys are distinct
+    for (int64_t i = 0; i < u; ++i) {
+      key[i] = v[i].first;
+      val[i] = v[i].second;
+    }
+  } else {
+    // LSD radix sort of the unique keys only (for skewed batches far fewer than the ids).
+    constexpr int kRadix = 11, kBuckets = 1 << kRadix;
+    uint64_t* kout = reinterpret_cast<uint64_t*>(s_->sort_k2.get(u));
+    int64_t* vout = s_->sort_v2.get(u);
+    std::vector<int64_t> cnt(kBuckets);
+    for (int shift = 0; shift < bits; shift += kRadix) {
+      std::fill(cnt.begin(), cnt.end(), 0);
+      for (int64_t i = 0; i < u; ++i) ++cnt[(key[i] >> shift) & (kBuckets - 1)];
+      int64_t sum = 0;
+      for (auto& c : cnt) {
+        const int64_t c0 = c;
+        c = sum;
+        sum += c0;
+      }
+      for (int64_t i = 0; i < u; ++i) {
+        const int64_t d = cnt[(key[i] >> shift) & (kBuckets - 1)]++;
+        kout[d] = key[i];
+        vout[d] = val[i];
+      }
+      std::swap(key, kout);
+      std::swap(val, vout);
+    }
+  }
+  for (int64_t r = 0; r < u; ++r) {
+    sorted_ids[r] = static_cast<int64_t>(key[r] + base);
+    rank[val[r]] = r;
+  }
+}
+
+}  // namespace cpu
+}  // namespace edl

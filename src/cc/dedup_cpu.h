@@ -1,0 +1,73 @@
+// Hash deduplication of a batch of int64 ids on the CPU: the core of gradient aggregation
+// and of the sparse optimizers (kernels_cpu.cc).
+//
+// One open-addressing table (linear probing, multiplicative hash, capacity >= 2x the
+// number of ids, int64 keys) maps every id to a dense "slot" in one pass; no sort.
+// The work is split by hash across P partitions, one per OpenMP thread: partition p owns
+// the ids whose hash falls in it, its own segment of the table, and a contiguous range of
+// slots [slot_begin(p), slot_begin(p) + unique_in(p)). Every occurrence of an id lands in
+// the same partition, so a thread that walks positions 0..n-1 and handles only its own
+// partition sees each id's duplicates in their original order: sums over duplicates are
+// deterministic and identical to a sequential left-to-right sum (what the NumPy reference
+// computes), without locks.
+//
+// Slots are not contiguous across partitions (partition p's slots start at the number of
+// POSITIONS, not ids, hashed to earlier partitions), so arrays indexed by slot are sized n.
+// Scratch memory comes from a process-wide pool and is reused across calls (growing only),
+// so steady-state calls allocate nothing; concurrent calls get separate scratch.
+#pragma once
+
+#include <cstdint>
+
+namespace edl {
+namespace cpu {
+
+struct DedupScratch;
+
+class Dedup {
+ public:
+  static constexpr int kMaxParts = 256;
+
+  // Maps ids[0..n) to slots. With count_occurrences, count(slot) is the number of
+  // positions holding the slot's id (the sparse optimizers need it; aggregation does not).
+  Dedup(const int64_t* ids, int64_t n, bool count_occurrences);
+  ~Dedup();
+  Dedup(const Dedup&) = delete;
+  Dedup& operator=(const Dedup&) = delete;
+
+  int64_t n() const { return n_; }
+  int64_t num_unique() const { return num_unique_; }
+  int parts() const { return parts_; }
+  int64_t slot_begin(int p) const { return part_begin_[p]; }
+  int64_t unique_in(int p) const { return part_unique_[p]; }
+  int64_t min_id() const { return min_id_; }
+  int64_t max_id() const { return max_id_; }
+
+  // Per position i: the slot of ids[i].
+  const int64_t* slot_of() const { return slot_of_; }
+  // Per slot: first position holding its id, and the id itself.
+  const int64_t* first_pos() const { return first_pos_; }
+  const int64_t* slot_id() const { return slot_id_; }
+  // Per slot (only with count_occurrences): occurrences; writable so callers can count down.
+  int64_t* count() const { return count_; }
+  // A free per-slot int64 array (sized n) and a float buffer of at least `floats` elements,
+  // both owned by the scratch of this call.
+  int64_t* slot_aux() const { return slot_aux_; }
+  float* float_buffer(int64_t floats);
+  // Sorts the unique ids: writes them ascending to sorted_ids[0..num_unique) and the rank of
+  // every slot to rank[slot] (rank may be slot_aux()).
+  void sort_unique(int64_t* sorted_ids, int64_t* rank);
+
+ private:
+  DedupScratch* s_;
+  int64_t n_ = 0, num_unique_ = 0;
+  int parts_ = 1;
+  int64_t part_begin_[kMaxParts + 1] = {};
+  int64_t part_unique_[kMaxParts] = {};
+  int64_t min_id_ = 0, max_id_ = 0;
+  int64_t *slot_of_ = nullptr, *first_pos_ = nullptr, *slot_id_ = nullptr, *count_ = nullptr;
+  int64_t* slot_aux_ = nullptr;
+};
+
+}  // namespace cpu
+}  // namespace edl
