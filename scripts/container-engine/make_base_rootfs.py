@@ -21,6 +21,8 @@ import tarfile
 ROOT_PACKAGES = [
     "base-files", "bash", "dash", "coreutils", "libc-bin", "grep", "sed", "findutils",
     "gzip", "tar", "ca-certificates", "python3", "python3.11", "python3-pip", "python3-venv",
+    # C++ runtime + OpenMP: the native kernels (elasticdl_native) link them.
+    "libstdc++6", "libgomp1",
 ]
 # Generated files (not owned by any package) that a working system needs.
 EXTRA_FILES = [

@@ -101,8 +101,6 @@ def split_image_name(image: str) -> tuple[str, str]:
 
 def _stream(chunks: Iterable[dict], on_chunk, what: str) -> None:
     docker = _docker()
-    import requests
-
     try:
         for chunk in chunks:
             if not isinstance(chunk, dict):
@@ -113,7 +111,7 @@ def _stream(chunks: Iterable[dict], on_chunk, what: str) -> None:
             on_chunk(chunk)
     except docker.errors.APIError as e:
         raise ImageError(_one_line(e.explanation or e)) from None
-    except (requests.exceptions.RequestException, ConnectionError) as e:
+    except OSError as e:  # requests' errors are OSErrors: the engine went away mid-stream
         raise ImageError(f"lost the connection to the container engine during {what}: {_one_line(e)}") from None
 
 
