@@ -11,15 +11,16 @@ from google.protobuf import empty_pb2
 
 from elasticdl.common.tensor_utils import pb_to_ndarray
 from elasticdl.master.evaluation_service import EvaluationMetricsError, EvaluationService
+from elasticdl.master.rendezvous import Rendezvous
 from elasticdl.master.task_manager import TaskManager
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 
-_ALLREDUCE_UNSUPPORTED = (
-    "this master runs ParameterServerStrategy jobs only; AllreduceStrategy (get_comm_rank, "
-    "report_training_loop_status) is not implemented: use --distribution_strategy=ParameterServerStrategy"
+_NO_RENDEZVOUS = (
+    "this job runs ParameterServerStrategy; get_comm_rank and report_training_loop_status serve "
+    "AllreduceStrategy jobs only (--distribution_strategy=AllreduceStrategy)"
 )
 
 
@@ -29,10 +30,12 @@ class MasterServicer(pb_grpc.MasterServicer):
         task_manager: TaskManager,
         evaluation_service: EvaluationService | None = None,
         job_status: Callable[[], pb.JobStatus] | None = None,
+        rendezvous: Rendezvous | None = None,
     ) -> None:
         self._tm = task_manager
         self._es = evaluation_service
         self._job_status = job_status
+        self._rendezvous = rendezvous  # AllreduceStrategy jobs only
         self._model_version = 0  # latest version reported by any PS
 
     @property
@@ -84,11 +87,28 @@ class MasterServicer(pb_grpc.MasterServicer):
             self._es.report_version(request.model_version)
         return empty_pb2.Empty()
 
-    def get_comm_rank(self, request, context):
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, _ALLREDUCE_UNSUPPORTED)
+    def get_comm_rank(self, request: pb.GetCommRankRequest, context) -> pb.GetCommRankResponse:
+        if self._rendezvous is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, _NO_RENDEZVOUS)
+        c = self._rendezvous.get_comm_rank(request.worker_id)
+        return pb.GetCommRankResponse(
+            rank_id=c.rank, world_size=c.world_size, rendezvous_id=c.rendezvous_id,
+            rendezvous_addr=c.store_host, rendezvous_port=c.store_port,
+        )
 
-    def report_training_loop_status(self, request, context):
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, _ALLREDUCE_UNSUPPORTED)
+    def report_training_loop_status(self, request: pb.ReportTrainingLoopStatusRequest, context):
+        if self._rendezvous is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, _NO_RENDEZVOUS)
+        if request.status == pb.LOOP_START:
+            if request.rendezvous_id > 0:
+                self._rendezvous.acknowledge(request.worker_id, request.rendezvous_id)
+            else:
+                self._rendezvous.join(request.worker_id, request.worker_host)
+        elif request.status == pb.LOOP_END:
+            self._rendezvous.leave(request.worker_id, reason="training loop ended")
+        else:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown training loop status {request.status}")
+        return empty_pb2.Empty()
 
     def report_training_params(self, request, context):
         context.abort(
