@@ -28,7 +28,7 @@ from elasticdl.common.model_utils import Mode, ModelSpec
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.master_client import MasterClient
 from elasticdl.worker.task_data_service import TaskDataService
-from elasticdl.worker.trainer import PSTrainer
+from elasticdl.worker.trainer import PSTrainer  # or an AllreduceTrainer (same interface)
 
 logger = logging.getLogger(__name__)
 
@@ -88,10 +88,17 @@ class Worker:
         while True:
             task = self.master.get_task()
             if task.type == pb.WAIT:
-                time.sleep(self.config.wait_sleep_s)
+                # An AllReduce member keeps stepping (without data) so the others are not
+                # blocked waiting for it; everyone else just sleeps.
+                idle_step = getattr(self.trainer, "idle_step", None)
+                if idle_step is None or not idle_step():
+                    time.sleep(self.config.wait_sleep_s)
                 continue
             if task.task_id == 0 or task.type == pb.NONE:
                 logger.info("Worker %d: no more tasks, exiting", self.config.worker_id)
+                leave = getattr(self.trainer, "leave", None)  # AllReduce: leave the group
+                if leave is not None:
+                    leave()
                 return 0
             try:
                 counters = self.run_task(task)
