@@ -3,10 +3,14 @@
     python benchmarks/ops/bench_ops.py [--device cpu|cuda] [--rows 1000000] [--dim 64] [--ids 100000]
 
 Prints a table, then one JSON summary as the LAST line. Times are medians over --repeats
-runs after a warm-up. Ratios compare achieved bytes/s (or time) with a baseline measured in
-the same process on the same arrays:
-  lookup       vs a plain copy of the gathered bytes (CPU: np.copyto; GPU: device-to-device
-               copy) and vs np.take / torch.index_select;
+runs after a warm-up; a kernel and its baseline are timed in alternation (ABAB...), so load
+from other processes on a shared machine hits both alike. Ratios compare achieved bytes/s
+(or time) with a baseline measured in the same process on the same arrays:
+  lookup       into a preallocated result (``out=``) vs a plain copy of the same bytes into a
+               preallocated array (CPU: np.copyto(dst, src); GPU: device-to-device copy), and
+               vs np.take(..., out=) / torch.index_select. Both sides write into existing
+               memory, so neither pays first-touch page faults; the allocating call (no
+               ``out=``) is reported too, as lookup_alloc_ms;
   aggregation  vs the best NumPy method (np.unique+np.add.at, argsort+np.add.reduceat,
                bincount per column) / torch.unique+index_add_;
   dense Adam   bytes touched (p, m, v read+write, g read = 28 B/param) vs copy bandwidth.
@@ -41,6 +45,23 @@ def median_time(fn, repeats, sync=None):
             sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def median_times(fns, repeats, sync=None):
+    """Medians of several callables timed in alternation (after one warm-up call each)."""
+    for fn in fns:
+        fn()
+    if sync:
+        sync()
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for k, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            if sync:
+                sync()
+            times[k].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def make_ids(kind, n, rows, rng):
@@ -81,20 +102,25 @@ def bench_cpu(args, rng):
     for dist in ("uniform", "zipf"):
         ids = make_ids(dist, n, rows, rng)
         nbytes = n * dim * 4
-        out = np.empty((n, dim), np.float32)
+        out, out2 = np.empty((n, dim), np.float32), np.empty((n, dim), np.float32)
         src = table[:n].copy()
-        t_copy = median_time(lambda: np.copyto(out, src), rep)
-        t_lookup = median_time(lambda: ops.embedding_lookup(table, ids), rep)
-        t_take = median_time(lambda: np.take(table, ids, axis=0, out=out), rep)
+        t_copy, t_lookup, t_take, t_alloc = median_times([
+            lambda: np.copyto(out2, src),
+            lambda: ops.embedding_lookup(table, ids, out=out),
+            lambda: np.take(table, ids, axis=0, out=out2),
+            lambda: ops.embedding_lookup(table, ids),
+        ], rep)
         grads = rng.standard_normal((n, dim), dtype=np.float32)
-        base = {k: median_time(f, max(3, rep // 2)) for k, f in numpy_aggregate_methods(ids, grads).items()}
+        methods = numpy_aggregate_methods(ids, grads)
+        timed = median_times([lambda: ops.sparse_aggregate(ids, grads), *methods.values()], rep)
+        t_agg, base = timed[0], dict(zip(methods, timed[1:]))
         best = min(base, key=base.get)
-        t_agg = median_time(lambda: ops.sparse_aggregate(ids, grads), rep)
         m, v = np.zeros_like(table), np.zeros_like(table)
         t_sadam = median_time(lambda: ops.sparse_adam(table, ids, grads, m, v, 1e-3, 0.9, 0.999, 1e-7, 1), rep)
         res[dist] = {
             "unique_ids": int(np.unique(ids).size),
             "lookup_ms": t_lookup * 1e3, "copy_ms": t_copy * 1e3, "np_take_ms": t_take * 1e3,
+            "lookup_alloc_ms": t_alloc * 1e3,
             "lookup_GBps": nbytes / t_lookup / 1e9, "copy_GBps": nbytes / t_copy / 1e9,
             "lookup_vs_copy": t_copy / t_lookup, "lookup_vs_np_take": t_take / t_lookup,
             "aggregate_ms": t_agg * 1e3, "numpy_aggregate_ms": {k: t * 1e3 for k, t in base.items()},
@@ -106,9 +132,10 @@ def bench_cpu(args, rng):
     p = rng.standard_normal(size, dtype=np.float32)
     g, m, v = rng.standard_normal(size, dtype=np.float32), np.zeros(size, np.float32), np.zeros(size, np.float32)
     dst = np.empty_like(p)
-    t_copy = median_time(lambda: np.copyto(dst, p), args.repeats)
+    t_copy, t_adam = median_times(
+        [lambda: np.copyto(dst, p), lambda: ops.adam(p, g, m, v, 1e-3, 0.9, 0.999, 1e-7, 1)], args.repeats
+    )
     copy_bw = 2 * size * 4 / t_copy
-    t_adam = median_time(lambda: ops.adam(p, g, m, v, 1e-3, 0.9, 0.999, 1e-7, 1), args.repeats)
     adam_bw = 28 * size / t_adam
     res["dense_adam"] = {"params": size, "ms": t_adam * 1e3, "GBps_touched": adam_bw / 1e9,
                          "copy_GBps_rw": copy_bw / 1e9, "vs_copy_bandwidth": adam_bw / copy_bw}
@@ -127,9 +154,9 @@ def bench_cuda(args, rng):
     for dist in ("uniform", "zipf"):
         ids = torch.as_tensor(make_ids(dist, n, rows, rng), device=dev)
         nbytes = n * dim * 4
-        src, out = table[:n].clone(), torch.empty(n, dim, device=dev)
+        src, out, out2 = table[:n].clone(), torch.empty(n, dim, device=dev), torch.empty(n, dim, device=dev)
         t_copy = median_time(lambda: out.copy_(src), rep, sync)
-        t_lookup = median_time(lambda: ops.embedding_lookup(table, ids), rep, sync)
+        t_lookup = median_time(lambda: ops.embedding_lookup(table, ids, out=out2), rep, sync)
         t_isel = median_time(lambda: torch.index_select(table, 0, ids), rep, sync)
         grads = torch.randn(n, dim, device=dev)
 
@@ -159,6 +186,16 @@ def bench_cuda(args, rng):
     return res
 
 
+def median_of_runs(runs):
+    """Element-wise median of the numeric leaves of several result dicts (strings: first run's)."""
+    first = runs[0]
+    if isinstance(first, dict):
+        return {k: median_of_runs([r[k] for r in runs]) for k in first}
+    if isinstance(first, (int, float)) and not isinstance(first, bool):
+        return statistics.median(runs)
+    return first
+
+
 def print_table(res):
     for k, v in res.items():
         if not isinstance(v, dict):
@@ -182,11 +219,18 @@ def main(argv=None):
     ap.add_argument("--dense", type=int, default=16_000_000, help="parameters of the dense Adam case")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--runs", type=int, default=1,
+                    help="repeat the whole CPU benchmark this many times; ratios are medians over runs")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
-    res = bench_cuda(args, rng) if args.device == "cuda" else bench_cpu(args, rng)
+    if args.device == "cuda":
+        res = bench_cuda(args, rng)
+    else:
+        runs = [bench_cpu(args, np.random.default_rng(args.seed)) for _ in range(max(1, args.runs))]
+        res = median_of_runs(runs)
     summary = {"device": args.device, "backend": ops.backend(), "host": platform.node(),
-               "threads": os.cpu_count(), "rows": args.rows, "dim": args.dim, "ids": args.ids,
+               "threads": os.cpu_count(), "runs": args.runs, "repeats": args.repeats,
+               "loadavg_1m": os.getloadavg()[0], "rows": args.rows, "dim": args.dim, "ids": args.ids,
                "date": time.strftime("%Y-%m-%d"), **res}
     print_table(res)
     print(json.dumps(summary))

@@ -1,8 +1,6 @@
 // Hash deduplication of id batches (see dedup_cpu.h).
 #include "dedup_cpu.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <climits>
 #include <memory>
@@ -15,10 +13,10 @@ namespace cpu {
 
 namespace {
 
-// Below this many ids one thread dedups alone: fork/join and the extra scans cost more.
-constexpr int64_t kParallelIds = 1 << 14;
+// Ids per partition: its table (2x that many 16-byte entries) then stays in L2.
+constexpr int64_t kIdsPerPart = 2048;
 // How many positions ahead the insert loop prefetches the hash slot.
-constexpr int64_t kProbeAhead = 16;
+constexpr int64_t kProbeAhead = 8;
 // Scratch kept in the pool only up to this size (a one-off huge batch should not pin memory).
 constexpr size_t kKeepBytes = size_t{1} << 30;
 constexpr size_t kMaxPooled = 4;
@@ -44,12 +42,11 @@ struct Entry {
 };
 
 // Fibonacci hashing: the top bits of id * 2^64/phi spread sequential and strided ids evenly.
+// The partition comes from the top bits of a second multiplicative hash, so within one
+// partition the table position (top bits of the first) is still uniform.
 inline uint64_t hash_id(int64_t id) { return static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull; }
-
-// Partition from bits 8..31 of the hash, table position from the top bits: independent
-// bit ranges, so the ids of one partition still spread over its whole segment.
-inline int part_of(uint64_t h, int parts) {
-  return static_cast<int>((((h >> 8) & 0xFFFFFFull) * static_cast<uint64_t>(parts)) >> 24);
+inline int part_of(int64_t id, int part_bits) {
+  return part_bits == 0 ? 0 : static_cast<int>((static_cast<uint64_t>(id) * 0xD6E8FEB86659FD93ull) >> (64 - part_bits));
 }
 
 inline int ceil_log2(uint64_t x) {
@@ -62,10 +59,10 @@ inline int ceil_log2(uint64_t x) {
 
 struct DedupScratch {
   Buf<Entry> table;
-  Buf<int64_t> slot_of, first_pos, slot_id, count, aux, sort_k, sort_v, sort_k2, sort_v2;
+  Buf<int64_t> slot_of, pos, first_pos, slot_id, count, aux, sort_k, sort_v, sort_k2, sort_v2;
   Buf<float> floats;
   size_t bytes() const {
-    return table.bytes() + slot_of.bytes() + first_pos.bytes() + slot_id.bytes() + count.bytes() + aux.bytes() +
+    return table.bytes() + slot_of.bytes() + pos.bytes() + first_pos.bytes() + slot_id.bytes() + count.bytes() + aux.bytes() +
            sort_k.bytes() + sort_v.bytes() + sort_k2.bytes() + sort_v2.bytes() + floats.bytes();
   }
 };
@@ -98,83 +95,77 @@ void release_scratch(DedupScratch* s) {
 }
 }  // namespace
 
-Dedup::Dedup(const int64_t* ids, int64_t n, bool count_occurrences) : s_(acquire_scratch()), n_(n) {
+Dedup::Dedup(const int64_t* ids, int64_t n) : s_(acquire_scratch()), n_(n) {
   const size_t m = static_cast<size_t>(std::max<int64_t>(n, 1));
   slot_of_ = s_->slot_of.get(m);
+  pos_ = s_->pos.get(m);
   first_pos_ = s_->first_pos.get(m);
   slot_id_ = s_->slot_id.get(m);
   slot_aux_ = s_->aux.get(m);
-  count_ = count_occurrences ? s_->count.get(m) : nullptr;
-  const int P = n >= kParallelIds ? std::min(omp_get_max_threads(), kMaxParts) : 1;
+  count_ = s_->count.get(m);
+  int part_bits = 0;
+  while (part_bits < 8 && (int64_t{kIdsPerPart} << part_bits) < n) ++part_bits;
+  const int P = 1 << part_bits;
   parts_ = P;
+
+  // 1. Stable counting sort of positions by partition (serial: two light passes over ids).
+  int64_t* begin = part_begin_;
+  std::fill(begin, begin + P + 1, 0);
+  for (int64_t i = 0; i < n; ++i) ++begin[part_of(ids[i], part_bits) + 1];
   int64_t seg_begin[kMaxParts + 1];
   int seg_bits[kMaxParts];
-  int64_t lo_id[kMaxParts], hi_id[kMaxParts];
-  Entry* table = nullptr;
-  int64_t* const count = count_;
-
-#pragma omp parallel num_threads(P) if (P > 1)
+  seg_begin[0] = 0;
+  for (int p = 0; p < P; ++p) {
+    seg_bits[p] = std::max(4, ceil_log2(static_cast<uint64_t>(2 * begin[p + 1])));
+    seg_begin[p + 1] = seg_begin[p] + (int64_t{1} << seg_bits[p]);
+    begin[p + 1] += begin[p];
+  }
   {
-    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-    // 1. Positions per partition: sizes each segment (load <= 1/2 even if the hash is skewed).
-    for (int p = tid; p < P; p += nt) {
-      int64_t c = 0;
-      for (int64_t i = 0; i < n; ++i) c += part_of(hash_id(ids[i]), P) == p;
-      part_begin_[p + 1] = c;
-    }
-#pragma omp barrier
-#pragma omp single
-    {
-      part_begin_[0] = 0;
-      seg_begin[0] = 0;
-      for (int p = 0; p < P; ++p) {
-        seg_bits[p] = std::max(4, ceil_log2(static_cast<uint64_t>(2 * part_begin_[p + 1])));
-        seg_begin[p + 1] = seg_begin[p] + (int64_t{1} << seg_bits[p]);
-        part_begin_[p + 1] += part_begin_[p];
-      }
-      table = s_->table.get(static_cast<size_t>(seg_begin[P]));
-    }
-    // 2. One pass per partition over all positions: insert or find each of its ids.
-    for (int p = tid; p < P; p += nt) {
-      Entry* seg = table + seg_begin[p];
-      const int bits = seg_bits[p];
-      const uint64_t mask = (uint64_t{1} << bits) - 1;
-      for (uint64_t k = 0; k <= mask; ++k) seg[k].slot = -1;
-      int64_t next = part_begin_[p], lo = INT64_MAX, hi = INT64_MIN;
-      for (int64_t i = 0; i < n; ++i) {
-        if (i + kProbeAhead < n) {
-          const uint64_t hp = hash_id(ids[i + kProbeAhead]);
-          if (part_of(hp, P) == p) __builtin_prefetch(seg + (hp >> (64 - bits)), 1, 3);
+    int64_t fill[kMaxParts];
+    std::copy(begin, begin + P, fill);
+    for (int64_t i = 0; i < n; ++i) pos_[fill[part_of(ids[i], part_bits)]++] = i;
+  }
+  Entry* const table = s_->table.get(static_cast<size_t>(seg_begin[P]));
+  int64_t lo_id[kMaxParts], hi_id[kMaxParts];
+
+  // 2. Per partition, one pass over its positions in order: find or insert each id.
+#pragma omp parallel for schedule(dynamic, 1) if (P > 1)
+  for (int p = 0; p < P; ++p) {
+    Entry* seg = table + seg_begin[p];
+    const int bits = seg_bits[p];
+    const uint64_t mask = (uint64_t{1} << bits) - 1;
+    for (uint64_t k = 0; k <= mask; ++k) seg[k].slot = -1;
+    const int64_t kb = begin[p], ke = begin[p + 1];
+    int64_t next = kb, lo = INT64_MAX, hi = INT64_MIN;
+    for (int64_t k = kb; k < ke; ++k) {
+      if (k + kProbeAhead < ke) __builtin_prefetch(seg + (hash_id(ids[pos_[k + kProbeAhead]]) >> (64 - bits)), 1, 3);
+      const int64_t i = pos_[k];
+      const int64_t id = ids[i];
+      uint64_t j = hash_id(id) >> (64 - bits);
+      for (;;) {
+        Entry& e = seg[j];
+        if (e.slot < 0) {
+          e.key = id;
+          e.slot = next;
+          slot_id_[next] = id;
+          first_pos_[next] = i;
+          count_[next] = 1;
+          slot_of_[i] = next++;
+          lo = std::min(lo, id);
+          hi = std::max(hi, id);
+          break;
         }
-        const int64_t id = ids[i];
-        const uint64_t h = hash_id(id);
-        if (part_of(h, P) != p) continue;
-        uint64_t j = h >> (64 - bits);
-        for (;;) {
-          Entry& e = seg[j];
-          if (e.slot < 0) {
-            e.key = id;
-            e.slot = next;
-            slot_id_[next] = id;
-            first_pos_[next] = i;
-            if (count) count[next] = 1;
-            slot_of_[i] = next++;
-            lo = std::min(lo, id);
-            hi = std::max(hi, id);
-            break;
-          }
-          if (e.key == id) {
-            slot_of_[i] = e.slot;
-            if (count) ++count[e.slot];
-            break;
-          }
-          j = (j + 1) & mask;
+        if (e.key == id) {
+          slot_of_[i] = e.slot;
+          ++count_[e.slot];
+          break;
         }
+        j = (j + 1) & mask;
       }
-      part_unique_[p] = next - part_begin_[p];
-      lo_id[p] = lo;
-      hi_id[p] = hi;
     }
+    part_unique_[p] = next - kb;
+    lo_id[p] = lo;
+    hi_id[p] = hi;
   }
   int64_t lo = INT64_MAX, hi = INT64_MIN;
   for (int p = 0; p < P; ++p) {

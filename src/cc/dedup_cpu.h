@@ -1,18 +1,19 @@
 // Hash deduplication of a batch of int64 ids on the CPU: the core of gradient aggregation
 // and of the sparse optimizers (kernels_cpu.cc).
 //
-// One open-addressing table (linear probing, multiplicative hash, capacity >= 2x the
-// number of ids, int64 keys) maps every id to a dense "slot" in one pass; no sort.
-// The work is split by hash across P partitions, one per OpenMP thread: partition p owns
-// the ids whose hash falls in it, its own segment of the table, and a contiguous range of
-// slots [slot_begin(p), slot_begin(p) + unique_in(p)). Every occurrence of an id lands in
-// the same partition, so a thread that walks positions 0..n-1 and handles only its own
-// partition sees each id's duplicates in their original order: sums over duplicates are
-// deterministic and identical to a sequential left-to-right sum (what the NumPy reference
-// computes), without locks.
+// Ids are first bucketed by hash into P partitions (a stable counting sort of positions; P is
+// a power of two, about one partition per 2k ids). Each partition then gets its own small
+// open-addressing table (linear probing, multiplicative hash, capacity >= 2x its ids, int64
+// keys, so it stays in L2) that maps each id to a dense "slot" in one pass: no sort of the
+// ids. Partitions are independent, so threads take them dynamically (a thread that the shared
+// machine descheduled does not hold up the others), and every occurrence of an id lands in
+// the same partition, listed in original order: a thread that walks one partition's
+// positions sums duplicates left to right, exactly like the sequential NumPy reference,
+// without locks and whatever the thread count.
 //
-// Slots are not contiguous across partitions (partition p's slots start at the number of
-// POSITIONS, not ids, hashed to earlier partitions), so arrays indexed by slot are sized n.
+// Slots of partition p are [slot_begin(p), slot_begin(p) + unique_in(p)); ranges of different
+// partitions do not touch but leave gaps (a partition's range is sized by its positions, not
+// its unique ids), so per-slot arrays are sized n.
 // Scratch memory comes from a process-wide pool and is reused across calls (growing only),
 // so steady-state calls allocate nothing; concurrent calls get separate scratch.
 #pragma once
@@ -28,9 +29,8 @@ class Dedup {
  public:
   static constexpr int kMaxParts = 256;
 
-  // Maps ids[0..n) to slots. With count_occurrences, count(slot) is the number of
-  // positions holding the slot's id (the sparse optimizers need it; aggregation does not).
-  Dedup(const int64_t* ids, int64_t n, bool count_occurrences);
+  // Maps ids[0..n) to slots and counts the occurrences of each.
+  explicit Dedup(const int64_t* ids, int64_t n);
   ~Dedup();
   Dedup(const Dedup&) = delete;
   Dedup& operator=(const Dedup&) = delete;
@@ -45,10 +45,12 @@ class Dedup {
 
   // Per position i: the slot of ids[i].
   const int64_t* slot_of() const { return slot_of_; }
+  // Positions of partition p, ascending: positions()[slot_begin(p) .. slot_begin(p + 1)).
+  const int64_t* positions() const { return pos_; }
   // Per slot: first position holding its id, and the id itself.
   const int64_t* first_pos() const { return first_pos_; }
   const int64_t* slot_id() const { return slot_id_; }
-  // Per slot (only with count_occurrences): occurrences; writable so callers can count down.
+  // Per slot: occurrences of its id; writable so callers can count down.
   int64_t* count() const { return count_; }
   // A free per-slot int64 array (sized n) and a float buffer of at least `floats` elements,
   // both owned by the scratch of this call.
@@ -65,7 +67,7 @@ class Dedup {
   int64_t part_begin_[kMaxParts + 1] = {};
   int64_t part_unique_[kMaxParts] = {};
   int64_t min_id_ = 0, max_id_ = 0;
-  int64_t *slot_of_ = nullptr, *first_pos_ = nullptr, *slot_id_ = nullptr, *count_ = nullptr;
+  int64_t *slot_of_ = nullptr, *pos_ = nullptr, *first_pos_ = nullptr, *slot_id_ = nullptr, *count_ = nullptr;
   int64_t* slot_aux_ = nullptr;
 };
 

@@ -104,13 +104,17 @@ PYBIND11_MODULE(elasticdl_native, m) {
     std::unique_ptr<edl::cpu::Dedup> d;
     {
       py::gil_scoped_release nogil;
-      d = std::make_unique<edl::cpu::Dedup>(P<const int64_t>(ids), n, false);
+      d = std::make_unique<edl::cpu::Dedup>(P<const int64_t>(ids), n);
     }
     const int64_t u = d->num_unique();
     py::array_t<int64_t> out_ids(u);
-    py::array_t<float> out({u, dim});
+    // Rows start on a 64-byte boundary so the kernel can write whole lines with streaming stores.
+    py::array_t<float> block(u * dim + 16);
+    const size_t skew = reinterpret_cast<uintptr_t>(block.mutable_data()) % 64;
+    float* og = block.mutable_data() + (skew ? (64 - skew) / sizeof(float) : 0);
+    py::array_t<float> out({u, dim}, {dim * static_cast<int64_t>(sizeof(float)), static_cast<int64_t>(sizeof(float))},
+                           og, block);
     int64_t* oi = out_ids.mutable_data();
-    float* og = out.mutable_data();
     {
       py::gil_scoped_release nogil;
       edl::cpu::aggregate_rows(*d, P<const float>(grads), dim, oi, og);

@@ -53,6 +53,8 @@ constexpr int64_t kPrefetchRows = 8;
 // Outputs at least this large are written with non-temporal stores: they do not fit in cache
 // anyway, and streaming stores skip the read-for-ownership of every destination line.
 constexpr size_t kStreamMinBytes = size_t{4} << 20;
+// Positions per dynamically scheduled block of the gather.
+constexpr int64_t kLookupBlock = 4096;
 
 inline void prefetch_row(const char* r, size_t row_bytes) {
   for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(r + b, 0, 3);
@@ -91,27 +93,31 @@ int64_t lookup(const void* table, int dtype, int64_t rows, int64_t dim, const in
   const bool stream = false;
 #endif
   int64_t bad = INT64_MAX;
-  // One pass: copy good rows, zero-fill bad ones and remember the first bad position. Each
-  // thread takes one contiguous block of positions, so its output is one sequential stream.
+  // One pass: copy good rows, zero-fill bad ones and remember the first bad position. Threads
+  // take blocks of positions dynamically (a descheduled thread does not stall the others);
+  // each block is a sequential output stream.
+  const int64_t blocks = (n + kLookupBlock - 1) / kLookupBlock;
 #pragma omp parallel reduction(min : bad) if (n * dim > kParallelMin)
   {
-    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
-    for (int64_t i = lo; i < std::min(hi, lo + kPrefetchRows); ++i) {
-      if (!bad_id(ids[i], rows)) prefetch_row(src + ids[i] * row_bytes, row_bytes);
-    }
-    for (int64_t i = lo; i < hi; ++i) {
-      // Random rows of a large table miss cache and TLB: keep several rows in flight.
-      if (i + kPrefetchRows < hi) {
-        const int64_t pid = ids[i + kPrefetchRows];
-        if (!bad_id(pid, rows)) prefetch_row(src + pid * row_bytes, row_bytes);
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t lo = blk * kLookupBlock, hi = std::min(n, lo + kLookupBlock);
+      for (int64_t i = lo; i < std::min(hi, lo + kPrefetchRows); ++i) {
+        if (!bad_id(ids[i], rows)) prefetch_row(src + ids[i] * row_bytes, row_bytes);
       }
-      const int64_t id = ids[i];
-      if (bad_id(id, rows)) {
-        std::memset(dst + i * row_bytes, 0, row_bytes);
-        if (i < bad) bad = i;
-      } else {
-        copy_row(dst + i * row_bytes, src + id * row_bytes, row_bytes, stream);
+      for (int64_t i = lo; i < hi; ++i) {
+        // Random rows of a large table miss cache and TLB: keep several rows in flight.
+        if (i + kPrefetchRows < hi) {
+          const int64_t pid = ids[i + kPrefetchRows];
+          if (!bad_id(pid, rows)) prefetch_row(src + pid * row_bytes, row_bytes);
+        }
+        const int64_t id = ids[i];
+        if (bad_id(id, rows)) {
+          std::memset(dst + i * row_bytes, 0, row_bytes);
+          if (i < bad) bad = i;
+        } else {
+          copy_row(dst + i * row_bytes, src + id * row_bytes, row_bytes, stream);
+        }
       }
     }
 #if defined(__SSE2__)
@@ -239,34 +245,46 @@ void dense_update(const OptParams& p, float* param, const float* grad, const Opt
 }
 
 // ---------------------------------------------------------------------------------------------
-// Aggregation and sparse updates on top of the hash dedup (dedup_cpu.h). Thread t handles the
-// ids of dedup partition t, walking positions in order, so every id's duplicates are summed
-// left to right (the order of the NumPy reference) and no two threads touch the same row.
+// Aggregation and sparse updates on top of the hash dedup (dedup_cpu.h). Threads take dedup
+// partitions dynamically and walk each one's positions in order, so every id's duplicates are
+// summed left to right (the order of the NumPy reference) and no two threads touch one row.
 namespace {
 constexpr int64_t kRowsAhead = 8;
 
-inline bool owned(int64_t g, int64_t lo, int64_t hi) { return g >= lo && g < hi; }
-
-inline void prefetch_write_row(const float* r, int64_t dim) {
-  for (int64_t b = 0; b < dim; b += 16) __builtin_prefetch(r + b, 1, 3);
+inline void prefetch_rows(const float* r, int64_t dim, int rw) {
+  for (int64_t b = 0; b < dim; b += 16) {
+    if (rw) {
+      __builtin_prefetch(r + b, 1, 3);
+    } else {
+      __builtin_prefetch(r + b, 0, 3);
+    }
+  }
 }
 
 EDL_MULTIVERSION
-void aggregate_part(const Dedup& d, int p, const float* grads, int64_t dim, const int64_t* rank, float* out) {
-  const int64_t n = d.n(), lo = d.slot_begin(p), hi = lo + d.unique_in(p);
+void aggregate_part(const Dedup& d, int p, const float* grads, int64_t dim, const int64_t* rank, float* out,
+                    bool stream) {
+  const int64_t kb = d.slot_begin(p), ke = d.slot_begin(p + 1);
+  const int64_t* pos = d.positions();
   const int64_t* slot_of = d.slot_of();
   const int64_t* first = d.first_pos();
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kRowsAhead < n) {
-      const int64_t ga = slot_of[i + kRowsAhead];
-      if (owned(ga, lo, hi)) prefetch_write_row(out + rank[ga] * dim, dim);
+  const int64_t* count = d.count();
+  for (int64_t k = kb; k < ke; ++k) {
+    if (k + kRowsAhead < ke) {
+      const int64_t ia = pos[k + kRowsAhead];
+      prefetch_rows(grads + ia * dim, dim, 0);
+      if (!stream) prefetch_rows(out + rank[slot_of[ia]] * dim, dim, 1);
     }
-    const int64_t g = slot_of[i];
-    if (!owned(g, lo, hi)) continue;
+    const int64_t i = pos[k], g = slot_of[i];
     const float* __restrict src = grads + i * dim;
     float* __restrict dst = out + rank[g] * dim;
     if (first[g] == i) {
-      for (int64_t j = 0; j < dim; ++j) dst[j] = src[j];
+      if (stream && count[g] == 1) {
+        // A row written once: streaming stores skip reading the destination line first.
+        copy_row(reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), dim * sizeof(float), true);
+      } else {
+        for (int64_t j = 0; j < dim; ++j) dst[j] = src[j];
+      }
     } else {
       for (int64_t j = 0; j < dim; ++j) dst[j] = dst[j] + src[j];
     }
@@ -281,10 +299,10 @@ inline void apply_row(const OptParams& p, float* table, const OptSlots& s, int64
 }
 
 inline void prefetch_update_rows(float* table, const OptSlots& s, int64_t base, int64_t dim) {
-  prefetch_write_row(table + base, dim);
-  if (s.s0) prefetch_write_row(s.s0 + base, dim);
-  if (s.s1) prefetch_write_row(s.s1 + base, dim);
-  if (s.s2) prefetch_write_row(s.s2 + base, dim);
+  prefetch_rows(table + base, dim, 1);
+  if (s.s0) prefetch_rows(s.s0 + base, dim, 1);
+  if (s.s1) prefetch_rows(s.s1 + base, dim, 1);
+  if (s.s2) prefetch_rows(s.s2 + base, dim, 1);
 }
 
 // Fused sum + update of partition p: an id seen once is applied straight from its gradient
@@ -293,19 +311,23 @@ inline void prefetch_update_rows(float* table, const OptSlots& s, int64_t base, 
 template <int K>
 EDL_MULTIVERSION void sparse_part(const OptParams& prm, float* table, int64_t dim, const int64_t* ids,
                                   const float* grads, const OptSlots& s, Dedup& d, int p, float* buf) {
-  const int64_t n = d.n(), lo = d.slot_begin(p), hi = lo + d.unique_in(p);
+  const int64_t kb = d.slot_begin(p), ke = d.slot_begin(p + 1);
+  const int64_t* pos = d.positions();
   const int64_t* slot_of = d.slot_of();
   const int64_t* first = d.first_pos();
   int64_t* count = d.count();
   int64_t* brow = d.slot_aux();  // slot -> buffer row
-  int64_t next_row = lo;         // partition p's buffer rows: [lo, lo + its repeated ids)
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kRowsAhead < n) {
-      const int64_t ga = slot_of[i + kRowsAhead];
-      if (owned(ga, lo, hi) && first[ga] == i + kRowsAhead) prefetch_update_rows(table, s, ids[i + kRowsAhead] * dim, dim);
+  int64_t next_row = kb;         // partition p's buffer rows: [kb, kb + its repeated ids)
+  for (int64_t k = kb; k < ke; ++k) {
+    if (k + kRowsAhead < ke) {
+      const int64_t ia = pos[k + kRowsAhead];
+      prefetch_rows(grads + ia * dim, dim, 0);
+      const int64_t ga = slot_of[ia];
+      // The rows are updated at the id's last occurrence; the first is a good proxy for
+      // singletons (most ids of a large batch), repeated ids are cache-hot by then anyway.
+      if (first[ga] == ia) prefetch_update_rows(table, s, ids[ia] * dim, dim);
     }
-    const int64_t g = slot_of[i];
-    if (!owned(g, lo, hi)) continue;
+    const int64_t i = pos[k], g = slot_of[i];
     const float* __restrict src = grads + i * dim;
     if (first[g] == i) {
       if (count[g] == 1) {
@@ -330,10 +352,21 @@ void aggregate_rows(Dedup& d, const float* grads, int64_t dim, int64_t* out_ids,
   int64_t* rank = d.slot_aux();
   d.sort_unique(out_ids, rank);  // sorted output ids: only the unique ids are sorted
   const int P = d.parts();
-#pragma omp parallel num_threads(P) if (P > 1)
+  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
+#if defined(__SSE2__)
+  // Streaming stores need whole, aligned destination lines (rows land at random places).
+  const bool stream = row_bytes % 64 == 0 && reinterpret_cast<uintptr_t>(out) % 64 == 0 &&
+                      row_bytes * static_cast<size_t>(d.num_unique()) >= kStreamMinBytes;
+#else
+  const bool stream = false;
+#endif
+#pragma omp parallel if (P > 1)
   {
-    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-    for (int p = tid; p < P; p += nt) aggregate_part(d, p, grads, dim, rank, out);
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int p = 0; p < P; ++p) aggregate_part(d, p, grads, dim, rank, out, stream);
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();
+#endif
   }
 }
 
@@ -341,16 +374,13 @@ int64_t sparse_update(const OptParams& p, float* table, int64_t rows, int64_t di
                       int64_t n, const float* grads, const OptSlots& s) {
   const int64_t bad = first_bad_id(ids, n, rows);
   if (bad >= 0) return bad;
-  Dedup d(ids, n, /*count_occurrences=*/true);
+  Dedup d(ids, n);
   float* buf = d.float_buffer(n * dim);  // rows used only by repeated ids (pages touched lazily)
   const int P = d.parts();
   dispatch_kind(p.kind, [&](auto kc) {
     constexpr int K = decltype(kc)::value;
-#pragma omp parallel num_threads(P) if (P > 1)
-    {
-      const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-      for (int q = tid; q < P; q += nt) sparse_part<K>(p, table, dim, ids, grads, s, d, q, buf);
-    }
+#pragma omp parallel for schedule(dynamic, 1) if (P > 1)
+    for (int q = 0; q < P; ++q) sparse_part<K>(p, table, dim, ids, grads, s, d, q, buf);
   });
   return -1;
 }

@@ -172,3 +172,69 @@ def test_errors():
         ops.embedding_lookup(table, np.array([0.5]))
     with pytest.raises(ValueError, match="grads"):
         ops.sparse_aggregate([1, 2], np.zeros((3, 4), np.float32))
+
+
+@pytest.mark.parametrize("dist", ["zipf", "uniform"])
+def test_sparse_aggregate_many_partitions_is_exact(dist):
+    """Large batches are deduplicated in many hash partitions on several threads; the sums
+    must still be bit-identical to a left-to-right sum, and ids sorted."""
+    rng = _rng(7)
+    n = 60_000
+    if dist == "zipf":
+        ids = np.minimum(rng.zipf(1.2, n), 10**6) - 1
+    else:
+        ids = rng.integers(-(2**40), 2**40, n)  # wide signed range: several radix passes
+        ids[::3] = ids[0]  # plus one heavy id
+    grads = rng.standard_normal((n, 8)).astype(np.float32)
+    u, g = ops.sparse_aggregate(ids, grads)
+    ru, rg = R.sparse_aggregate(ids, grads)
+    _same(u, ru, exact=True)
+    _same(g, rg, exact=True)
+
+
+@pytest.mark.parametrize("op", ["sgd", "adam", "adagrad"])
+def test_sparse_optimizers_large_batch_exact(op):
+    rng = _rng(8)
+    rows, dim, n = 5000, 16, 40_000
+    table = rng.standard_normal((rows, dim)).astype(np.float32)
+    slots = [np.abs(rng.standard_normal((rows, dim))).astype(np.float32) for _ in range(2)]
+    ids = np.minimum(rng.zipf(1.1, n) - 1, rows - 1)
+    ids[: n // 2] = rng.integers(0, rows, n // 2)  # singletons and heavy repeats mixed
+    grads = rng.standard_normal((n, dim)).astype(np.float32)
+    t2, s2 = table.copy(), [x.copy() for x in slots]
+    for mod, T, S in ((ops, table, slots), (R, t2, s2)):
+        if op == "sgd":
+            mod.sparse_sgd(T, ids, grads, 0.1)
+        elif op == "adam":
+            mod.sparse_adam(T, ids, grads, S[0], S[1], 0.01, 0.9, 0.999, 1e-7, 4)
+        else:
+            mod.sparse_adagrad(T, ids, grads, S[0], 0.1, 1e-7)
+    _same(table, t2, exact=True)
+    for a, b in zip(slots, s2):
+        _same(a, b, exact=True)
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_lookup_into_out(pooled):
+    rng = _rng(9)
+    table = rng.standard_normal((ROWS, DIM)).astype(np.float32)
+    ids = _ids(rng, 50_000)  # large enough for the streaming-store path
+    offsets = np.arange(0, ids.size + 1, 50) if pooled else None
+    shape = (offsets.size - 1 if pooled else ids.size, DIM)
+    out = np.full(shape, np.nan, np.float32)
+    got = ops.embedding_lookup(table, ids, offsets, "sum" if pooled else None, out=out)
+    assert got is out
+    _same(out, R.embedding_lookup(table, ids, offsets, "sum" if pooled else None), exact=not pooled)
+    ref_out = np.empty(shape, np.float32)
+    assert R.embedding_lookup(table, ids, offsets, "sum" if pooled else None, out=ref_out) is ref_out
+    _same(ref_out, out, exact=not pooled)
+
+
+def test_lookup_out_errors():
+    table = np.zeros((10, 4), np.float32)
+    with pytest.raises(ValueError, match=r"out: expected shape \(2, 4\)"):
+        ops.embedding_lookup(table, [1, 2], out=np.empty((3, 4), np.float32))
+    with pytest.raises(TypeError, match="out: expected dtype float32"):
+        ops.embedding_lookup(table, [1, 2], out=np.empty((2, 4), np.float64))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ops.embedding_lookup(table, [1, 2], out=np.empty((4, 2), np.float32).T)
