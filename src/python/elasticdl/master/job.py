@@ -26,6 +26,7 @@ TRAINING_ONLY = "training_only"
 TRAINING_WITH_EVALUATION = "training_with_evaluation"
 EVALUATION_ONLY = "evaluation_only"
 PREDICTION_ONLY = "prediction_only"
+ALLREDUCE = "AllreduceStrategy"
 
 
 class JobConfigError(ValueError):
@@ -69,13 +70,24 @@ class Job:
         a = self.args
         if getattr(a, "job_command", ""):
             raise JobConfigError("--job_command is not supported by this master; run model-zoo jobs with --model_def")
+        if a.distribution_strategy == ALLREDUCE:
+            if a.num_ps_pods != 0:
+                raise JobConfigError(
+                    f"--num_ps_pods={a.num_ps_pods} with AllreduceStrategy: workers allreduce "
+                    "gradients among themselves; drop --num_ps_pods (or set it to 0)"
+                )
+            return
         if a.distribution_strategy != "ParameterServerStrategy":
             raise JobConfigError(
                 f"--distribution_strategy={a.distribution_strategy} is not supported by this master; "
-                "use ParameterServerStrategy"
+                "use ParameterServerStrategy or AllreduceStrategy"
             )
         if a.num_ps_pods < 1:
             raise JobConfigError("--num_ps_pods must be >= 1 for ParameterServerStrategy")
+
+    @property
+    def allreduce(self) -> bool:
+        return self.args.distribution_strategy == ALLREDUCE
 
     @property
     def job_type(self) -> str:
@@ -131,10 +143,18 @@ class Job:
         self.opt_type, self.opt_args = opt_type, opt_args
 
         self.platform = self._platform or create_platform(a)
-        self.servicer = MasterServicer(self.tm, self.es, job_status=lambda: job_status.to_pb(self.snapshot()))
+        self.rendezvous = self._start_rendezvous() if self.allreduce else None
+        self.servicer = MasterServicer(
+            self.tm, self.es, job_status=lambda: job_status.to_pb(self.snapshot()),
+            rendezvous=self.rendezvous,
+        )
         self._server, self.port = self._start_server()
         master_addr = self.platform.master_address(self.port)
-        if a.checkpoint_steps == 0 and self.trains:
+        if self.rendezvous is not None:
+            self.rendezvous.config.store_host = master_addr.rpartition(":")[0]
+            # Workers that end leave the communication group at once (before any relaunch).
+            self.platform.add_event_listener(self.rendezvous.on_replica_event)
+        if a.checkpoint_steps == 0 and self.trains and not self.allreduce:
             logger.info(
                 "Checkpointing is off (--checkpoint_steps=0): a relaunched PS gets the dense model "
                 "back from the workers, but embedding tables and optimizer state are lost; set "
@@ -186,6 +206,15 @@ class Job:
             reader = create_data_reader(data_origin, rpt, **params)
         return list(reader.create_shards())
 
+    def _start_rendezvous(self):
+        """AllReduce: the rendezvous and the torch TCPStore the workers build groups through
+        (hosted here so it outlives any worker; torch is imported only for these jobs)."""
+        from elasticdl.master.rendezvous import Rendezvous, RendezvousConfig, RendezvousStore
+
+        host = "127.0.0.1" if self.args.platform == "local" else "0.0.0.0"
+        self._store = RendezvousStore(host)
+        return Rendezvous(RendezvousConfig(store_port=self._store.port))
+
     def _start_server(self):
         local = self.args.platform == "local"
         host = "127.0.0.1" if local else "0.0.0.0"
@@ -221,6 +250,8 @@ class Job:
             self.rm.stop(delete_all=True)
             if self._server is not None:
                 self._server.stop(grace=1)
+            if getattr(self, "_store", None) is not None:
+                self._store.close()
             self.status_writer.stop()
             self.status_writer.write()
             try:

@@ -13,7 +13,8 @@ from elasticdl.common.model_utils import ModelSpecError, get_dict_from_params_st
 
 logger = logging.getLogger("elasticdl.worker.main")
 
-STRATEGIES = ("ParameterServerStrategy", "Local", "")
+STRATEGIES = ("ParameterServerStrategy", "AllreduceStrategy", "Local", "")
+ALLREDUCE = "AllreduceStrategy"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num_workers", type=int, default=0)
     p.add_argument("--retry_timeout", type=float, default=120.0,
                    help="seconds to keep retrying an unreachable master/PS")
+    p.add_argument("--allreduce_retries", type=int, default=5,
+                   help="AllreduceStrategy: re-form the group and retry a failed allreduce this often")
+    p.add_argument("--allreduce_backend", default="auto", choices=["auto", "gloo", "nccl"],
+                   help="AllreduceStrategy: torch.distributed backend (auto: NCCL with a GPU, else Gloo)")
     return p
 
 
@@ -55,12 +60,13 @@ def _validate(args) -> None:
         raise WorkerArgsError(f"--minibatch_size must be positive, got {args.minibatch_size}")
     if args.get_model_steps <= 0:
         raise WorkerArgsError(f"--get_model_steps must be positive, got {args.get_model_steps}")
-    if args.distribution_strategy == "AllreduceStrategy":
-        raise WorkerArgsError("--distribution_strategy=AllreduceStrategy is not supported by "
-                              "this worker: use ParameterServerStrategy with --num_ps_pods >= 1")
     if args.distribution_strategy not in STRATEGIES:
         raise WorkerArgsError(f"--distribution_strategy {args.distribution_strategy!r} unknown; "
                               f"use one of {[s for s in STRATEGIES if s]}")
+    if args.distribution_strategy == ALLREDUCE:
+        if args.allreduce_retries < 0:
+            raise WorkerArgsError(f"--allreduce_retries must be >= 0, got {args.allreduce_retries}")
+        return  # no PS: workers allreduce gradients among themselves
     if not [a for a in args.ps_addrs.split(",") if a.strip()]:
         raise WorkerArgsError("--ps_addrs is empty: pass the PS addresses (host:port,...)")
 
@@ -93,11 +99,22 @@ def main(argv=None) -> int:
     from elasticdl.worker.worker import JobType, Worker, WorkerConfig
 
     job_type = JobType(args.job_type)
-    master = MasterClient(args.master_addr, args.worker_id, retry_timeout=args.retry_timeout)
-    ps = PSClient([a.strip() for a in args.ps_addrs.split(",") if a.strip()],
-                  worker_id=args.worker_id, retry_timeout=args.retry_timeout)
-    trainer = PSTrainer(spec, ps, TrainerConfig(
-        get_model_steps=args.get_model_steps, init_model_on_ps=job_type.trains))
+    ps = None
+    if args.distribution_strategy == ALLREDUCE:
+        # torch is imported by the group only when it first builds one.
+        from elasticdl.worker.allreduce_group import AllreduceMasterClient, CommGroup, GroupConfig
+        from elasticdl.worker.allreduce_trainer import AllreduceTrainer, AllreduceTrainerConfig
+
+        master = AllreduceMasterClient(args.master_addr, args.worker_id, retry_timeout=args.retry_timeout)
+        group = CommGroup(master, GroupConfig(backend=args.allreduce_backend))
+        trainer = AllreduceTrainer(spec, group, master, AllreduceTrainerConfig(
+            max_allreduce_retries=args.allreduce_retries))
+    else:
+        master = MasterClient(args.master_addr, args.worker_id, retry_timeout=args.retry_timeout)
+        ps = PSClient([a.strip() for a in args.ps_addrs.split(",") if a.strip()],
+                      worker_id=args.worker_id, retry_timeout=args.retry_timeout)
+        trainer = PSTrainer(spec, ps, TrainerConfig(
+            get_model_steps=args.get_model_steps, init_model_on_ps=job_type.trains))
     data = TaskDataService(spec, args.minibatch_size, reader_params)
     worker = Worker(
         WorkerConfig(worker_id=args.worker_id, job_type=job_type,
@@ -112,7 +129,8 @@ def main(argv=None) -> int:
         return 1
     finally:
         master.close()
-        ps.close()
+        if ps is not None:
+            ps.close()
 
 
 if __name__ == "__main__":
