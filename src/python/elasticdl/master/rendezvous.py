@@ -85,6 +85,7 @@ class Rendezvous:
         self._last_change = clock()
         self._generation_formed_at = clock()
         self._gone: set[int] = set()  # workers that left for good; a late join is refused
+        self.history: list[tuple[int, list[int]]] = []  # (generation, members by rank)
 
     # ---- worker reports ------------------------------------------------------------------
     def join(self, worker_id: int, host: str = "") -> None:
@@ -182,6 +183,7 @@ class Rendezvous:
         self._answered = set()
         self._reform_requested = False
         self._generation_formed_at = now
+        self.history.append((self._generation, list(self._members)))
         logger.info(
             "Rendezvous: generation %d, world size %d, ranks %s", self._generation,
             len(self._members), {w: r for r, w in enumerate(self._members)},
@@ -219,8 +221,8 @@ class RendezvousStore:
             bind_host, self.port, is_master=True, wait_for_workers=False,
             master_listen_fd=self._socket.fileno(),
         )
+        self._socket.detach()  # the store owns (and closes) the listening socket now
         logger.info("Rendezvous store (torch TCPStore) listening on %s:%d", bind_host, self.port)
 
     def close(self) -> None:
-        self._store = None
-        self._socket.close()
+        self._store = None  # the server stops when the last reference goes

@@ -1,0 +1,81 @@
+"""Two real worker processes form a Gloo group through the master's rendezvous (real gRPC
+servicer and torch TCPStore on 127.0.0.1) and allreduce/broadcast; when one leaves, the other
+re-forms alone in the next generation."""
+import json
+import subprocess
+import sys
+import textwrap
+
+from elasticdl.master.rendezvous import Rendezvous, RendezvousConfig, RendezvousStore
+from elasticdl.master.server import create_master_server
+from elasticdl.master.servicer import MasterServicer
+from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
+from elasticdl.platform.local import child_pythonpath
+
+WORKER = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from elasticdl.worker.allreduce_group import AllreduceMasterClient, CommGroup, GroupConfig
+
+    addr, worker_id = sys.argv[1], int(sys.argv[2])
+    master = AllreduceMasterClient(addr, worker_id, retry_timeout=30)
+    group = CommGroup(master, GroupConfig(backend="gloo", join_timeout_s=60, collective_timeout_s=60))
+    group.join()
+    group.acknowledge()
+    out = {"rank": group.rank, "world": group.world_size, "gen": group.rendezvous_id}
+    buf = np.full(5, float(worker_id + 1), np.float32)
+    group.allreduce_(buf)
+    out["sum"] = buf.tolist()
+    state = np.array([float(worker_id)], np.float64)
+    group.broadcast_(state, root=0)
+    out["bcast"] = float(state[0])
+    if worker_id == 0:
+        group.leave()
+    else:
+        group.drop(failed=False)
+        group.join()  # the next generation, without worker 0
+        group.acknowledge()
+        solo = np.ones(3, np.float32)
+        group.allreduce_(solo)
+        out.update(gen2=group.rendezvous_id, world2=group.world_size, rank2=group.rank, solo=solo.tolist())
+        group.leave()
+    print("RESULT " + json.dumps(out), flush=True)
+""")
+
+
+def test_two_processes_allreduce_through_master_rendezvous(tmp_path):
+    store = RendezvousStore("127.0.0.1")
+    rdzv = Rendezvous(RendezvousConfig("127.0.0.1", store.port, settle_s=0.3))
+    tm = TaskManager(TaskManagerConfig(records_per_task=1), training_shards=[("s", 0, 1)])
+    server, port = create_master_server(MasterServicer(tm, rendezvous=rdzv), 0, "127.0.0.1")
+    script = tmp_path / "w.py"
+    script.write_text(WORKER)
+    env = {"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin"}
+    try:
+        procs = [
+            subprocess.Popen([sys.executable, str(script), f"127.0.0.1:{port}", str(w)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            for w in (0, 1)
+        ]
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        server.stop(0)
+        store.close()
+    results = []
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+        results.append(json.loads(out.split("RESULT ", 1)[1]))
+    r0, r1 = results
+    assert r0["gen"] == r1["gen"] == 1 and r0["world"] == r1["world"] == 2
+    assert sorted([r0["rank"], r1["rank"]]) == [0, 1]
+    assert r0["sum"] == r1["sum"] == [3.0] * 5
+    rank0_worker = 0 if r0["rank"] == 0 else 1
+    assert r0["bcast"] == r1["bcast"] == float(rank0_worker)
+    # Worker 0 left: generation 2 holds worker 1 alone, as rank 0.
+    assert (r1["gen2"], r1["world2"], r1["rank2"]) == (2, 1, 0)
+    assert r1["solo"] == [1.0] * 3
+    assert rdzv.history == [(1, [rdzv.history[0][1][0], rdzv.history[0][1][1]]), (2, [1])]
+    assert sorted(rdzv.history[0][1]) == [0, 1]
