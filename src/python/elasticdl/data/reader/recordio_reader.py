@@ -35,9 +35,12 @@ class RecordIODataReader(AbstractDataReader):
     each file's shard into tasks, so ``records_per_task`` is not used here.
     """
 
+    max_cached_chunks = 1  # decoded chunks kept per reader: tasks of one file come in order
+
     def __init__(self, data_origin: str, records_per_task: Optional[int] = None, **params):
         super().__init__(data_origin, records_per_task, **params)
         self._indexes: Dict[str, recordio.Index] = {}
+        self._chunks: Dict[tuple, List[bytes]] = {}  # (path, chunk index) -> records, LRU
 
     def _files(self) -> List[str]:
         files = list_data_files(self.data_origin)
@@ -77,9 +80,24 @@ class RecordIODataReader(AbstractDataReader):
     def read_records(self, shard_name: str, start: int, end: int) -> Iterator[bytes]:
         idx = self.index(shard_name)
         check_range(shard_name, start, end, idx.num_records())
-        with recordio.Scanner(shard_name, start, end - start, index=idx) as scanner:
-            while True:
-                batch = scanner.records(1024)
-                if not batch:
-                    return
-                yield from batch
+        pos = start
+        while pos < end:
+            chunk_idx, offset = idx.locate(pos)
+            records = self._chunk(shard_name, idx, chunk_idx)
+            take = min(end - pos, len(records) - offset)
+            yield from records[offset : offset + take]
+            pos += take
+
+    def _chunk(self, path: str, idx: recordio.Index, chunk_idx: int) -> List[bytes]:
+        # A task is a small slice of a chunk (128 of 4096 records in the README job) and a
+        # worker reads the next slices soon: keep the last decoded chunks instead of verifying
+        # and decompressing the whole chunk again for every task.
+        key = (path, chunk_idx)
+        records = self._chunks.pop(key, None)
+        if records is None:
+            with open(path, "rb") as f:
+                records = recordio.read_chunk(f, idx.chunk(chunk_idx), chunk_idx, path)
+            while len(self._chunks) >= self.max_cached_chunks:
+                self._chunks.pop(next(iter(self._chunks)))
+        self._chunks[key] = records  # most recently used last
+        return records
