@@ -322,17 +322,13 @@ class K8sClient:
             kwargs["tail_lines"] = int(tail_lines)
         if container:
             kwargs["container"] = container
-        response = self._call(
-            f"read log of pod {name}",
-            self.core.read_namespaced_pod_log,
-            name,
-            self.namespace,
-            missing_ok=True,
-            _preload_content=False,
-            **kwargs,
-        )
-        if response is None:
-            return None
+        try:
+            response = self.core.read_namespaced_pod_log(name, self.namespace, _preload_content=False, **kwargs)
+        except _api_exception_class() as e:
+            # 404 also comes back when the pod exists but its node/kubelet cannot be found.
+            if e.status == 404 and self.get_pod(name) is None:
+                return None
+            raise _wrap(e, f"read log of pod {name}") from None
         return response.data.decode("utf-8", errors="replace")
 
     # -- services --

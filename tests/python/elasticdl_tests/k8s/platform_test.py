@@ -8,8 +8,8 @@ is the real Kubernetes 1.20 control plane.
 
 from __future__ import annotations
 
-import queue
 import signal
+import threading
 import time
 
 import pytest
@@ -29,25 +29,38 @@ JOB = "plat"
 SLEEPER = "elasticdl_tests.k8s.sleeper"
 
 
-def _events(platform):
-    q: queue.Queue = queue.Queue()
-    platform.add_event_listener(q.put)
-    return q
+class _Recorder:
+    """Collects every event; ``next`` returns the first not yet claimed match (events of
+    different replicas interleave, so order is only checked per replica)."""
 
+    def __init__(self, platform) -> None:
+        self.events: list = []
+        self._claimed: set[int] = set()
+        self._cond = threading.Condition()
+        platform.add_event_listener(self._on_event)
 
-def _next(q, replica_type, replica_id, phase, timeout=30.0):
-    """Wait for the event (type, id, phase); fail if it doesn't come. Returns it."""
-    deadline = time.monotonic() + timeout
-    seen = []
-    while time.monotonic() < deadline:
-        try:
-            event = q.get(timeout=max(0.01, deadline - time.monotonic()))
-        except queue.Empty:
-            break
-        seen.append(event)
-        if (event.replica_type, event.replica_id, event.phase) == (replica_type, replica_id, phase):
-            return event
-    pytest.fail(f"no {replica_type}-{replica_id} {phase} event within {timeout}s; saw {seen}")
+    def _on_event(self, event) -> None:
+        with self._cond:
+            self.events.append(event)
+            self._cond.notify_all()
+
+    def next(self, replica_type, replica_id, phase, timeout=30.0):
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for i, event in enumerate(self.events):
+                    if i not in self._claimed and (event.replica_type, event.replica_id, event.phase) == (
+                            replica_type, replica_id, phase):
+                        self._claimed.add(i)
+                        return event
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    pytest.fail(f"no {replica_type}-{replica_id} {phase} event within {timeout}s; saw {self.events}")
+                self._cond.wait(left)
+
+    def of(self, replica_type, replica_id):
+        with self._cond:
+            return [e.phase for e in self.events if (e.replica_type, e.replica_id) == (replica_type, replica_id)]
 
 
 def _master(k8s: K8sClient, job: str = JOB):
@@ -81,7 +94,7 @@ def test_pods_services_owners_resources_and_events(k8s, served_namespace, kubele
                                   template=PodTemplate(namespace=k8s.namespace, envs={"EDL_JOBWIDE": "1"},
                                                        image_pull_policy="Never"),
                                   network=NETWORK_HOST, master_host="127.0.0.1")
-    events = _events(platform)
+    events = _Recorder(platform)
     try:
         ps_addr = platform.address(ReplicaType.PS, 0)
         port = int(ps_addr.rsplit(":", 1)[1])
@@ -120,8 +133,8 @@ def test_pods_services_owners_resources_and_events(k8s, served_namespace, kubele
         assert service.metadata.owner_references[0].uid == master.metadata.uid
         assert k8s.get_service(f"elasticdl-{JOB}-worker-0") is None  # workers serve nothing
 
-        _next(events, ReplicaType.PS, 0, ReplicaPhase.RUNNING)
-        done = _next(events, ReplicaType.WORKER, 0, ReplicaPhase.SUCCEEDED)
+        events.next(ReplicaType.PS, 0, ReplicaPhase.RUNNING)
+        done = events.next(ReplicaType.WORKER, 0, ReplicaPhase.SUCCEEDED)
         assert done.exit_code == 0
         log = kubelet.log_path(k8s.namespace, f"elasticdl-{JOB}-worker-0").read_text()
         assert '"MY_POD_IP": "127.0.0.1"' in log and '"EDL_OWN": "w0"' in log
@@ -148,7 +161,7 @@ def test_pods_services_owners_resources_and_events(k8s, served_namespace, kubele
 def test_preemption_deletion_and_relaunch_events(k8s, served_namespace, kubelet):
     _master(k8s)
     platform = KubernetesPlatform(JOB, k8s, image="img", network=NETWORK_HOST, master_host="127.0.0.1")
-    events = _events(platform)
+    events = _Recorder(platform)
     try:
         ps_addr = platform.address(ReplicaType.PS, 0)
         port = int(ps_addr.rsplit(":", 1)[1])
@@ -156,46 +169,47 @@ def test_preemption_deletion_and_relaunch_events(k8s, served_namespace, kubelet)
         for i in range(3):
             platform.launch(_spec(ReplicaType.WORKER, i))
         for i in range(3):
-            _next(events, ReplicaType.WORKER, i, ReplicaPhase.RUNNING)
-        _next(events, ReplicaType.PS, 0, ReplicaPhase.RUNNING)
+            events.next(ReplicaType.WORKER, i, ReplicaPhase.RUNNING)
+        events.next(ReplicaType.PS, 0, ReplicaPhase.RUNNING)
 
         with pytest.raises(PlatformError, match="still"):
             platform.launch(_spec(ReplicaType.WORKER, 0))
 
         # SIGKILL from outside (what preemption / the OOM killer look like): Failed 137.
         assert kubelet.kill(k8s.namespace, f"elasticdl-{JOB}-worker-0", signal.SIGKILL)
-        failed = _next(events, ReplicaType.WORKER, 0, ReplicaPhase.FAILED)
+        failed = events.next(ReplicaType.WORKER, 0, ReplicaPhase.FAILED)
         assert failed.exit_code == 137 and failed.reason == "Error" and failed.looks_preempted
 
         # Deleted by the master.
         platform.delete(ReplicaType.WORKER, 1, grace_seconds=5)
-        deleted = _next(events, ReplicaType.WORKER, 1, ReplicaPhase.DELETED)
+        deleted = events.next(ReplicaType.WORKER, 1, ReplicaPhase.DELETED)
         assert deleted.reason == REASON_DELETED_BY_MASTER
 
         # Deleted by someone else (kubectl delete pod): one Deleted event, not by the master.
         k8s.delete_pod(f"elasticdl-{JOB}-worker-2")
-        external = _next(events, ReplicaType.WORKER, 2, ReplicaPhase.DELETED)
+        external = events.next(ReplicaType.WORKER, 2, ReplicaPhase.DELETED)
         assert external.reason != REASON_DELETED_BY_MASTER
 
         # Relaunch: the finished worker-0 pod is replaced under the same name.
         platform.launch(_spec(ReplicaType.WORKER, 0))
-        _next(events, ReplicaType.WORKER, 0, ReplicaPhase.RUNNING)
+        events.next(ReplicaType.WORKER, 0, ReplicaPhase.RUNNING)
 
         # A relaunched PS keeps its service and address.
         service_uid = k8s.get_service(f"elasticdl-{JOB}-ps-0").metadata.uid
         platform.delete(ReplicaType.PS, 0, grace_seconds=5)
-        _next(events, ReplicaType.PS, 0, ReplicaPhase.DELETED)
+        events.next(ReplicaType.PS, 0, ReplicaPhase.DELETED)
         platform.launch(_spec(ReplicaType.PS, 0, port=port))
-        _next(events, ReplicaType.PS, 0, ReplicaPhase.RUNNING)
+        events.next(ReplicaType.PS, 0, ReplicaPhase.RUNNING)
         assert platform.address(ReplicaType.PS, 0) == ps_addr
         assert k8s.get_service(f"elasticdl-{JOB}-ps-0").metadata.uid == service_uid
 
-        # No duplicate terminal events arrived for any pod.
+        # Exactly one terminal event per pod, in lifecycle order per replica.
         time.sleep(1.0)
-        extra = []
-        while not events.empty():
-            extra.append(events.get())
-        assert all(not e.phase.is_terminal for e in extra), extra
+        P = ReplicaPhase
+        assert events.of(ReplicaType.WORKER, 0) == [P.PENDING, P.RUNNING, P.FAILED, P.PENDING, P.RUNNING]
+        assert events.of(ReplicaType.WORKER, 1) == [P.PENDING, P.RUNNING, P.DELETED]
+        assert events.of(ReplicaType.WORKER, 2) == [P.PENDING, P.RUNNING, P.DELETED]
+        assert events.of(ReplicaType.PS, 0) == [P.PENDING, P.RUNNING, P.DELETED, P.PENDING, P.RUNNING]
 
         assert platform.mark_job_status("Succeeded")
         assert k8s.get_pod(master_pod_name(JOB)).metadata.labels[LABEL_STATUS] == "Succeeded"
