@@ -155,7 +155,7 @@ def build_image(
     try:
         _stream(_lazy(run), progress.feed, f"the build of {image}")
     except ImageError as e:
-        raise ImageError(f"building {image} failed at {progress.where}: {e}") from None
+        raise ImageError(f"building {image} failed {progress.where}: {e}") from None
     finally:
         client.close()
     if not progress.image_id:

@@ -64,7 +64,7 @@ class BuildProgress:
     @property
     def where(self) -> str:
         """The step being run, for error messages."""
-        return f"step {self.step}/{self.steps_total} ({self.instruction})" if self.step else "before the first step"
+        return f"at step {self.step}/{self.steps_total} ({self.instruction})" if self.step else "before the first step"
 
 
 def _mb(n: int) -> str:
