@@ -1,6 +1,8 @@
 // Hash deduplication of id batches (see dedup_cpu.h).
 #include "dedup_cpu.h"
 
+#include "kernels.h"
+
 #include <algorithm>
 #include <climits>
 #include <memory>
@@ -103,6 +105,7 @@ Dedup::Dedup(const int64_t* ids, int64_t n) : s_(acquire_scratch()), n_(n) {
   slot_id_ = s_->slot_id.get(m);
   slot_aux_ = s_->aux.get(m);
   count_ = s_->count.get(m);
+  follow_load();
   int part_bits = 0;
   while (part_bits < 8 && (int64_t{kIdsPerPart} << part_bits) < n) ++part_bits;
   const int P = 1 << part_bits;

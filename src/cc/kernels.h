@@ -32,6 +32,8 @@ struct OptSlots {
 
 namespace cpu {
 int num_threads();
+// Enables OpenMP dynamic team sizing for the calling thread unless OMP_DYNAMIC is set.
+void follow_load();
 int64_t lookup(const void* table, int dtype, int64_t rows, int64_t dim, const int64_t* ids, int64_t n,
                void* out);
 int64_t lookup_pooled(const void* table, int dtype, int64_t rows, int64_t dim, const int64_t* ids,

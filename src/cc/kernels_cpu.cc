@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -46,6 +47,16 @@ int64_t first_bad_id(const int64_t* ids, int64_t n, int64_t rows) {
 
 int num_threads() { return omp_get_max_threads(); }
 
+void follow_load() {
+  // Unless the user chose (OMP_DYNAMIC set), let libgomp size each team by the CPUs that are
+  // actually free (online CPUs minus the load average). On an oversubscribed host a second
+  // thread only adds a wake-up that waits for a time slice (measured: 10-50 ms per parallel
+  // region at load 8 on 2 cores) to a kernel that takes a few ms; on an idle host nothing changes.
+  // dyn-var is per calling thread, hence set on every entry (a thread-local store).
+  static const bool user_set = std::getenv("OMP_DYNAMIC") != nullptr;
+  if (!user_set) omp_set_dynamic(1);
+}
+
 namespace {
 // Rows per thread that the gather prefetches ahead. Each 256-byte row is 4 cache lines, so
 // ~kPrefetchRows*4 misses are in flight per core: enough to cover DRAM latency on random rows.
@@ -83,6 +94,7 @@ inline void copy_row(char* dst, const char* src, size_t row_bytes, bool stream) 
 
 int64_t lookup(const void* table, int dtype, int64_t rows, int64_t dim, const int64_t* ids, int64_t n,
                void* out) {
+  follow_load();
   const size_t row_bytes = static_cast<size_t>(dim) * dtype_size(dtype);
   const char* src = static_cast<const char*>(table);
   char* dst = static_cast<char*>(out);
@@ -170,6 +182,7 @@ void pooled_impl(const void* table, int64_t dim, const int64_t* ids, const int64
 int64_t lookup_pooled(const void* table, int dtype, int64_t rows, int64_t dim, const int64_t* ids,
                       int64_t n, const int64_t* offsets, int64_t bags, const float* weights, int combiner,
                       float* out) {
+  follow_load();
   const int64_t bad = first_bad_id(ids, n, rows);
   if (bad >= 0) return bad;
   if (dtype == kF32) {
@@ -232,12 +245,14 @@ EDL_MULTIVERSION void dense_chunk(const OptParams& p, float* __restrict param, c
 }  // namespace
 
 void dense_accumulate(float* out, const float* const* grads, int num_grads, int64_t n, float scale) {
+  follow_load();
   if (num_grads <= 0) return;
   parallel_chunks(n, n * (num_grads + 1),
                   [&](int64_t lo, int64_t hi) { accumulate_chunk(out, grads, num_grads, lo, hi, scale); });
 }
 
 void dense_update(const OptParams& p, float* param, const float* grad, const OptSlots& s, int64_t n) {
+  follow_load();
   dispatch_kind(p.kind, [&](auto k) {
     constexpr int K = decltype(k)::value;
     parallel_chunks(n, n * 4, [&](int64_t lo, int64_t hi) { dense_chunk<K>(p, param, grad, s, lo, hi); });
@@ -349,6 +364,7 @@ EDL_MULTIVERSION void sparse_part(const OptParams& prm, float* table, int64_t di
 }  // namespace
 
 void aggregate_rows(Dedup& d, const float* grads, int64_t dim, int64_t* out_ids, float* out) {
+  follow_load();
   int64_t* rank = d.slot_aux();
   d.sort_unique(out_ids, rank);  // sorted output ids: only the unique ids are sorted
   const int P = d.parts();
@@ -372,6 +388,7 @@ void aggregate_rows(Dedup& d, const float* grads, int64_t dim, int64_t* out_ids,
 
 int64_t sparse_update(const OptParams& p, float* table, int64_t rows, int64_t dim, const int64_t* ids,
                       int64_t n, const float* grads, const OptSlots& s) {
+  follow_load();
   const int64_t bad = first_bad_id(ids, n, rows);
   if (bad >= 0) return bad;
   Dedup d(ids, n);
