@@ -118,3 +118,22 @@ def test_unanswering_member_waited_for_at_most_the_timeout():
 
 def test_store_prefix_differs_per_generation():
     assert store_prefix(1) != store_prefix(2)
+
+
+def test_parameter_server_path_never_imports_torch():
+    """torch is for AllReduce jobs only: the PS, the master's PS path and the rendezvous module
+    itself must not load it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import elasticdl.ps.main, elasticdl.master.job, elasticdl.master.servicer\n"
+        "import elasticdl.master.rendezvous, elasticdl.client.main\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    from elasticdl.platform.local import child_pythonpath
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
