@@ -332,6 +332,10 @@ class Job:
                 {"model_version": r.model_version, "metrics": r.metrics} for r in (self.es.history if self.es else [])
             ],
             "replicas": replicas,
+            "rendezvous": (
+                {"generation": self.rendezvous.generation, "members": self.rendezvous.members()}
+                if self.rendezvous is not None else None
+            ),
             "master": {"pid": os.getpid(), "port": self.port},
             "created_at": self.started_at,
             "job_dir": str(self.job_dir) if self.job_dir else "",
