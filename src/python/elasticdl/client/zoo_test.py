@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from elasticdl.client import zoo  # noqa: F401  (main imports it by name; this makes it a dependency)
 from elasticdl.client.image_builder import ImageError, split_image_name
 from elasticdl.client.main import main
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from elasticdl.client import zoo  # noqa: F401  (main imports it by name; this makes it a dependency)
 from elasticdl.client.main import main
 from elasticdl_tests.images.engine import repo_root
 

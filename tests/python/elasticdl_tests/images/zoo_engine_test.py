@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from elasticdl.client import zoo  # noqa: F401  (main imports it by name; this makes it a dependency)
 from elasticdl.client.main import main
 
 STEP = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
