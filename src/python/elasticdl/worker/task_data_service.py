@@ -36,6 +36,8 @@ class TaskDataService:
         # A model's own reader wins over the built-in ones (same rule as on the master).
         self._factory = reader_factory or spec.custom_data_reader or _default_reader_factory
         self._readers: Dict[str, Any] = {}
+        self._pipelines: Dict[tuple, tf.data.Dataset] = {}
+        self._current: Dict[tuple, pb.Shard] = {}  # the shard each pipeline reads next
 
     def reader_for(self, shard_name: str):
         reader = self._readers.get(shard_name)
@@ -55,11 +57,31 @@ class TaskDataService:
             yield from reader.read_records(shard.name, shard.start, shard.end)
 
     def dataset(self, shard: pb.Shard, mode: Mode) -> tf.data.Dataset:
-        reader = self.reader_for(shard.name)
+        """The minibatches of ``shard``; iterate the result once, before the next call.
+
+        Building a pipeline traces ``feed``'s functions (about 100 ms), longer than training a
+        two-minibatch task, so one pipeline per (file, mode) is built once and re-iterated: its
+        source yields the records of the shard most recently asked for, all as one tensor
+        (one Python call per task instead of one per record) that is split into records again.
+        """
+        key = (shard.name, mode)
+        pipeline = self._pipelines.get(key)
+        if pipeline is None:
+            pipeline = self._pipelines[key] = self._build_pipeline(shard.name, mode)
+        self._current[key] = shard
+        return pipeline
+
+    def _build_pipeline(self, shard_name: str, mode: Mode) -> tf.data.Dataset:
+        reader = self.reader_for(shard_name)
         out_type = getattr(reader, "records_output_types", tf.string) or tf.string
+        key = (shard_name, mode)
+
+        def task_records():
+            yield list(self.records(self._current[key]))
+
         ds = tf.data.Dataset.from_generator(
-            lambda: self.records(shard), output_signature=tf.TensorSpec((), out_type)
-        )
+            task_records, output_signature=tf.TensorSpec((None,), out_type)
+        ).unbatch()
         if self.spec.feed is not None:
             ds = self.spec.feed(ds, mode, getattr(reader, "metadata", None))
         return ds.batch(self.minibatch_size).prefetch(1)

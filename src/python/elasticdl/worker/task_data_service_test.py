@@ -1,0 +1,58 @@
+"""TaskDataService re-iterates one pipeline per (file, mode): each task must still get exactly
+its own records, in any order of files and modes, including empty ranges and shuffled indices."""
+import numpy as np
+
+from elasticdl.common.model_utils import Mode, ModelSpec
+from elasticdl.data import recordio
+from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.worker.task_data_service import TaskDataService
+
+
+def _feed(dataset, mode, metadata):
+    import tensorflow as tf
+
+    ds = dataset.map(lambda r: tf.strings.to_number(r, tf.int64))
+    if mode == Mode.PREDICTION:
+        return ds
+    return ds.map(lambda x: (x, x * 10))
+
+
+def _spec():
+    return ModelSpec(module=None, model_fn=None, loss=None, optimizer=None, feed=_feed, eval_metrics_fn=None)
+
+
+def _write(path, values):
+    with recordio.Writer(str(path)) as w:
+        for v in values:
+            w.write(str(v).encode())
+    return str(path)
+
+
+def _labels(service, shard, mode):
+    out = []
+    for batch in service.dataset(shard, mode):
+        labels = batch[1] if isinstance(batch, tuple) else batch
+        out.extend(np.asarray(labels).tolist())
+    return out
+
+
+def test_each_task_gets_exactly_its_records(tmp_path):
+    a = _write(tmp_path / "a.rio", range(100))
+    b = _write(tmp_path / "b.rio", range(1000, 1050))
+    service = TaskDataService(_spec(), minibatch_size=8)
+    assert _labels(service, pb.Shard(name=a, start=0, end=20), Mode.TRAINING) == [10 * i for i in range(20)]
+    assert _labels(service, pb.Shard(name=b, start=5, end=9), Mode.TRAINING) == [10 * i for i in range(1005, 1009)]
+    assert _labels(service, pb.Shard(name=a, start=20, end=37), Mode.TRAINING) == [10 * i for i in range(20, 37)]
+    assert _labels(service, pb.Shard(name=a, start=50, end=50), Mode.TRAINING) == []
+    assert _labels(service, pb.Shard(name=a, start=90, end=100), Mode.EVALUATION) == [10 * i for i in range(90, 100)]
+    assert _labels(service, pb.Shard(name=a, start=0, end=10, indices=[3, 1, 3]), Mode.EVALUATION) == [30, 10, 30]
+    assert _labels(service, pb.Shard(name=b, start=0, end=3), Mode.PREDICTION) == [1000, 1001, 1002]
+    # One pipeline per (file, mode), built once and re-iterated.
+    assert len(service._pipelines) == 4
+
+
+def test_minibatches_of_a_task(tmp_path):
+    a = _write(tmp_path / "a.rio", range(30))
+    service = TaskDataService(_spec(), minibatch_size=8)
+    sizes = [int(f.shape[0]) for f, _ in service.dataset(pb.Shard(name=a, start=0, end=30), Mode.TRAINING)]
+    assert sizes == [8, 8, 8, 6]
