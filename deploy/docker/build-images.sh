@@ -4,7 +4,9 @@
 #   deploy/docker/build-images.sh [cpu|gpu] [options]
 #     --dist DIR             wheels to install (default: dist/, what `./pants package ::` writes)
 #     --from-source          no Pants build needed: a development wheel of src/python/elasticdl
-#                            (deploy/docker/dev_wheel.py) + `pip wheel src/cc` (the kernels)
+#                            (deploy/docker/dev_wheel.py) + the kernels: DIST's
+#                            elasticdl_native-*.whl if there, else `pip wheel src/cc`
+#     --build-native         with --from-source: always compile src/cc
 #     --tag NAME             image name (default: elasticdl:cpu / elasticdl:gpu)
 #     --base-image IMAGE     BASE_IMAGE build arg (e.g. local/base on machines without a registry)
 #     --extra-pypi-index URL EXTRA_PYPI_INDEX build arg
@@ -22,13 +24,14 @@ HERE="$ROOT/deploy/docker"
 PYTHON=${PYTHON:-python3}
 KIND=cpu
 [[ ${1:-} == cpu || ${1:-} == gpu ]] && { KIND=$1; shift; }
-DIST="$ROOT/dist"; FROM_SOURCE=0; TAG=""; NOCACHE=0
+DIST="$ROOT/dist"; FROM_SOURCE=0; BUILD_NATIVE=0; TAG=""; NOCACHE=0
 BUILD_ARGS=(); WHEELS=()
 die() { echo "build-images: error: $*" >&2; exit 2; }
 while (($#)); do
   case $1 in
     --dist) DIST=$2; shift 2 ;;
     --from-source) FROM_SOURCE=1; shift ;;
+    --build-native) BUILD_NATIVE=1; shift ;;
     --tag) TAG=$2; shift 2 ;;
     --base-image) BUILD_ARGS+=("BASE_IMAGE=$2"); shift 2 ;;
     --extra-pypi-index) BUILD_ARGS+=("EXTRA_PYPI_INDEX=$2"); shift 2 ;;
@@ -50,11 +53,18 @@ if ((FROM_SOURCE == 0)) && ! ls "$DIST"/elasticdl-[0-9]*.whl >/dev/null 2>&1; th
 fi
 if ((FROM_SOURCE)); then
   "$PYTHON" "$HERE/dev_wheel.py" "$CTX" >/dev/null
-  # Built from a copy: pip builds in-tree and would leave build/ and *.egg-info in src/cc.
-  # The build requirements pinned in src/cc/pyproject.toml come from the package index.
-  mkdir -p "$CTX.src" && cp -r "$ROOT/src/cc" "$CTX.src/cc" && rm -rf "$CTX.src/cc/build" "$CTX.src/cc"/*.egg-info
-  "$PYTHON" -m pip wheel -q --no-deps -w "$CTX" "$CTX.src/cc" >&2 ||
-    die "building the native kernels wheel (src/cc) failed"
+  native=$(ls -t "$DIST"/elasticdl_native-*.whl 2>/dev/null | head -n 1 || true)
+  if [[ -n $native && $BUILD_NATIVE == 0 ]]; then
+    # A kernels wheel from `./pants package src/cc:native` saves the C++ compile; the image
+    # build fails loudly if it is stale (ABI check in the Dockerfile).
+    cp "$native" "$CTX/"
+  else
+    # Built from a copy: pip builds in-tree and would leave build/ and *.egg-info in src/cc.
+    # The build requirements pinned in src/cc/pyproject.toml come from the package index.
+    mkdir -p "$CTX.src" && cp -r "$ROOT/src/cc" "$CTX.src/cc" && rm -rf "$CTX.src/cc/build" "$CTX.src/cc"/*.egg-info
+    "$PYTHON" -m pip wheel -q --no-deps -w "$CTX" "$CTX.src/cc" >&2 ||
+      die "building the native kernels wheel (src/cc) failed"
+  fi
 else
   cp "$DIST"/*.whl "$CTX/"
 fi

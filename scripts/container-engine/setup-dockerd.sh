@@ -25,7 +25,7 @@ ROOTFS=${ELASTICDL_BASE_ROOTFS:-hostcopy}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SOCK="$W/docker.sock"
 t0=$(date +%s.%N)
-say() { printf 'setup-dockerd: %-26s %5.1fs\n' "$1" "$(echo "$(date +%s.%N) - $t0" | bc)" >&2; }
+say() { awk -v m="$1" -v t0="$t0" -v t="$(date +%s.%N)" 'BEGIN { printf "setup-dockerd: %-26s %5.1fs\n", m, t - t0 }' >&2; }
 die() { echo "setup-dockerd: error: $*" >&2; exit 1; }
 
 [[ $(id -u) == 0 ]] || die "needs root (dockerd and apt-get); run it with sudo"
@@ -38,19 +38,8 @@ engine_up() { curl -sf --max-time 2 --unix-socket "$SOCK" http://engine/_ping >/
 registry_up() { curl -sf --max-time 2 "http://$REGISTRY/v2/" >/dev/null 2>&1; }
 alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-# 1. Packages (only when missing; `apt-get update` only if the first try fails).
-need=()
-command -v dockerd >/dev/null || need+=(docker.io)
-command -v docker-registry >/dev/null || need+=(docker-registry)
-[[ $ROOTFS == debootstrap ]] && ! command -v debootstrap >/dev/null && need+=(debootstrap)
-if ((${#need[@]})); then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends "${need[@]}" >"$W/apt.log" 2>&1 ||
-    { apt-get update -q >>"$W/apt.log" 2>&1 &&
-      apt-get install -y -q --no-install-recommends "${need[@]}" >>"$W/apt.log" 2>&1; } ||
-    die "apt-get install ${need[*]} failed, see $W/apt.log"
-  say "installed ${need[*]}"
-fi
+# 1. Packages (only when missing).
+"$HERE/install.sh"
 
 # 2. dockerd.
 if ! engine_up; then

@@ -70,7 +70,6 @@ def test_cpu_base_image_from_wheels_runs_framework_and_kernels(docker_env, tmp_p
     build_s = time.monotonic() - t0
     assert r.returncode == 0, r.stderr[-3000:]
     try:
-        assert "elasticdl.ops backend: native" in r.stderr  # the build's own import check
         out = _run(
             client, base,
             "import numpy as np, elasticdl, elasticdl.ops as ops, elasticdl_native\n"
