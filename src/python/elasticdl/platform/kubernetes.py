@@ -138,6 +138,13 @@ class KubernetesPlatform(Platform):
             return None
         return K8sClient.owner_reference(pod)
 
+    @property
+    def shares_host_network(self) -> bool:
+        """True when all pods share one network namespace (``host`` mode): the master's own
+        port may then be taken by another process on the node, and it should fall back to a
+        free one as on the local platform."""
+        return self.network == NETWORK_HOST
+
     # ---- addresses -----------------------------------------------------------------------
     def _port(self, key: tuple[ReplicaType, int]) -> int:
         with self._lock:

@@ -83,14 +83,14 @@ def _write_data(directory: Path, files: int, per_file: int, seed: int) -> str:
     return str(directory)
 
 
-def _wait(predicate, timeout, what):
+def _wait(predicate, timeout, what, diagnose=lambda: ""):
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+            pytest.fail(f"timed out after {timeout}s waiting for {what}\n{diagnose()}")
         time.sleep(0.3)
 
 
@@ -122,16 +122,30 @@ def test_train_on_kubernetes_with_worker_pod_deleted(k8s_cluster, served_namespa
     backend = get_backend("kubernetes", ns)
     worker0 = f"elasticdl-{JOB}-worker-0"
 
+    def diagnose() -> str:
+        pods = [(p.metadata.name, p.status.phase) for p in k8s.list_pods()]
+        logs = []
+        for name, _ in pods:
+            path = kubelet.log_path(ns, name)
+            if path.exists():
+                logs.append(f"--- {name} ---\n" + path.read_text(errors="replace")[-2500:])
+        return f"pods: {pods}\n" + "\n".join(logs)
+
     # The master created the PS (+ its service) and the workers, all owned by the master pod.
     master = _wait(lambda: k8s.get_pod(f"elasticdl-{JOB}-master"), 30, "the master pod")
-    _wait(lambda: (k8s.get_pod(worker0) is not None and k8s.get_pod(worker0).status.phase == "Running"), 180,
-          "worker-0 to run")
+    def worker0_running() -> bool:
+        if k8s.get_pod(f"elasticdl-{JOB}-master").status.phase == "Failed":
+            pytest.fail(f"the master failed\n{diagnose()}")
+        pod = k8s.get_pod(worker0)
+        return pod is not None and pod.status.phase == "Running"
+
+    _wait(worker0_running, 180, "worker-0 to run", diagnose)
     assert k8s.get_service(f"elasticdl-{JOB}-ps-0") is not None
     assert k8s.get_pod(worker0).metadata.owner_references[0].uid == master.metadata.uid
 
     # Let worker-0 train a little, then delete its pod (like kubectl delete / preemption).
     _wait(lambda: "task" in kubelet.log_path(ns, worker0).read_text(errors="replace").lower(), 180,
-          "worker-0 to take a task")
+          "worker-0 to take a task", diagnose)
     assert k8s.delete_pod(worker0)
 
     final = backend.wait(JOB, timeout=600, poll_interval=1.0)
