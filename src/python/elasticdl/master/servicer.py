@@ -18,6 +18,9 @@ from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 
+# exec_counters key of ReportTaskResultRequest: the newest PS model version the worker saw.
+MODEL_VERSION_COUNTER = "model_version"
+
 _NO_RENDEZVOUS = (
     "this job runs ParameterServerStrategy; get_comm_rank and report_training_loop_status serve "
     "AllreduceStrategy jobs only (--distribution_strategy=AllreduceStrategy)"
@@ -52,11 +55,17 @@ class MasterServicer(pb_grpc.MasterServicer):
         return task.to_pb()
 
     def report_task_result(self, request: pb.ReportTaskResultRequest, context):
+        counters = dict(request.exec_counters)
+        # Workers tell the PS version they trained against, so the job status shows progress
+        # between evaluations (the PS reports versions only at --evaluation_steps).
+        version = counters.pop(MODEL_VERSION_COUNTER, None)
+        if version is not None and version > self._model_version:
+            self._model_version = version
         self._tm.report(
             request.task_id,
             success=not request.err_message,
             worker_id=request.worker_id,
-            exec_counters=dict(request.exec_counters),
+            exec_counters=counters,
             err_message=request.err_message,
         )
         # A stale report is not an error for the worker: the work is simply accounted elsewhere.

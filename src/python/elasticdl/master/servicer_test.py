@@ -103,3 +103,17 @@ def test_port_in_use_is_a_clear_error(master):
     _, _, _, port = master
     with pytest.raises(MasterServerError, match="--port"):
         create_master_server(MasterServicer(TaskManager(TaskManagerConfig(1))), port, "127.0.0.1")
+
+
+def test_task_reports_carry_the_model_version_without_summing_it():
+    tm = TaskManager(TaskManagerConfig(records_per_task=4, num_epochs=1), training_shards=[("train", 0, 8)])
+    servicer = MasterServicer(tm)
+    for version in (7, 5):  # reports may arrive out of order: the newest version wins
+        task = servicer.get_task(pb.GetTaskRequest(worker_id=0), None)
+        req = pb.ReportTaskResultRequest(task_id=task.task_id, worker_id=0)
+        req.exec_counters.update({"records": 4, "model_version": version})
+        servicer.report_task_result(req, None)
+    assert servicer.model_version == 7
+    summary = tm.summary()
+    assert summary.records_trained == 8
+    assert "model_version" not in summary.exec_counters

@@ -157,7 +157,8 @@ class Worker:
             if getattr(self.trainer.model, "stop_training", False):
                 self._stopped_training = True
                 break
-        return {"records": records, "batches": batches}
+        # The master shows this version in the job status (it is not summed like the rest).
+        return {"records": records, "batches": batches, "model_version": self.trainer.model_version}
 
     def evaluate_task(self, task: pb.Task) -> Dict[str, int]:
         outputs: Dict[str, List[np.ndarray]] = {}
