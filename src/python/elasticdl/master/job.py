@@ -26,6 +26,10 @@ TRAINING_ONLY = "training_only"
 TRAINING_WITH_EVALUATION = "training_with_evaluation"
 EVALUATION_ONLY = "evaluation_only"
 PREDICTION_ONLY = "prediction_only"
+
+# Local training jobs without --checkpoint_steps: PS checkpoints kept for recovery only.
+RECOVERY_CHECKPOINT_STEPS = 100
+RECOVERY_CHECKPOINTS_KEPT = 2
 ALLREDUCE = "AllreduceStrategy"
 
 
@@ -154,17 +158,13 @@ class Job:
             self.rendezvous.config.store_host = master_addr.rpartition(":")[0]
             # Workers that end leave the communication group at once (before any relaunch).
             self.platform.add_event_listener(self.rendezvous.on_replica_event)
-        if a.checkpoint_steps == 0 and self.trains and not self.allreduce:
-            logger.info(
-                "Checkpointing is off (--checkpoint_steps=0): a relaunched PS gets the dense model "
-                "back from the workers, but embedding tables and optimizer state are lost; set "
-                "--checkpoint_steps and --checkpoint_dir to make PS recovery exact"
-            )
+        ckpt_dir, ckpt_steps, ckpt_keep = self._ps_checkpointing()
         commands = ReplicaCommands(
             a, self.platform,
             ReplicaCommandConfig(
                 master_addr=master_addr, opt_type=opt_type, opt_args=opt_args,
-                checkpoint_dir=a.checkpoint_dir, env=replica_env(a),
+                checkpoint_dir=ckpt_dir, checkpoint_steps=ckpt_steps,
+                keep_checkpoint_max=ckpt_keep, env=replica_env(a),
             ),
         )
         self.commands = commands
@@ -194,6 +194,33 @@ class Job:
             self.name, self.job_type, self.tm.num_training_tasks_per_epoch, self.tm.num_evaluation_tasks,
             self.tm.num_prediction_tasks, records_per_task, a.num_ps_pods, a.num_workers, master_addr,
         )
+
+    def _ps_checkpointing(self) -> tuple[str, int | None, int | None]:
+        """Where and how often the PS checkpoint: (dir, steps, keep); None keeps the job flag.
+
+        With --checkpoint_steps=0 and no --checkpoint_dir, a local training job still writes
+        recovery checkpoints under its job directory (every RECOVERY_CHECKPOINT_STEPS
+        versions, the last RECOVERY_CHECKPOINTS_KEPT kept), so a PS that dies is relaunched
+        from its last one with embedding tables and optimizer state. Elsewhere the job
+        directory is not shared with the PS pods: checkpointing stays off, as the flags say.
+        """
+        a = self.args
+        if a.checkpoint_steps or not self.trains or self.allreduce:
+            return a.checkpoint_dir, None, None
+        if not a.checkpoint_dir and a.platform == "local" and self.job_dir is not None:
+            recovery = str(self.job_dir / "recovery-checkpoints")
+            logger.info(
+                "PS recovery checkpoints every %d versions in %s (--checkpoint_steps=0; set "
+                "--checkpoint_steps and --checkpoint_dir to keep checkpoints of your own)",
+                RECOVERY_CHECKPOINT_STEPS, recovery,
+            )
+            return recovery, RECOVERY_CHECKPOINT_STEPS, RECOVERY_CHECKPOINTS_KEPT
+        logger.info(
+            "Checkpointing is off (--checkpoint_steps=0): a relaunched PS gets the dense model "
+            "back from the workers, but embedding tables and optimizer state are lost; set "
+            "--checkpoint_steps and --checkpoint_dir to make PS recovery exact"
+        )
+        return a.checkpoint_dir, None, None
 
     def _shards(self, data_origin: str) -> list:
         from elasticdl.data.reader import create_data_reader, parse_data_reader_params

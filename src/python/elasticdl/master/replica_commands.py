@@ -44,6 +44,10 @@ def _flag(name: str, value) -> str:
     return f"--{name}={value}"
 
 
+def _or(override, default):
+    return default if override is None else override
+
+
 @dataclasses.dataclass
 class ReplicaCommandConfig:
     """Everything the spec builders need besides the parsed job flags."""
@@ -52,6 +56,8 @@ class ReplicaCommandConfig:
     opt_type: str = "SGD"
     opt_args: str = ""
     checkpoint_dir: str = ""
+    checkpoint_steps: int | None = None  # None: --checkpoint_steps of the job
+    keep_checkpoint_max: int | None = None  # None: --keep_checkpoint_max of the job
     env: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -107,8 +113,8 @@ class ReplicaCommands:
             _flag("sync_version_tolerance", a.sync_version_tolerance),
             _flag("evaluation_steps", a.evaluation_steps),
             _flag("checkpoint_dir", self.config.checkpoint_dir),
-            _flag("checkpoint_steps", a.checkpoint_steps),
-            _flag("keep_checkpoint_max", a.keep_checkpoint_max),
+            _flag("checkpoint_steps", _or(self.config.checkpoint_steps, a.checkpoint_steps)),
+            _flag("keep_checkpoint_max", _or(self.config.keep_checkpoint_max, a.keep_checkpoint_max)),
             _flag("checkpoint_dir_for_init", a.checkpoint_dir_for_init),
             _flag("num_workers", a.num_workers),
             _flag("opt_type", self.config.opt_type),
