@@ -1,6 +1,10 @@
 """Rendezvous membership rules: ranks, world size, generations only after every member answered,
 joins and leaves (platform events included). Pure logic with a manual clock."""
 
+# Imported here only so the build knows the subprocess below needs them (none loads torch).
+import elasticdl.client.main  # noqa: F401
+import elasticdl.master.job  # noqa: F401
+import elasticdl.ps.main  # noqa: F401
 from elasticdl.master.rendezvous import Rendezvous, RendezvousConfig, store_prefix
 from elasticdl.platform.base import ReplicaEvent, ReplicaPhase, ReplicaType
 
