@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import elasticdl.worker.allreduce_group  # noqa: F401  (run by the subprocesses; tells the build)
 from elasticdl.master.rendezvous import Rendezvous, RendezvousConfig, RendezvousStore
 from elasticdl.master.server import create_master_server
 from elasticdl.master.servicer import MasterServicer
