@@ -192,6 +192,18 @@ class PSClient:
             for ps_id in range(self.num_ps)
         ]
         responses = self._fan_out("pull_dense_parameters", reqs)
+        # A PS whose version went back was relaunched from an older checkpoint: it sends nothing
+        # for a request of a newer version, but the local copy is not its model any more.
+        went_back = [
+            (i, pb.PullDenseParametersRequest(version=-1))
+            for i, resp in enumerate(responses)
+            if resp.initialized and 0 <= resp.version < self.ps_versions[i]
+        ]
+        if went_back:
+            logger.warning("PS %s went back to an older model version (relaunched from a "
+                           "checkpoint): pulling all its parameters", [i for i, _ in went_back])
+            for (i, _), resp in zip(went_back, self._fan_out("pull_dense_parameters", went_back)):
+                responses[i] = resp
         uninitialized = []
         params: Dict[str, np.ndarray] = {}
         for ps_id, resp in enumerate(responses):

@@ -83,3 +83,23 @@ def test_unreachable_ps_gives_up_after_retry_budget():
     with pytest.raises(PSUnavailableError, match="unreachable"):
         client.pull_dense_parameters()
     client.close()
+
+
+def test_pull_after_the_ps_went_back_to_an_older_version_gets_everything(ps_cluster):
+    cluster = ps_cluster(1)
+    client = PSClient(cluster.addrs)
+    client.push_model({"w": np.zeros(3, np.float32)})
+    for _ in range(3):
+        client.pull_dense_parameters()
+        client.push_gradients({"w": np.ones(3, np.float32)}, learning_rate=0.1)
+    client.pull_dense_parameters()
+    assert client.ps_versions == [3]
+    # The PS is restored from a checkpoint of version 1 (as a relaunched PS would be).
+    ps = cluster.servers[0].ps
+    snapshot = ps.snapshot()
+    snapshot.version = 1
+    snapshot.dense_parameters["w"].content = np.full(3, 7.0, np.float32).tobytes()
+    ps.restore(snapshot)
+    result = client.pull_dense_parameters()
+    np.testing.assert_allclose(result.parameters["w"], [7.0, 7.0, 7.0])
+    assert client.ps_versions == [1]
