@@ -3,7 +3,8 @@ deploy/docker/build-images.sh on a REAL engine, then a container that imports th
 and runs a native kernel, and a model-zoo image built on top of it with `zoo build`.
 
 Wheels: $ELASTICDL_WHEEL_DIR or dist/ (`./pants package ::`) when they hold elasticdl-*.whl;
-else built from the source tree (dev wheel of src/python + `pip wheel src/cc`, ~1-2 min of
+else built from the source tree -- this checkout, or $ELASTICDL_SOURCE_ROOT under Pants --
+(dev wheel of src/python + dist's elasticdl_native wheel or `pip wheel src/cc`, 1-2 min of
 C++ compile); else skipped with the reason. The container gets no TensorFlow (TENSORFLOW=""):
 CI machines cannot afford a ~600 MB download per run, and TensorFlow is not what this image
 test checks; numpy is downloaded on the host and installed offline (--no-index --no-deps).
@@ -26,13 +27,18 @@ from elasticdl.client.main import main
 from elasticdl_tests.images.engine import repo_root
 
 
-def _wheel_source(root: Path) -> list[str]:
-    for d in [os.environ.get("ELASTICDL_WHEEL_DIR", ""), str(root / "dist")]:
+def _wheel_source(root: Path) -> tuple[Path, list[str]]:
+    """(checkout whose build-images.sh runs, its wheel flags)."""
+    checkouts = [root] + [Path(p) for p in [os.environ.get("ELASTICDL_SOURCE_ROOT", "")] if p]
+    for d in [os.environ.get("ELASTICDL_WHEEL_DIR", "")] + [str(c / "dist") for c in checkouts]:
         if d and list(Path(d).glob("elasticdl-[0-9]*.whl")):
-            return ["--dist", d]
-    if (root / "src" / "cc" / "setup.py").is_file() and (root / "src" / "python" / "elasticdl").is_dir():
-        return ["--from-source"]
-    pytest.skip("no wheels: set ELASTICDL_WHEEL_DIR, run ./pants package ::, or run from a checkout with src/cc")
+            return root, ["--dist", d]
+    for c in checkouts:
+        # Under Pants the sandbox holds only this test's inputs; ELASTICDL_SOURCE_ROOT names
+        # the checkout to build from.
+        if (c / "src" / "cc" / "setup.py").is_file() and (c / "src" / "python" / "elasticdl").is_dir():
+            return c, ["--from-source"]
+    pytest.skip("no wheels: set ELASTICDL_WHEEL_DIR (./pants package ::) or ELASTICDL_SOURCE_ROOT (a checkout)")
 
 
 def _python_with_pip() -> str:
@@ -53,8 +59,7 @@ def _run(client, image: str, code: str) -> str:
 
 
 def test_cpu_base_image_from_wheels_runs_framework_and_kernels(docker_env, tmp_path, monkeypatch, capsys):
-    root = repo_root()
-    source = _wheel_source(root)
+    root, source = _wheel_source(repo_root())
     token = uuid.uuid4().hex[:12]
     base = f"elasticdl-test/base-cpu:{token}"
     zoo_image = f"elasticdl-test/zoo-on-base:{token}"
