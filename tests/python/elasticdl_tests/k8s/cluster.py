@@ -68,6 +68,28 @@ def missing_binaries(bin_dir: Path | None = None) -> list[str]:
     return [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
 
 
+def _load_prctl():
+    # Looked up once in the parent: after fork() the child must not dlopen (another thread
+    # may have held the loader lock at fork time).
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+
+
+_PRCTL = _load_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """``preexec_fn``: the child gets SIGKILL when the thread that started it dies (Linux
+    PR_SET_PDEATHSIG), so a test runner killed by a timeout leaves no API server behind."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -139,6 +161,9 @@ class LocalCluster:
     pids: dict = dataclasses.field(default_factory=dict)
     admin_token: str = ADMIN_TOKEN
     user_token: str = USER_TOKEN
+    # True for test fixtures (processes die with the test runner); False for the CLI, whose
+    # processes must outlive it until stop-cluster.sh.
+    tied_to_parent: bool = True
     _procs: dict = dataclasses.field(default_factory=dict, repr=False)
 
     # -- paths --
@@ -166,7 +191,11 @@ class LocalCluster:
         return self.state_dir / "logs" / f"{name}.log"
 
     # -- lifecycle --
-    def start(self, timeout: float = 90.0) -> "LocalCluster":
+    def start(self, timeout: float | None = None) -> "LocalCluster":
+        """Start everything; ``timeout`` (default ``$ELASTICDL_K8S_START_TIMEOUT`` or 180 s:
+        loaded CI machines are slow) bounds the wait for the API server."""
+        if timeout is None:
+            timeout = float(os.environ.get("ELASTICDL_K8S_START_TIMEOUT", "180"))
         missing = missing_binaries(self.bin_dir)
         if missing:
             raise ClusterError(
@@ -197,7 +226,8 @@ class LocalCluster:
         # Own session: the processes survive the CLI that started them and a Ctrl-C in the
         # test runner's terminal does not hit them before stop() does.
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True,
+                                preexec_fn=die_with_parent if self.tied_to_parent else None)
         log.close()
         self._procs[name] = proc
         self.pids[name] = proc.pid
@@ -367,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.action == "start":
             state_dir = Path(args.state_dir or tempfile.mkdtemp(prefix="elasticdl-k8s-"))
-            cluster = LocalCluster(state_dir=state_dir, bin_dir=Path(args.bin_dir) if args.bin_dir else default_bin_dir())
+            cluster = LocalCluster(state_dir=state_dir, bin_dir=Path(args.bin_dir) if args.bin_dir else default_bin_dir(),
+                                   tied_to_parent=False)
             cluster.start()
             print(cluster.kubeconfig)
         else:

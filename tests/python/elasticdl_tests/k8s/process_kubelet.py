@@ -41,6 +41,8 @@ import threading
 import time
 from pathlib import Path
 
+from elasticdl_tests.k8s.cluster import die_with_parent
+
 logger = logging.getLogger(__name__)
 
 NODE_NAME = "process-node"
@@ -288,7 +290,7 @@ class ProcessKubelet:
         cwd = container.working_dir if container.working_dir and os.path.isdir(container.working_dir) else self.root
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
         running = _Running(ns, name, pod.metadata.uid, container.name, container.image, proc)
         self._patch_status(ns, name, {
             "phase": "Running", "hostIP": POD_IP, "podIP": POD_IP, "podIPs": [{"ip": POD_IP}],
