@@ -1,0 +1,166 @@
+"""Master dispatch rate: tasks/s that a real master gRPC server hands out and accounts for
+when 64 clients hammer it concurrently.
+
+    python benchmarks/runtime/dispatch_rate.py [--clients 64] [--processes 4] [--seconds 5]
+
+A "task" is one full round trip of the worker protocol: `get_task` then
+`report_task_result` (with exec counters), over 127.0.0.1 to the real `MasterServicer` +
+`TaskManager` + `EvaluationService` served by `create_master_server` (the master's own server:
+thread pool, message limits), in its own process. The clients are `--processes` processes of
+`clients / processes` threads each, every thread with its own channel, like separate workers.
+The master gets enough training tasks never to run dry during the measurement.
+
+Repeats report the median; the JSON line gives tasks/s and the ratio to the 2,000 tasks/s
+target. On a machine with few cores the clients compete with the master for CPU, so the number
+is a lower bound of what the master alone sustains.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+TARGET = 2000.0
+
+
+# ---------------------------------------------------------------------------------------- master
+def serve_master(port_queue, stop_event, num_tasks: int) -> None:
+    """The master side, in its own process: real servicer, task manager and gRPC server."""
+    import logging
+
+    from elasticdl.master.server import create_master_server
+    from elasticdl.master.servicer import MasterServicer
+    from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
+
+    logging.basicConfig(level=logging.WARNING)
+    tm = TaskManager(
+        TaskManagerConfig(records_per_task=1, num_epochs=1, minibatch_size=1),
+        training_shards=[("bench-shard", 0, num_tasks)],
+    )
+    servicer = MasterServicer(tm)
+    server, port = create_master_server(servicer, 0, bind_host="127.0.0.1")
+    port_queue.put(port)
+    stop_event.wait()
+    port_queue.put(tm.summary().records_trained)
+    server.stop(0)
+
+
+# ---------------------------------------------------------------------------------------- clients
+def client_process(port: int, threads: int, first_worker_id: int, start_at: float, seconds: float,
+                   result_queue) -> None:
+    import grpc
+
+    from elasticdl.proto import elasticdl_pb2 as pb
+    from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+
+    counts = [0] * threads
+    errors = []
+
+    def run(i: int) -> None:
+        worker_id = first_worker_id + i
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = pb_grpc.MasterStub(channel)
+        grpc.channel_ready_future(channel).result(timeout=30)
+        get_req = pb.GetTaskRequest(worker_id=worker_id)
+        while time.time() < start_at:
+            time.sleep(0.001)
+        end = start_at + seconds
+        n = 0
+        try:
+            while time.time() < end:
+                task = stub.get_task(get_req)
+                if task.task_id == 0:
+                    errors.append("master ran out of tasks")
+                    break
+                report = pb.ReportTaskResultRequest(task_id=task.task_id, worker_id=worker_id)
+                report.exec_counters["records"] = task.shard.end - task.shard.start
+                stub.report_task_result(report)
+                n += 1
+        except grpc.RpcError as e:
+            errors.append(f"{e.code().name}: {e.details()}")
+        finally:
+            counts[i] = n
+            channel.close()
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    result_queue.put((sum(counts), errors))
+
+
+def measure(clients: int, processes: int, seconds: float) -> dict:
+    ctx = mp.get_context("spawn")
+    port_q, result_q, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
+    # Enough tasks for a rate far above the target.
+    num_tasks = int(seconds * 20000) + 10000
+    master = ctx.Process(target=serve_master, args=(port_q, stop, num_tasks), daemon=True)
+    master.start()
+    port = port_q.get(timeout=60)
+    per_proc = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
+    start_at = time.time() + 3.0 + 0.5 * processes  # every client connected and waiting
+    procs = []
+    first = 0
+    for n in per_proc:
+        p = ctx.Process(target=client_process, args=(port, n, first, start_at, seconds, result_q), daemon=True)
+        p.start()
+        procs.append(p)
+        first += n
+    total, errors = 0, []
+    for _ in procs:
+        n, errs = result_q.get(timeout=seconds + 120)
+        total += n
+        errors.extend(errs)
+    for p in procs:
+        p.join(30)
+    stop.set()
+    accounted = port_q.get(timeout=30)
+    master.join(30)
+    if errors:
+        raise RuntimeError(f"{len(errors)} client errors, first: {errors[0]}")
+    return {"tasks": total, "accounted": accounted, "tasks_per_s": total / seconds}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--clients", type=int, default=64)
+    p.add_argument("--processes", type=int, default=4, help="client processes sharing the clients")
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    if args.clients < 1 or not 1 <= args.processes <= args.clients:
+        p.error("--clients must be >= 1 and --processes in [1, clients]")
+    os.environ.update({k: v for k, v in common.python_env().items() if k == "PYTHONPATH"})
+    sys.path[:0] = [os.path.join(common.REPO, "src", "python")]
+
+    rows, rates = [], []
+    for r in range(args.repeats):
+        res = measure(args.clients, args.processes, args.seconds)
+        rates.append(res["tasks_per_s"])
+        rows.append([r + 1, args.clients, res["tasks"], res["accounted"], res["tasks_per_s"]])
+        if res["accounted"] != res["tasks"]:
+            raise RuntimeError(f"the master accounted {res['accounted']} of {res['tasks']} reported tasks")
+    common.print_table(
+        f"Master dispatch: get_task + report_task_result round trips, {args.clients} clients in "
+        f"{args.processes} processes, {args.seconds:.0f} s per run",
+        ["run", "clients", "tasks", "accounted by master", "tasks/s"], rows,
+    )
+    rate = common.median(rates)
+    print(f"ratio tasks/s to target {TARGET:.0f}: {rate / TARGET:.2f}")
+    common.print_json({
+        "benchmark": "dispatch_rate", "clients": args.clients, "tasks_per_s": round(rate, 1),
+        "target": TARGET, "ratio": round(rate / TARGET, 3), "repeats": args.repeats,
+        "cpus": os.cpu_count(),
+    })
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

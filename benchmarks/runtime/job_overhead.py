@@ -1,0 +1,239 @@
+"""Job overhead: training samples/s of a real ElasticDL job (1 PS + 1 worker, separate
+processes talking gRPC over 127.0.0.1, started by the `elasticdl` client on the local platform)
+against a plain single-process Keras training loop, measured in the same run.
+
+    python benchmarks/runtime/job_overhead.py [--files 4] [--repeats 3]
+
+Both sides train the README model (model_zoo mnist.mnist_functional_api.custom_model) on the
+same Fashion-MNIST RecordIO files, with the same `feed`, loss, optimizer (the model file's SGD,
+lr 0.1), minibatch size (64), and one epoch. The baseline is what a user would write without
+ElasticDL: read the files, `feed`, batch, and a `tf.function` step (GradientTape +
+`optimizer.apply_gradients`) on one process. The job runs with the README's settings
+(`--num_minibatches_per_task=2`), training only.
+
+Throughput is measured in steady state on both sides: the first `--warmup_records` records
+(model build, tracing, process start-up) are excluded. For the job, the benchmark polls the
+master's `get_job_status` RPC and times the records trained between the warm-up mark and the
+end of training. Repeats alternate baseline and job; the table shows every run and the JSON
+line the medians and `ratio = job / baseline` (target >= 0.8).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (benchmarks are scripts, not a package)
+
+MODEL_DEF = "mnist.mnist_functional_api.custom_model"
+
+
+# ---------------------------------------------------------------------------------------- baseline
+def run_baseline(train_dir: str, minibatch_size: int, warmup_records: int) -> dict:
+    """The plain Keras loop, in this process (called in a child process by the driver)."""
+    import tensorflow as tf
+
+    from elasticdl.common.model_utils import Mode, load_model_spec
+    from elasticdl.data.reader import create_data_reader
+
+    spec = load_model_spec(common.MODEL_ZOO, MODEL_DEF)
+    reader = create_data_reader(train_dir, records_per_task=None)
+    records = []
+    for shard in reader.create_shards():
+        records.extend(reader.read_records(shard.name, shard.start, shard.end))
+    ds = tf.data.Dataset.from_tensor_slices(records)
+    ds = spec.feed(ds, Mode.TRAINING, None).batch(minibatch_size).prefetch(1)
+
+    model = spec.model_fn()
+    optimizer = spec.optimizer()
+
+    @tf.function(reduce_retracing=True)
+    def step(features, labels):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(spec.loss(labels, model(features, training=True)))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    seen = 0
+    start = None
+    counted = 0
+    for features, labels in ds:
+        loss = step(features, labels)
+        n = int(labels.shape[0])
+        seen += n
+        if start is None:
+            if seen >= warmup_records:
+                float(loss)  # the warm-up steps are done, not just queued
+                start = time.perf_counter()
+            continue
+        counted += n
+    float(loss)
+    elapsed = time.perf_counter() - start
+    return {"records": seen, "timed_records": counted, "seconds": elapsed,
+            "samples_per_s": counted / elapsed, "final_loss": float(loss)}
+
+
+def baseline_in_child(train_dir: str, minibatch_size: int, warmup_records: int) -> dict:
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "_baseline", "--train_dir", train_dir,
+         "--minibatch_size", str(minibatch_size), "--warmup_records", str(warmup_records)],
+        env=common.python_env(), capture_output=True, text=True, check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"baseline failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------- job
+def _master_stub(job_dir: str, deadline: float):
+    import grpc
+
+    from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+
+    status = os.path.join(job_dir, "status.json")
+    while time.time() < deadline:
+        try:
+            with open(status) as f:
+                port = json.load(f)["master"]["port"]
+            channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+            return channel, pb_grpc.MasterStub(channel)
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.2)
+    raise RuntimeError(f"the master never wrote {status}")
+
+
+def run_job(home: str, name: str, train_dir: str, minibatch_size: int, warmup_records: int,
+            timeout_s: float) -> dict:
+    """Submit a 1 PS + 1 worker job through the client CLI and time its steady state."""
+    import grpc
+
+    from elasticdl.proto import elasticdl_pb2 as pb
+
+    env = common.python_env()
+    env["ELASTICDL_HOME"] = home
+    submitted = time.time()
+    subprocess.run(
+        [sys.executable, "-m", "elasticdl.client", "train", "--platform=local",
+         f"--model_zoo={common.MODEL_ZOO}", f"--model_def={MODEL_DEF}",
+         f"--training_data={train_dir}", "--num_epochs=1", f"--minibatch_size={minibatch_size}",
+         "--num_minibatches_per_task=2", "--num_workers=1", "--num_ps_pods=1",
+         f"--job_name={name}", "--detach"],
+        env=env, check=True, capture_output=True, text=True,
+    )
+    job_dir = os.path.join(home, "jobs", name)
+    deadline = submitted + timeout_s
+    channel, stub = _master_stub(job_dir, deadline)
+    t0 = r0 = t1 = r1 = None
+    expected = None
+    phase = ""
+    try:
+        while time.time() < deadline:
+            try:
+                s = stub.get_job_status(pb.JobStatusRequest(), timeout=5)
+            except grpc.RpcError:
+                if t1 is not None:
+                    break  # the master is gone after training: fine
+                phase = _final_phase(job_dir)
+                if phase:
+                    break
+                time.sleep(0.2)
+                continue
+            now = time.perf_counter()
+            expected = s.records_expected
+            if t0 is None and s.records_trained >= warmup_records:
+                t0, r0 = now, s.records_trained
+            if t1 is None and expected and s.records_trained >= expected:
+                t1, r1 = now, s.records_trained
+                break
+            if s.phase in ("Failed", "Cancelled"):
+                break
+            time.sleep(0.1)
+    finally:
+        channel.close()
+    phase = _wait_final(job_dir, deadline)
+    if phase != "Succeeded" or t0 is None or t1 is None or t1 <= t0:
+        raise RuntimeError(f"job {name} ended {phase or 'unfinished'}; see {job_dir}/logs")
+    return {"records": r1, "timed_records": r1 - r0, "seconds": t1 - t0,
+            "samples_per_s": (r1 - r0) / (t1 - t0), "wall_s": time.time() - submitted}
+
+
+def _final_phase(job_dir: str) -> str:
+    try:
+        with open(os.path.join(job_dir, "status.json")) as f:
+            phase = json.load(f).get("phase", "")
+    except (OSError, ValueError):
+        return ""
+    return phase if phase in ("Succeeded", "Failed", "Cancelled") else ""
+
+
+def _wait_final(job_dir: str, deadline: float) -> str:
+    # The master writes its final status and exit code last: wait for the exit code file.
+    while time.time() < deadline:
+        if os.path.exists(os.path.join(job_dir, "exit_code")):
+            return _final_phase(job_dir)
+        time.sleep(0.2)
+    return _final_phase(job_dir)
+
+
+# ---------------------------------------------------------------------------------------- driver
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd")
+    b = sub.add_parser("_baseline")  # internal: the baseline child process
+    b.add_argument("--train_dir", required=True)
+    b.add_argument("--minibatch_size", type=int, default=64)
+    b.add_argument("--warmup_records", type=int, default=1280)
+    p.add_argument("--data", default=common.DEFAULT_CACHE,
+                   help="prepared Fashion-MNIST directory (prepared there if missing)")
+    p.add_argument("--files", type=int, default=4, help="training shard files used (4096 records each)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--minibatch_size", type=int, default=64)
+    p.add_argument("--warmup_records", type=int, default=1280)
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per job")
+    args = p.parse_args(argv)
+
+    if args.cmd == "_baseline":
+        common.print_json(run_baseline(args.train_dir, args.minibatch_size, args.warmup_records))
+        return 0
+
+    data = common.prepare_fashion_mnist(args.data)
+    work = tempfile.mkdtemp(prefix="elasticdl-bench-")
+    try:
+        train_dir = common.subset_dir(os.path.join(data, "train"), args.files, os.path.join(work, "train"))
+        rows, base, job = [], [], []
+        for r in range(args.repeats):
+            b_res = baseline_in_child(train_dir, args.minibatch_size, args.warmup_records)
+            base.append(b_res["samples_per_s"])
+            rows.append([r + 1, "keras loop (1 process)", b_res["timed_records"], b_res["seconds"],
+                         b_res["samples_per_s"], "-"])
+            j_res = run_job(os.path.join(work, "home"), f"bench-overhead-{r}", train_dir,
+                            args.minibatch_size, args.warmup_records, args.timeout)
+            job.append(j_res["samples_per_s"])
+            rows.append([r + 1, "elasticdl job (1 PS + 1 worker)", j_res["timed_records"],
+                         j_res["seconds"], j_res["samples_per_s"], j_res["wall_s"]])
+        common.print_table(
+            f"Job overhead: README model, {args.files} files, minibatch {args.minibatch_size}, "
+            f"steady state after {args.warmup_records} records",
+            ["run", "runner", "records timed", "seconds", "samples/s", "job wall s"], rows,
+        )
+        ratio = common.median(job) / common.median(base)
+        print(f"ratio job/baseline samples/s: {ratio:.2f} (target >= 0.8)")
+        common.print_json({
+            "benchmark": "job_overhead", "baseline_samples_per_s": round(common.median(base), 1),
+            "job_samples_per_s": round(common.median(job), 1), "ratio": round(ratio, 3),
+            "target": 0.8, "repeats": args.repeats, "cpus": os.cpu_count(),
+        })
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
