@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import elasticdl.worker.main  # noqa: F401  (run by the worker processes; tells the build)
 from elasticdl.common.args import parse_master_args
 from elasticdl.data.datasets import prepare
 from elasticdl.data.datasets.errors import DatasetError
