@@ -32,6 +32,11 @@ if [ -x scripts/container-engine/install.sh ]; then
   export ELASTICDL_REQUIRE_ENGINE=1
 fi
 
+# The CPU base-image test installs the project's own wheels into an image: build them first.
+log "./pants package (wheels for the image tests)"
+./pants package //:elasticdl-wheel src/python:elasticdl-client-wheel src/cc:native
+export ELASTICDL_WHEEL_DIR="$root/dist" ELASTICDL_SOURCE_ROOT="$root"
+
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("::")
 log "./pants test ${targets[*]}"
