@@ -30,7 +30,7 @@ TARGET = 2000.0
 
 
 # ---------------------------------------------------------------------------------------- master
-def serve_master(port_queue, stop_event, num_tasks: int) -> None:
+def serve_master(port_queue, window_queue, stop_event, num_tasks: int, use_asyncio: bool) -> None:
     """The master side, in its own process: real servicer, task manager and gRPC server."""
     import logging
 
@@ -44,11 +44,25 @@ def serve_master(port_queue, stop_event, num_tasks: int) -> None:
         training_shards=[("bench-shard", 0, num_tasks)],
     )
     servicer = MasterServicer(tm)
-    server, port = create_master_server(servicer, 0, bind_host="127.0.0.1")
+    server, port = create_master_server(servicer, 0, bind_host="127.0.0.1", use_asyncio=use_asyncio)
     port_queue.put(port)
+    # The driver sends the measurement window; the master's own CPU time over it tells what
+    # the master costs per task, whatever the clients cost.
+    start_at, seconds = port_queue_window(window_queue)
+    time.sleep(max(0.0, start_at - time.time()))
+    cpu0 = time.process_time()
+    time.sleep(seconds)
+    cpu = time.process_time() - cpu0
     stop_event.wait()
-    port_queue.put(tm.summary().records_trained)
+    port_queue.put((tm.summary().records_trained, cpu))
     server.stop(0)
+
+
+def port_queue_window(q):
+    while True:
+        item = q.get()
+        if isinstance(item, tuple) and item[0] == "window":
+            return item[1], item[2]
 
 
 # ---------------------------------------------------------------------------------------- clients
@@ -96,16 +110,17 @@ def client_process(port: int, threads: int, first_worker_id: int, start_at: floa
     result_queue.put((sum(counts), errors))
 
 
-def measure(clients: int, processes: int, seconds: float) -> dict:
+def measure(clients: int, processes: int, seconds: float, use_asyncio: bool = True) -> dict:
     ctx = mp.get_context("spawn")
-    port_q, result_q, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
+    port_q, result_q, window_q, stop = ctx.Queue(), ctx.Queue(), ctx.Queue(), ctx.Event()
     # Enough tasks for a rate far above the target.
     num_tasks = int(seconds * 20000) + 10000
-    master = ctx.Process(target=serve_master, args=(port_q, stop, num_tasks), daemon=True)
+    master = ctx.Process(target=serve_master, args=(port_q, window_q, stop, num_tasks, use_asyncio), daemon=True)
     master.start()
     port = port_q.get(timeout=60)
     per_proc = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
     start_at = time.time() + 3.0 + 0.5 * processes  # every client connected and waiting
+    window_q.put(("window", start_at, seconds))
     procs = []
     first = 0
     for n in per_proc:
@@ -121,11 +136,12 @@ def measure(clients: int, processes: int, seconds: float) -> dict:
     for p in procs:
         p.join(30)
     stop.set()
-    accounted = port_q.get(timeout=30)
+    accounted, master_cpu = port_q.get(timeout=30)
     master.join(30)
     if errors:
         raise RuntimeError(f"{len(errors)} client errors, first: {errors[0]}")
-    return {"tasks": total, "accounted": accounted, "tasks_per_s": total / seconds}
+    return {"tasks": total, "accounted": accounted, "tasks_per_s": total / seconds,
+            "master_cpu_s": master_cpu, "tasks_per_master_cpu_s": total / max(master_cpu, 1e-9)}
 
 
 def main(argv=None) -> int:
@@ -134,29 +150,35 @@ def main(argv=None) -> int:
     p.add_argument("--processes", type=int, default=4, help="client processes sharing the clients")
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--server", choices=["asyncio", "threads"], default="asyncio",
+                   help="the master's gRPC server: asyncio (default) or the thread-pool one")
     args = p.parse_args(argv)
     if args.clients < 1 or not 1 <= args.processes <= args.clients:
         p.error("--clients must be >= 1 and --processes in [1, clients]")
     os.environ.update({k: v for k, v in common.python_env().items() if k == "PYTHONPATH"})
     sys.path[:0] = [os.path.join(common.REPO, "src", "python")]
 
-    rows, rates = [], []
+    rows, rates, capacity = [], [], []
     for r in range(args.repeats):
-        res = measure(args.clients, args.processes, args.seconds)
+        res = measure(args.clients, args.processes, args.seconds, args.server == "asyncio")
         rates.append(res["tasks_per_s"])
-        rows.append([r + 1, args.clients, res["tasks"], res["accounted"], res["tasks_per_s"]])
+        capacity.append(res["tasks_per_master_cpu_s"])
+        rows.append([r + 1, args.clients, res["tasks"], res["accounted"], res["tasks_per_s"],
+                     res["master_cpu_s"] / args.seconds, res["tasks_per_master_cpu_s"]])
         if res["accounted"] != res["tasks"]:
             raise RuntimeError(f"the master accounted {res['accounted']} of {res['tasks']} reported tasks")
     common.print_table(
         f"Master dispatch: get_task + report_task_result round trips, {args.clients} clients in "
-        f"{args.processes} processes, {args.seconds:.0f} s per run",
-        ["run", "clients", "tasks", "accounted by master", "tasks/s"], rows,
+        f"{args.processes} processes, {args.server} server, {args.seconds:.0f} s per run",
+        ["run", "clients", "tasks", "accounted by master", "tasks/s", "master cores busy",
+         "tasks per master CPU s"], rows,
     )
     rate = common.median(rates)
     print(f"ratio tasks/s to target {TARGET:.0f}: {rate / TARGET:.2f}")
     common.print_json({
-        "benchmark": "dispatch_rate", "clients": args.clients, "tasks_per_s": round(rate, 1),
+        "benchmark": "dispatch_rate", "clients": args.clients, "server": args.server, "tasks_per_s": round(rate, 1),
         "target": TARGET, "ratio": round(rate / TARGET, 3), "repeats": args.repeats,
+        "tasks_per_master_cpu_s": round(common.median(capacity), 1),
         "cpus": os.cpu_count(),
     })
     return 0

@@ -8,6 +8,8 @@ from concurrent import futures
 
 import grpc
 
+from elasticdl.master.aio_server import AsyncServer
+from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
@@ -21,22 +23,30 @@ class MasterServerError(RuntimeError):
 
 
 def create_master_server(
-    servicer: pb_grpc.MasterServicer, port: int, bind_host: str = "0.0.0.0"
+    servicer: pb_grpc.MasterServicer, port: int, bind_host: str = "0.0.0.0", use_asyncio: bool = True
 ) -> tuple[grpc.Server, int]:
     """Start serving ``servicer`` on ``bind_host:port`` (port 0 = any free port).
 
+    ``use_asyncio``: serve with grpc's asyncio server (see ``aio_server``, about twice the
+    dispatch rate) instead of the thread-pool server.
+
     Returns the started server and the port it is bound to.
     """
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="master-rpc"),
-        options=[
-            ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
-            # One master per port: fail loudly instead of sharing it with a stale master.
-            ("grpc.so_reuseport", 0),
-        ],
-    )
-    pb_grpc.add_MasterServicer_to_server(servicer, server)
+    options = [
+        ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
+        # One master per port: fail loudly instead of sharing it with a stale master.
+        ("grpc.so_reuseport", 0),
+    ]
+    if use_asyncio:
+        rpcs = [m.name for m in pb.DESCRIPTOR.services_by_name["Master"].methods]
+        server = AsyncServer(pb_grpc.add_MasterServicer_to_server, servicer, rpcs, options, GRPC_THREADS)
+    else:
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="master-rpc"),
+            options=options,
+        )
+        pb_grpc.add_MasterServicer_to_server(servicer, server)
     host = f"[{bind_host}]" if ":" in bind_host and not bind_host.startswith("[") else bind_host
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
