@@ -268,7 +268,9 @@ class ProcessKubelet:
 
         env = dict(os.environ)
         env["PATH"] = f"{self._shim}{os.pathsep}{env.get('PATH', '')}"
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        # Absolute: the process runs in another directory (test runners like Pants put
+        # relative source roots on sys.path).
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
         env["PYTHONUNBUFFERED"] = "1"
         env["HOSTNAME"] = name
         env.update(self.extra_env)
