@@ -63,10 +63,17 @@ _FINAL_LABELS = {JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED}
 class KubernetesBackend(JobBackend):
     platform = job_args.PLATFORM_KUBERNETES
 
-    def __init__(self, namespace: str = "default", kube_context: str = "", k8s: K8sClient | None = None,
-                 force_use_kube_config_file: bool = False) -> None:
+    def __init__(
+        self,
+        namespace: str = "default",
+        kube_context: str = "",
+        k8s: K8sClient | None = None,
+        force_use_kube_config_file: bool = False,
+    ) -> None:
         self.namespace = namespace or "default"
-        self._config = KubeConfig(context=kube_context, force_use_kube_config_file=force_use_kube_config_file)
+        self._config = KubeConfig(
+            context=kube_context, force_use_kube_config_file=force_use_kube_config_file
+        )
         self._k8s = k8s
 
     @property
@@ -84,7 +91,9 @@ class KubernetesBackend(JobBackend):
         from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod
 
         if not getattr(args, "image_name", ""):
-            raise ClientError("--image_name is required on Kubernetes; build one with 'elasticdl zoo build'")
+            raise ClientError(
+                "--image_name is required on Kubernetes; build one with 'elasticdl zoo build'"
+            )
         try:
             spec = ClusterSpec.from_args(args)
             template = PodTemplate.from_args(args, cluster_spec=spec)
@@ -97,8 +106,16 @@ class KubernetesBackend(JobBackend):
         # Only flags the master understands (the CLI namespace also holds client-only keys).
         known = {a.dest for a in job_args.master_parser()._actions}
         unknown = [k for k in vars(args) if k not in known]
-        master_args = job_args.build_arguments_from_parsed_result(args, filter_args=["platform", *unknown])
-        command = ["python", "-m", MASTER_MODULE, *master_args, f"--platform={job_args.PLATFORM_KUBERNETES}"]
+        master_args = job_args.build_arguments_from_parsed_result(
+            args, filter_args=["platform", *unknown]
+        )
+        command = [
+            "python",
+            "-m",
+            MASTER_MODULE,
+            *master_args,
+            f"--platform={job_args.PLATFORM_KUBERNETES}",
+        ]
         try:
             return build_pod(
                 template,
@@ -121,8 +138,14 @@ class KubernetesBackend(JobBackend):
         if yaml_path:
             pod = self.build_master_pod(args)
             write_manifest(pod, yaml_path)
-            return JobHandle(job_name=args.job_name, platform=self.platform, created_at=time.time(),
-                             namespace=self.namespace, master=pod.metadata.name, yaml_path=yaml_path)
+            return JobHandle(
+                job_name=args.job_name,
+                platform=self.platform,
+                created_at=time.time(),
+                namespace=self.namespace,
+                master=pod.metadata.name,
+                yaml_path=yaml_path,
+            )
         pod = self.build_master_pod(args)  # validate everything before touching the cluster
         service_account = self._job_service_account()
         if service_account:
@@ -131,18 +154,30 @@ class KubernetesBackend(JobBackend):
         if existing is not None:
             status = self._status_of(existing)
             raise JobConflictError(
-                f"job {args.job_name} already exists in namespace {self.namespace} ({status.phase}); "
+                f"job {args.job_name} already exists in namespace {self.namespace} "
+                f"({status.phase}); "
                 f"remove it with 'elasticdl cancel {args.job_name}' or use another --job_name"
             )
         try:
             created = self.k8s.create_pod(pod)
         except K8sApiError as e:
             if e.status == 409:
-                raise JobConflictError(f"job {args.job_name} already exists in namespace {self.namespace}") from None
+                raise JobConflictError(
+                    f"job {args.job_name} already exists in namespace {self.namespace}"
+                ) from None
             raise ClientError(f"cannot submit job {args.job_name}: {e}") from None
-        created_at = created.metadata.creation_timestamp.timestamp() if created.metadata.creation_timestamp else time.time()
-        return JobHandle(job_name=args.job_name, platform=self.platform, created_at=created_at,
-                         namespace=self.namespace, master=created.metadata.name)
+        created_at = (
+            created.metadata.creation_timestamp.timestamp()
+            if created.metadata.creation_timestamp
+            else time.time()
+        )
+        return JobHandle(
+            job_name=args.job_name,
+            platform=self.platform,
+            created_at=created_at,
+            namespace=self.namespace,
+            master=created.metadata.name,
+        )
 
     def _job_service_account(self) -> str:
         """``elasticdl`` if that ServiceAccount exists here (rbac.yaml), else the default."""
@@ -162,7 +197,9 @@ class KubernetesBackend(JobBackend):
     def _master(self, name: str):
         pod = self._get_pod(master_pod_name(name))
         if pod is None:
-            raise JobNotFoundError(f"no job {name!r} in namespace {self.namespace} (see 'elasticdl list')")
+            raise JobNotFoundError(
+                f"no job {name!r} in namespace {self.namespace} (see 'elasticdl list')"
+            )
         return pod
 
     def status(self, name: str) -> JobStatus:
@@ -185,7 +222,11 @@ class KubernetesBackend(JobBackend):
             try:
                 published = json.loads(raw)
             except ValueError:
-                logger.warning("ignoring malformed %s annotation on %s", STATUS_ANNOTATION, master.metadata.name)
+                logger.warning(
+                    "ignoring malformed %s annotation on %s",
+                    STATUS_ANNOTATION,
+                    master.metadata.name,
+                )
         pod_phase = master.status.phase if master.status else None
         phase = _job_phase(labels.get(LABEL_STATUS, ""), pod_phase, published.get("phase", ""))
         message = published.get("message", "") or ""
@@ -195,16 +236,29 @@ class KubernetesBackend(JobBackend):
                 message = f"master exited with {exit_code}" + (f" ({reason})" if reason else "")
             elif detail:
                 message = detail
-        created = master.metadata.creation_timestamp.timestamp() if master.metadata.creation_timestamp else None
-        status = JobStatus.from_dict(published, job_name=job_name, platform=self.platform, phase=phase,
-                                     message=message, namespace=self.namespace, created_at=created)
+        created = (
+            master.metadata.creation_timestamp.timestamp()
+            if master.metadata.creation_timestamp
+            else None
+        )
+        status = JobStatus.from_dict(
+            published,
+            job_name=job_name,
+            platform=self.platform,
+            phase=phase,
+            message=message,
+            namespace=self.namespace,
+            created_at=created,
+        )
         if with_replicas and not status.replicas:
             status.replicas = self._replicas(job_name)
         return status
 
     def _replicas(self, job_name: str) -> list[ReplicaStatus]:
         try:
-            pods = self.k8s.list_pods(job_selector(job_name) + f",{LABEL_REPLICA_TYPE} in (ps,worker)")
+            pods = self.k8s.list_pods(
+                job_selector(job_name) + f",{LABEL_REPLICA_TYPE} in (ps,worker)"
+            )
         except K8sApiError:
             return []
         replicas = []
@@ -216,10 +270,16 @@ class KubernetesBackend(JobBackend):
                 continue
             exit_code, reason, _ = _container_termination(pod)
             rtype = labels.get(LABEL_REPLICA_TYPE, "")
-            replicas.append(ReplicaStatus(
-                name=f"{rtype}-{replica_id}", type=rtype, id=replica_id,
-                phase=(pod.status.phase if pod.status else "") or "", exit_code=exit_code, message=reason,
-            ))
+            replicas.append(
+                ReplicaStatus(
+                    name=f"{rtype}-{replica_id}",
+                    type=rtype,
+                    id=replica_id,
+                    phase=(pod.status.phase if pod.status else "") or "",
+                    exit_code=exit_code,
+                    message=reason,
+                )
+            )
         return sorted(replicas, key=lambda r: (r.type, r.id))
 
     # ---- logs ----------------------------------------------------------------------------
@@ -235,8 +295,9 @@ class KubernetesBackend(JobBackend):
         pod = self._pod_for_replica(name, replica)
         self._master(name)  # unknown job -> JobNotFoundError
         if os.environ.get(POD_LOG_DIR_ENV):
-            yield from self._file_logs(name, pod, Path(os.environ[POD_LOG_DIR_ENV]) / self.namespace / f"{pod}.log",
-                                       follow)
+            yield from self._file_logs(
+                name, pod, Path(os.environ[POD_LOG_DIR_ENV]) / self.namespace / f"{pod}.log", follow
+            )
             return
         if not follow:
             try:
@@ -258,9 +319,13 @@ class KubernetesBackend(JobBackend):
                 break
             time.sleep(0.5)
         try:
-            response = self.k8s.core.read_namespaced_pod_log(pod, self.namespace, follow=True, _preload_content=False)
+            response = self.k8s.core.read_namespaced_pod_log(
+                pod, self.namespace, follow=True, _preload_content=False
+            )
         except Exception as e:
-            raise ClientError(f"logs of {pod} are not available: {getattr(e, 'reason', e)}") from None
+            raise ClientError(
+                f"logs of {pod} are not available: {getattr(e, 'reason', e)}"
+            ) from None
         try:
             for chunk in response.stream(4096):
                 yield chunk.decode("utf-8", errors="replace")
@@ -282,7 +347,9 @@ class KubernetesBackend(JobBackend):
                     raise ClientError(f"no log file {path} for pod {pod}")
                 return
             current = self._get_pod(pod)
-            if current is None or (current.status and current.status.phase in ("Succeeded", "Failed")):
+            if current is None or (
+                current.status and current.status.phase in ("Succeeded", "Failed")
+            ):
                 # One last read for output written just before the end.
                 if path.exists() and path.stat().st_size > offset:
                     continue

@@ -54,7 +54,9 @@ class ClusterSpecError(ValueError):
 class ClusterSpec:
     """Applies the user's cluster additions; the empty spec changes nothing."""
 
-    def __init__(self, patcher: Any = None, json_spec: dict | None = None, source: str = "") -> None:
+    def __init__(
+        self, patcher: Any = None, json_spec: dict | None = None, source: str = ""
+    ) -> None:
         self._patcher = patcher
         self._json = json_spec or {}
         self.source = source
@@ -63,7 +65,9 @@ class ClusterSpec:
     @classmethod
     def load(cls, cluster_spec: str = "", cluster_spec_json: str = "") -> "ClusterSpec":
         if cluster_spec and cluster_spec_json:
-            raise ClusterSpecError("--cluster_spec and --cluster_spec_json are exclusive; pass only one")
+            raise ClusterSpecError(
+                "--cluster_spec and --cluster_spec_json are exclusive; pass only one"
+            )
         if cluster_spec:
             return cls.from_python_file(cluster_spec)
         if cluster_spec_json:
@@ -72,7 +76,9 @@ class ClusterSpec:
 
     @classmethod
     def from_args(cls, args) -> "ClusterSpec":
-        return cls.load(getattr(args, "cluster_spec", "") or "", getattr(args, "cluster_spec_json", "") or "")
+        return cls.load(
+            getattr(args, "cluster_spec", "") or "", getattr(args, "cluster_spec_json", "") or ""
+        )
 
     @classmethod
     def from_python_file(cls, path: str) -> "ClusterSpec":
@@ -84,16 +90,21 @@ class ClusterSpec:
         try:
             spec.loader.exec_module(module)
         except Exception as e:
-            raise ClusterSpecError(f"--cluster_spec {path!r}: loading it raised {type(e).__name__}: {e}") from None
+            raise ClusterSpecError(
+                f"--cluster_spec {path!r}: loading it raised {type(e).__name__}: {e}"
+            ) from None
         patcher = getattr(module, "cluster", None)
         if patcher is None:
             raise ClusterSpecError(
-                f"--cluster_spec {path!r} defines no 'cluster'; add e.g. 'cluster = MyCluster()' with "
+                f"--cluster_spec {path!r} defines no 'cluster'; add e.g. "
+                "'cluster = MyCluster()' with "
                 "with_pod(pod) and with_service(service) methods"
             )
         for method in ("with_pod", "with_service"):
             if not callable(getattr(patcher, method, None)):
-                raise ClusterSpecError(f"--cluster_spec {path!r}: 'cluster' has no method {method}(...); add it")
+                raise ClusterSpecError(
+                    f"--cluster_spec {path!r}: 'cluster' has no method {method}(...); add it"
+                )
         return cls(patcher=patcher, source=resolved)
 
     @classmethod
@@ -105,14 +116,18 @@ class ClusterSpec:
                 with open(path) as f:
                     text = f.read()
             except OSError as e:
-                raise ClusterSpecError(f"--cluster_spec_json {path!r}: cannot read it ({e.strerror})") from None
+                raise ClusterSpecError(
+                    f"--cluster_spec_json {path!r}: cannot read it ({e.strerror})"
+                ) from None
             source = path
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise ClusterSpecError(f"--cluster_spec_json is not valid JSON: {e}") from None
         if not isinstance(data, dict):
-            raise ClusterSpecError("--cluster_spec_json must be a JSON object like {\"pod_spec\": {\"labels\": {...}}}")
+            raise ClusterSpecError(
+                '--cluster_spec_json must be a JSON object like {"pod_spec": {"labels": {...}}}'
+            )
         validate_json_spec(data)
         return cls(json_spec=data, source=source)
 
@@ -139,7 +154,10 @@ class ClusterSpec:
         if "service_spec" in self._json:
             patch = self._json["service_spec"]
             service.metadata.labels = {**(service.metadata.labels or {}), **patch.get("labels", {})}
-            service.metadata.annotations = {**(service.metadata.annotations or {}), **patch.get("annotations", {})}
+            service.metadata.annotations = {
+                **(service.metadata.annotations or {}),
+                **patch.get("annotations", {}),
+            }
         if self._patcher is not None:
             result = self._patcher.with_service(service)
             service = result if result is not None else service
@@ -147,18 +165,26 @@ class ClusterSpec:
 
 
 def resolve_spec_path(path: str) -> str:
-    candidates = [os.path.expanduser(path), os.path.join(IMAGE_CLUSTER_SPEC_DIR, os.path.basename(path))]
+    candidates = [
+        os.path.expanduser(path),
+        os.path.join(IMAGE_CLUSTER_SPEC_DIR, os.path.basename(path)),
+    ]
     for candidate in candidates:
         if os.path.isfile(candidate):
             return os.path.abspath(candidate)
     raise ClusterSpecError(
-        f"--cluster_spec {path!r} does not exist (also looked in {IMAGE_CLUSTER_SPEC_DIR}/); check the path"
+        f"--cluster_spec {path!r} does not exist (also looked in {IMAGE_CLUSTER_SPEC_DIR}/); "
+        "check the path"
     )
 
 
 def _string_map(value: Any, where: str) -> dict[str, str]:
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise ClusterSpecError(f"--cluster_spec_json {where} must map strings to strings, e.g. {{\"team\": \"ml\"}}")
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ClusterSpecError(
+            f'--cluster_spec_json {where} must map strings to strings, e.g. {{"team": "ml"}}'
+        )
     return value
 
 
@@ -168,41 +194,57 @@ def _env_list(value: Any, where: str) -> list[tuple[str, str]]:
     if isinstance(value, list):
         pairs = []
         for i, item in enumerate(value):
-            if not isinstance(item, dict) or set(item) - {"name", "value"} or not isinstance(item.get("name"), str):
+            if (
+                not isinstance(item, dict)
+                or set(item) - {"name", "value"}
+                or not isinstance(item.get("name"), str)
+            ):
                 raise ClusterSpecError(
-                    f"--cluster_spec_json {where}[{i}] must be {{\"name\": ..., \"value\": ...}}"
+                    f'--cluster_spec_json {where}[{i}] must be {{"name": ..., "value": ...}}'
                 )
             pairs.append((item["name"], str(item.get("value", ""))))
         return pairs
-    raise ClusterSpecError(f"--cluster_spec_json {where} must be {{\"NAME\": \"value\"}} or a list of name/value")
+    raise ClusterSpecError(
+        f'--cluster_spec_json {where} must be {{"NAME": "value"}} or a list of name/value'
+    )
 
 
 def validate_json_spec(data: dict) -> None:
     """Check every key and value of a ``--cluster_spec_json`` object (no Kubernetes calls)."""
     for top, patch in data.items():
         if top not in TOP_KEYS:
-            raise ClusterSpecError(f"--cluster_spec_json: unknown key {top!r}; use one of {', '.join(TOP_KEYS)}")
+            raise ClusterSpecError(
+                f"--cluster_spec_json: unknown key {top!r}; use one of {', '.join(TOP_KEYS)}"
+            )
         if not isinstance(patch, dict):
             raise ClusterSpecError(f"--cluster_spec_json {top} must be an object")
         allowed = SERVICE_KEYS if top == "service_spec" else POD_KEYS
         for key, value in patch.items():
             where = f"{top}.{key}"
             if key not in allowed:
-                raise ClusterSpecError(f"--cluster_spec_json: unknown key {where!r}; {top} takes {', '.join(allowed)}")
+                raise ClusterSpecError(
+                    f"--cluster_spec_json: unknown key {where!r}; {top} takes {', '.join(allowed)}"
+                )
             if key in ("labels", "annotations", "node_selector"):
                 _string_map(value, where)
             elif key == "env":
                 _env_list(value, where)
             elif key == "affinity":
                 if not isinstance(value, dict):
-                    raise ClusterSpecError(f"--cluster_spec_json {where} must be a Kubernetes Affinity object")
+                    raise ClusterSpecError(
+                        f"--cluster_spec_json {where} must be a Kubernetes Affinity object"
+                    )
                 try:
                     to_model(value, "V1Affinity")
                 except ValueError as e:
-                    raise ClusterSpecError(f"--cluster_spec_json {where}: {str(e).replace('V1Affinity', 'affinity')}") from None
+                    raise ClusterSpecError(
+                        f"--cluster_spec_json {where}: {str(e).replace('V1Affinity', 'affinity')}"
+                    ) from None
             elif key == "tolerations":
                 if not isinstance(value, list):
-                    raise ClusterSpecError(f"--cluster_spec_json {where} must be a list of Toleration objects")
+                    raise ClusterSpecError(
+                        f"--cluster_spec_json {where} must be a list of Toleration objects"
+                    )
                 for i, item in enumerate(value):
                     try:
                         to_model(item, "V1Toleration")

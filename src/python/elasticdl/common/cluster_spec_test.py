@@ -1,6 +1,7 @@
 """Tests of --cluster_spec / --cluster_spec_json on real kubernetes.client models."""
 
 import json
+
 import pytest
 
 pytest.importorskip("kubernetes")
@@ -11,7 +12,7 @@ from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod, build_ser
 
 # A --cluster_spec file as users write them (the on-prem tutorial's example, plus an attempt
 # to overwrite ElasticDL's own labels, which must not succeed).
-EXAMPLE_SOURCE = '''
+EXAMPLE_SOURCE = """
 from kubernetes import client
 
 
@@ -25,7 +26,12 @@ class MyCluster:
         # An attempt to hijack ElasticDL's own labels must not succeed.
         pod.metadata.labels["elasticdl-job-name"] = "someone-else"
         pod.spec.tolerations = [
-            client.V1Toleration(effect="NoSchedule", key="mycluster.com/app-pool", operator="Equal", value=self._pool)
+            client.V1Toleration(
+                effect="NoSchedule",
+                key="mycluster.com/app-pool",
+                operator="Equal",
+                value=self._pool,
+            )
         ]
         return pod
 
@@ -37,7 +43,7 @@ class MyCluster:
 
 
 cluster = MyCluster()
-'''
+"""
 
 
 @pytest.fixture
@@ -49,13 +55,23 @@ def example(tmp_path):
 
 def _pod(spec: ClusterSpec, replica_type: str = "worker"):
     template = PodTemplate(namespace="ns", envs={"A": "1"}, cluster_spec=spec)
-    return build_pod(template, name=f"elasticdl-j-{replica_type}-0", job_name="j", replica_type=replica_type,
-                     replica_id=0, image="img", command=["python", "-m", "x"], env={"B": "2"})
+    return build_pod(
+        template,
+        name=f"elasticdl-j-{replica_type}-0",
+        job_name="j",
+        replica_type=replica_type,
+        replica_id=0,
+        image="img",
+        command=["python", "-m", "x"],
+        env={"B": "2"},
+    )
 
 
 def _service(spec: ClusterSpec):
     template = PodTemplate(namespace="ns", cluster_spec=spec)
-    return build_service(template, name="elasticdl-j-ps-0", job_name="j", replica_type="ps", replica_id=0, port=2222)
+    return build_service(
+        template, name="elasticdl-j-ps-0", job_name="j", replica_type="ps", replica_id=0, port=2222
+    )
 
 
 def test_python_spec_patches_pods_and_services_but_not_job_labels(example):
@@ -64,7 +80,12 @@ def test_python_spec_patches_pods_and_services_but_not_job_labels(example):
     assert pod["metadata"]["labels"]["my_app"] == "elasticdl"
     assert pod["metadata"]["labels"]["elasticdl-job-name"] == "j"  # protected
     assert pod["spec"]["tolerations"] == [
-        {"effect": "NoSchedule", "key": "mycluster.com/app-pool", "operator": "Equal", "value": "elasticdl"}
+        {
+            "effect": "NoSchedule",
+            "key": "mycluster.com/app-pool",
+            "operator": "Equal",
+            "value": "elasticdl",
+        }
     ]
     service = to_dict(_service(spec))
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["type"] == "ClusterIP"
@@ -73,13 +94,28 @@ def test_python_spec_patches_pods_and_services_but_not_job_labels(example):
 
 def test_json_spec_applies_common_then_per_type_patches():
     data = {
-        "pod_spec": {"labels": {"team": "ml"}, "annotations": {"a": "b"}, "env": {"A": "overridden"},
-                     "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+        "pod_spec": {
+            "labels": {"team": "ml"},
+            "annotations": {"a": "b"},
+            "env": {"A": "overridden"},
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
         "worker_pod_spec": {
             "labels": {"team": "ml-workers"},
             "node_selector": {"pool": "cpu"},
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "zone", "operator": "In", "values": ["a"]}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
             "env": [{"name": "C", "value": "3"}],
         },
         "ps_pod_spec": {"labels": {"role": "ps"}},
@@ -101,7 +137,9 @@ def test_json_spec_applies_common_then_per_type_patches():
     ps = to_dict(_pod(spec, "ps"))
     assert ps["metadata"]["labels"]["role"] == "ps"
     service = to_dict(_service(spec))
-    assert service["metadata"]["labels"]["svc"] == "yes" and service["metadata"]["annotations"] == {"x": "y"}
+    assert service["metadata"]["labels"]["svc"] == "yes" and service["metadata"]["annotations"] == {
+        "x": "y"
+    }
 
 
 def test_json_spec_from_file(tmp_path):
@@ -121,7 +159,10 @@ def test_json_spec_from_file(tmp_path):
         ('{"pod_spec": {"labels": {"a": 1}}}', "pod_spec.labels must map strings to strings"),
         ('{"service_spec": {"tolerations": []}}', "service_spec takes labels, annotations"),
         ('{"pod_spec": {"affinity": {"nodeAfinity": {"x": 1}}}}', "unknown field 'nodeAfinity'"),
-        ('{"pod_spec": {"tolerations": [{"key": "k", "efect": "NoSchedule"}]}}', "unknown field 'efect'"),
+        (
+            '{"pod_spec": {"tolerations": [{"key": "k", "efect": "NoSchedule"}]}}',
+            "unknown field 'efect'",
+        ),
         ('{"pod_spec": {"env": [{"nam": "A"}]}}', "pod_spec.env[0]"),
     ],
 )
@@ -155,5 +196,9 @@ def test_empty_spec_changes_nothing():
     spec = ClusterSpec.load()
     assert spec.empty
     pod = to_dict(_pod(spec))
-    assert set(pod["metadata"]["labels"]) == {"app", "elasticdl-job-name", "elasticdl-replica-type",
-                                              "elasticdl-replica-index"}
+    assert set(pod["metadata"]["labels"]) == {
+        "app",
+        "elasticdl-job-name",
+        "elasticdl-replica-type",
+        "elasticdl-replica-index",
+    }

@@ -157,16 +157,22 @@ def load_api_client(cfg: KubeConfig | None = None):
             return client.ApiClient(configuration)
         except config.ConfigException as e:
             raise K8sConfigError(f"cannot use the pod's service account: {e}") from None
-    path = cfg.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser(
-        "~/.kube/config"
+    path = (
+        cfg.kubeconfig
+        or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+        or os.path.expanduser("~/.kube/config")
     )
     if not os.path.exists(path):
         raise K8sConfigError(
-            f"no kubeconfig at {path}; point $KUBECONFIG at your cluster's kubeconfig (or run inside a pod)"
+            f"no kubeconfig at {path}; point $KUBECONFIG at your cluster's kubeconfig "
+            "(or run inside a pod)"
         )
     try:
         config.load_kube_config(
-            config_file=path, context=cfg.context or None, client_configuration=configuration, persist_config=False
+            config_file=path,
+            context=cfg.context or None,
+            client_configuration=configuration,
+            persist_config=False,
         )
     except (config.ConfigException, ValueError, KeyError, TypeError) as e:
         where = f" context {cfg.context!r}" if cfg.context else ""
@@ -208,7 +214,9 @@ def _check_round_trip(given: Any, kept: Any, path: str) -> None:
             if key not in kept:
                 if value is None or value == {} or value == []:
                     continue
-                raise ValueError(f"{path}: unknown field {key!r}; check the spelling against the Kubernetes API")
+                raise ValueError(
+                    f"{path}: unknown field {key!r}; check the spelling against the Kubernetes API"
+                )
             _check_round_trip(value, kept[key], f"{path}.{key}")
     elif isinstance(given, list) and isinstance(kept, list):
         for i, (a, b) in enumerate(zip(given, kept)):
@@ -219,7 +227,9 @@ def _check_round_trip(given: Any, kept: Any, path: str) -> None:
 class K8sClient:
     """Pods and services of one namespace. Thread-safe (the underlying client is)."""
 
-    def __init__(self, namespace: str = "default", api_client=None, config: KubeConfig | None = None) -> None:
+    def __init__(
+        self, namespace: str = "default", api_client=None, config: KubeConfig | None = None
+    ) -> None:
         from kubernetes import client
 
         self.namespace = namespace
@@ -237,19 +247,28 @@ class K8sClient:
 
     # -- pods --
     def create_pod(self, pod):
-        return self._call(f"create pod {pod.metadata.name}", self.core.create_namespaced_pod, self.namespace, pod)
+        return self._call(
+            f"create pod {pod.metadata.name}", self.core.create_namespaced_pod, self.namespace, pod
+        )
 
     def get_pod(self, name: str):
         """The pod, or ``None`` if it does not exist."""
-        return self._call(f"get pod {name}", self.core.read_namespaced_pod, name, self.namespace, missing_ok=True)
+        return self._call(
+            f"get pod {name}", self.core.read_namespaced_pod, name, self.namespace, missing_ok=True
+        )
 
     def list_pods(self, label_selector: str = "") -> list:
         result = self._call(
-            "list pods", self.core.list_namespaced_pod, self.namespace, label_selector=label_selector or None
+            "list pods",
+            self.core.list_namespaced_pod,
+            self.namespace,
+            label_selector=label_selector or None,
         )
         return list(result.items)
 
-    def delete_pod(self, name: str, grace_seconds: float | None = None, propagation: str | None = None) -> bool:
+    def delete_pod(
+        self, name: str, grace_seconds: float | None = None, propagation: str | None = None
+    ) -> bool:
         """Delete ``name``; False if it did not exist. ``propagation``: Background (default on
         the server), Foreground or Orphan for the pods/services it owns."""
         kwargs: dict[str, Any] = {}
@@ -315,7 +334,9 @@ class K8sClient:
             _preload_content=False,
         )
 
-    def read_pod_log(self, name: str, tail_lines: int | None = None, container: str | None = None) -> str | None:
+    def read_pod_log(
+        self, name: str, tail_lines: int | None = None, container: str | None = None
+    ) -> str | None:
         """The pod's log text, or ``None`` if the pod does not exist."""
         kwargs: dict[str, Any] = {}
         if tail_lines:
@@ -323,7 +344,9 @@ class K8sClient:
         if container:
             kwargs["container"] = container
         try:
-            response = self.core.read_namespaced_pod_log(name, self.namespace, _preload_content=False, **kwargs)
+            response = self.core.read_namespaced_pod_log(
+                name, self.namespace, _preload_content=False, **kwargs
+            )
         except _api_exception_class() as e:
             # 404 also comes back when the pod exists but its node/kubelet cannot be found.
             if e.status == 404 and self.get_pod(name) is None:
@@ -334,17 +357,27 @@ class K8sClient:
     # -- services --
     def create_service(self, service):
         return self._call(
-            f"create service {service.metadata.name}", self.core.create_namespaced_service, self.namespace, service
+            f"create service {service.metadata.name}",
+            self.core.create_namespaced_service,
+            self.namespace,
+            service,
         )
 
     def get_service(self, name: str):
         return self._call(
-            f"get service {name}", self.core.read_namespaced_service, name, self.namespace, missing_ok=True
+            f"get service {name}",
+            self.core.read_namespaced_service,
+            name,
+            self.namespace,
+            missing_ok=True,
         )
 
     def list_services(self, label_selector: str = "") -> list:
         result = self._call(
-            "list services", self.core.list_namespaced_service, self.namespace, label_selector=label_selector or None
+            "list services",
+            self.core.list_namespaced_service,
+            self.namespace,
+            label_selector=label_selector or None,
         )
         return list(result.items)
 
@@ -397,7 +430,9 @@ class K8sClient:
         while not stop.is_set():
             if resource_version is None:
                 try:
-                    listing = self.core.list_namespaced_pod(self.namespace, label_selector=label_selector)
+                    listing = self.core.list_namespaced_pod(
+                        self.namespace, label_selector=label_selector
+                    )
                 except Exception as e:  # API server briefly unreachable: retry
                     logger.warning("listing pods (%s) failed: %s; retrying", label_selector, e)
                     stop.wait(1.0)
@@ -438,7 +473,9 @@ class K8sClient:
                     yield kind, pod
             except _api_exception_class() as e:
                 if e.status != 410:
-                    logger.warning("pod watch (%s) failed: %s; re-listing", label_selector, _wrap(e, "watch"))
+                    logger.warning(
+                        "pod watch (%s) failed: %s; re-listing", label_selector, _wrap(e, "watch")
+                    )
                     stop.wait(0.5)
                 resource_version = None
             except Exception as e:  # connection reset, read timeout, ...

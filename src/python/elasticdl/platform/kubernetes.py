@@ -64,7 +64,10 @@ NETWORK_POD = "pod"
 NETWORK_HOST = "host"
 DEFAULT_PORTS = {ReplicaType.PS: 2222, ReplicaType.WORKER: 3333}
 _RELAUNCH_WAIT_SECONDS = 60.0
-_UNPUBLISHED_STATUS_KEYS = ("evaluation_history", "records_trained_per_epoch")  # how long launch() waits for a previous pod of the same name to go
+_UNPUBLISHED_STATUS_KEYS = (
+    "evaluation_history",
+    "records_trained_per_epoch",
+)  # how long launch() waits for a previous pod of the same name to go
 
 
 @dataclasses.dataclass
@@ -91,7 +94,9 @@ class KubernetesPlatform(Platform):
     ) -> None:
         super().__init__(job_name)
         if network not in (NETWORK_POD, NETWORK_HOST):
-            raise ValueError(f"{NETWORK_ENV}={network!r} is invalid; use '{NETWORK_POD}' or '{NETWORK_HOST}'")
+            raise ValueError(
+                f"{NETWORK_ENV}={network!r} is invalid; use '{NETWORK_POD}' or '{NETWORK_HOST}'"
+            )
         self.k8s = k8s
         self.namespace = k8s.namespace
         self.image = image
@@ -103,15 +108,21 @@ class KubernetesPlatform(Platform):
         self._states: dict[str, _PodState] = {}  # pod uid -> state
         self._deleted_by_master: set[str] = set()  # pod uids
         self._closed = False
-        self._owner = self._find_owner(master_pod if master_pod is not None else master_pod_name(job_name))
+        self._owner = self._find_owner(
+            master_pod if master_pod is not None else master_pod_name(job_name)
+        )
         self._stop = threading.Event()
         self._watch_timeout = watch_timeout_seconds
-        self._watcher = threading.Thread(target=self._watch, name="k8s-platform-events", daemon=True)
+        self._watcher = threading.Thread(
+            target=self._watch, name="k8s-platform-events", daemon=True
+        )
         self._watcher.start()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "KubernetesPlatform":
-        k8s = K8sClient(getattr(args, "namespace", "default") or "default", config=KubeConfig.from_args(args))
+        k8s = K8sClient(
+            getattr(args, "namespace", "default") or "default", config=KubeConfig.from_args(args)
+        )
         image = getattr(args, "worker_image", "") or getattr(args, "image_name", "")
         if not image:
             raise PlatformError("--image_name is required on Kubernetes")
@@ -133,7 +144,9 @@ class KubernetesPlatform(Platform):
         if pod is None:
             logger.warning(
                 "master pod %s not found in namespace %s: replicas get no owner reference and are "
-                "only removed by shutdown()", name, self.namespace,
+                "only removed by shutdown()",
+                name,
+                self.namespace,
             )
             return None
         return K8sClient.owner_reference(pod)
@@ -153,7 +166,9 @@ class KubernetesPlatform(Platform):
                     from elasticdl.platform.local import pick_free_port
 
                     used = set(self._ports.values())
-                    port = pick_free_port(self.master_host if self.master_host != "0.0.0.0" else "127.0.0.1")
+                    port = pick_free_port(
+                        self.master_host if self.master_host != "0.0.0.0" else "127.0.0.1"
+                    )
                     while port in used:
                         port = pick_free_port()
                     self._ports[key] = port
@@ -172,7 +187,8 @@ class KubernetesPlatform(Platform):
         return f"{self.master_host}:{port}"
 
     def log_location(self, replica_type: ReplicaType, replica_id: int) -> str:
-        return f"kubectl logs -n {self.namespace} {replica_name(self.job_name, replica_type, replica_id)}"
+        name = replica_name(self.job_name, replica_type, replica_id)
+        return f"kubectl logs -n {self.namespace} {name}"
 
     # ---- lifecycle -----------------------------------------------------------------------
     def launch(self, spec: ReplicaSpec) -> None:
@@ -217,11 +233,15 @@ class KubernetesPlatform(Platform):
             return
         phase = old.status.phase if old.status else None
         if not old.metadata.deletion_timestamp and phase not in ("Succeeded", "Failed"):
-            raise PlatformError(f"{name} is still {phase or 'there'}; delete it before launching it again")
+            raise PlatformError(
+                f"{name} is still {phase or 'there'}; delete it before launching it again"
+            )
         if not old.metadata.deletion_timestamp:
             self.k8s.delete_pod(name, grace_seconds=0)
         if not self.k8s.wait_pod_gone(name, _RELAUNCH_WAIT_SECONDS):
-            raise PlatformError(f"previous pod {name} did not go away within {_RELAUNCH_WAIT_SECONDS:.0f}s")
+            raise PlatformError(
+                f"previous pod {name} did not go away within {_RELAUNCH_WAIT_SECONDS:.0f}s"
+            )
 
     def _ensure_service(self, name: str, spec: ReplicaSpec) -> None:
         service = build_service(
@@ -239,7 +259,9 @@ class KubernetesPlatform(Platform):
             if e.status != 409:  # already there from the replica's previous life: keep it
                 raise
 
-    def delete(self, replica_type: ReplicaType, replica_id: int, grace_seconds: float = 10.0) -> None:
+    def delete(
+        self, replica_type: ReplicaType, replica_id: int, grace_seconds: float = 10.0
+    ) -> None:
         name = replica_name(self.job_name, ReplicaType(replica_type), replica_id)
         try:
             pod = self.k8s.get_pod(name)
@@ -274,7 +296,11 @@ class KubernetesPlatform(Platform):
 
         slim = {k: v for k, v in status.items() if k not in _UNPUBLISHED_STATUS_KEYS}
         name = master_pod_name(self.job_name)
-        body = {"metadata": {"annotations": {STATUS_ANNOTATION: json.dumps(slim, default=str, sort_keys=True)}}}
+        body = {
+            "metadata": {
+                "annotations": {STATUS_ANNOTATION: json.dumps(slim, default=str, sort_keys=True)}
+            }
+        }
         try:
             self.k8s.core.patch_namespaced_pod(name, self.namespace, body)
         except Exception as e:  # absent master pod (404) or API trouble: status is best effort
@@ -304,7 +330,9 @@ class KubernetesPlatform(Platform):
     # ---- events --------------------------------------------------------------------------
     def _watch(self) -> None:
         selector = job_selector(self.job_name) + f",{LABEL_REPLICA_TYPE} in (ps,worker)"
-        for kind, pod in self.k8s.watch_pods(selector, self._stop, timeout_seconds=self._watch_timeout):
+        for kind, pod in self.k8s.watch_pods(
+            selector, self._stop, timeout_seconds=self._watch_timeout
+        ):
             try:
                 event = self._translate(kind, pod)
             except Exception:  # a malformed pod must not kill the event thread
@@ -338,9 +366,15 @@ class KubernetesPlatform(Platform):
                 by_master = uid in self._deleted_by_master
                 self._deleted_by_master.discard(uid)
                 return ReplicaEvent(
-                    replica_type, replica_id, ReplicaPhase.DELETED, exit_code=exit_code,
-                    reason=REASON_DELETED_BY_MASTER if by_master else (pod.status.reason or "" if pod.status else ""),
-                    message=message or ("pod deleted by the master" if by_master else "pod deleted"),
+                    replica_type,
+                    replica_id,
+                    ReplicaPhase.DELETED,
+                    exit_code=exit_code,
+                    reason=REASON_DELETED_BY_MASTER
+                    if by_master
+                    else (pod.status.reason or "" if pod.status else ""),
+                    message=message
+                    or ("pod deleted by the master" if by_master else "pod deleted"),
                 )
             phase = _phase(pod)
             if phase is None or phase == state.phase:
@@ -351,7 +385,14 @@ class KubernetesPlatform(Platform):
             state.phase = phase
             if phase.is_terminal:
                 state.terminal = True
-                return ReplicaEvent(replica_type, replica_id, phase, exit_code=exit_code, reason=reason, message=message)
+                return ReplicaEvent(
+                    replica_type,
+                    replica_id,
+                    phase,
+                    exit_code=exit_code,
+                    reason=reason,
+                    message=message,
+                )
             return ReplicaEvent(replica_type, replica_id, phase)
 
 
@@ -374,5 +415,9 @@ def _termination(pod) -> tuple[int | None, str, str]:
         if terminated is None and cs.last_state is not None:
             terminated = cs.last_state.terminated
         if terminated is not None:
-            return terminated.exit_code, terminated.reason or status.reason or "", terminated.message or status.message or ""
+            return (
+                terminated.exit_code,
+                terminated.reason or status.reason or "",
+                terminated.message or status.message or "",
+            )
     return None, status.reason or "", status.message or ""

@@ -98,14 +98,21 @@ def build_pod(
     from kubernetes import client
 
     env_vars = [
-        client.V1EnvVar(name=key, value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path=path)))
+        client.V1EnvVar(
+            name=key,
+            value_from=client.V1EnvVarSource(
+                field_ref=client.V1ObjectFieldSelector(field_path=path)
+            ),
+        )
         for key, path in DOWNWARD_ENV.items()
     ]
     merged = {**template.envs, **(env or {})}
     env_vars = [e for e in env_vars if e.name not in merged]
     env_vars += [client.V1EnvVar(name=k, value=str(v)) for k, v in merged.items()]
 
-    volumes, mounts = k8s_volume.volumes_and_mounts(template.volume) if template.volume else ([], [])
+    volumes, mounts = (
+        k8s_volume.volumes_and_mounts(template.volume) if template.volume else ([], [])
+    )
     container = client.V1Container(
         name=CONTAINER_NAME,
         image=image,

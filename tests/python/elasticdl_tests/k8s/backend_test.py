@@ -13,7 +13,6 @@ import time
 
 import pytest
 import yaml
-
 from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
 from elasticdl.client.job_status import JobPhase
 from elasticdl.client.k8s_backend import STATUS_ANNOTATION, KubernetesBackend
@@ -25,13 +24,23 @@ from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod, build_ser
 def _args(namespace: str, *extra: str, job: str = "sub"):
     parser = job_args.StrictArgumentParser(prog="elasticdl train")
     job_args.add_train_params(parser)
-    args = parser.parse_args([
-        f"--job_name={job}", "--image_name=local/elasticdl:test", "--platform=kubernetes",
-        "--model_def=mnist.mnist_functional_api.custom_model", "--training_data=/data/mnist/train",
-        f"--namespace={namespace}", "--num_workers=2", "--num_ps_pods=1",
-        "--master_resource_request=cpu=0.2,memory=512Mi", "--master_resource_limit=cpu=1,memory=1Gi",
-        "--envs=EDL_A=1,EDL_B=x,y", "--volume=host_path=/tmp/edl,mount_path=/data", *extra,
-    ])
+    args = parser.parse_args(
+        [
+            f"--job_name={job}",
+            "--image_name=local/elasticdl:test",
+            "--platform=kubernetes",
+            "--model_def=mnist.mnist_functional_api.custom_model",
+            "--training_data=/data/mnist/train",
+            f"--namespace={namespace}",
+            "--num_workers=2",
+            "--num_ps_pods=1",
+            "--master_resource_request=cpu=0.2,memory=512Mi",
+            "--master_resource_limit=cpu=1,memory=1Gi",
+            "--envs=EDL_A=1,EDL_B=x,y",
+            "--volume=host_path=/tmp/edl,mount_path=/data",
+            *extra,
+        ]
+    )
     job_args.normalize_job_args(args)
     job_args.validate_job_args(args)
     args.yaml = getattr(args, "yaml", "")
@@ -42,24 +51,38 @@ def test_submit_status_list_cancel(k8s, namespace):
     backend = KubernetesBackend(namespace=namespace, k8s=k8s)
     args = _args(namespace)
     handle = backend.submit(args)
-    assert handle.master == "elasticdl-sub-master" and handle.namespace == namespace and not handle.yaml_path
+    assert (
+        handle.master == "elasticdl-sub-master"
+        and handle.namespace == namespace
+        and not handle.yaml_path
+    )
 
     pod = to_dict(k8s.get_pod("elasticdl-sub-master"))
-    assert pod["metadata"]["labels"] == {"app": "elasticdl", "elasticdl-job-name": "sub",
-                                         "elasticdl-replica-type": "master", "elasticdl-replica-index": "0"}
+    assert pod["metadata"]["labels"] == {
+        "app": "elasticdl",
+        "elasticdl-job-name": "sub",
+        "elasticdl-replica-type": "master",
+        "elasticdl-replica-index": "0",
+    }
     container = pod["spec"]["containers"][0]
     command = container["command"]
     assert command[:3] == ["python", "-m", "elasticdl.master.main"]
     assert command[-1] == "--platform=kubernetes"
     # The master parses exactly what the client sent.
     master_args = job_args.parse_master_args(command[3:])
-    assert master_args.job_name == "sub" and master_args.num_workers == 2 and master_args.envs == "EDL_A=1,EDL_B=x,y"
+    assert (
+        master_args.job_name == "sub"
+        and master_args.num_workers == 2
+        and master_args.envs == "EDL_A=1,EDL_B=x,y"
+    )
     assert master_args.namespace == namespace
     env = {e["name"]: e for e in container["env"]}
     assert env["MY_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert env["EDL_B"]["value"] == "x,y"
-    assert container["resources"] == {"requests": {"cpu": "200m", "memory": "512Mi"},
-                                      "limits": {"cpu": "1", "memory": "1Gi"}}
+    assert container["resources"] == {
+        "requests": {"cpu": "200m", "memory": "512Mi"},
+        "limits": {"cpu": "1", "memory": "1Gi"},
+    }
     (volume,) = pod["spec"]["volumes"]  # the API server defaults hostPath.type to ""
     assert volume["name"] == "volume-0" and volume["hostPath"]["path"] == "/tmp/edl"
     assert container["volumeMounts"] == [{"name": "volume-0", "mountPath": "/data"}]
@@ -74,9 +97,18 @@ def test_submit_status_list_cancel(k8s, namespace):
 
     # The master publishes progress; the client shows it.
     k8s.core.patch_namespaced_pod(
-        "elasticdl-sub-master", namespace,
-        {"metadata": {"annotations": {STATUS_ANNOTATION: json.dumps({"phase": "Running", "tasks_done": 3,
-                                                                      "model_version": 7})}}})
+        "elasticdl-sub-master",
+        namespace,
+        {
+            "metadata": {
+                "annotations": {
+                    STATUS_ANNOTATION: json.dumps(
+                        {"phase": "Running", "tasks_done": 3, "model_version": 7}
+                    )
+                }
+            }
+        },
+    )
     k8s.patch_pod_status("elasticdl-sub-master", {"phase": "Running"})
     status = backend.status("sub")
     assert (status.phase, status.tasks_done, status.model_version) == (JobPhase.RUNNING, 3, 7)
@@ -85,15 +117,37 @@ def test_submit_status_list_cancel(k8s, namespace):
     master = k8s.get_pod("elasticdl-sub-master")
     owner = K8sClient.owner_reference(master)
     template = PodTemplate(namespace=namespace)
-    k8s.create_pod(build_pod(template, name="elasticdl-sub-worker-0", job_name="sub", replica_type="worker",
-                             replica_id=0, image="img", command=["true"], owner_reference=owner))
-    k8s.create_service(build_service(template, name="elasticdl-sub-ps-0", job_name="sub", replica_type="ps",
-                                     replica_id=0, port=2222, owner_reference=owner))
+    k8s.create_pod(
+        build_pod(
+            template,
+            name="elasticdl-sub-worker-0",
+            job_name="sub",
+            replica_type="worker",
+            replica_id=0,
+            image="img",
+            command=["true"],
+            owner_reference=owner,
+        )
+    )
+    k8s.create_service(
+        build_service(
+            template,
+            name="elasticdl-sub-ps-0",
+            job_name="sub",
+            replica_type="ps",
+            replica_id=0,
+            port=2222,
+            owner_reference=owner,
+        )
+    )
     assert [r.name for r in backend.status("sub").replicas] == ["worker-0"]
 
     final = backend.cancel("sub")
     assert final.phase == JobPhase.CANCELLED and "still" not in final.message
-    assert k8s.list_pods("elasticdl-job-name=sub") == [] and k8s.list_services("elasticdl-job-name=sub") == []
+    assert (
+        k8s.list_pods("elasticdl-job-name=sub") == []
+        and k8s.list_services("elasticdl-job-name=sub") == []
+    )
     with pytest.raises(JobNotFoundError):
         backend.status("sub")
 
@@ -101,14 +155,20 @@ def test_submit_status_list_cancel(k8s, namespace):
 def test_yaml_writes_manifest_and_creates_nothing(k8s, namespace, tmp_path):
     backend = KubernetesBackend(namespace=namespace, k8s=k8s)
     out = tmp_path / "job.yaml"
-    args = _args(namespace, "--cluster_spec_json", '{"master_pod_spec": {"labels": {"team": "ml"}}}')
+    args = _args(
+        namespace, "--cluster_spec_json", '{"master_pod_spec": {"labels": {"team": "ml"}}}'
+    )
     args.yaml = str(out)
     handle = backend.submit(args)
     assert handle.yaml_path == str(out)
     manifest = yaml.safe_load(out.read_text())
     assert manifest["kind"] == "Pod" and manifest["metadata"]["name"] == "elasticdl-sub-master"
     assert manifest["metadata"]["labels"]["team"] == "ml"
-    assert manifest["spec"]["containers"][0]["command"][:3] == ["python", "-m", "elasticdl.master.main"]
+    assert manifest["spec"]["containers"][0]["command"][:3] == [
+        "python",
+        "-m",
+        "elasticdl.master.main",
+    ]
     assert k8s.list_pods() == []
     # The manifest is valid for the API server as written.
     from kubernetes import client
@@ -147,9 +207,15 @@ def test_status_and_logs_of_a_finished_master(k8s, served_namespace, kubelet, mo
     the kubelet's files."""
     monkeypatch.setenv("ELASTICDL_K8S_POD_LOG_DIR", str(kubelet.root))
     backend = KubernetesBackend(namespace=served_namespace, k8s=k8s)
-    pod = build_pod(PodTemplate(namespace=served_namespace), name=master_pod_name("logs"), job_name="logs",
-                    replica_type="master", replica_id=0, image="img",
-                    command=["python", "-c", "import sys; print('hello from the master'); sys.exit(3)"])
+    pod = build_pod(
+        PodTemplate(namespace=served_namespace),
+        name=master_pod_name("logs"),
+        job_name="logs",
+        replica_type="master",
+        replica_id=0,
+        image="img",
+        command=["python", "-c", "import sys; print('hello from the master'); sys.exit(3)"],
+    )
     k8s.create_pod(pod)
     status = backend.wait("logs", timeout=30, poll_interval=0.2)
     assert status.phase == JobPhase.FAILED and "exited with 3" in status.message
@@ -170,9 +236,16 @@ def test_cli_submit_yaml_and_errors(k8s_cluster, namespace, tmp_path, monkeypatc
     main = pytest.importorskip("elasticdl.client.main").main
     monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))
     monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
-    common = ["train", "--job_name=cli", "--image_name=local/elasticdl:test", "--platform=kubernetes",
-              "--model_def=mnist.mnist_functional_api.custom_model", "--training_data=/data/x",
-              f"--namespace={namespace}", "--num_ps_pods=1"]
+    common = [
+        "train",
+        "--job_name=cli",
+        "--image_name=local/elasticdl:test",
+        "--platform=kubernetes",
+        "--model_def=mnist.mnist_functional_api.custom_model",
+        "--training_data=/data/x",
+        f"--namespace={namespace}",
+        "--num_ps_pods=1",
+    ]
     out = tmp_path / "cli.yaml"
     assert main(common + [f"--yaml={out}"]) == 0
     assert yaml.safe_load(out.read_text())["metadata"]["name"] == "elasticdl-cli-master"

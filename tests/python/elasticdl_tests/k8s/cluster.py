@@ -59,7 +59,9 @@ class ClusterError(RuntimeError):
 def default_bin_dir() -> Path:
     if os.environ.get("ELASTICDL_K8S_BIN"):
         return Path(os.environ["ELASTICDL_K8S_BIN"])
-    cache = os.environ.get("ELASTICDL_K8S_CACHE") or os.path.expanduser(f"~/.cache/elasticdl/k8s-{K8S_VERSION}")
+    cache = os.environ.get("ELASTICDL_K8S_CACHE") or os.path.expanduser(
+        f"~/.cache/elasticdl/k8s-{K8S_VERSION}"
+    )
     return Path(cache) / "bin"
 
 
@@ -114,13 +116,57 @@ def make_certificates(cert_dir: Path) -> None:
         "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc\n"
     )
     steps = [
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
-         "-days", "3650", "-subj", "/CN=elasticdl-test-ca",
-         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
-        ["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-         "-subj", "/CN=kube-apiserver"],
-        ["openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-         "-out", "server.crt", "-days", "3650", "-extfile", "server.ext"],
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "3650",
+            "-subj",
+            "/CN=elasticdl-test-ca",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+        [
+            "openssl",
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=kube-apiserver",
+        ],
+        [
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "3650",
+            "-extfile",
+            "server.ext",
+        ],
         ["openssl", "genrsa", "-out", "sa.key", "2048"],
         ["openssl", "rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"],
     ]
@@ -128,19 +174,30 @@ def make_certificates(cert_dir: Path) -> None:
         _run(step, cert_dir)
 
 
-def write_kubeconfig(path: Path, server: str, ca_file: Path, token: str, namespace: str = "default") -> None:
+def write_kubeconfig(
+    path: Path, server: str, ca_file: Path, token: str, namespace: str = "default"
+) -> None:
     import base64
 
     ca_data = base64.b64encode(ca_file.read_bytes()).decode()
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "elasticdl-test", "cluster": {"server": server, "certificate-authority-data": ca_data}}],
+        "clusters": [
+            {
+                "name": "elasticdl-test",
+                "cluster": {"server": server, "certificate-authority-data": ca_data},
+            }
+        ],
         "users": [{"name": "elasticdl-test-user", "user": {"token": token}}],
         "contexts": [
             {
                 "name": "elasticdl-test",
-                "context": {"cluster": "elasticdl-test", "user": "elasticdl-test-user", "namespace": namespace},
+                "context": {
+                    "cluster": "elasticdl-test",
+                    "user": "elasticdl-test-user",
+                    "namespace": namespace,
+                },
             }
         ],
         "current-context": "elasticdl-test",
@@ -199,15 +256,21 @@ class LocalCluster:
         missing = missing_binaries(self.bin_dir)
         if missing:
             raise ClusterError(
-                f"missing {', '.join(missing)} in {self.bin_dir}; build them with scripts/k8s/build-apiserver.sh"
+                f"missing {', '.join(missing)} in {self.bin_dir}; "
+                "build them with scripts/k8s/build-apiserver.sh"
             )
         self.state_dir = Path(self.state_dir).resolve()
         (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
         make_certificates(self.cert_dir)
         (self.state_dir / "tokens.csv").write_text(
-            f'{self.admin_token},admin,admin-uid,"system:masters"\n{self.user_token},{USER_NAME},{USER_NAME}-uid\n'
+            f'{self.admin_token},admin,admin-uid,"system:masters"\n'
+            f"{self.user_token},{USER_NAME},{USER_NAME}-uid\n"
         )
-        self.etcd_port, self.etcd_peer_port, self.apiserver_port = _free_port(), _free_port(), _free_port()
+        self.etcd_port, self.etcd_peer_port, self.apiserver_port = (
+            _free_port(),
+            _free_port(),
+            _free_port(),
+        )
         try:
             self._start_etcd()
             self._start_apiserver()
@@ -225,9 +288,14 @@ class LocalCluster:
         log = open(self.log_path(name), "ab")
         # Own session: the processes survive the CLI that started them and a Ctrl-C in the
         # test runner's terminal does not hit them before stop() does.
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True,
-                                preexec_fn=die_with_parent if self.tied_to_parent else None)
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent if self.tied_to_parent else None,
+        )
         log.close()
         self._procs[name] = proc
         self.pids[name] = proc.pid
@@ -235,55 +303,64 @@ class LocalCluster:
     def _start_etcd(self) -> None:
         peer = f"http://127.0.0.1:{self.etcd_peer_port}"
         client_url = f"http://127.0.0.1:{self.etcd_port}"
-        self._spawn("etcd", [
-            str(self.bin_dir / "etcd"),
-            f"--data-dir={self.state_dir / 'etcd'}",
-            f"--listen-client-urls={client_url}",
-            f"--advertise-client-urls={client_url}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=default={peer}",
-            "--log-level=warn",
-        ])
+        self._spawn(
+            "etcd",
+            [
+                str(self.bin_dir / "etcd"),
+                f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=default={peer}",
+                "--log-level=warn",
+            ],
+        )
 
     def _start_apiserver(self) -> None:
         c = self.cert_dir
-        self._spawn("kube-apiserver", [
-            str(self.bin_dir / "kube-apiserver"),
-            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={self.apiserver_port}",
-            "--insecure-port=0",
-            f"--tls-cert-file={c / 'server.crt'}",
-            f"--tls-private-key-file={c / 'server.key'}",
-            f"--cert-dir={c}",
-            f"--token-auth-file={self.state_dir / 'tokens.csv'}",
-            "--authorization-mode=RBAC",
-            f"--service-account-key-file={c / 'sa.pub'}",
-            f"--service-account-signing-key-file={c / 'sa.key'}",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            # No kubelet mounts tokens here, and pods must not wait for the token controller.
-            "--disable-admission-plugins=ServiceAccount",
-            "--profiling=false",
-            "--v=1",
-        ])
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.bin_dir / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.apiserver_port}",
+                "--insecure-port=0",
+                f"--tls-cert-file={c / 'server.crt'}",
+                f"--tls-private-key-file={c / 'server.key'}",
+                f"--cert-dir={c}",
+                f"--token-auth-file={self.state_dir / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                f"--service-account-key-file={c / 'sa.pub'}",
+                f"--service-account-signing-key-file={c / 'sa.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # No kubelet mounts tokens here, and pods must not wait for the token controller.
+                "--disable-admission-plugins=ServiceAccount",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
 
     def _start_controller_manager(self) -> None:
         c = self.cert_dir
-        self._spawn("kube-controller-manager", [
-            str(self.bin_dir / "kube-controller-manager"),
-            f"--kubeconfig={self.kubeconfig}",
-            "--leader-elect=false",
-            "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token",
-            f"--service-account-private-key-file={c / 'sa.key'}",
-            f"--root-ca-file={self.ca_file}",
-            "--port=0",
-            "--secure-port=0",
-            "--concurrent-gc-syncs=5",
-            "--v=1",
-        ])
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token",
+                f"--service-account-private-key-file={c / 'sa.key'}",
+                f"--root-ca-file={self.ca_file}",
+                "--port=0",
+                "--secure-port=0",
+                "--concurrent-gc-syncs=5",
+                "--v=1",
+            ],
+        )
 
     def _check_alive(self) -> None:
         for name, proc in self._procs.items():
@@ -378,7 +455,9 @@ def _terminate(pid: int, proc: subprocess.Popen | None, timeout: float) -> None:
 def stop_from_state(state_dir: Path) -> None:
     state_file = Path(state_dir) / "state.json"
     if not state_file.exists():
-        raise ClusterError(f"no cluster state in {state_dir} (was it started with --state-dir {state_dir}?)")
+        raise ClusterError(
+            f"no cluster state in {state_dir} (was it started with --state-dir {state_dir}?)"
+        )
     state = json.loads(state_file.read_text())
     for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
         pid = state["pids"].get(name)
@@ -388,17 +467,28 @@ def stop_from_state(state_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="elasticdl_tests.k8s.cluster", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="elasticdl_tests.k8s.cluster", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("action", choices=("start", "stop"))
-    parser.add_argument("--state-dir", default="", help="Directory for certificates, etcd data, logs and pids")
-    parser.add_argument("--bin-dir", default="", help="Directory holding etcd, kube-apiserver, kube-controller-manager")
+    parser.add_argument(
+        "--state-dir", default="", help="Directory for certificates, etcd data, logs and pids"
+    )
+    parser.add_argument(
+        "--bin-dir",
+        default="",
+        help="Directory holding etcd, kube-apiserver, kube-controller-manager",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         if args.action == "start":
             state_dir = Path(args.state_dir or tempfile.mkdtemp(prefix="elasticdl-k8s-"))
-            cluster = LocalCluster(state_dir=state_dir, bin_dir=Path(args.bin_dir) if args.bin_dir else default_bin_dir(),
-                                   tied_to_parent=False)
+            cluster = LocalCluster(
+                state_dir=state_dir,
+                bin_dir=Path(args.bin_dir) if args.bin_dir else default_bin_dir(),
+                tied_to_parent=False,
+            )
             cluster.start()
             print(cluster.kubeconfig)
         else:

@@ -14,7 +14,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from elasticdl_tests.k8s.cluster import LocalCluster, default_bin_dir, missing_binaries
 from elasticdl_tests.k8s.process_kubelet import ProcessKubelet
 
@@ -25,8 +24,10 @@ PRIORITY_CLASSES = {"high": 1000, "low": 100}
 def k8s_cluster():
     missing = missing_binaries()
     if missing:
-        message = (f"Kubernetes test binaries missing in {default_bin_dir()} ({', '.join(missing)}); "
-                   "build them with scripts/k8s/build-apiserver.sh")
+        message = (
+            f"Kubernetes test binaries missing in {default_bin_dir()} ({', '.join(missing)}); "
+            "build them with scripts/k8s/build-apiserver.sh"
+        )
         if os.environ.get("ELASTICDL_REQUIRE_K8S"):
             pytest.fail(message + " (ELASTICDL_REQUIRE_K8S is set)", pytrace=False)
         pytest.skip(message)
@@ -46,7 +47,9 @@ def _create_priority_classes(cluster: LocalCluster) -> None:
 
     api = client.SchedulingV1Api(cluster.api_client())
     for name, value in PRIORITY_CLASSES.items():
-        api.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value))
+        api.create_priority_class(
+            client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value)
+        )
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +57,9 @@ def kubelet(k8s_cluster, tmp_path_factory):
     """The FAKE process kubelet (see ``process_kubelet``): pods run as local processes."""
     from kubernetes import client
 
-    kubelet = ProcessKubelet(client.CoreV1Api(k8s_cluster.api_client()), tmp_path_factory.mktemp("kubelet"))
+    kubelet = ProcessKubelet(
+        client.CoreV1Api(k8s_cluster.api_client()), tmp_path_factory.mktemp("kubelet")
+    )
     kubelet.start()
     try:
         yield kubelet

@@ -24,7 +24,9 @@ pytest.importorskip("elasticdl.ps.main")
 JOB = "k8s-e2e"
 
 TINY_MODEL = '''
-"""Logistic regression on 4 float features; records are tf.train.Example {x: 4 floats, label: int64}."""
+"""Logistic regression on 4 float features.
+
+Records are tf.train.Example {x: 4 floats, label: int64}."""
 import keras
 import tensorflow as tf
 
@@ -43,7 +45,8 @@ def custom_model():
 
 def loss(labels, predictions):
     labels = tf.reshape(labels, [-1])
-    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(labels, predictions, from_logits=True))
+    per_record = keras.losses.sparse_categorical_crossentropy(labels, predictions, from_logits=True)
+    return tf.reduce_mean(per_record)
 
 
 def optimizer(lr=0.5):
@@ -69,7 +72,6 @@ def eval_metrics_fn():
 
 def _write_data(directory: Path, files: int, per_file: int, seed: int) -> str:
     import numpy as np
-
     from elasticdl.data.example_codec import encode_example, float_feature, int64_feature
     from elasticdl.data.recordio import Writer
 
@@ -79,7 +81,11 @@ def _write_data(directory: Path, files: int, per_file: int, seed: int) -> str:
         with Writer(directory / f"part-{f}.rio") as w:
             for _ in range(per_file):
                 x = rng.normal(size=4).astype(np.float32)
-                w.write(encode_example({"x": float_feature(x), "label": int64_feature(int(x[0] + x[1] > 0))}))
+                w.write(
+                    encode_example(
+                        {"x": float_feature(x), "label": int64_feature(int(x[0] + x[1] > 0))}
+                    )
+                )
     return str(directory)
 
 
@@ -94,8 +100,9 @@ def _wait(predicate, timeout, what, diagnose=lambda: ""):
         time.sleep(0.3)
 
 
-def test_train_on_kubernetes_with_worker_pod_deleted(k8s_cluster, served_namespace, kubelet, k8s, tmp_path,
-                                                     monkeypatch):
+def test_train_on_kubernetes_with_worker_pod_deleted(
+    k8s_cluster, served_namespace, kubelet, k8s, tmp_path, monkeypatch
+):
     from elasticdl.client.backend import get_backend
     from elasticdl.client.main import build_parser, main
     from elasticdl.client.submit import prepare_job
@@ -111,14 +118,27 @@ def test_train_on_kubernetes_with_worker_pod_deleted(k8s_cluster, served_namespa
     monkeypatch.delenv("ELASTICDL_CONFIG", raising=False)
     ns = served_namespace
     argv = [
-        "train", f"--job_name={JOB}", "--image_name=local/elasticdl:test", "--platform=kubernetes",
-        f"--namespace={ns}", f"--model_zoo={tmp_path / 'zoo'}", "--model_def=tiny.linear.custom_model",
+        "train",
+        f"--job_name={JOB}",
+        "--image_name=local/elasticdl:test",
+        "--platform=kubernetes",
+        f"--namespace={ns}",
+        f"--model_zoo={tmp_path / 'zoo'}",
+        "--model_def=tiny.linear.custom_model",
         f"--training_data={_write_data(tmp_path / 'train', 2, 96, 0)}",
         f"--validation_data={_write_data(tmp_path / 'val', 1, 64, 1)}",
-        "--minibatch_size=16", "--num_minibatches_per_task=1", "--num_epochs=2", "--evaluation_steps=8",
-        "--num_workers=2", "--num_ps_pods=1", "--image_pull_policy=Never",
-        "--master_resource_request=cpu=0.1,memory=256Mi", "--worker_resource_request=cpu=0.1,memory=512Mi",
-        "--ps_resource_request=cpu=0.1,memory=256Mi", "--envs=ELASTICDL_K8S_NETWORK=host", "--detach",
+        "--minibatch_size=16",
+        "--num_minibatches_per_task=1",
+        "--num_epochs=2",
+        "--evaluation_steps=8",
+        "--num_workers=2",
+        "--num_ps_pods=1",
+        "--image_pull_policy=Never",
+        "--master_resource_request=cpu=0.1,memory=256Mi",
+        "--worker_resource_request=cpu=0.1,memory=512Mi",
+        "--ps_resource_request=cpu=0.1,memory=256Mi",
+        "--envs=ELASTICDL_K8S_NETWORK=host",
+        "--detach",
     ]
     # What `elasticdl train` does, plus one thing it cannot: every pod of the process kubelet
     # shares this host's ports, where the master's default port 50001 may be taken by other
@@ -142,6 +162,7 @@ def test_train_on_kubernetes_with_worker_pod_deleted(k8s_cluster, served_namespa
 
     # The master created the PS (+ its service) and the workers, all owned by the master pod.
     master = _wait(lambda: k8s.get_pod(f"elasticdl-{JOB}-master"), 30, "the master pod")
+
     def worker0_running() -> bool:
         if k8s.get_pod(f"elasticdl-{JOB}-master").status.phase == "Failed":
             pytest.fail(f"the master failed\n{diagnose()}")
@@ -153,8 +174,12 @@ def test_train_on_kubernetes_with_worker_pod_deleted(k8s_cluster, served_namespa
     assert k8s.get_pod(worker0).metadata.owner_references[0].uid == master.metadata.uid
 
     # Let worker-0 train a little, then delete its pod (like kubectl delete / preemption).
-    _wait(lambda: "task" in kubelet.log_path(ns, worker0).read_text(errors="replace").lower(), 180,
-          "worker-0 to take a task", diagnose)
+    _wait(
+        lambda: "task" in kubelet.log_path(ns, worker0).read_text(errors="replace").lower(),
+        180,
+        "worker-0 to take a task",
+        diagnose,
+    )
     assert k8s.delete_pod(worker0)
 
     target = ["--platform=kubernetes", f"--namespace={ns}"]

@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-
 from elasticdl.common.k8s_client import (
     K8sApiError,
     K8sClient,
@@ -20,11 +19,21 @@ from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod, build_ser
 
 
 def _pod(namespace, name, replica_type="worker", replica_id=0, owner=None):
-    return build_pod(PodTemplate(namespace=namespace), name=name, job_name="cl", replica_type=replica_type,
-                     replica_id=replica_id, image="img", command=["true"], owner_reference=owner)
+    return build_pod(
+        PodTemplate(namespace=namespace),
+        name=name,
+        job_name="cl",
+        replica_type=replica_type,
+        replica_id=replica_id,
+        image="img",
+        command=["true"],
+        owner_reference=owner,
+    )
 
 
-def test_kubeconfig_loading_verifies_tls_and_contexts(k8s_cluster, namespace, tmp_path, monkeypatch):
+def test_kubeconfig_loading_verifies_tls_and_contexts(
+    k8s_cluster, namespace, tmp_path, monkeypatch
+):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     api_client = load_api_client(KubeConfig(kubeconfig=str(k8s_cluster.kubeconfig)))
     assert K8sClient(namespace, api_client=api_client).list_pods() == []
@@ -40,7 +49,9 @@ def test_kubeconfig_loading_verifies_tls_and_contexts(k8s_cluster, namespace, tm
     other_ca = (k8s_cluster.cert_dir / "server.crt").read_bytes()  # not a CA of the server cert
     import base64
 
-    config["clusters"][0]["cluster"]["certificate-authority-data"] = base64.b64encode(other_ca).decode()
+    config["clusters"][0]["cluster"]["certificate-authority-data"] = base64.b64encode(
+        other_ca
+    ).decode()
     wrong.write_text(json.dumps(config))
     client = K8sClient(namespace, config=KubeConfig(kubeconfig=str(wrong)))
     with pytest.raises(Exception, match="(?i)certificate|ssl"):
@@ -61,13 +72,21 @@ def test_pods_services_errors_and_labels(k8s, namespace):
     assert k8s.delete_pod("missing") is False
 
     k8s.create_pod(_pod(namespace, "elasticdl-cl-ps-0", "ps"))
-    assert [p.metadata.name for p in k8s.list_pods("elasticdl-replica-type=ps")] == ["elasticdl-cl-ps-0"]
+    assert [p.metadata.name for p in k8s.list_pods("elasticdl-replica-type=ps")] == [
+        "elasticdl-cl-ps-0"
+    ]
     assert len(k8s.list_pods("elasticdl-replica-type in (ps,worker)")) == 2
     k8s.patch_pod_labels("elasticdl-cl-ps-0", {"status": "Finished"})
     assert k8s.get_pod("elasticdl-cl-ps-0").metadata.labels["status"] == "Finished"
 
-    service = build_service(PodTemplate(namespace=namespace), name="elasticdl-cl-ps-0", job_name="cl",
-                            replica_type="ps", replica_id=0, port=2222)
+    service = build_service(
+        PodTemplate(namespace=namespace),
+        name="elasticdl-cl-ps-0",
+        job_name="cl",
+        replica_type="ps",
+        replica_id=0,
+        port=2222,
+    )
     assert to_dict(k8s.create_service(service))["spec"]["clusterIP"] == "None"
     assert k8s.delete_service("elasticdl-cl-ps-0") is True  # 1.20 answers with a Status: handled
     assert k8s.delete_service("elasticdl-cl-ps-0") is False

@@ -13,7 +13,6 @@ import threading
 import time
 
 import pytest
-
 from elasticdl.common.k8s_client import LABEL_STATUS, K8sClient, master_pod_name, to_dict
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
@@ -49,25 +48,42 @@ class _Recorder:
         with self._cond:
             while True:
                 for i, event in enumerate(self.events):
-                    if i not in self._claimed and (event.replica_type, event.replica_id, event.phase) == (
-                            replica_type, replica_id, phase):
+                    if i not in self._claimed and (
+                        event.replica_type,
+                        event.replica_id,
+                        event.phase,
+                    ) == (replica_type, replica_id, phase):
                         self._claimed.add(i)
                         return event
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    pytest.fail(f"no {replica_type}-{replica_id} {phase} event within {timeout}s; saw {self.events}")
+                    pytest.fail(
+                        f"no {replica_type}-{replica_id} {phase} event within {timeout}s; "
+                        f"saw {self.events}"
+                    )
                 self._cond.wait(left)
 
     def of(self, replica_type, replica_id):
         with self._cond:
-            return [e.phase for e in self.events if (e.replica_type, e.replica_id) == (replica_type, replica_id)]
+            return [
+                e.phase
+                for e in self.events
+                if (e.replica_type, e.replica_id) == (replica_type, replica_id)
+            ]
 
 
 def _master(k8s: K8sClient, job: str = JOB):
     """The job's master pod (not run by anyone here: it only owns the replicas)."""
     template = PodTemplate(namespace=k8s.namespace)
-    pod = build_pod(template, name=master_pod_name(job), job_name=job, replica_type="master", replica_id=0,
-                    image="local/elasticdl:test", command=["python", "-c", "pass"])
+    pod = build_pod(
+        template,
+        name=master_pod_name(job),
+        job_name=job,
+        replica_type="master",
+        replica_id=0,
+        image="local/elasticdl:test",
+        command=["python", "-c", "pass"],
+    )
     return k8s.create_pod(pod)
 
 
@@ -75,13 +91,22 @@ def _spec(replica_type, replica_id, seconds=3600, exit_code=0, port=None, **kwar
     args = ["--seconds", str(seconds), "--exit-code", str(exit_code)]
     if port:
         args += ["--port", str(port)]
-    return ReplicaSpec(replica_type=replica_type, replica_id=replica_id, module=SLEEPER, args=args, port=port, **kwargs)
+    return ReplicaSpec(
+        replica_type=replica_type,
+        replica_id=replica_id,
+        module=SLEEPER,
+        args=args,
+        port=port,
+        **kwargs,
+    )
 
 
 def _gone(k8s, selector, timeout=30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        left = [p.metadata.name for p in k8s.list_pods(selector)] + [s.metadata.name for s in k8s.list_services(selector)]
+        left = [p.metadata.name for p in k8s.list_pods(selector)] + [
+            s.metadata.name for s in k8s.list_services(selector)
+        ]
         if not left:
             return []
         time.sleep(0.2)
@@ -90,33 +115,67 @@ def _gone(k8s, selector, timeout=30.0):
 
 def test_pods_services_owners_resources_and_events(k8s, served_namespace, kubelet):
     master = _master(k8s)
-    platform = KubernetesPlatform(JOB, k8s, image="local/elasticdl:test",
-                                  template=PodTemplate(namespace=k8s.namespace, envs={"EDL_JOBWIDE": "1"},
-                                                       image_pull_policy="Never"),
-                                  network=NETWORK_HOST, master_host="127.0.0.1")
+    platform = KubernetesPlatform(
+        JOB,
+        k8s,
+        image="local/elasticdl:test",
+        template=PodTemplate(
+            namespace=k8s.namespace, envs={"EDL_JOBWIDE": "1"}, image_pull_policy="Never"
+        ),
+        network=NETWORK_HOST,
+        master_host="127.0.0.1",
+    )
     events = _Recorder(platform)
     try:
         ps_addr = platform.address(ReplicaType.PS, 0)
         port = int(ps_addr.rsplit(":", 1)[1])
         assert platform.address(ReplicaType.PS, 0) == ps_addr  # stable
-        platform.launch(_spec(ReplicaType.PS, 0, port=port, resource_request="cpu=0.5,memory=256Mi",
-                              resource_limit="cpu=1,memory=512Mi", priority="high"))
-        platform.launch(_spec(ReplicaType.WORKER, 0, seconds=0.5, resource_request="cpu=1,memory=256Mi,gpu=1",
-                              env={"EDL_OWN": "w0"}, priority="low"))
+        platform.launch(
+            _spec(
+                ReplicaType.PS,
+                0,
+                port=port,
+                resource_request="cpu=0.5,memory=256Mi",
+                resource_limit="cpu=1,memory=512Mi",
+                priority="high",
+            )
+        )
+        platform.launch(
+            _spec(
+                ReplicaType.WORKER,
+                0,
+                seconds=0.5,
+                resource_request="cpu=1,memory=256Mi,gpu=1",
+                env={"EDL_OWN": "w0"},
+                priority="low",
+            )
+        )
 
         pod = k8s.get_pod(f"elasticdl-{JOB}-ps-0")
-        assert pod.metadata.labels == {"app": "elasticdl", "elasticdl-job-name": JOB,
-                                       "elasticdl-replica-type": "ps", "elasticdl-replica-index": "0"}
+        assert pod.metadata.labels == {
+            "app": "elasticdl",
+            "elasticdl-job-name": JOB,
+            "elasticdl-replica-type": "ps",
+            "elasticdl-replica-index": "0",
+        }
         owner = pod.metadata.owner_references[0]
-        assert (owner.kind, owner.name, owner.uid, owner.controller) == ("Pod", master.metadata.name,
-                                                                       master.metadata.uid, True)
+        assert (owner.kind, owner.name, owner.uid, owner.controller) == (
+            "Pod",
+            master.metadata.name,
+            master.metadata.uid,
+            True,
+        )
         container = to_dict(pod)["spec"]["containers"][0]
         assert container["command"][:3] == ["python", "-m", SLEEPER]
-        assert container["resources"] == {"requests": {"cpu": "500m", "memory": "256Mi"},
-                                          "limits": {"cpu": "1", "memory": "512Mi"}}
+        assert container["resources"] == {
+            "requests": {"cpu": "500m", "memory": "256Mi"},
+            "limits": {"cpu": "1", "memory": "512Mi"},
+        }
         assert container["imagePullPolicy"] == "Never"
         assert pod.spec.restart_policy == "Never"
-        assert pod.spec.priority_class_name == "high" and pod.spec.priority == 1000  # admission resolved it
+        assert (
+            pod.spec.priority_class_name == "high" and pod.spec.priority == 1000
+        )  # admission resolved it
         env = {e["name"]: e for e in container["env"]}
         assert env["MY_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
         assert env["EDL_JOBWIDE"]["value"] == "1"
@@ -127,8 +186,12 @@ def test_pods_services_owners_resources_and_events(k8s, served_namespace, kubele
 
         service = k8s.get_service(f"elasticdl-{JOB}-ps-0")
         assert service.spec.cluster_ip == "None"
-        assert service.spec.selector == {"app": "elasticdl", "elasticdl-job-name": JOB,
-                                         "elasticdl-replica-type": "ps", "elasticdl-replica-index": "0"}
+        assert service.spec.selector == {
+            "app": "elasticdl",
+            "elasticdl-job-name": JOB,
+            "elasticdl-replica-type": "ps",
+            "elasticdl-replica-index": "0",
+        }
         assert service.spec.ports[0].port == port
         assert service.metadata.owner_references[0].uid == master.metadata.uid
         assert k8s.get_service(f"elasticdl-{JOB}-worker-0") is None  # workers serve nothing
@@ -160,7 +223,9 @@ def test_pods_services_owners_resources_and_events(k8s, served_namespace, kubele
 
 def test_preemption_deletion_and_relaunch_events(k8s, served_namespace, kubelet):
     _master(k8s)
-    platform = KubernetesPlatform(JOB, k8s, image="img", network=NETWORK_HOST, master_host="127.0.0.1")
+    platform = KubernetesPlatform(
+        JOB, k8s, image="img", network=NETWORK_HOST, master_host="127.0.0.1"
+    )
     events = _Recorder(platform)
     try:
         ps_addr = platform.address(ReplicaType.PS, 0)
@@ -206,10 +271,22 @@ def test_preemption_deletion_and_relaunch_events(k8s, served_namespace, kubelet)
         # Exactly one terminal event per pod, in lifecycle order per replica.
         time.sleep(1.0)
         P = ReplicaPhase
-        assert events.of(ReplicaType.WORKER, 0) == [P.PENDING, P.RUNNING, P.FAILED, P.PENDING, P.RUNNING]
+        assert events.of(ReplicaType.WORKER, 0) == [
+            P.PENDING,
+            P.RUNNING,
+            P.FAILED,
+            P.PENDING,
+            P.RUNNING,
+        ]
         assert events.of(ReplicaType.WORKER, 1) == [P.PENDING, P.RUNNING, P.DELETED]
         assert events.of(ReplicaType.WORKER, 2) == [P.PENDING, P.RUNNING, P.DELETED]
-        assert events.of(ReplicaType.PS, 0) == [P.PENDING, P.RUNNING, P.DELETED, P.PENDING, P.RUNNING]
+        assert events.of(ReplicaType.PS, 0) == [
+            P.PENDING,
+            P.RUNNING,
+            P.DELETED,
+            P.PENDING,
+            P.RUNNING,
+        ]
 
         assert platform.mark_job_status("Succeeded")
         assert k8s.get_pod(master_pod_name(JOB)).metadata.labels[LABEL_STATUS] == "Succeeded"
@@ -224,7 +301,10 @@ def test_pod_network_addresses_and_launch_errors(k8s, namespace):
     platform = KubernetesPlatform(JOB, k8s, image="img")  # no master pod: no owner references
     try:
         assert platform.address(ReplicaType.PS, 1) == f"elasticdl-{JOB}-ps-1.{namespace}.svc:2222"
-        assert platform.log_location(ReplicaType.WORKER, 3) == f"kubectl logs -n {namespace} elasticdl-{JOB}-worker-3"
+        assert (
+            platform.log_location(ReplicaType.WORKER, 3)
+            == f"kubectl logs -n {namespace} elasticdl-{JOB}-worker-3"
+        )
         platform.launch(_spec(ReplicaType.PS, 1, port=2222))
         assert k8s.get_pod(f"elasticdl-{JOB}-ps-1").metadata.owner_references is None
         with pytest.raises(PlatformError, match="PriorityClass|priority"):

@@ -38,7 +38,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from elasticdl_tests.k8s.cluster import die_with_parent
@@ -103,8 +102,13 @@ class _Running:
 class ProcessKubelet:
     """See the module docstring. ``api`` is a ``CoreV1Api`` with rights on all namespaces."""
 
-    def __init__(self, api, root: str | os.PathLike, max_grace_seconds: float = 5.0,
-                 extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        api,
+        root: str | os.PathLike,
+        max_grace_seconds: float = 5.0,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.api = api
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -127,7 +131,10 @@ class ProcessKubelet:
 
     # ---- public -----------------------------------------------------------------------------
     def start(self) -> "ProcessKubelet":
-        for target, name in ((self._watch_loop, "kubelet-watch"), (self._reap_loop, "kubelet-reap")):
+        for target, name in (
+            (self._watch_loop, "kubelet-watch"),
+            (self._reap_loop, "kubelet-reap"),
+        ):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -198,8 +205,11 @@ class ProcessKubelet:
                         self._handle("MODIFIED", pod)
                     resource_version = listing.metadata.resource_version
                 w = watch.Watch()
-                for event in w.stream(self.api.list_pod_for_all_namespaces, resource_version=resource_version,
-                                      timeout_seconds=2):
+                for event in w.stream(
+                    self.api.list_pod_for_all_namespaces,
+                    resource_version=resource_version,
+                    timeout_seconds=2,
+                ):
                     pod = event["object"]
                     if event["type"] == "ERROR" or not hasattr(pod, "metadata"):
                         resource_version = None
@@ -241,7 +251,9 @@ class ProcessKubelet:
                         return
                     running.deleting = True
             grace = pod.metadata.deletion_grace_period_seconds or 0
-            threading.Thread(target=self._terminate, args=(pod, running, grace), daemon=True).start()
+            threading.Thread(
+                target=self._terminate, args=(pod, running, grace), daemon=True
+            ).start()
             return
         if pod.spec.node_name or (pod.status and pod.status.phase not in (None, "Pending")):
             return
@@ -252,9 +264,14 @@ class ProcessKubelet:
         try:
             self._start_pod(pod)
         except Exception as e:  # report instead of dying: the test sees a Failed pod
-            logger.exception("process kubelet: cannot start %s/%s", pod.metadata.namespace, pod.metadata.name)
-            self._patch_status(pod.metadata.namespace, pod.metadata.name, {
-                "phase": "Failed", "reason": "ProcessKubeletError", "message": str(e)[:500]})
+            logger.exception(
+                "process kubelet: cannot start %s/%s", pod.metadata.namespace, pod.metadata.name
+            )
+            self._patch_status(
+                pod.metadata.namespace,
+                pod.metadata.name,
+                {"phase": "Failed", "reason": "ProcessKubeletError", "message": str(e)[:500]},
+            )
 
     # ---- pod lifecycle ----------------------------------------------------------------------
     def _start_pod(self, pod) -> None:
@@ -262,8 +279,10 @@ class ProcessKubelet:
         container = pod.spec.containers[0]
         from kubernetes import client
 
-        body = client.V1Binding(metadata=client.V1ObjectMeta(name=name),
-                                target=client.V1ObjectReference(api_version="v1", kind="Node", name=NODE_NAME))
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=name),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=NODE_NAME),
+        )
         self.api.create_namespaced_pod_binding(name, ns, body, _preload_content=False)
 
         env = dict(os.environ)
@@ -278,30 +297,64 @@ class ProcessKubelet:
         for var in container.env or []:
             if var.value_from is not None:
                 if var.value_from.field_ref is None:
-                    raise ValueError(f"env {var.name}: only value and fieldRef are supported by the process kubelet")
+                    raise ValueError(
+                        f"env {var.name}: only value and fieldRef are supported "
+                        "by the process kubelet"
+                    )
                 value = field_value(pod, var.value_from.field_ref.field_path)
             else:
                 value = expand(var.value or "", {**pod_env})
             pod_env[var.name] = value
         env.update(pod_env)
-        argv = [expand(a, pod_env) for a in list(container.command or []) + list(container.args or [])]
+        argv = [
+            expand(a, pod_env) for a in list(container.command or []) + list(container.args or [])
+        ]
         if not argv:
-            raise ValueError("container has no command: the process kubelet cannot run image entrypoints")
+            raise ValueError(
+                "container has no command: the process kubelet cannot run image entrypoints"
+            )
         log_path = self.log_path(ns, name)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        cwd = container.working_dir if container.working_dir and os.path.isdir(container.working_dir) else self.root
+        cwd = (
+            container.working_dir
+            if container.working_dir and os.path.isdir(container.working_dir)
+            else self.root
+        )
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
         running = _Running(ns, name, pod.metadata.uid, container.name, container.image, proc)
-        self._patch_status(ns, name, {
-            "phase": "Running", "hostIP": POD_IP, "podIP": POD_IP, "podIPs": [{"ip": POD_IP}],
-            "startTime": _now(),
-            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": _now()}],
-            "containerStatuses": [{
-                "name": container.name, "image": container.image, "imageID": "", "ready": True,
-                "restartCount": 0, "started": True, "state": {"running": {"startedAt": _now()}}}],
-        })
+        self._patch_status(
+            ns,
+            name,
+            {
+                "phase": "Running",
+                "hostIP": POD_IP,
+                "podIP": POD_IP,
+                "podIPs": [{"ip": POD_IP}],
+                "startTime": _now(),
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": _now()}],
+                "containerStatuses": [
+                    {
+                        "name": container.name,
+                        "image": container.image,
+                        "imageID": "",
+                        "ready": True,
+                        "restartCount": 0,
+                        "started": True,
+                        "state": {"running": {"startedAt": _now()}},
+                    }
+                ],
+            },
+        )
         with self._lock:
             self._running[pod.metadata.uid] = running
         logger.info("process kubelet: started %s/%s as pid %d", ns, name, proc.pid)
@@ -312,15 +365,31 @@ class ProcessKubelet:
         running.reported = True
         rc = running.proc.returncode
         exit_code = 128 - rc if rc < 0 else rc
-        self._patch_status(running.namespace, running.name, {
-            "phase": "Succeeded" if exit_code == 0 else "Failed",
-            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": _now()}],
-            "containerStatuses": [{
-                "name": running.container, "image": running.image, "imageID": "", "ready": False,
-                "restartCount": 0, "started": False,
-                "state": {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
-                                         "finishedAt": _now()}}}],
-        })
+        self._patch_status(
+            running.namespace,
+            running.name,
+            {
+                "phase": "Succeeded" if exit_code == 0 else "Failed",
+                "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": _now()}],
+                "containerStatuses": [
+                    {
+                        "name": running.container,
+                        "image": running.image,
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "started": False,
+                        "state": {
+                            "terminated": {
+                                "exitCode": exit_code,
+                                "reason": "Completed" if exit_code == 0 else "Error",
+                                "finishedAt": _now(),
+                            }
+                        },
+                    }
+                ],
+            },
+        )
 
     def _terminate(self, pod, running: _Running | None, grace: float) -> None:
         ns, name = pod.metadata.namespace, pod.metadata.name
@@ -338,9 +407,15 @@ class ProcessKubelet:
             from kubernetes import client
 
             self.api.delete_namespaced_pod(
-                name, ns, grace_period_seconds=0, _preload_content=False,
-                body=client.V1DeleteOptions(grace_period_seconds=0,
-                                            preconditions=client.V1Preconditions(uid=pod.metadata.uid)))
+                name,
+                ns,
+                grace_period_seconds=0,
+                _preload_content=False,
+                body=client.V1DeleteOptions(
+                    grace_period_seconds=0,
+                    preconditions=client.V1Preconditions(uid=pod.metadata.uid),
+                ),
+            )
         except Exception as e:
             if getattr(e, "status", None) not in (404, 409):
                 logger.warning("process kubelet: final delete of %s/%s failed: %s", ns, name, e)
@@ -348,12 +423,18 @@ class ProcessKubelet:
     def _reap_loop(self) -> None:
         while not self._stop.is_set():
             with self._lock:
-                done = [r for r in self._running.values() if not r.deleting and r.proc.poll() is not None]
+                done = [
+                    r
+                    for r in self._running.values()
+                    if not r.deleting and r.proc.poll() is not None
+                ]
                 for r in done:
                     self._running.pop(r.uid, None)
             for r in done:
                 self._report_exit(r)
-                logger.info("process kubelet: %s/%s exited with %s", r.namespace, r.name, r.proc.returncode)
+                logger.info(
+                    "process kubelet: %s/%s exited with %s", r.namespace, r.name, r.proc.returncode
+                )
             self._stop.wait(0.1)
 
     def _patch_status(self, ns: str, name: str, status: dict) -> None:

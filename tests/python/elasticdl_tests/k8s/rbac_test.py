@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from elasticdl.common.k8s_client import K8sApiError, K8sClient, master_pod_name, to_model
 from elasticdl.platform.base import ReplicaSpec, ReplicaType
 from elasticdl.platform.kubernetes import KubernetesPlatform
@@ -48,7 +47,9 @@ def _apply(api_client, namespace: str) -> None:
             pytest.fail(f"unexpected kind {kind} in rbac.yaml")
 
 
-def _service_account_token(api_client, namespace: str, account: str = "elasticdl", timeout: float = 60) -> str:
+def _service_account_token(
+    api_client, namespace: str, account: str = "elasticdl", timeout: float = 60
+) -> str:
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
@@ -56,8 +57,11 @@ def _service_account_token(api_client, namespace: str, account: str = "elasticdl
     while time.monotonic() < deadline:
         for secret in core.list_namespaced_secret(namespace).items:
             annotations = secret.metadata.annotations or {}
-            if secret.type == "kubernetes.io/service-account-token" and \
-                    annotations.get("kubernetes.io/service-account.name") == account and secret.data:
+            if (
+                secret.type == "kubernetes.io/service-account-token"
+                and annotations.get("kubernetes.io/service-account.name") == account
+                and secret.data
+            ):
                 return base64.b64decode(secret.data["token"]).decode()
         time.sleep(0.3)
     pytest.fail(f"no token minted for service account {account} in {timeout}s")
@@ -73,17 +77,30 @@ def test_master_operations_need_only_the_role_and_stay_in_namespace(k8s_cluster,
 
     # The master pod itself is created by the user (admin here).
     admin_k8s = K8sClient(namespace, api_client=admin)
-    admin_k8s.create_pod(build_pod(PodTemplate(namespace=namespace), name=master_pod_name("rbac"),
-                                   job_name="rbac", replica_type="master", replica_id=0, image="img",
-                                   command=["python", "-c", "pass"]))
+    admin_k8s.create_pod(
+        build_pod(
+            PodTemplate(namespace=namespace),
+            name=master_pod_name("rbac"),
+            job_name="rbac",
+            replica_type="master",
+            replica_id=0,
+            image="img",
+            command=["python", "-c", "pass"],
+        )
+    )
 
     sa = K8sClient(namespace, api_client=k8s_cluster.api_client(token))
     platform = KubernetesPlatform("rbac", sa, image="img")  # reads the master pod: get
     try:
-        platform.launch(ReplicaSpec(ReplicaType.PS, 0, "elasticdl.ps.main", [], port=2222))  # pods+services create
+        platform.launch(
+            ReplicaSpec(ReplicaType.PS, 0, "elasticdl.ps.main", [], port=2222)
+        )  # pods+services create
         platform.launch(ReplicaSpec(ReplicaType.WORKER, 0, "elasticdl.worker.main", []))
         assert {p.metadata.name for p in sa.list_pods("elasticdl-job-name=rbac")} == {
-            "elasticdl-rbac-master", "elasticdl-rbac-ps-0", "elasticdl-rbac-worker-0"}
+            "elasticdl-rbac-master",
+            "elasticdl-rbac-ps-0",
+            "elasticdl-rbac-worker-0",
+        }
         assert sa.get_service("elasticdl-rbac-ps-0") is not None
         platform.delete(ReplicaType.WORKER, 0)  # pods delete
         assert platform.mark_job_status("Succeeded")  # pods patch
@@ -96,13 +113,23 @@ def test_master_operations_need_only_the_role_and_stay_in_namespace(k8s_cluster,
     with pytest.raises(client.exceptions.ApiException) as info:
         client.CoreV1Api(sa.api_client).list_namespaced_secret(namespace)
     assert info.value.status == 403
-    client.CoreV1Api(admin).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=f"{namespace}-x")))
+    client.CoreV1Api(admin).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=f"{namespace}-x"))
+    )
     try:
         other = K8sClient(f"{namespace}-x", api_client=k8s_cluster.api_client(token))
         with pytest.raises(K8sApiError) as forbidden:
-            other.create_pod(build_pod(PodTemplate(namespace=f"{namespace}-x"), name="elasticdl-rbac-worker-9",
-                                       job_name="rbac", replica_type="worker", replica_id=9, image="img",
-                                       command=["true"]))
+            other.create_pod(
+                build_pod(
+                    PodTemplate(namespace=f"{namespace}-x"),
+                    name="elasticdl-rbac-worker-9",
+                    job_name="rbac",
+                    replica_type="worker",
+                    replica_id=9,
+                    image="img",
+                    command=["true"],
+                )
+            )
         assert forbidden.value.status == 403 and "forbidden" in str(forbidden.value).lower()
         with pytest.raises(K8sApiError) as forbidden_list:
             other.list_pods()

@@ -19,8 +19,15 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=0)
     args, _ = parser.parse_known_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    print(json.dumps({"argv": sys.argv, "env": {k: v for k, v in os.environ.items() if k.startswith(("MY_", "EDL_"))}}),
-          flush=True)
+    print(
+        json.dumps(
+            {
+                "argv": sys.argv,
+                "env": {k: v for k, v in os.environ.items() if k.startswith(("MY_", "EDL_"))},
+            }
+        ),
+        flush=True,
+    )
     server = None
     if args.port:
         server = socket.socket()
