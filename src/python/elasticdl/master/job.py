@@ -248,9 +248,10 @@ class Job:
         try:
             return create_master_server(self.servicer, self.args.port, host)
         except MasterServerError:
-            if not local:
+            # Several jobs may share one host (local processes, or pods on the host network):
+            # any free port will do there. A dedicated pod must get the port it was given.
+            if not (local or getattr(self.platform, "shares_host_network", False)):
                 raise
-            # Several local jobs may run at once: any free port will do.
             logger.info("Port %d is busy; the master uses a free port instead", self.args.port)
             return create_master_server(self.servicer, 0, host)
 
