@@ -56,20 +56,50 @@ class TaskDataService:
         else:
             yield from reader.read_records(shard.name, shard.start, shard.end)
 
-    def dataset(self, shard: pb.Shard, mode: Mode) -> tf.data.Dataset:
-        """The minibatches of ``shard``; iterate the result once, before the next call.
+    def dataset(self, shard: pb.Shard, mode: Mode) -> Iterator:
+        """The minibatches of ``shard``, in order; iterate the result once, before the next call.
 
-        Building a pipeline traces ``feed``'s functions (about 100 ms), longer than training a
-        two-minibatch task, so one pipeline per (file, mode) is built once and re-iterated: its
-        source yields the records of the shard most recently asked for, all as one tensor
-        (one Python call per task instead of one per record) that is split into records again.
+        Two costs dominate small tasks, and both are paid once per (file, mode) instead of
+        once per task:
+
+        * Building a pipeline traces ``feed``'s functions (about 100 ms, longer than training
+          a two-minibatch task): one pipeline per (file, mode) is built once and re-run; its
+          source yields the records of the shard most recently asked for, all as one tensor
+          (one Python call per task instead of one per record), split into records again.
+        * Iterating a dataset eagerly costs an iterator and thread hand-offs per minibatch
+          (tens of ms on a busy 2-core machine). The pipeline batches ``CHUNK_MINIBATCHES``
+          minibatches at once; a task that fits in one chunk is computed in a single call
+          (``get_single_element``) and sliced into minibatches here, which is exactly what
+          ``batch(minibatch_size)`` of the same stream would give.
         """
         key = (shard.name, mode)
         pipeline = self._pipelines.get(key)
         if pipeline is None:
             pipeline = self._pipelines[key] = self._build_pipeline(shard.name, mode)
         self._current[key] = shard
-        return pipeline
+        num_records = len(shard.indices) if shard.indices else shard.end - shard.start
+        if num_records <= 0:
+            return iter(())
+        if num_records > self.chunk_records:
+            return self._minibatches_of_chunks(iter(pipeline))
+        try:
+            chunk = pipeline.get_single_element()
+        except tf.errors.InvalidArgumentError as err:
+            if "empty" in str(err).lower():  # feed dropped every record of the task
+                return iter(())
+            raise
+        return self._minibatches_of_chunks([chunk])
+
+    @property
+    def chunk_records(self) -> int:
+        return self.minibatch_size * CHUNK_MINIBATCHES
+
+    def _minibatches_of_chunks(self, chunks) -> Iterator:
+        for chunk in chunks:
+            n = _batch_size(chunk)
+            for start in range(0, n, self.minibatch_size):
+                stop = min(n, start + self.minibatch_size)
+                yield tf.nest.map_structure(lambda t: _slice(t, start, stop), chunk)
 
     def _build_pipeline(self, shard_name: str, mode: Mode) -> tf.data.Dataset:
         reader = self.reader_for(shard_name)
@@ -84,4 +114,21 @@ class TaskDataService:
         ).unbatch()
         if self.spec.feed is not None:
             ds = self.spec.feed(ds, mode, getattr(reader, "metadata", None))
-        return ds.batch(self.minibatch_size).prefetch(1)
+        return ds.batch(self.chunk_records).prefetch(1)
+
+
+# Minibatches computed by one pipeline call (a task of at most this many is one call).
+CHUNK_MINIBATCHES = 32
+
+
+def _batch_size(chunk) -> int:
+    first = tf.nest.flatten(chunk, expand_composites=False)[0]
+    if isinstance(first, tf.SparseTensor):
+        return int(first.dense_shape[0])
+    return int(first.shape[0]) if first.shape.rank else 1
+
+
+def _slice(t, start: int, stop: int):
+    if isinstance(t, tf.SparseTensor):
+        return tf.sparse.slice(t, [start] + [0] * (t.shape.rank - 1), [stop - start] + list(t.dense_shape[1:]))
+    return t[start:stop]

@@ -56,3 +56,26 @@ def test_minibatches_of_a_task(tmp_path):
     service = TaskDataService(_spec(), minibatch_size=8)
     sizes = [int(f.shape[0]) for f, _ in service.dataset(pb.Shard(name=a, start=0, end=30), Mode.TRAINING)]
     assert sizes == [8, 8, 8, 6]
+
+
+def test_tasks_larger_than_a_chunk_and_filtered_out_tasks(tmp_path):
+    import tensorflow as tf
+
+    from elasticdl.worker import task_data_service as tds
+
+    a = _write(tmp_path / "a.rio", range(100))
+    service = TaskDataService(_spec(), minibatch_size=3)
+    assert service.chunk_records == 3 * tds.CHUNK_MINIBATCHES
+    big = pb.Shard(name=a, start=0, end=100)  # 100 > 96 records: two chunks
+    sizes = [int(f.shape[0]) for f, _ in service.dataset(big, Mode.TRAINING)]
+    assert sum(sizes) == 100 and sizes[:-1] == [3] * (len(sizes) - 1)
+    assert _labels(service, big, Mode.TRAINING) == [10 * i for i in range(100)]
+
+    def drop_all(dataset, mode, metadata):
+        return _feed(dataset, mode, metadata).filter(lambda x, y: x < 0)
+
+    spec = _spec()
+    spec.feed = drop_all
+    empty = TaskDataService(spec, minibatch_size=8)
+    assert list(empty.dataset(pb.Shard(name=a, start=0, end=10), Mode.TRAINING)) == []
+    assert tf.executing_eagerly()
