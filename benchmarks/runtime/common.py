@@ -12,6 +12,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODEL_ZOO = os.path.join(REPO, "model_zoo")
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "elasticdl", "bench", "fashion_mnist")
 
+# Run from a checkout without installing anything: the sources and the model zoo come first.
+for _path in (MODEL_ZOO, os.path.join(REPO, "src", "python")):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
 
 def python_env() -> Dict[str, str]:
     """Environment for child processes: the repository's sources and model zoo importable."""

@@ -155,8 +155,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.clients < 1 or not 1 <= args.processes <= args.clients:
         p.error("--clients must be >= 1 and --processes in [1, clients]")
-    os.environ.update({k: v for k, v in common.python_env().items() if k == "PYTHONPATH"})
-    sys.path[:0] = [os.path.join(common.REPO, "src", "python")]
+    os.environ["PYTHONPATH"] = common.python_env()["PYTHONPATH"]  # for the spawned processes
 
     rows, rates, capacity = [], [], []
     for r in range(args.repeats):
