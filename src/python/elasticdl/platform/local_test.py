@@ -135,8 +135,20 @@ def test_shutdown_stops_everything(tmp_path):
     events = queue.Queue()
     p.add_event_listener(events.put)
     p.launch(_spec("worker", 0, "import time; time.sleep(60)"))
-    p.launch(_spec("worker", 1, "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"))
-    time.sleep(0.3)
+    ready = tmp_path / "ready"
+    p.launch(
+        _spec(
+            "worker",
+            1,
+            "import pathlib, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            f"pathlib.Path({str(ready)!r}).touch(); time.sleep(60)",
+        )
+    )
+    # Wait until the child really ignores SIGTERM (Python starts slowly on a loaded machine).
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists()
     start = time.monotonic()
     p.shutdown(delete_all=True, grace_seconds=1)
     assert time.monotonic() - start < 8
