@@ -25,14 +25,22 @@ def run_job(data_dir: str, workers: int, epochs: int, minibatch: int, job_dir: s
     from elasticdl.common.args import parse_master_args
     from elasticdl.master.job import Job
 
-    args = parse_master_args([
-        f"--job_name=bench-allreduce-{workers}", f"--model_zoo={MODEL_ZOO}",
-        "--model_def=mnist.mnist_functional_api.custom_model",
-        f"--training_data={data_dir}/train", f"--minibatch_size={minibatch}",
-        "--num_minibatches_per_task=4", f"--num_epochs={epochs}", f"--num_workers={workers}",
-        "--distribution_strategy=AllreduceStrategy", "--platform=local", f"--job_dir={job_dir}",
-        "--log_level=WARNING",
-    ])
+    args = parse_master_args(
+        [
+            f"--job_name=bench-allreduce-{workers}",
+            f"--model_zoo={MODEL_ZOO}",
+            "--model_def=mnist.mnist_functional_api.custom_model",
+            f"--training_data={data_dir}/train",
+            f"--minibatch_size={minibatch}",
+            "--num_minibatches_per_task=4",
+            f"--num_epochs={epochs}",
+            f"--num_workers={workers}",
+            "--distribution_strategy=AllreduceStrategy",
+            "--platform=local",
+            f"--job_dir={job_dir}",
+            "--log_level=WARNING",
+        ]
+    )
     job = Job(args)
     marks: dict = {}
 
@@ -53,9 +61,13 @@ def run_job(data_dir: str, workers: int, epochs: int, minibatch: int, job_dir: s
     if code != 0 or "start" not in marks:
         raise RuntimeError(f"{workers}-worker job failed (exit {code}); see {job_dir}/logs")
     (t0, r0), (t1, r1) = marks["start"], marks["end"]
-    return {"workers": workers, "records": r1 - r0, "seconds": round(t1 - t0, 2),
-            "samples_per_s": round((r1 - r0) / (t1 - t0), 1),
-            "generations": len(job.rendezvous.history)}
+    return {
+        "workers": workers,
+        "records": r1 - r0,
+        "seconds": round(t1 - t0, 2),
+        "samples_per_s": round((r1 - r0) / (t1 - t0), 1),
+        "generations": len(job.rendezvous.history),
+    }
 
 
 def main() -> None:
@@ -69,19 +81,34 @@ def main() -> None:
     from elasticdl.data.datasets import prepare
 
     tmp = tempfile.mkdtemp(prefix="bench-allreduce-")
-    data = prepare("fashion_mnist", os.path.join(tmp, "data"), progress=False, limit=a.records,
-                   records_per_shard=1024)
+    data = prepare(
+        "fashion_mnist",
+        os.path.join(tmp, "data"),
+        progress=False,
+        limit=a.records,
+        records_per_shard=1024,
+    )
     results = []
     for n in [int(x) for x in a.workers.split(",")]:
         r = run_job(data.output_dir, n, a.epochs, a.minibatch_size, os.path.join(tmp, f"job{n}"))
-        print(f"{n} worker(s): {r['samples_per_s']} samples/s ({r['records']} records in {r['seconds']} s)",
-              flush=True)
+        print(
+            f"{n} worker(s): {r['samples_per_s']} samples/s ({r['records']} records in {r['seconds']} s)",
+            flush=True,
+        )
         results.append(r)
     base = results[0]["samples_per_s"]
     for r in results:
         r["ratio_to_first"] = round(r["samples_per_s"] / base, 2)
-    print(json.dumps({"benchmark": "allreduce_mnist_cnn", "cpu_count": os.cpu_count(),
-                      "minibatch_size": a.minibatch_size, "results": results}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "allreduce_mnist_cnn",
+                "cpu_count": os.cpu_count(),
+                "minibatch_size": a.minibatch_size,
+                "results": results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

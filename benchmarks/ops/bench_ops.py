@@ -28,7 +28,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "python"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "python")
+)
 
 import elasticdl.ops as ops  # noqa: E402
 
@@ -91,8 +93,11 @@ def numpy_aggregate_methods(ids, grads):
             out[:, j] = np.bincount(inv, weights=grads[:, j], minlength=u.size)
         return u, out
 
-    return {"np.unique+np.add.at": unique_add_at, "argsort+np.add.reduceat": argsort_reduceat,
-            "bincount per column": bincount_cols}
+    return {
+        "np.unique+np.add.at": unique_add_at,
+        "argsort+np.add.reduceat": argsort_reduceat,
+        "bincount per column": bincount_cols,
+    }
 
 
 def bench_cpu(args, rng):
@@ -104,41 +109,62 @@ def bench_cpu(args, rng):
         nbytes = n * dim * 4
         out, out2 = np.empty((n, dim), np.float32), np.empty((n, dim), np.float32)
         src = table[:n].copy()
-        t_copy, t_lookup, t_take, t_alloc = median_times([
-            lambda: np.copyto(out2, src),
-            lambda: ops.embedding_lookup(table, ids, out=out),
-            lambda: np.take(table, ids, axis=0, out=out2),
-            lambda: ops.embedding_lookup(table, ids),
-        ], rep)
+        t_copy, t_lookup, t_take, t_alloc = median_times(
+            [
+                lambda: np.copyto(out2, src),
+                lambda: ops.embedding_lookup(table, ids, out=out),
+                lambda: np.take(table, ids, axis=0, out=out2),
+                lambda: ops.embedding_lookup(table, ids),
+            ],
+            rep,
+        )
         grads = rng.standard_normal((n, dim), dtype=np.float32)
         methods = numpy_aggregate_methods(ids, grads)
         timed = median_times([lambda: ops.sparse_aggregate(ids, grads), *methods.values()], rep)
         t_agg, base = timed[0], dict(zip(methods, timed[1:]))
         best = min(base, key=base.get)
         m, v = np.zeros_like(table), np.zeros_like(table)
-        t_sadam = median_time(lambda: ops.sparse_adam(table, ids, grads, m, v, 1e-3, 0.9, 0.999, 1e-7, 1), rep)
+        t_sadam = median_time(
+            lambda: ops.sparse_adam(table, ids, grads, m, v, 1e-3, 0.9, 0.999, 1e-7, 1), rep
+        )
         res[dist] = {
             "unique_ids": int(np.unique(ids).size),
-            "lookup_ms": t_lookup * 1e3, "copy_ms": t_copy * 1e3, "np_take_ms": t_take * 1e3,
+            "lookup_ms": t_lookup * 1e3,
+            "copy_ms": t_copy * 1e3,
+            "np_take_ms": t_take * 1e3,
             "lookup_alloc_ms": t_alloc * 1e3,
-            "lookup_GBps": nbytes / t_lookup / 1e9, "copy_GBps": nbytes / t_copy / 1e9,
-            "lookup_vs_copy": t_copy / t_lookup, "lookup_vs_np_take": t_take / t_lookup,
-            "aggregate_ms": t_agg * 1e3, "numpy_aggregate_ms": {k: t * 1e3 for k, t in base.items()},
-            "numpy_best": best, "aggregate_vs_numpy_best": base[best] / t_agg,
+            "lookup_GBps": nbytes / t_lookup / 1e9,
+            "copy_GBps": nbytes / t_copy / 1e9,
+            "lookup_vs_copy": t_copy / t_lookup,
+            "lookup_vs_np_take": t_take / t_lookup,
+            "aggregate_ms": t_agg * 1e3,
+            "numpy_aggregate_ms": {k: t * 1e3 for k, t in base.items()},
+            "numpy_best": best,
+            "aggregate_vs_numpy_best": base[best] / t_agg,
             "sparse_adam_ms": t_sadam * 1e3,
         }
-    del table
+    table = None  # free it before the next section
     size = args.dense
     p = rng.standard_normal(size, dtype=np.float32)
-    g, m, v = rng.standard_normal(size, dtype=np.float32), np.zeros(size, np.float32), np.zeros(size, np.float32)
+    g, m, v = (
+        rng.standard_normal(size, dtype=np.float32),
+        np.zeros(size, np.float32),
+        np.zeros(size, np.float32),
+    )
     dst = np.empty_like(p)
     t_copy, t_adam = median_times(
-        [lambda: np.copyto(dst, p), lambda: ops.adam(p, g, m, v, 1e-3, 0.9, 0.999, 1e-7, 1)], args.repeats
+        [lambda: np.copyto(dst, p), lambda: ops.adam(p, g, m, v, 1e-3, 0.9, 0.999, 1e-7, 1)],
+        args.repeats,
     )
     copy_bw = 2 * size * 4 / t_copy
     adam_bw = 28 * size / t_adam
-    res["dense_adam"] = {"params": size, "ms": t_adam * 1e3, "GBps_touched": adam_bw / 1e9,
-                         "copy_GBps_rw": copy_bw / 1e9, "vs_copy_bandwidth": adam_bw / copy_bw}
+    res["dense_adam"] = {
+        "params": size,
+        "ms": t_adam * 1e3,
+        "GBps_touched": adam_bw / 1e9,
+        "copy_GBps_rw": copy_bw / 1e9,
+        "vs_copy_bandwidth": adam_bw / copy_bw,
+    }
     return res
 
 
@@ -154,7 +180,11 @@ def bench_cuda(args, rng):
     for dist in ("uniform", "zipf"):
         ids = torch.as_tensor(make_ids(dist, n, rows, rng), device=dev)
         nbytes = n * dim * 4
-        src, out, out2 = table[:n].clone(), torch.empty(n, dim, device=dev), torch.empty(n, dim, device=dev)
+        src, out, out2 = (
+            table[:n].clone(),
+            torch.empty(n, dim, device=dev),
+            torch.empty(n, dim, device=dev),
+        )
         t_copy = median_time(lambda: out.copy_(src), rep, sync)
         t_lookup = median_time(lambda: ops.embedding_lookup(table, ids, out=out2), rep, sync)
         t_isel = median_time(lambda: torch.index_select(table, 0, ids), rep, sync)
@@ -167,22 +197,34 @@ def bench_cuda(args, rng):
         t_tagg = median_time(torch_agg, rep, sync)
         t_agg = median_time(lambda: ops.sparse_aggregate(ids, grads), rep, sync)
         m, v = torch.zeros_like(table), torch.zeros_like(table)
-        t_sadam = median_time(lambda: ops.sparse_adam(table, ids, grads, m, v, 1e-3, 0.9, 0.999, 1e-7, 1), rep, sync)
+        t_sadam = median_time(
+            lambda: ops.sparse_adam(table, ids, grads, m, v, 1e-3, 0.9, 0.999, 1e-7, 1), rep, sync
+        )
         res[dist] = {
-            "lookup_us": t_lookup * 1e6, "d2d_copy_us": t_copy * 1e6, "index_select_us": t_isel * 1e6,
-            "lookup_vs_d2d_copy": t_copy / t_lookup, "lookup_vs_index_select": t_isel / t_lookup,
+            "lookup_us": t_lookup * 1e6,
+            "d2d_copy_us": t_copy * 1e6,
+            "index_select_us": t_isel * 1e6,
+            "lookup_vs_d2d_copy": t_copy / t_lookup,
+            "lookup_vs_index_select": t_isel / t_lookup,
             "lookup_GBps_rw": 2 * nbytes / t_lookup / 1e9,
-            "aggregate_us": t_agg * 1e6, "torch_unique_index_add_us": t_tagg * 1e6,
-            "aggregate_vs_torch": t_tagg / t_agg, "sparse_adam_us": t_sadam * 1e6,
+            "aggregate_us": t_agg * 1e6,
+            "torch_unique_index_add_us": t_tagg * 1e6,
+            "aggregate_vs_torch": t_tagg / t_agg,
+            "sparse_adam_us": t_sadam * 1e6,
         }
-    del table
+    table = None  # free it before the next section
     size = args.dense
     p, g = torch.randn(size, device=dev), torch.randn(size, device=dev)
     m, v, dst = torch.zeros_like(p), torch.zeros_like(p), torch.empty_like(p)
     t_copy = median_time(lambda: dst.copy_(p), rep, sync)
     t_adam = median_time(lambda: ops.adam(p, g, m, v, 1e-3, 0.9, 0.999, 1e-7, 1), rep, sync)
-    res["dense_adam"] = {"params": size, "us": t_adam * 1e6, "GBps_touched": 28 * size / t_adam / 1e9,
-                         "copy_GBps_rw": 8 * size / t_copy / 1e9, "vs_copy_bandwidth": (28 * size / t_adam) / (8 * size / t_copy)}
+    res["dense_adam"] = {
+        "params": size,
+        "us": t_adam * 1e6,
+        "GBps_touched": 28 * size / t_adam / 1e9,
+        "copy_GBps_rw": 8 * size / t_copy / 1e9,
+        "vs_copy_bandwidth": (28 * size / t_adam) / (8 * size / t_copy),
+    }
     return res
 
 
@@ -216,11 +258,17 @@ def main(argv=None):
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--ids", type=int, default=100_000)
-    ap.add_argument("--dense", type=int, default=16_000_000, help="parameters of the dense Adam case")
+    ap.add_argument(
+        "--dense", type=int, default=16_000_000, help="parameters of the dense Adam case"
+    )
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--runs", type=int, default=1,
-                    help="repeat the whole CPU benchmark this many times; ratios are medians over runs")
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="repeat the whole CPU benchmark this many times; ratios are medians over runs",
+    )
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     if args.device == "cuda":
@@ -228,10 +276,20 @@ def main(argv=None):
     else:
         runs = [bench_cpu(args, np.random.default_rng(args.seed)) for _ in range(max(1, args.runs))]
         res = median_of_runs(runs)
-    summary = {"device": args.device, "backend": ops.backend(), "host": platform.node(),
-               "threads": os.cpu_count(), "runs": args.runs, "repeats": args.repeats,
-               "loadavg_1m": os.getloadavg()[0], "rows": args.rows, "dim": args.dim, "ids": args.ids,
-               "date": time.strftime("%Y-%m-%d"), **res}
+    summary = {
+        "device": args.device,
+        "backend": ops.backend(),
+        "host": platform.node(),
+        "threads": os.cpu_count(),
+        "runs": args.runs,
+        "repeats": args.repeats,
+        "loadavg_1m": os.getloadavg()[0],
+        "rows": args.rows,
+        "dim": args.dim,
+        "ids": args.ids,
+        "date": time.strftime("%Y-%m-%d"),
+        **res,
+    }
     print_table(res)
     print(json.dumps(summary))
 

@@ -43,7 +43,6 @@ def _child(args) -> dict:
     sys.path.insert(0, SRC)
     import grpc
     import numpy as np
-
     from elasticdl import ops
     from elasticdl.common import tensor_utils as tu
     from elasticdl.proto import elasticdl_pb2 as pb
@@ -61,24 +60,37 @@ def _child(args) -> dict:
         if dense is not None:
             tu.ndarray_to_pb(dense, req.gradients.dense_parameters[DENSE])
         if ids is not None:
-            tu.indexed_rows_to_pb(tu.IndexedRows(emb_grad, ids), req.gradients.embedding_tables[TABLE])
+            tu.indexed_rows_to_pb(
+                tu.IndexedRows(emb_grad, ids), req.gradients.embedding_tables[TABLE]
+            )
         return req
 
     dense_req = request(dense=dense_grad)
     emb_reqs = [request(ids=b) for b in batches]
     out = {"backend": ops.backend()}
-    opts = [("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES)]
+    opts = [
+        ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
+    ]
     for opt, opt_args in OPTIMIZERS.items():
-        server = PSServer(PSConfig(port=0, bind_host="127.0.0.1", use_async=True, opt_type=opt,
-                                   opt_args=opt_args, log_every_versions=0))
+        server = PSServer(
+            PSConfig(
+                port=0,
+                bind_host="127.0.0.1",
+                use_async=True,
+                opt_type=opt,
+                opt_args=opt_args,
+                log_every_versions=0,
+            )
+        )
         port = server.start()
         channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=opts)
         stub = pb_grpc.PserverStub(channel)
         try:
             model = pb.Model(version=0)
-            model.embedding_table_infos.add(name=TABLE, dim=args.dim, initializer="zeros",
-                                            dtype=pb.DT_FLOAT32)
+            model.embedding_table_infos.add(
+                name=TABLE, dim=args.dim, initializer="zeros", dtype=pb.DT_FLOAT32
+            )
             tu.ndarray_to_pb(dense_value, model.dense_parameters[DENSE])
             stub.push_model(model)
             # Create every row the timed pushes touch (and Adam's slots): measure updates only.
@@ -102,6 +114,7 @@ def _child(args) -> dict:
                 def run():
                     k["i"] += 1
                     check(fn(emb_reqs[k["i"] % len(emb_reqs)]))
+
                 return run
 
             cases["embedding_inprocess"] = emb(ps.push_gradients)
@@ -134,9 +147,23 @@ def _run_child(backend: str, args) -> dict:
     env = dict(os.environ)
     env["ELASTICDL_OPS_BACKEND"] = backend
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH", "")) if p)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child",
-           "--dense", str(args.dense), "--ids", str(args.ids), "--dim", str(args.dim),
-           "--rows", str(args.rows), "--repeats", str(args.repeats), "--seed", str(args.seed)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        "--dense",
+        str(args.dense),
+        "--ids",
+        str(args.ids),
+        "--dim",
+        str(args.dim),
+        "--rows",
+        str(args.rows),
+        "--repeats",
+        str(args.repeats),
+        "--seed",
+        str(args.seed),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode != 0:
         raise SystemExit(f"{backend} run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -151,7 +178,9 @@ def main(argv=None):
     ap.add_argument("--rows", type=int, default=1_000_000, help="id space of the embedding pushes")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--timeout", type=float, default=900, help="seconds allowed to each backend run")
+    ap.add_argument(
+        "--timeout", type=float, default=900, help="seconds allowed to each backend run"
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -160,10 +189,19 @@ def main(argv=None):
     native = _run_child("native", args)
     reference = _run_child("reference", args)
     if native["backend"] != "native":
-        raise SystemExit("elasticdl_native is not importable: build src/cc first (see benchmarks/ops/README.md)")
-    summary = {"host": platform.node(), "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0],
-               "date": time.strftime("%Y-%m-%d"), "dense": args.dense, "ids": args.ids, "dim": args.dim,
-               "repeats": args.repeats}
+        raise SystemExit(
+            "elasticdl_native is not importable: build src/cc first (see benchmarks/ops/README.md)"
+        )
+    summary = {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "loadavg_1m": os.getloadavg()[0],
+        "date": time.strftime("%Y-%m-%d"),
+        "dense": args.dense,
+        "ids": args.ids,
+        "dim": args.dim,
+        "repeats": args.repeats,
+    }
     print(f"{'optimizer':9s} {'case':22s} {'native':>12s} {'reference':>12s} {'speed-up':>9s}")
     for opt in OPTIMIZERS:
         entry = {"native": native[opt], "reference": reference[opt], "speedup": {}}
@@ -172,7 +210,9 @@ def main(argv=None):
             entry["speedup"][case] = sp
             unit = "params/s" if case.startswith("dense") else "rows/s"
             key = f"{case}_{'params' if unit == 'params/s' else 'rows'}_per_s"
-            print(f"{opt:9s} {case:22s} {native[opt][key]:12.3g} {reference[opt][key]:12.3g} {sp:8.2f}x  ({unit})")
+            print(
+                f"{opt:9s} {case:22s} {native[opt][key]:12.3g} {reference[opt][key]:12.3g} {sp:8.2f}x  ({unit})"
+            )
         summary[opt] = entry
     print(json.dumps(summary))
 

@@ -10,7 +10,9 @@ from typing import Dict, List, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL_ZOO = os.path.join(REPO, "model_zoo")
-DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "elasticdl", "bench", "fashion_mnist")
+DEFAULT_CACHE = os.path.join(
+    os.path.expanduser("~"), ".cache", "elasticdl", "bench", "fashion_mnist"
+)
 
 # Run from a checkout without installing anything: the sources and the model zoo come first.
 for _path in (MODEL_ZOO, os.path.join(REPO, "src", "python")):

@@ -66,10 +66,10 @@ def port_queue_window(q):
 
 
 # ---------------------------------------------------------------------------------------- clients
-def client_process(port: int, threads: int, first_worker_id: int, start_at: float, seconds: float,
-                   result_queue) -> None:
+def client_process(
+    port: int, threads: int, first_worker_id: int, start_at: float, seconds: float, result_queue
+) -> None:
     import grpc
-
     from elasticdl.proto import elasticdl_pb2 as pb
     from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
@@ -115,16 +115,22 @@ def measure(clients: int, processes: int, seconds: float, use_asyncio: bool = Tr
     port_q, result_q, window_q, stop = ctx.Queue(), ctx.Queue(), ctx.Queue(), ctx.Event()
     # Enough tasks for a rate far above the target.
     num_tasks = int(seconds * 20000) + 10000
-    master = ctx.Process(target=serve_master, args=(port_q, window_q, stop, num_tasks, use_asyncio), daemon=True)
+    master = ctx.Process(
+        target=serve_master, args=(port_q, window_q, stop, num_tasks, use_asyncio), daemon=True
+    )
     master.start()
     port = port_q.get(timeout=60)
-    per_proc = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
+    per_proc = [
+        clients // processes + (1 if i < clients % processes else 0) for i in range(processes)
+    ]
     start_at = time.time() + 3.0 + 0.5 * processes  # every client connected and waiting
     window_q.put(("window", start_at, seconds))
     procs = []
     first = 0
     for n in per_proc:
-        p = ctx.Process(target=client_process, args=(port, n, first, start_at, seconds, result_q), daemon=True)
+        p = ctx.Process(
+            target=client_process, args=(port, n, first, start_at, seconds, result_q), daemon=True
+        )
         p.start()
         procs.append(p)
         first += n
@@ -140,8 +146,13 @@ def measure(clients: int, processes: int, seconds: float, use_asyncio: bool = Tr
     master.join(30)
     if errors:
         raise RuntimeError(f"{len(errors)} client errors, first: {errors[0]}")
-    return {"tasks": total, "accounted": accounted, "tasks_per_s": total / seconds,
-            "master_cpu_s": master_cpu, "tasks_per_master_cpu_s": total / max(master_cpu, 1e-9)}
+    return {
+        "tasks": total,
+        "accounted": accounted,
+        "tasks_per_s": total / seconds,
+        "master_cpu_s": master_cpu,
+        "tasks_per_master_cpu_s": total / max(master_cpu, 1e-9),
+    }
 
 
 def main(argv=None) -> int:
@@ -150,8 +161,12 @@ def main(argv=None) -> int:
     p.add_argument("--processes", type=int, default=4, help="client processes sharing the clients")
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--server", choices=["asyncio", "threads"], default="asyncio",
-                   help="the master's gRPC server: asyncio (default) or the thread-pool one")
+    p.add_argument(
+        "--server",
+        choices=["asyncio", "threads"],
+        default="asyncio",
+        help="the master's gRPC server: asyncio (default) or the thread-pool one",
+    )
     args = p.parse_args(argv)
     if args.clients < 1 or not 1 <= args.processes <= args.clients:
         p.error("--clients must be >= 1 and --processes in [1, clients]")
@@ -162,24 +177,50 @@ def main(argv=None) -> int:
         res = measure(args.clients, args.processes, args.seconds, args.server == "asyncio")
         rates.append(res["tasks_per_s"])
         capacity.append(res["tasks_per_master_cpu_s"])
-        rows.append([r + 1, args.clients, res["tasks"], res["accounted"], res["tasks_per_s"],
-                     res["master_cpu_s"] / args.seconds, res["tasks_per_master_cpu_s"]])
+        rows.append(
+            [
+                r + 1,
+                args.clients,
+                res["tasks"],
+                res["accounted"],
+                res["tasks_per_s"],
+                res["master_cpu_s"] / args.seconds,
+                res["tasks_per_master_cpu_s"],
+            ]
+        )
         if res["accounted"] != res["tasks"]:
-            raise RuntimeError(f"the master accounted {res['accounted']} of {res['tasks']} reported tasks")
+            raise RuntimeError(
+                f"the master accounted {res['accounted']} of {res['tasks']} reported tasks"
+            )
     common.print_table(
         f"Master dispatch: get_task + report_task_result round trips, {args.clients} clients in "
         f"{args.processes} processes, {args.server} server, {args.seconds:.0f} s per run",
-        ["run", "clients", "tasks", "accounted by master", "tasks/s", "master cores busy",
-         "tasks per master CPU s"], rows,
+        [
+            "run",
+            "clients",
+            "tasks",
+            "accounted by master",
+            "tasks/s",
+            "master cores busy",
+            "tasks per master CPU s",
+        ],
+        rows,
     )
     rate = common.median(rates)
     print(f"ratio tasks/s to target {TARGET:.0f}: {rate / TARGET:.2f}")
-    common.print_json({
-        "benchmark": "dispatch_rate", "clients": args.clients, "server": args.server, "tasks_per_s": round(rate, 1),
-        "target": TARGET, "ratio": round(rate / TARGET, 3), "repeats": args.repeats,
-        "tasks_per_master_cpu_s": round(common.median(capacity), 1),
-        "cpus": os.cpu_count(),
-    })
+    common.print_json(
+        {
+            "benchmark": "dispatch_rate",
+            "clients": args.clients,
+            "server": args.server,
+            "tasks_per_s": round(rate, 1),
+            "target": TARGET,
+            "ratio": round(rate / TARGET, 3),
+            "repeats": args.repeats,
+            "tasks_per_master_cpu_s": round(common.median(capacity), 1),
+            "cpus": os.cpu_count(),
+        }
+    )
     return 0
 
 

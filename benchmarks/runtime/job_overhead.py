@@ -38,7 +38,6 @@ MODEL_DEF = "mnist.mnist_functional_api.custom_model"
 def run_baseline(train_dir: str, minibatch_size: int, warmup_records: int) -> dict:
     """The plain Keras loop, in this process (called in a child process by the driver)."""
     import tensorflow as tf
-
     from elasticdl.common.model_utils import Mode, load_model_spec
     from elasticdl.data.reader import create_data_reader
 
@@ -76,15 +75,32 @@ def run_baseline(train_dir: str, minibatch_size: int, warmup_records: int) -> di
         counted += n
     float(loss)
     elapsed = time.perf_counter() - start
-    return {"records": seen, "timed_records": counted, "seconds": elapsed,
-            "samples_per_s": counted / elapsed, "final_loss": float(loss)}
+    return {
+        "records": seen,
+        "timed_records": counted,
+        "seconds": elapsed,
+        "samples_per_s": counted / elapsed,
+        "final_loss": float(loss),
+    }
 
 
 def baseline_in_child(train_dir: str, minibatch_size: int, warmup_records: int) -> dict:
     out = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "_baseline", "--train_dir", train_dir,
-         "--minibatch_size", str(minibatch_size), "--warmup_records", str(warmup_records)],
-        env=common.python_env(), capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            "_baseline",
+            "--train_dir",
+            train_dir,
+            "--minibatch_size",
+            str(minibatch_size),
+            "--warmup_records",
+            str(warmup_records),
+        ],
+        env=common.python_env(),
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if out.returncode != 0:
         raise RuntimeError(f"baseline failed ({out.returncode}):\n{out.stderr[-3000:]}")
@@ -94,7 +110,6 @@ def baseline_in_child(train_dir: str, minibatch_size: int, warmup_records: int) 
 # ---------------------------------------------------------------------------------------- job
 def _master_stub(job_dir: str, deadline: float):
     import grpc
-
     from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
     status = os.path.join(job_dir, "status.json")
@@ -109,23 +124,38 @@ def _master_stub(job_dir: str, deadline: float):
     raise RuntimeError(f"the master never wrote {status}")
 
 
-def run_job(home: str, name: str, train_dir: str, minibatch_size: int, warmup_records: int,
-            timeout_s: float) -> dict:
+def run_job(
+    home: str, name: str, train_dir: str, minibatch_size: int, warmup_records: int, timeout_s: float
+) -> dict:
     """Submit a 1 PS + 1 worker job through the client CLI and time its steady state."""
     import grpc
-
     from elasticdl.proto import elasticdl_pb2 as pb
 
     env = common.python_env()
     env["ELASTICDL_HOME"] = home
     submitted = time.time()
     subprocess.run(
-        [sys.executable, "-m", "elasticdl.client", "train", "--platform=local",
-         f"--model_zoo={common.MODEL_ZOO}", f"--model_def={MODEL_DEF}",
-         f"--training_data={train_dir}", "--num_epochs=1", f"--minibatch_size={minibatch_size}",
-         "--num_minibatches_per_task=2", "--num_workers=1", "--num_ps_pods=1",
-         f"--job_name={name}", "--detach"],
-        env=env, check=True, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "elasticdl.client",
+            "train",
+            "--platform=local",
+            f"--model_zoo={common.MODEL_ZOO}",
+            f"--model_def={MODEL_DEF}",
+            f"--training_data={train_dir}",
+            "--num_epochs=1",
+            f"--minibatch_size={minibatch_size}",
+            "--num_minibatches_per_task=2",
+            "--num_workers=1",
+            "--num_ps_pods=1",
+            f"--job_name={name}",
+            "--detach",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     job_dir = os.path.join(home, "jobs", name)
     deadline = submitted + timeout_s
@@ -160,8 +190,13 @@ def run_job(home: str, name: str, train_dir: str, minibatch_size: int, warmup_re
     phase = _wait_final(job_dir, deadline)
     if phase != "Succeeded" or t0 is None or t1 is None or t1 <= t0:
         raise RuntimeError(f"job {name} ended {phase or 'unfinished'}; see {job_dir}/logs")
-    return {"records": r1, "timed_records": r1 - r0, "seconds": t1 - t0,
-            "samples_per_s": (r1 - r0) / (t1 - t0), "wall_s": time.time() - submitted}
+    return {
+        "records": r1,
+        "timed_records": r1 - r0,
+        "seconds": t1 - t0,
+        "samples_per_s": (r1 - r0) / (t1 - t0),
+        "wall_s": time.time() - submitted,
+    }
 
 
 def _final_phase(job_dir: str) -> str:
@@ -190,9 +225,14 @@ def main(argv=None) -> int:
     b.add_argument("--train_dir", required=True)
     b.add_argument("--minibatch_size", type=int, default=64)
     b.add_argument("--warmup_records", type=int, default=1280)
-    p.add_argument("--data", default=common.DEFAULT_CACHE,
-                   help="prepared Fashion-MNIST directory (prepared there if missing)")
-    p.add_argument("--files", type=int, default=4, help="training shard files used (4096 records each)")
+    p.add_argument(
+        "--data",
+        default=common.DEFAULT_CACHE,
+        help="prepared Fashion-MNIST directory (prepared there if missing)",
+    )
+    p.add_argument(
+        "--files", type=int, default=4, help="training shard files used (4096 records each)"
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--minibatch_size", type=int, default=64)
     p.add_argument("--warmup_records", type=int, default=1280)
@@ -206,30 +246,61 @@ def main(argv=None) -> int:
     data = common.prepare_fashion_mnist(args.data)
     work = tempfile.mkdtemp(prefix="elasticdl-bench-")
     try:
-        train_dir = common.subset_dir(os.path.join(data, "train"), args.files, os.path.join(work, "train"))
+        train_dir = common.subset_dir(
+            os.path.join(data, "train"), args.files, os.path.join(work, "train")
+        )
         rows, base, job = [], [], []
         for r in range(args.repeats):
             b_res = baseline_in_child(train_dir, args.minibatch_size, args.warmup_records)
             base.append(b_res["samples_per_s"])
-            rows.append([r + 1, "keras loop (1 process)", b_res["timed_records"], b_res["seconds"],
-                         b_res["samples_per_s"], "-"])
-            j_res = run_job(os.path.join(work, "home"), f"bench-overhead-{r}", train_dir,
-                            args.minibatch_size, args.warmup_records, args.timeout)
+            rows.append(
+                [
+                    r + 1,
+                    "keras loop (1 process)",
+                    b_res["timed_records"],
+                    b_res["seconds"],
+                    b_res["samples_per_s"],
+                    "-",
+                ]
+            )
+            j_res = run_job(
+                os.path.join(work, "home"),
+                f"bench-overhead-{r}",
+                train_dir,
+                args.minibatch_size,
+                args.warmup_records,
+                args.timeout,
+            )
             job.append(j_res["samples_per_s"])
-            rows.append([r + 1, "elasticdl job (1 PS + 1 worker)", j_res["timed_records"],
-                         j_res["seconds"], j_res["samples_per_s"], j_res["wall_s"]])
+            rows.append(
+                [
+                    r + 1,
+                    "elasticdl job (1 PS + 1 worker)",
+                    j_res["timed_records"],
+                    j_res["seconds"],
+                    j_res["samples_per_s"],
+                    j_res["wall_s"],
+                ]
+            )
         common.print_table(
             f"Job overhead: README model, {args.files} files, minibatch {args.minibatch_size}, "
             f"steady state after {args.warmup_records} records",
-            ["run", "runner", "records timed", "seconds", "samples/s", "job wall s"], rows,
+            ["run", "runner", "records timed", "seconds", "samples/s", "job wall s"],
+            rows,
         )
         ratio = common.median(job) / common.median(base)
         print(f"ratio job/baseline samples/s: {ratio:.2f} (target >= 0.8)")
-        common.print_json({
-            "benchmark": "job_overhead", "baseline_samples_per_s": round(common.median(base), 1),
-            "job_samples_per_s": round(common.median(job), 1), "ratio": round(ratio, 3),
-            "target": 0.8, "repeats": args.repeats, "cpus": os.cpu_count(),
-        })
+        common.print_json(
+            {
+                "benchmark": "job_overhead",
+                "baseline_samples_per_s": round(common.median(base), 1),
+                "job_samples_per_s": round(common.median(job), 1),
+                "ratio": round(ratio, 3),
+                "target": 0.8,
+                "repeats": args.repeats,
+                "cpus": os.cpu_count(),
+            }
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -12,7 +12,6 @@ feed takes whichever is present.
 """
 import keras
 import tensorflow as tf
-
 from elasticdl.common.model_utils import Mode
 
 # feature -> (aliases, scale): value / scale keeps inputs around [0, few].
@@ -46,8 +45,11 @@ def custom_model():
     for name, (_, buckets) in CATEGORICAL.items():
         inputs[name] = keras.Input(shape=(1,), name=name, dtype="string")
         ids = keras.layers.Hashing(num_bins=buckets, name=f"{name}_hash")(inputs[name])
-        wide.append(keras.layers.CategoryEncoding(buckets, output_mode="one_hot",
-                                                  name=f"{name}_onehot")(ids))
+        wide.append(
+            keras.layers.CategoryEncoding(buckets, output_mode="one_hot", name=f"{name}_onehot")(
+                ids
+            )
+        )
         emb = keras.layers.Embedding(buckets, EMBEDDING_DIM, name=f"{name}_embedding")(ids)
         deep.append(keras.layers.Flatten(name=f"{name}_flat")(emb))
     wide_logit = keras.layers.Dense(1, name="wide")(keras.layers.Concatenate()(wide))
@@ -61,9 +63,7 @@ def custom_model():
 
 def loss(labels, predictions):
     labels = tf.cast(tf.reshape(labels, [-1, 1]), tf.float32)
-    return tf.reduce_mean(
-        keras.losses.binary_crossentropy(labels, predictions, from_logits=True)
-    )
+    return tf.reduce_mean(keras.losses.binary_crossentropy(labels, predictions, from_logits=True))
 
 
 def optimizer(lr=0.01):

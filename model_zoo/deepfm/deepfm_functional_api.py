@@ -7,7 +7,6 @@ rows of a batch's ids travel.
 """
 import keras
 import tensorflow as tf
-
 from elasticdl.common.model_utils import Mode
 from elasticdl.worker.layers import Embedding
 
@@ -21,16 +20,23 @@ def custom_model():
     inputs = {f: keras.Input(shape=(1,), name=f, dtype="int64") for f in FIELDS}
     vectors, first_order = [], []
     for f in FIELDS:
-        vectors.append(Embedding(EMBEDDING_DIM, input_dim=MAX_ID, name=f"{f}_embedding",
-                                 combiner="sum")(inputs[f]))
-        first_order.append(Embedding(1, input_dim=MAX_ID, name=f"{f}_bias",
-                                     combiner="sum")(inputs[f]))
+        vectors.append(
+            Embedding(EMBEDDING_DIM, input_dim=MAX_ID, name=f"{f}_embedding", combiner="sum")(
+                inputs[f]
+            )
+        )
+        first_order.append(
+            Embedding(1, input_dim=MAX_ID, name=f"{f}_bias", combiner="sum")(inputs[f])
+        )
     stacked = keras.layers.Lambda(lambda v: tf.stack(v, axis=1), name="stack")(vectors)
     # FM second order: 0.5 * ((sum v)^2 - sum v^2), summed over the embedding dimension.
     fm = keras.layers.Lambda(
-        lambda s: 0.5 * tf.reduce_sum(
+        lambda s: 0.5
+        * tf.reduce_sum(
             tf.square(tf.reduce_sum(s, axis=1)) - tf.reduce_sum(tf.square(s), axis=1),
-            axis=1, keepdims=True),
+            axis=1,
+            keepdims=True,
+        ),
         name="fm",
     )(stacked)
     linear = keras.layers.Add(name="linear")(first_order)
@@ -44,9 +50,7 @@ def custom_model():
 
 def loss(labels, predictions):
     labels = tf.cast(tf.reshape(labels, [-1, 1]), tf.float32)
-    return tf.reduce_mean(
-        keras.losses.binary_crossentropy(labels, predictions, from_logits=True)
-    )
+    return tf.reduce_mean(keras.losses.binary_crossentropy(labels, predictions, from_logits=True))
 
 
 def optimizer(lr=0.001):

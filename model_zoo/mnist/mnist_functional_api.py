@@ -8,7 +8,6 @@ would stay local to each worker instead of living on the PS.
 """
 import keras
 import tensorflow as tf
-
 from elasticdl.common.model_utils import Mode
 
 IMAGE_SIZE = 28

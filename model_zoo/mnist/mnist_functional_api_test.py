@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from elasticdl.data.example_codec import encode_example
 from elasticdl.worker.testing import run_local_job, write_recordio
 
@@ -16,21 +15,32 @@ def _records(n, seed):
         label = int(rng.integers(0, 10))
         # Learnable synthetic images: the label sets the brightness of one image row band.
         image = rng.integers(0, 40, size=(28, 28), dtype=np.uint8)
-        image[label * 2: label * 2 + 3, :] = 250
+        image[label * 2 : label * 2 + 3, :] = 250
         out.append(encode_example({"image": [image.tobytes()], "label": [label]}))
     return out
 
 
-@pytest.mark.parametrize("model_def", [
-    "mnist.mnist_functional_api.custom_model",
-    "mnist.mnist_subclass.CustomModel",
-])
+@pytest.mark.parametrize(
+    "model_def",
+    [
+        "mnist.mnist_functional_api.custom_model",
+        "mnist.mnist_subclass.CustomModel",
+    ],
+)
 def test_mnist_job_trains_evaluates_and_exports(tmp_path, model_def):
     train = write_recordio(str(tmp_path / "train" / "data-0.rio"), _records(128, 0))
     test = write_recordio(str(tmp_path / "test" / "data-0.rio"), _records(32, 1))
     sm = str(tmp_path / "saved_model")
-    result = run_local_job(MODEL_ZOO, model_def, training_data=train, validation_data=test,
-                           saved_model_path=sm, minibatch_size=16, num_epochs=2, log_loss_steps=4)
+    result = run_local_job(
+        MODEL_ZOO,
+        model_def,
+        training_data=train,
+        validation_data=test,
+        saved_model_path=sm,
+        minibatch_size=16,
+        num_epochs=2,
+        log_loss_steps=4,
+    )
     assert result.exit_code == 0
     summary = result.task_summary
     assert summary.records_trained == 256 and summary.finished

@@ -1,7 +1,6 @@
 """The same CNN as mnist_functional_api, written as a subclassed keras.Model."""
 import keras
 import tensorflow as tf
-
 from mnist.mnist_functional_api import (  # noqa: F401  (re-exported model-zoo contract)
     PredictionOutputsProcessor,
     eval_metrics_fn,

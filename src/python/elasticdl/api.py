@@ -25,7 +25,13 @@ from typing import Any, Iterator
 
 from elasticdl.client.backend import JobBackend, JobHandle, get_backend
 from elasticdl.client.config import apply_config, load_config
-from elasticdl.client.errors import ArgumentError, ClientError, JobConflictError, JobNotFoundError, WaitTimeout
+from elasticdl.client.errors import (
+    ArgumentError,
+    ClientError,
+    JobConflictError,
+    JobNotFoundError,
+    WaitTimeout,
+)
 from elasticdl.client.job_status import JobPhase, JobStatus, ReplicaStatus
 from elasticdl.client.version import __version__
 
@@ -57,7 +63,9 @@ def _to_argv(kwargs: dict[str, Any]) -> list[str]:
         if value is None:
             continue
         if key.startswith("-"):
-            raise ArgumentError(f"pass {key!r} as {key.lstrip('-')}=... (keyword arguments are named like the flags)")
+            raise ArgumentError(
+                f"pass {key!r} as {key.lstrip('-')}=... (keyword arguments are named like the flags)"
+            )
         if isinstance(value, bool):
             value = "true" if value else "false"
         argv.append(f"--{key}={value}")
@@ -69,7 +77,9 @@ def _submit(command: str, kwargs: dict[str, Any]) -> JobHandle:
     from elasticdl.client.submit import prepare_job, submit_job
 
     if "detach" in kwargs:
-        raise ArgumentError("detach is not an API argument: the API always returns after submitting")
+        raise ArgumentError(
+            "detach is not an API argument: the API always returns after submitting"
+        )
     argv = _to_argv(kwargs)
     args = job_parser(command).parse_args(argv)
     prepare_job(args, argv)
@@ -100,12 +110,25 @@ def _backend(platform: str | None, namespace: str | None, kube_context: str | No
     target.platform = platform or "local"
     target.namespace = namespace or "default"
     target.kube_context = kube_context or ""
-    given = [f"--{k}" for k, v in (("platform", platform), ("namespace", namespace), ("kube_context", kube_context)) if v]
+    given = [
+        f"--{k}"
+        for k, v in (
+            ("platform", platform),
+            ("namespace", namespace),
+            ("kube_context", kube_context),
+        )
+        if v
+    ]
     apply_config(target, given, load_config())
     return get_backend(target.platform, target.namespace, target.kube_context)
 
 
-def status(name: str, platform: str | None = None, namespace: str | None = None, kube_context: str | None = None) -> JobStatus:
+def status(
+    name: str,
+    platform: str | None = None,
+    namespace: str | None = None,
+    kube_context: str | None = None,
+) -> JobStatus:
     return _backend(platform, namespace, kube_context).status(name)
 
 
@@ -118,14 +141,23 @@ def wait(
     poll_interval: float = 1.0,
 ) -> JobStatus:
     """Block until the job ends; raises :class:`WaitTimeout` after ``timeout`` seconds."""
-    return _backend(platform, namespace, kube_context).wait(name, timeout=timeout, poll_interval=poll_interval)
+    return _backend(platform, namespace, kube_context).wait(
+        name, timeout=timeout, poll_interval=poll_interval
+    )
 
 
-def cancel(name: str, platform: str | None = None, namespace: str | None = None, kube_context: str | None = None) -> JobStatus:
+def cancel(
+    name: str,
+    platform: str | None = None,
+    namespace: str | None = None,
+    kube_context: str | None = None,
+) -> JobStatus:
     return _backend(platform, namespace, kube_context).cancel(name)
 
 
-def list_jobs(platform: str | None = None, namespace: str | None = None, kube_context: str | None = None) -> list[JobStatus]:
+def list_jobs(
+    platform: str | None = None, namespace: str | None = None, kube_context: str | None = None
+) -> list[JobStatus]:
     return _backend(platform, namespace, kube_context).list_jobs()
 
 

@@ -4,7 +4,6 @@ with the FAKE master from testdata (see local_backend_test.py for why)."""
 from pathlib import Path
 
 import pytest
-
 from elasticdl import api
 
 FAKE_MASTER = Path(__file__).parent / "testdata" / "fake_master.py"
@@ -46,7 +45,12 @@ def test_bad_kwargs_raise_value_errors(zoo):
     with pytest.raises(api.ArgumentError, match="unrecognized arguments: --num_worker=1"):
         api.train(job_name="x", num_worker=1)
     with pytest.raises(ValueError, match="--checkpoint_dir_for_init is required to evaluate"):
-        api.evaluate(job_name="x", model_zoo=str(zoo / "zoo"), model_def="m.model.f", validation_data=str(zoo / "data"))
+        api.evaluate(
+            job_name="x",
+            model_zoo=str(zoo / "zoo"),
+            model_def="m.model.f",
+            validation_data=str(zoo / "data"),
+        )
     with pytest.raises(api.JobNotFoundError):
         api.status("nope")
     assert not (zoo / "home" / "jobs").exists()

@@ -30,7 +30,9 @@ class JobHandle:
     job_dir: str = ""  # local platform
     pid: int | None = None  # local platform: the master's process (group leader)
     master: str = ""  # Kubernetes: the master pod name
-    yaml_path: str = ""  # Kubernetes with --yaml: where the manifest was written (nothing submitted)
+    yaml_path: str = (
+        ""  # Kubernetes with --yaml: where the manifest was written (nothing submitted)
+    )
 
 
 class JobBackend(abc.ABC):
@@ -60,7 +62,9 @@ class JobBackend(abc.ABC):
     def cancel(self, name: str) -> JobStatus:
         """Stop the job and everything it started; returns the final status."""
 
-    def wait(self, name: str, timeout: float | None = None, poll_interval: float = 1.0) -> JobStatus:
+    def wait(
+        self, name: str, timeout: float | None = None, poll_interval: float = 1.0
+    ) -> JobStatus:
         """Block until the job reaches a final phase; raises ``WaitTimeout`` after ``timeout``
         seconds (None: no limit)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -70,10 +74,16 @@ class JobBackend(abc.ABC):
                 return status
             if deadline is not None and time.monotonic() >= deadline:
                 raise WaitTimeout(f"job {name} is still {status.phase} after {timeout:g}s")
-            time.sleep(poll_interval if deadline is None else max(0.0, min(poll_interval, deadline - time.monotonic())))
+            time.sleep(
+                poll_interval
+                if deadline is None
+                else max(0.0, min(poll_interval, deadline - time.monotonic()))
+            )
 
 
-def get_backend(platform: str | None, namespace: str = "default", kube_context: str = "") -> JobBackend:
+def get_backend(
+    platform: str | None, namespace: str = "default", kube_context: str = ""
+) -> JobBackend:
     """The backend for ``platform`` (None/"" = local). Kubernetes support is imported only
     here, so a laptop user never loads the Kubernetes SDK."""
     platform = platform or PLATFORM_LOCAL

@@ -38,7 +38,9 @@ _KEYS = tuple(f.name for f in dataclasses.fields(ClientConfig) if f.name != "pat
 
 
 def config_path() -> str:
-    return os.path.expanduser(os.environ.get(ENV_CONFIG) or os.path.join(elasticdl_home(), "config.yaml"))
+    return os.path.expanduser(
+        os.environ.get(ENV_CONFIG) or os.path.join(elasticdl_home(), "config.yaml")
+    )
 
 
 def load_config(path: str | None = None) -> ClientConfig:
@@ -59,7 +61,9 @@ def load_config(path: str | None = None) -> ClientConfig:
     if data is None:
         return ClientConfig(path=path)
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of keys ({', '.join(_KEYS)}), got {type(data).__name__}")
+        raise ConfigError(
+            f"{path}: expected a mapping of keys ({', '.join(_KEYS)}), got {type(data).__name__}"
+        )
     values = {}
     for key, value in data.items():
         if key not in _KEYS:
@@ -68,7 +72,9 @@ def load_config(path: str | None = None) -> ClientConfig:
             raise ConfigError(f"{path}: {key} must be a non-empty string, got {value!r}")
         values[key] = value.strip()
     if "platform" in values and values["platform"] not in PLATFORMS:
-        raise ConfigError(f"{path}: platform {values['platform']!r} is invalid; use one of {', '.join(PLATFORMS)}")
+        raise ConfigError(
+            f"{path}: platform {values['platform']!r} is invalid; use one of {', '.join(PLATFORMS)}"
+        )
     return ClientConfig(path=path, **values)
 
 

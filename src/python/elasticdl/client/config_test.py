@@ -3,8 +3,13 @@
 import argparse
 
 import pytest
-
-from elasticdl.client.config import ConfigError, apply_config, apply_registry, has_registry, load_config
+from elasticdl.client.config import (
+    ConfigError,
+    apply_config,
+    apply_registry,
+    has_registry,
+    load_config,
+)
 
 
 def test_missing_file_is_empty_config(tmp_path, monkeypatch):
@@ -22,7 +27,9 @@ def test_env_path_must_exist(tmp_path, monkeypatch):
 
 def test_values(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("namespace: team\nregistry: reg.example.com/ml\nkube_context: prod\nplatform: kubernetes\n")
+    path.write_text(
+        "namespace: team\nregistry: reg.example.com/ml\nkube_context: prod\nplatform: kubernetes\n"
+    )
     config = load_config(str(path))
     assert (config.namespace, config.registry, config.kube_context, config.platform) == (
         "team",
@@ -35,7 +42,10 @@ def test_values(tmp_path):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("namspace: x\n", "unknown key 'namspace'; allowed keys: namespace, registry, kube_context, platform"),
+        (
+            "namspace: x\n",
+            "unknown key 'namspace'; allowed keys: namespace, registry, kube_context, platform",
+        ),
         ("namespace: [a\n", "invalid YAML"),
         ("- a\n- b\n", "expected a mapping"),
         ("namespace: 3\n", "namespace must be a non-empty string"),
@@ -76,7 +86,13 @@ def test_command_line_flags_win(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("namespace: team\nregistry: reg.io\nplatform: kubernetes\n")
     config = load_config(str(path))
-    args = argparse.Namespace(namespace="mine", platform=None, image_name="m:1", worker_image="", kube_context="")
+    args = argparse.Namespace(
+        namespace="mine", platform=None, image_name="m:1", worker_image="", kube_context=""
+    )
     apply_config(args, ["--namespace=mine"], config)
-    assert args.namespace == "mine" and args.platform == "kubernetes" and args.image_name == "reg.io/m:1"
+    assert (
+        args.namespace == "mine"
+        and args.platform == "kubernetes"
+        and args.image_name == "reg.io/m:1"
+    )
     assert args.worker_image == ""

@@ -59,7 +59,9 @@ def _docker():
     try:
         import docker  # noqa: F401  (lazy: heavy, and optional for job submission)
     except ImportError:
-        raise ImageError("the 'docker' Python package is not installed: pip install docker") from None
+        raise ImageError(
+            "the 'docker' Python package is not installed: pip install docker"
+        ) from None
     return docker
 
 
@@ -92,7 +94,9 @@ def connect(base_url: str | None = None):
 def split_image_name(image: str) -> tuple[str, str]:
     """``host:5000/a/b:tag`` -> (``host:5000/a/b``, ``tag``); the tag defaults to latest."""
     if not image or any(c.isspace() for c in image) or "@" in image:
-        raise ImageError(f"{image!r} is not an image name with an optional tag, e.g. 127.0.0.1:5000/team/model:v1")
+        raise ImageError(
+            f"{image!r} is not an image name with an optional tag, e.g. 127.0.0.1:5000/team/model:v1"
+        )
     repo, _, tag = image.rpartition(":")
     if not repo or "/" in tag:  # no tag; the colon belonged to a registry port
         return image, "latest"
@@ -112,7 +116,9 @@ def _stream(chunks: Iterable[dict], on_chunk, what: str) -> None:
     except docker.errors.APIError as e:
         raise ImageError(_one_line(e.explanation or e)) from None
     except OSError as e:  # requests' errors are OSErrors: the engine went away mid-stream
-        raise ImageError(f"lost the connection to the container engine during {what}: {_one_line(e)}") from None
+        raise ImageError(
+            f"lost the connection to the container engine during {what}: {_one_line(e)}"
+        ) from None
 
 
 def build_image(
@@ -134,7 +140,9 @@ def build_image(
     if not ctx.is_dir():
         raise ImageError(f"build context {context} is not a directory")
     if not (ctx / dockerfile).is_file():
-        raise ImageError(f"no {dockerfile} in {context}: create it with 'elasticdl zoo init' (or pass --dockerfile)")
+        raise ImageError(
+            f"no {dockerfile} in {context}: create it with 'elasticdl zoo init' (or pass --dockerfile)"
+        )
     split_image_name(image)  # validate before sending the context
     client = connect(base_url)
     progress = BuildProgress(out=out or sys.stderr)
@@ -182,7 +190,11 @@ def push_image(image: str, *, base_url: str | None = None, out: TextIO | None = 
     progress = PushProgress(image=f"{repo}:{tag}", out=out or sys.stderr)
     start = time.monotonic()
     try:
-        _stream(_lazy(lambda: client.push(repo, tag=tag, stream=True, decode=True)), progress.feed, f"the push of {image}")
+        _stream(
+            _lazy(lambda: client.push(repo, tag=tag, stream=True, decode=True)),
+            progress.feed,
+            f"the push of {image}",
+        )
     except ImageError as e:
         progress.finish()
         raise ImageError(f"pushing {repo}:{tag} failed: {e}") from None

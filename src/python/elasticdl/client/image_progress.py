@@ -22,7 +22,10 @@ from typing import TextIO
 _STEP = re.compile(r"^(?:Step|STEP) (\d+)/(\d+) ?: ?(.*)$")
 _BUILT = re.compile(r"^Successfully built ([0-9a-f]+)$")
 # Engine bookkeeping lines that say nothing to a user.
-_NOISE = re.compile(r"^(?: ---> [0-9a-f]{6,}$| ---> Running in |Removing intermediate container|Successfully tagged|COMMIT|--> [0-9a-f]+$)")
+_NOISE = re.compile(
+    r"^(?: ---> [0-9a-f]{6,}$| ---> Running in |Removing intermediate container"
+    r"|Successfully tagged|COMMIT|--> [0-9a-f]+$)"
+)
 
 
 @dataclass
@@ -64,7 +67,11 @@ class BuildProgress:
     @property
     def where(self) -> str:
         """The step being run, for error messages."""
-        return f"at step {self.step}/{self.steps_total} ({self.instruction})" if self.step else "before the first step"
+        return (
+            f"at step {self.step}/{self.steps_total} ({self.instruction})"
+            if self.step
+            else "before the first step"
+        )
 
 
 def _mb(n: int) -> str:
@@ -106,7 +113,9 @@ class PushProgress:
             self.current[layer] = int(detail.get("current", 0))
         previous = self.layers.get(layer)
         self.layers[layer] = status
-        done = status in ("Pushed", "Layer already exists", "Mounted from") or status.startswith("Mounted from")
+        done = status in ("Pushed", "Layer already exists", "Mounted from") or status.startswith(
+            "Mounted from"
+        )
         if done and layer in self.total:
             self.current[layer] = self.total[layer]
         if self.tty:
@@ -121,7 +130,11 @@ class PushProgress:
             return
         self._last_draw = now
         total, current = sum(self.total.values()), sum(self.current.values())
-        done = sum(1 for s in self.layers.values() if s in ("Pushed", "Layer already exists") or s.startswith("Mounted"))
+        done = sum(
+            1
+            for s in self.layers.values()
+            if s in ("Pushed", "Layer already exists") or s.startswith("Mounted")
+        )
         frac = current / total if total else (done / len(self.layers) if self.layers else 0.0)
         width = 30
         bar = "#" * int(frac * width) + "." * (width - int(frac * width))
@@ -144,4 +157,8 @@ class PushProgress:
 
     @property
     def layers_existing(self) -> int:
-        return sum(1 for s in self.layers.values() if s == "Layer already exists" or s.startswith("Mounted"))
+        return sum(
+            1
+            for s in self.layers.values()
+            if s == "Layer already exists" or s.startswith("Mounted")
+        )

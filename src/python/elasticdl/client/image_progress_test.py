@@ -45,7 +45,12 @@ def test_build_progress_lines_and_cache():
 
 def test_build_progress_podman_format():
     p = BuildProgress(out=io.StringIO())
-    for line in ("STEP 1/2: FROM local/base", "STEP 2/2: COPY . /m", "--> Using cache 1234", "--> 5678"):
+    for line in (
+        "STEP 1/2: FROM local/base",
+        "STEP 2/2: COPY . /m",
+        "--> Using cache 1234",
+        "--> 5678",
+    ):
         p.feed({"stream": line + "\n"})
     assert (p.step, p.steps_total, p.instruction) == (2, 2, "COPY . /m")
 
@@ -54,7 +59,12 @@ PUSH_STREAM = [
     {"status": "The push refers to repository [127.0.0.1:5000/t/m]"},
     {"status": "Preparing", "progressDetail": {}, "id": "aaa"},
     {"status": "Preparing", "progressDetail": {}, "id": "bbb"},
-    {"status": "Pushing", "progressDetail": {"current": 500, "total": 1000}, "progress": "[==>  ]", "id": "aaa"},
+    {
+        "status": "Pushing",
+        "progressDetail": {"current": 500, "total": 1000},
+        "progress": "[==>  ]",
+        "id": "aaa",
+    },
     {"status": "Layer already exists", "progressDetail": {}, "id": "bbb"},
     {"status": "Pushing", "progressDetail": {"current": 1000, "total": 1000}, "id": "aaa"},
     {"status": "Pushed", "progressDetail": {}, "id": "aaa"},

@@ -11,7 +11,15 @@ def test_from_dict_ignores_unknown_and_fills_missing():
             "phase": "Running",
             "tasks_done": 3,
             "new_field": 1,
-            "replicas": [{"replica_type": "worker", "replica_id": 2, "phase": "Running", "relaunches": 1, "x": 0}],
+            "replicas": [
+                {
+                    "replica_type": "worker",
+                    "replica_id": 2,
+                    "phase": "Running",
+                    "relaunches": 1,
+                    "x": 0,
+                }
+            ],
             "updated_at": "2024-01-01T00:00:00Z",
         },
         platform="local",
@@ -43,5 +51,7 @@ def test_table_and_text():
     lines = jobs_table(jobs).splitlines()
     assert lines[0].split() == ["NAME", "PLATFORM", "PHASE", "AGE", "VERSION", "PROGRESS"]
     assert lines[1].split() == ["a", "local", "Running", "-", "7", "-"]
-    text = status_text(JobStatus.from_dict({"job_name": "a", "evaluation_metrics": {"auc": 0.91234}}))
+    text = status_text(
+        JobStatus.from_dict({"job_name": "a", "evaluation_metrics": {"auc": 0.91234}})
+    )
     assert "Evaluation:  auc=0.9123" in text

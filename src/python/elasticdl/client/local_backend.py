@@ -122,7 +122,11 @@ def _last_line(path: Path, limit: int = 200) -> str:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 4096))
-            lines = [line.strip() for line in f.read().decode("utf-8", "replace").splitlines() if line.strip()]
+            lines = [
+                line.strip()
+                for line in f.read().decode("utf-8", "replace").splitlines()
+                if line.strip()
+            ]
     except OSError:
         return ""
     return lines[-1][:limit] if lines else ""
@@ -154,7 +158,9 @@ class LocalBackend(JobBackend):
         directory = self.job_dir(name)
         job = _read_json(directory / JOB_FILE)
         if job is None:
-            raise JobNotFoundError(f"no local job named {name!r} (looked in {self.root}); see 'elasticdl list'")
+            raise JobNotFoundError(
+                f"no local job named {name!r} (looked in {self.root}); see 'elasticdl list'"
+            )
         return directory, job
 
     # ---- submit --------------------------------------------------------------------------
@@ -221,7 +227,13 @@ class LocalBackend(JobBackend):
         job["pid_start_time"] = _proc_start_time(proc.pid)
         _write_json_atomic(directory / JOB_FILE, job)
         logger.info("Started master of job %s (pid %d): %s", name, proc.pid, " ".join(command))
-        return JobHandle(job_name=name, platform=PLATFORM_LOCAL, created_at=created_at, job_dir=str(directory), pid=proc.pid)
+        return JobHandle(
+            job_name=name,
+            platform=PLATFORM_LOCAL,
+            created_at=created_at,
+            job_dir=str(directory),
+            pid=proc.pid,
+        )
 
     # ---- status --------------------------------------------------------------------------
     def _master_alive(self, directory: Path, job: dict) -> bool:
@@ -271,7 +283,9 @@ class LocalBackend(JobBackend):
         status.phase = JobPhase.FAILED
         code = "" if exit_code is None else f" with code {exit_code}"
         last = _last_line(directory / LOG_DIR / MASTER_LOG)
-        status.message = f"master exited unexpectedly{code}" + (f"; last log line: {last}" if last else "")
+        status.message = f"master exited unexpectedly{code}" + (
+            f"; last log line: {last}" if last else ""
+        )
         return status
 
     @staticmethod
@@ -308,7 +322,9 @@ class LocalBackend(JobBackend):
         first = self._final_seen.setdefault(str(directory), time.monotonic())
         return time.monotonic() - first > self.exit_grace_seconds
 
-    def wait(self, name: str, timeout: float | None = None, poll_interval: float = 1.0) -> JobStatus:
+    def wait(
+        self, name: str, timeout: float | None = None, poll_interval: float = 1.0
+    ) -> JobStatus:
         """Like :meth:`JobBackend.wait`, and also until the master process has exited (at most
         ``exit_grace_seconds`` after it reported the final phase)."""
         directory, job = self._require_job(name)
@@ -340,7 +356,9 @@ class LocalBackend(JobBackend):
         while not path.exists():
             if not follow or self._status_of(directory, job).is_final:
                 available = ", ".join(self.available_logs(name)) or "none yet"
-                raise JobNotFoundError(f"job {name!r} has no log for replica {replica!r}; available: {available}")
+                raise JobNotFoundError(
+                    f"job {name!r} has no log for replica {replica!r}; available: {available}"
+                )
             time.sleep(_POLL_SECONDS)
         with open(path, "rb") as f:
             while True:
@@ -374,7 +392,11 @@ class LocalBackend(JobBackend):
             while self._master_alive(directory, job) and time.monotonic() < deadline:
                 time.sleep(0.1)
             if self._master_alive(directory, job):
-                logger.warning("Master of job %s did not stop in %gs; killing it", name, self.cancel_grace_seconds)
+                logger.warning(
+                    "Master of job %s did not stop in %gs; killing it",
+                    name,
+                    self.cancel_grace_seconds,
+                )
                 self._signal_group(pid, signal.SIGKILL)
             # Reap our own child (a zombie keeps the group "alive") and let SIGKILL land.
             deadline = time.monotonic() + 5.0
@@ -403,11 +425,25 @@ class LocalBackend(JobBackend):
             if not isinstance(pid, int) or not pid_alive(pid):
                 continue
             try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+                cmdline = (
+                    Path(f"/proc/{pid}/cmdline")
+                    .read_bytes()
+                    .replace(b"\0", b" ")
+                    .decode("utf-8", "replace")
+                )
             except OSError:
                 continue
-            if str(directory) in cmdline or f"--job_name={name}" in cmdline or f"--job_name {name}" in cmdline:
-                logger.warning("Killing leftover replica %s (pid %d) of job %s", replica.get("name", "?"), pid, name)
+            if (
+                str(directory) in cmdline
+                or f"--job_name={name}" in cmdline
+                or f"--job_name {name}" in cmdline
+            ):
+                logger.warning(
+                    "Killing leftover replica %s (pid %d) of job %s",
+                    replica.get("name", "?"),
+                    pid,
+                    name,
+                )
                 self._signal_group(pid, signal.SIGKILL)
 
 

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from elasticdl.client.errors import JobConflictError, JobNotFoundError, WaitTimeout
 from elasticdl.client.local_backend import LocalBackend, pid_alive
 from elasticdl.client.main import main
@@ -85,14 +84,20 @@ def test_detach_then_status_list_logs_wait(env, capsys):
     assert "Phase:       Succeeded" in out and "Version:     30" in out and "worker-0" in out
     assert main(["status", "job-b", "-o", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["phase"] == "Succeeded" and data["records_trained"] == 300 and data["platform"] == "local"
+    assert (
+        data["phase"] == "Succeeded"
+        and data["records_trained"] == 300
+        and data["platform"] == "local"
+    )
     assert main(["status", "job-b", "-o", "yaml"]) == 0
     assert "phase: Succeeded" in capsys.readouterr().out
 
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["NAME", "PLATFORM", "PHASE", "AGE", "VERSION", "PROGRESS"]
-    assert lines[1].split()[:3] == ["job-b", "local", "Succeeded"] and lines[1].split()[-1] == "100%"
+    assert (
+        lines[1].split()[:3] == ["job-b", "local", "Succeeded"] and lines[1].split()[-1] == "100%"
+    )
 
     assert main(["logs", "job-b"]) == 0
     assert "step 3 version 30" in capsys.readouterr().out
@@ -116,7 +121,10 @@ def test_crashed_master_is_failed_with_its_exit_code(env, monkeypatch, capsys):
     assert main(["wait", "job-c"]) == 1
     status = LocalBackend().status("job-c")
     assert status.phase == "Failed"
-    assert status.message == "master exited unexpectedly with code 3; last log line: fatal: something broke"
+    assert (
+        status.message
+        == "master exited unexpectedly with code 3; last log line: fatal: something broke"
+    )
 
 
 def test_cancel_stops_the_process_group_and_a_rerun_replaces_the_job(env, monkeypatch, capsys):

@@ -42,19 +42,29 @@ def _run_job(args: argparse.Namespace) -> int:
         _err(notice)
     backend, handle = submit_job(args)
     if handle.yaml_path:
-        _err(f"wrote the master pod manifest of job {handle.job_name} to {handle.yaml_path} (nothing submitted)")
+        _err(
+            f"wrote the master pod manifest of job {handle.job_name} to {handle.yaml_path} (nothing submitted)"
+        )
         return EXIT_OK
-    where = f"job dir {handle.job_dir}" if handle.job_dir else f"namespace {handle.namespace or args.namespace}"
+    where = (
+        f"job dir {handle.job_dir}"
+        if handle.job_dir
+        else f"namespace {handle.namespace or args.namespace}"
+    )
     _err(f"submitted job {handle.job_name} ({handle.platform}, {where})")
     if args.detach:
         print(handle.job_name)
-        _err(f"follow it with '{PROG} logs -f {handle.job_name}', check it with '{PROG} status {handle.job_name}'")
+        _err(
+            f"follow it with '{PROG} logs -f {handle.job_name}', check it with '{PROG} status {handle.job_name}'"
+        )
         return EXIT_OK
     return _follow(backend, handle.job_name)
 
 
 def _follow(backend, name: str) -> int:
-    _err("following the master log (Ctrl-C cancels the job; submit with --detach to return at once)")
+    _err(
+        "following the master log (Ctrl-C cancels the job; submit with --detach to return at once)"
+    )
     try:
         for chunk in backend.logs(name, "master", follow=True):
             sys.stdout.write(chunk)
@@ -103,7 +113,11 @@ def _status(args: argparse.Namespace) -> int:
     from elasticdl.client.output import dump, status_text
 
     status = _backend_for(args).status(args.job)
-    print(status_text(status) if args.output_format == "table" else dump(status.to_dict(), args.output_format))
+    print(
+        status_text(status)
+        if args.output_format == "table"
+        else dump(status.to_dict(), args.output_format)
+    )
     return EXIT_OK
 
 
@@ -152,7 +166,9 @@ def _datasets_module():
     try:
         from elasticdl.data import datasets
     except ImportError as e:
-        raise ArgumentError(f"dataset preparation is not available in this installation ({e})") from None
+        raise ArgumentError(
+            f"dataset preparation is not available in this installation ({e})"
+        ) from None
     return datasets
 
 
@@ -171,7 +187,9 @@ def _dataset_prepare(args: argparse.Namespace) -> int:
         raise ArgumentError(
             f"unknown dataset {args.name!r}; available: {', '.join(sorted(names))} (see '{PROG} dataset list')"
         )
-    result = datasets.prepare(args.name, args.output, source=args.source, progress=not args.no_progress)
+    result = datasets.prepare(
+        args.name, args.output, source=args.source, progress=not args.no_progress
+    )
     _err(getattr(result, "message", "") or f"dataset {args.name} is ready in {args.output}")
     return EXIT_OK
 
@@ -190,15 +208,27 @@ def _add_command(subparsers, name: str, func, help: str, **kwargs) -> StrictArgu
 def _add_target_params(parser: argparse.ArgumentParser) -> None:
     """Where to look for jobs (list/status/logs/wait/cancel)."""
     parser.add_argument(
-        "--platform", choices=PLATFORMS, default="local", help="Where the jobs run (default: local, or the config file)"
+        "--platform",
+        choices=PLATFORMS,
+        default="local",
+        help="Where the jobs run (default: local, or the config file)",
     )
-    parser.add_argument("--namespace", default="default", help="Kubernetes namespace (default: default)")
-    parser.add_argument("--kube_context", default="", help="kubeconfig context (default: the current one)")
+    parser.add_argument(
+        "--namespace", default="default", help="Kubernetes namespace (default: default)"
+    )
+    parser.add_argument(
+        "--kube_context", default="", help="kubeconfig context (default: the current one)"
+    )
 
 
 def _add_output_param(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-o", "--output", dest="output_format", choices=("table", "json", "yaml"), default="table", help="Output format"
+        "-o",
+        "--output",
+        dest="output_format",
+        choices=("table", "json", "yaml"),
+        default="table",
+        help="Output format",
     )
 
 
@@ -211,19 +241,29 @@ def build_parser() -> StrictArgumentParser:
         epilog=f"Run '{PROG} COMMAND --help' for the flags of a command.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=StrictArgumentParser)
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=StrictArgumentParser
+    )
 
     for command, (_, help_text) in JOB_COMMANDS.items():
         job = _add_command(sub, command, _run_job, help_text, usage=USAGES[command])
         add_job_command_params(command, job)
 
     dataset = _add_command(sub, "dataset", None, "Prepare example datasets")
-    dataset_sub = dataset.add_subparsers(dest="dataset_command", metavar="ACTION", parser_class=StrictArgumentParser)
-    prepare = _add_command(dataset_sub, "prepare", _dataset_prepare, "Download/convert a dataset into RecordIO shards")
+    dataset_sub = dataset.add_subparsers(
+        dest="dataset_command", metavar="ACTION", parser_class=StrictArgumentParser
+    )
+    prepare = _add_command(
+        dataset_sub, "prepare", _dataset_prepare, "Download/convert a dataset into RecordIO shards"
+    )
     prepare.add_argument("name", help=f"Dataset name (see '{PROG} dataset list')")
     prepare.add_argument("--output", required=True, help="Output directory")
-    prepare.add_argument("--source", default=None, help="Local copy of the raw dataset (no download)")
-    prepare.add_argument("--no-progress", dest="no_progress", action="store_true", help="Do not show progress")
+    prepare.add_argument(
+        "--source", default=None, help="Local copy of the raw dataset (no download)"
+    )
+    prepare.add_argument(
+        "--no-progress", dest="no_progress", action="store_true", help="Do not show progress"
+    )
 
     listing = _add_command(dataset_sub, "list", _dataset_list, "List the datasets 'prepare' knows")
     del listing
@@ -241,11 +281,15 @@ def build_parser() -> StrictArgumentParser:
 
     logs = _add_command(sub, "logs", _logs, "Print the log of a job's master, PS or worker")
     logs.add_argument("job", help="Job name")
-    logs.add_argument("-f", "--follow", action="store_true", help="Keep printing until the replica ends")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="Keep printing until the replica ends"
+    )
     logs.add_argument("--replica", default="master", help="master (default), ps-N or worker-N")
     _add_target_params(logs)
 
-    wait = _add_command(sub, "wait", _wait, "Wait until a job ends (exit 0 if it succeeded, else 1)")
+    wait = _add_command(
+        sub, "wait", _wait, "Wait until a job ends (exit 0 if it succeeded, else 1)"
+    )
     wait.add_argument("job", help="Job name")
     wait.add_argument("--timeout", type=float, default=None, help="Give up after this many seconds")
     _add_target_params(wait)

@@ -97,7 +97,15 @@ def test_list_empty(capsys, tmp_path, monkeypatch):
 
 def test_kubernetes_without_image_is_a_usage_error(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path))
-    rc = main(["train", "--job_name=a", "--model_def=a.b.c", "--training_data=/d", "--platform=kubernetes"])
+    rc = main(
+        [
+            "train",
+            "--job_name=a",
+            "--model_def=a.b.c",
+            "--training_data=/d",
+            "--platform=kubernetes",
+        ]
+    )
     assert rc == 2
     assert "--image_name is required on Kubernetes" in capsys.readouterr().err
     assert not (tmp_path / "jobs").exists()

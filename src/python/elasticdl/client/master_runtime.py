@@ -63,7 +63,9 @@ def resolve_master_runtime(
     if pex:
         path = Path(pex).expanduser()
         if not path.is_file():
-            raise MasterRuntimeNotFound(f"${ENV_MASTER_PEX}={pex} is not a file; point it at master.pex or unset it")
+            raise MasterRuntimeNotFound(
+                f"${ENV_MASTER_PEX}={pex} is not a file; point it at master.pex or unset it"
+            )
         return MasterRuntime(_program(path.resolve(), python), {}, f"{ENV_MASTER_PEX}={path}")
 
     here = Path(cwd or os.getcwd()).resolve()
@@ -76,7 +78,11 @@ def resolve_master_runtime(
         # The master must see the same packages as this interpreter, including ones put on
         # sys.path by PYTHONPATH or a .pth file; an empty entry means the current directory.
         pythonpath = os.pathsep.join(p or os.getcwd() for p in sys.path)
-        return MasterRuntime([python, "-m", MASTER_MODULE], {"PYTHONPATH": pythonpath}, f"{python} -m {MASTER_MODULE}")
+        return MasterRuntime(
+            [python, "-m", MASTER_MODULE],
+            {"PYTHONPATH": pythonpath},
+            f"{python} -m {MASTER_MODULE}",
+        )
 
     raise MasterRuntimeNotFound(
         "cannot find the ElasticDL master runtime: build it with "

@@ -4,7 +4,6 @@ import os
 import sys
 
 import pytest
-
 from elasticdl.client.master_runtime import (
     MASTER_MODULE,
     PANTS_MASTER_PEX,
@@ -25,13 +24,17 @@ def test_env_executable_runs_directly(tmp_path):
 def test_env_non_executable_runs_with_this_python(tmp_path):
     script = tmp_path / "master.py"
     script.write_text("")
-    runtime = resolve_master_runtime({"ELASTICDL_MASTER_PEX": str(script)}, cwd=tmp_path, python="/py")
+    runtime = resolve_master_runtime(
+        {"ELASTICDL_MASTER_PEX": str(script)}, cwd=tmp_path, python="/py"
+    )
     assert runtime.argv == ["/py", str(script)]
 
 
 def test_env_pointing_nowhere_is_an_error(tmp_path):
     with pytest.raises(MasterRuntimeNotFound, match=r"\$ELASTICDL_MASTER_PEX=.*is not a file"):
-        resolve_master_runtime({"ELASTICDL_MASTER_PEX": str(tmp_path / "missing.pex")}, cwd=tmp_path)
+        resolve_master_runtime(
+            {"ELASTICDL_MASTER_PEX": str(tmp_path / "missing.pex")}, cwd=tmp_path
+        )
 
 
 def test_pants_pex_found_in_a_parent_directory(tmp_path):
@@ -50,7 +53,9 @@ def test_env_wins_over_pants_pex(tmp_path):
     (tmp_path / PANTS_MASTER_PEX).write_text("")
     script = tmp_path / "mine.py"
     script.write_text("")
-    runtime = resolve_master_runtime({"ELASTICDL_MASTER_PEX": str(script)}, cwd=tmp_path, python="/py")
+    runtime = resolve_master_runtime(
+        {"ELASTICDL_MASTER_PEX": str(script)}, cwd=tmp_path, python="/py"
+    )
     assert runtime.argv == ["/py", str(script)]
 
 

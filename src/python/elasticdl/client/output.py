@@ -33,14 +33,18 @@ def jobs_table(jobs: Sequence[JobStatus]) -> str:
         return "No jobs found."
     return table(
         ("NAME", "PLATFORM", "PHASE", "AGE", "VERSION", "PROGRESS"),
-        [(j.job_name, j.platform, j.phase, format_age(j.created_at), j.model_version, j.progress) for j in jobs],
+        [
+            (j.job_name, j.platform, j.phase, format_age(j.created_at), j.model_version, j.progress)
+            for j in jobs
+        ],
     )
 
 
 def status_text(status: JobStatus) -> str:
     lines = [
         f"Name:        {status.job_name}",
-        f"Platform:    {status.platform}" + (f" (namespace {status.namespace})" if status.namespace else ""),
+        f"Platform:    {status.platform}"
+        + (f" (namespace {status.namespace})" if status.namespace else ""),
         f"Phase:       {status.phase}",
     ]
     if status.message:
@@ -50,21 +54,33 @@ def status_text(status: JobStatus) -> str:
         f"Version:     {status.model_version}",
         f"Epoch:       {status.epoch}",
         f"Progress:    {status.progress}"
-        + (f" ({status.records_trained}/{status.records_expected} records)" if status.records_expected else ""),
+        + (
+            f" ({status.records_trained}/{status.records_expected} records)"
+            if status.records_expected
+            else ""
+        ),
         f"Tasks:       todo {status.tasks_todo}, doing {status.tasks_doing}, done {status.tasks_done}, "
         f"retried {status.tasks_retried}",
     ]
     if status.job_dir:
         lines.append(f"Job dir:     {status.job_dir}")
     if status.evaluation_metrics:
-        metrics = ", ".join(f"{k}={_fmt_metric(v)}" for k, v in sorted(status.evaluation_metrics.items()))
+        metrics = ", ".join(
+            f"{k}={_fmt_metric(v)}" for k, v in sorted(status.evaluation_metrics.items())
+        )
         lines.append(f"Evaluation:  {metrics}")
     if status.replicas:
         lines.append("Replicas:")
         replica_rows = [
-            (r.name, r.phase, "-" if r.exit_code is None else r.exit_code, r.restarts, r.message) for r in status.replicas
+            (r.name, r.phase, "-" if r.exit_code is None else r.exit_code, r.restarts, r.message)
+            for r in status.replicas
         ]
-        lines += ["  " + line for line in table(("NAME", "PHASE", "EXIT", "RESTARTS", "MESSAGE"), replica_rows).splitlines()]
+        lines += [
+            "  " + line
+            for line in table(
+                ("NAME", "PHASE", "EXIT", "RESTARTS", "MESSAGE"), replica_rows
+            ).splitlines()
+        ]
     return "\n".join(lines)
 
 

@@ -25,7 +25,9 @@ def _absolutize_local_paths(args: argparse.Namespace) -> None:
             setattr(args, flag, os.path.abspath(expanded))
 
 
-def prepare_job(args: argparse.Namespace, argv: list[str], config: ClientConfig | None = None) -> list[str]:
+def prepare_job(
+    args: argparse.Namespace, argv: list[str], config: ClientConfig | None = None
+) -> list[str]:
     """Apply the config file, fill derived defaults and validate (in place). Returns notices
     for the user. Raises ``ValueError`` subclasses; nothing is created on disk or in a cluster."""
     apply_config(args, argv, config if config is not None else load_config())

@@ -22,7 +22,12 @@ import argparse
 import sys
 from typing import Sequence
 
-from elasticdl.client.zoo_dockerfile import DEFAULT_BASE_IMAGE, ZooInitConfig, ZooInitError, init_model_zoo
+from elasticdl.client.zoo_dockerfile import (
+    DEFAULT_BASE_IMAGE,
+    ZooInitConfig,
+    ZooInitError,
+    init_model_zoo,
+)
 
 PROG = "elasticdl"
 EXIT_FAILED, EXIT_USAGE = 1, 2
@@ -62,7 +67,9 @@ def _build(args: argparse.Namespace) -> int:
         _err(f"error: {e}")
         return EXIT_FAILED
     cached = len(result.cached_steps)
-    _err(f"built {result.image} ({result.image_id[:19]}) in {result.seconds:.1f}s, {cached}/{result.steps} steps cached")
+    _err(
+        f"built {result.image} ({result.image_id[:19]}) in {result.seconds:.1f}s, {cached}/{result.steps} steps cached"
+    )
     print(result.image_id, flush=True)
     return 0
 
@@ -107,7 +114,9 @@ def _engine_flag(parser: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``zoo`` and its sub-commands on an argparse ``subparsers`` object."""
-    zoo = subparsers.add_parser("zoo", help="Build and push model-zoo images", description="Build and push model-zoo images")
+    zoo = subparsers.add_parser(
+        "zoo", help="Build and push model-zoo images", description="Build and push model-zoo images"
+    )
     zoo.set_defaults(func=None, _parser=zoo)
     kwargs = {"dest": "zoo_command", "metavar": "ACTION"}
     if getattr(subparsers, "_parser_class", None) is not None:
@@ -120,16 +129,32 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default=DEFAULT_BASE_IMAGE,
         help=f"Image with ElasticDL installed (default: {DEFAULT_BASE_IMAGE}, built by scripts/build-images.sh)",
     )
-    init.add_argument("--model_zoo", default=".", help="Model zoo directory inside the build context (default: .)")
-    init.add_argument("--cluster_spec", default="", help="Cluster spec file, copied into the image at /cluster_spec/")
-    init.add_argument("--local_pkg_dir", default="", help="Directory of *.whl files to install into the image")
+    init.add_argument(
+        "--model_zoo", default=".", help="Model zoo directory inside the build context (default: .)"
+    )
+    init.add_argument(
+        "--cluster_spec",
+        default="",
+        help="Cluster spec file, copied into the image at /cluster_spec/",
+    )
+    init.add_argument(
+        "--local_pkg_dir", default="", help="Directory of *.whl files to install into the image"
+    )
     init.add_argument("--extra_pypi_index", default="", help="Extra package index URL for pip")
 
     build = _subparser(sub, "build", _build, "Build the image of a model zoo")
-    build.add_argument("path", nargs="?", default=".", help="Build context holding the Dockerfile (default: .)")
-    build.add_argument("--image", required=True, help="Image name and tag, e.g. 127.0.0.1:5000/team/models:v1")
-    build.add_argument("--dockerfile", default="Dockerfile", help="Dockerfile path inside the context")
-    build.add_argument("--build_arg", action="append", default=[], help="NAME=VALUE build argument (repeatable)")
+    build.add_argument(
+        "path", nargs="?", default=".", help="Build context holding the Dockerfile (default: .)"
+    )
+    build.add_argument(
+        "--image", required=True, help="Image name and tag, e.g. 127.0.0.1:5000/team/models:v1"
+    )
+    build.add_argument(
+        "--dockerfile", default="Dockerfile", help="Dockerfile path inside the context"
+    )
+    build.add_argument(
+        "--build_arg", action="append", default=[], help="NAME=VALUE build argument (repeatable)"
+    )
     build.add_argument("--no_cache", action="store_true", help="Do not reuse cached layers")
     _engine_flag(build)
 

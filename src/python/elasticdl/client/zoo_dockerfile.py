@@ -70,8 +70,12 @@ def _inside(context: Path, path: str, flag: str) -> str:
 
 def _resolve(cfg: ZooInitConfig, context: Path, copy_cluster_spec: bool) -> _Resolved:
     if not cfg.base_image.strip() or any(c.isspace() for c in cfg.base_image):
-        raise ZooInitError(f"--base_image={cfg.base_image!r} is not an image name, e.g. --base_image=elasticdl:cpu")
-    if cfg.extra_pypi_index and not cfg.extra_pypi_index.startswith(("http://", "https://", "file://")):
+        raise ZooInitError(
+            f"--base_image={cfg.base_image!r} is not an image name, e.g. --base_image=elasticdl:cpu"
+        )
+    if cfg.extra_pypi_index and not cfg.extra_pypi_index.startswith(
+        ("http://", "https://", "file://")
+    ):
         raise ZooInitError(
             f"--extra_pypi_index={cfg.extra_pypi_index} is not a URL, e.g. --extra_pypi_index=https://host/simple"
         )
@@ -86,7 +90,9 @@ def _resolve(cfg: ZooInitConfig, context: Path, copy_cluster_spec: bool) -> _Res
         if not (context / pkg).is_dir():
             raise ZooInitError(f"--local_pkg_dir={cfg.local_pkg_dir} is not a directory")
         if not any((context / pkg).glob("*.whl")):
-            raise ZooInitError(f"--local_pkg_dir={cfg.local_pkg_dir} holds no *.whl files to install")
+            raise ZooInitError(
+                f"--local_pkg_dir={cfg.local_pkg_dir} holds no *.whl files to install"
+            )
 
     spec = ""
     if cfg.cluster_spec:
@@ -134,7 +140,11 @@ def _render(cfg: ZooInitConfig, r: _Resolved) -> str:
             "",
         ]
     if r.has_requirements:
-        req = str(PurePosixPath(r.model_zoo) / "requirements.txt") if r.model_zoo != "." else "requirements.txt"
+        req = (
+            str(PurePosixPath(r.model_zoo) / "requirements.txt")
+            if r.model_zoo != "."
+            else "requirements.txt"
+        )
         find_links = f" --find-links {LOCAL_PKG_DIR}" if r.local_pkg_dir else ""
         lines += [
             "# Dependencies first: this layer is reused until requirements.txt changes.",
@@ -155,7 +165,9 @@ def _render(cfg: ZooInitConfig, r: _Resolved) -> str:
     return "\n".join(lines)
 
 
-def init_model_zoo(cfg: ZooInitConfig, context: Path | str = ".", dockerfile: str = "Dockerfile") -> Path:
+def init_model_zoo(
+    cfg: ZooInitConfig, context: Path | str = ".", dockerfile: str = "Dockerfile"
+) -> Path:
     """Write ``<context>/<dockerfile>`` (overwriting it) and, when the cluster spec lies outside
     the context, a copy of it in the context. Returns the Dockerfile path."""
     ctx = Path(context)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from elasticdl.client.zoo_dockerfile import (
     DEFAULT_BASE_IMAGE,
     ZooInitConfig,
@@ -40,7 +39,11 @@ def test_defaults_cache_friendly_order(ctx):
 def test_zoo_is_the_context_itself_and_has_no_requirements(tmp_path):
     (tmp_path / "model.py").write_text("")
     text = render_dockerfile(ZooInitConfig(base_image="local/base"), tmp_path)
-    assert _instructions(text) == ["FROM local/base", "COPY . /model_zoo", "ENV PYTHONPATH=/model_zoo"]
+    assert _instructions(text) == [
+        "FROM local/base",
+        "COPY . /model_zoo",
+        "ENV PYTHONPATH=/model_zoo",
+    ]
 
 
 def test_all_flags(ctx, tmp_path_factory):

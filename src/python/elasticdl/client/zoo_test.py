@@ -4,8 +4,9 @@ build/push tests against a real engine are in tests/python/elasticdl_tests/image
 from __future__ import annotations
 
 import pytest
-
-from elasticdl.client import zoo  # noqa: F401  (main imports it by name; this makes it a dependency)
+from elasticdl.client import (  # noqa: F401  (main imports it by name; this makes it a dependency)
+    zoo,
+)
 from elasticdl.client.image_builder import ImageError, split_image_name
 from elasticdl.client.main import main
 
@@ -25,7 +26,9 @@ def test_init_bad_flag_is_exit_2_one_line(tmp_path, monkeypatch, capsys):
     assert err.strip().splitlines() == ["elasticdl: error: --model_zoo=missing is not a directory"]
 
 
-@pytest.mark.parametrize("argv", [["build", "--image=t/m:v1", "."], ["push", "127.0.0.1:5000/t/m:v1"]])
+@pytest.mark.parametrize(
+    "argv", [["build", "--image=t/m:v1", "."], ["push", "127.0.0.1:5000/t/m:v1"]]
+)
 def test_unreachable_engine_is_one_line(tmp_path, monkeypatch, capsys, argv):
     pytest.importorskip("docker")
     (tmp_path / "Dockerfile").write_text("FROM local/base\n")
@@ -35,7 +38,9 @@ def test_unreachable_engine_is_one_line(tmp_path, monkeypatch, capsys, argv):
     out, err = capsys.readouterr()
     assert out == "" and "Traceback" not in err
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("elasticdl: error: cannot reach the container engine at unix:///nonexistent.sock")
+    assert len(lines) == 1 and lines[0].startswith(
+        "elasticdl: error: cannot reach the container engine at unix:///nonexistent.sock"
+    )
 
 
 def test_build_without_dockerfile(tmp_path, monkeypatch, capsys):

@@ -70,9 +70,7 @@ _MODEL_DEF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 _TRUE_STRINGS = ("true", "yes", "t", "y", "1")
 
 # Keys of a parsed Namespace that only steer the client; they are never sent to the master.
-CLIENT_ONLY_ARGS = frozenset(
-    {"func", "command", "detach", "output_format", "yaml", "_parser"}
-)
+CLIENT_ONLY_ARGS = frozenset({"func", "command", "detach", "output_format", "yaml", "_parser"})
 
 
 class ArgumentError(ValueError):
@@ -182,21 +180,35 @@ def non_neg_int(value: str) -> int:
 def add_model_params(parser) -> None:
     """Flags the master forwards to workers: the model, its data and how it trains."""
     g = parser.add_argument_group("model")
-    g.add_argument("--minibatch_size", type=int, default=64, help="Records per minibatch (default: 64)")
+    g.add_argument(
+        "--minibatch_size", type=int, default=64, help="Records per minibatch (default: 64)"
+    )
     g.add_argument(
         "--model_zoo",
         default="",
         help="Directory holding the model definitions (the root of --model_def's module path)",
     )
     g.add_argument(
-        "--log_level", default="INFO", type=str.upper, choices=LOG_LEVELS, help="Log level of every replica"
+        "--log_level",
+        default="INFO",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="Log level of every replica",
     )
-    g.add_argument("--feed", default="feed", help="Name of the feed (dataset) function in the model file")
-    g.add_argument("--loss", default="loss", help="Name of the loss function in the model file")
-    g.add_argument("--optimizer", default="optimizer", help="Name of the optimizer function in the model file")
-    g.add_argument("--callbacks", default="callbacks", help="Name of the callbacks function in the model file")
     g.add_argument(
-        "--eval_metrics_fn", default="eval_metrics_fn", help="Name of the evaluation-metrics function in the model file"
+        "--feed", default="feed", help="Name of the feed (dataset) function in the model file"
+    )
+    g.add_argument("--loss", default="loss", help="Name of the loss function in the model file")
+    g.add_argument(
+        "--optimizer", default="optimizer", help="Name of the optimizer function in the model file"
+    )
+    g.add_argument(
+        "--callbacks", default="callbacks", help="Name of the callbacks function in the model file"
+    )
+    g.add_argument(
+        "--eval_metrics_fn",
+        default="eval_metrics_fn",
+        help="Name of the evaluation-metrics function in the model file",
     )
     g.add_argument(
         "--custom_data_reader",
@@ -225,10 +237,18 @@ def add_model_params(parser) -> None:
         choices=DISTRIBUTION_STRATEGIES,
         help="ParameterServerStrategy (default; at least one PS) or AllreduceStrategy",
     )
-    g.add_argument("--checkpoint_steps", type=non_neg_int, default=0, help="Checkpoint every N model versions (0: off)")
+    g.add_argument(
+        "--checkpoint_steps",
+        type=non_neg_int,
+        default=0,
+        help="Checkpoint every N model versions (0: off)",
+    )
     g.add_argument("--checkpoint_dir", default="", help="Directory for checkpoints")
     g.add_argument(
-        "--keep_checkpoint_max", type=non_neg_int, default=0, help="Checkpoints to keep (0: keep all)"
+        "--keep_checkpoint_max",
+        type=non_neg_int,
+        default=0,
+        help="Checkpoints to keep (0: keep all)",
     )
     g.add_argument("--output", default="", help="Where the trained model is exported (SavedModel)")
 
@@ -254,16 +274,26 @@ def add_job_params(parser) -> None:
         help="Local platform: job directory with status and logs (default: ~/.elasticdl/jobs/<job_name>)",
     )
     g.add_argument("--image_name", default="", help="Docker image of the job (Kubernetes)")
-    g.add_argument("--worker_image", default="", help="Image of workers and PS (default: --image_name)")
     g.add_argument(
-        "--master_resource_request", default="cpu=0.1,memory=1024Mi", help="Master resources, e.g. cpu=1,memory=2048Mi"
+        "--worker_image", default="", help="Image of workers and PS (default: --image_name)"
     )
-    g.add_argument("--master_resource_limit", default="", help="Master resource limit (default: the request)")
+    g.add_argument(
+        "--master_resource_request",
+        default="cpu=0.1,memory=1024Mi",
+        help="Master resources, e.g. cpu=1,memory=2048Mi",
+    )
+    g.add_argument(
+        "--master_resource_limit", default="", help="Master resource limit (default: the request)"
+    )
     g.add_argument("--num_workers", type=int, default=2, help="Number of workers (default: 2)")
     g.add_argument(
-        "--worker_resource_request", default="cpu=1,memory=4096Mi", help="Worker resources, e.g. cpu=1,memory=4096Mi,gpu=1"
+        "--worker_resource_request",
+        default="cpu=1,memory=4096Mi",
+        help="Worker resources, e.g. cpu=1,memory=4096Mi,gpu=1",
     )
-    g.add_argument("--worker_resource_limit", default="", help="Worker resource limit (default: the request)")
+    g.add_argument(
+        "--worker_resource_limit", default="", help="Worker resource limit (default: the request)"
+    )
     g.add_argument("--master_pod_priority", default="", help="PriorityClass of the master pod")
     g.add_argument(
         "--worker_pod_priority",
@@ -277,37 +307,63 @@ def add_job_params(parser) -> None:
         help="Number of parameter servers (0 with ParameterServerStrategy means 1)",
     )
     g.add_argument("--ps_resource_request", default="cpu=1,memory=4096Mi", help="PS resources")
-    g.add_argument("--ps_resource_limit", default="", help="PS resource limit (default: the request)")
+    g.add_argument(
+        "--ps_resource_limit", default="", help="PS resource limit (default: the request)"
+    )
     g.add_argument("--ps_pod_priority", default="", help="PriorityClass of the PS pods")
     g.add_argument(
         "--volume",
         default="",
         help="Volumes: 'claim_name=c1,mount_path=/p;host_path=/h,mount_path=/q[,type=Directory][,sub_path=s]'",
     )
-    g.add_argument("--image_pull_policy", default="Always", choices=IMAGE_PULL_POLICIES, help="Image pull policy")
-    g.add_argument("--restart_policy", default="Never", choices=RESTART_POLICIES, help="Pod restart policy")
-    g.add_argument("--envs", default="", help="Environment of master, workers and PS: 'k1=v1,k2=v2'")
+    g.add_argument(
+        "--image_pull_policy",
+        default="Always",
+        choices=IMAGE_PULL_POLICIES,
+        help="Image pull policy",
+    )
+    g.add_argument(
+        "--restart_policy", default="Never", choices=RESTART_POLICIES, help="Pod restart policy"
+    )
+    g.add_argument(
+        "--envs", default="", help="Environment of master, workers and PS: 'k1=v1,k2=v2'"
+    )
     g.add_argument(
         "--populate_env_names",
         default="",
         help="Names or regexes (comma-separated) of master environment variables copied to workers and PS",
     )
-    g.add_argument("--extra_pypi_index", default=DEFAULT_EXTRA_PYPI_INDEX, help="Extra PyPI index for images")
-    g.add_argument("--namespace", default="default", help="Kubernetes namespace")
-    g.add_argument("--kube_context", default="", help="kubeconfig context (default: the current context)")
     g.add_argument(
-        "--num_minibatches_per_task", type=pos_int, default=8, help="Minibatches per task (data shard)"
+        "--extra_pypi_index", default=DEFAULT_EXTRA_PYPI_INDEX, help="Extra PyPI index for images"
+    )
+    g.add_argument("--namespace", default="default", help="Kubernetes namespace")
+    g.add_argument(
+        "--kube_context", default="", help="kubeconfig context (default: the current context)"
     )
     g.add_argument(
-        "--cluster_spec", default="", help="Python file defining `cluster` with with_pod/with_service patchers"
+        "--num_minibatches_per_task",
+        type=pos_int,
+        default=8,
+        help="Minibatches per task (data shard)",
+    )
+    g.add_argument(
+        "--cluster_spec",
+        default="",
+        help="Python file defining `cluster` with with_pod/with_service patchers",
     )
     g.add_argument(
         "--cluster_spec_json",
         default="",
         help="JSON with pod_spec/service_spec/master_pod_spec/worker_pod_spec/ps_pod_spec patches",
     )
-    g.add_argument("--yaml", default="", help="Kubernetes: write the master pod YAML to this file instead of submitting")
-    add_bool_param(g, "--force_use_kube_config_file", False, "Use the kubeconfig file even inside a cluster")
+    g.add_argument(
+        "--yaml",
+        default="",
+        help="Kubernetes: write the master pod YAML to this file instead of submitting",
+    )
+    add_bool_param(
+        g, "--force_use_kube_config_file", False, "Use the kubeconfig file even inside a cluster"
+    )
     g.add_argument("--aux_params", default="", help="Auxiliary parameters, e.g. disable_relaunch")
     g.add_argument("--log_file_path", default="", help="Also write the master log to this file")
 
@@ -317,28 +373,60 @@ def add_train_params(parser) -> None:
     add_model_params(parser)
     add_job_params(parser)
     g = parser.add_argument_group("train")
-    g.add_argument("--num_epochs", type=int, default=1, help="Epochs to train (<= 0: until stopped)")
-    g.add_argument("--grads_to_wait", type=pos_int, default=1, help="Gradients the PS waits for (sync SGD)")
+    g.add_argument(
+        "--num_epochs", type=int, default=1, help="Epochs to train (<= 0: until stopped)"
+    )
+    g.add_argument(
+        "--grads_to_wait", type=pos_int, default=1, help="Gradients the PS waits for (sync SGD)"
+    )
     g.add_argument("--training_data", default="", help="Training data (e.g. a RecordIO directory)")
-    g.add_argument("--validation_data", default="", help="Validation data for evaluation during training")
-    g.add_argument("--evaluation_steps", type=non_neg_int, default=0, help="Evaluate every N model versions (0: off)")
-    g.add_argument("--checkpoint_dir_for_init", default="", help="Checkpoint to initialise the model from")
-    g.add_argument("--sync_version_tolerance", type=non_neg_int, default=0, help="Staleness tolerated in sync SGD")
+    g.add_argument(
+        "--validation_data", default="", help="Validation data for evaluation during training"
+    )
+    g.add_argument(
+        "--evaluation_steps",
+        type=non_neg_int,
+        default=0,
+        help="Evaluate every N model versions (0: off)",
+    )
+    g.add_argument(
+        "--checkpoint_dir_for_init", default="", help="Checkpoint to initialise the model from"
+    )
+    g.add_argument(
+        "--sync_version_tolerance",
+        type=non_neg_int,
+        default=0,
+        help="Staleness tolerated in sync SGD",
+    )
     g.add_argument("--log_loss_steps", type=pos_int, default=100, help="Log the loss every N steps")
-    g.add_argument("--max_step", type=non_neg_int, default=0, help="Stop after this many steps (0: no limit)")
+    g.add_argument(
+        "--max_step", type=non_neg_int, default=0, help="Stop after this many steps (0: no limit)"
+    )
     add_bool_param(g, "--use_async", False, "Asynchronous SGD")
-    add_bool_param(g, "--lr_staleness_modulation", False, "Scale the learning rate by gradient staleness")
+    add_bool_param(
+        g, "--lr_staleness_modulation", False, "Scale the learning rate by gradient staleness"
+    )
     # Default true (the original: false, so every model-zoo job had to pass
     # --need_elasticdl_job_service=true or the master refused to start).
-    add_bool_param(g, "--need_elasticdl_job_service", True, "Run the ElasticDL job service (tasks for model-zoo jobs)")
+    add_bool_param(
+        g,
+        "--need_elasticdl_job_service",
+        True,
+        "Run the ElasticDL job service (tasks for model-zoo jobs)",
+    )
     add_bool_param(g, "--need_task_manager", True, "Run the task manager")
     add_bool_param(g, "--need_pod_manager", True, "Run the pod manager")
     add_bool_param(g, "--task_fault_tolerance", True, "Re-queue the tasks of failed workers")
     add_bool_param(g, "--relaunch_timeout_worker", False, "Relaunch workers whose tasks time out")
-    g.add_argument("--job_command", default="", help="Command run in workers instead of the ElasticDL worker")
+    g.add_argument(
+        "--job_command", default="", help="Command run in workers instead of the ElasticDL worker"
+    )
     add_bool_param(g, "--need_tf_config", False, "Set TF_CONFIG in workers and PS")
     g.add_argument(
-        "--relaunch_on_worker_failure", type=non_neg_int, default=1, help="Relaunches allowed per failed worker"
+        "--relaunch_on_worker_failure",
+        type=non_neg_int,
+        default=1,
+        help="Relaunches allowed per failed worker",
     )
 
 
@@ -348,7 +436,11 @@ def add_evaluate_params(parser) -> None:
     add_job_params(parser)
     g = parser.add_argument_group("evaluate")
     g.add_argument("--validation_data", default="", help="Data to evaluate on (required)")
-    g.add_argument("--checkpoint_dir_for_init", default="", help="Checkpoint of the model to evaluate (required)")
+    g.add_argument(
+        "--checkpoint_dir_for_init",
+        default="",
+        help="Checkpoint of the model to evaluate (required)",
+    )
     parser.set_defaults(job_type=JobType.EVALUATION_ONLY)
 
 
@@ -363,7 +455,9 @@ def add_predict_params(parser) -> None:
         default="PredictionOutputsProcessor",
         help="Name of the prediction-outputs processor class in the model file",
     )
-    g.add_argument("--checkpoint_dir_for_init", default="", help="Checkpoint of the model (required)")
+    g.add_argument(
+        "--checkpoint_dir_for_init", default="", help="Checkpoint of the model (required)"
+    )
     parser.set_defaults(job_type=JobType.PREDICTION_ONLY)
 
 
@@ -371,11 +465,16 @@ def _add_master_only_params(parser) -> None:
     g = parser.add_argument_group("master")
     g.add_argument("--port", type=pos_int, default=DEFAULT_MASTER_PORT, help="Master gRPC port")
     g.add_argument(
-        "--job_type", default="", choices=("",) + JobType.ALL, help="Job type (default: derived from the data flags)"
+        "--job_type",
+        default="",
+        choices=("",) + JobType.ALL,
+        help="Job type (default: derived from the data flags)",
     )
     g.add_argument("--prediction_data", default="", help="Data to predict on")
     g.add_argument(
-        "--prediction_outputs_processor", default="PredictionOutputsProcessor", help="Prediction outputs processor"
+        "--prediction_outputs_processor",
+        default="PredictionOutputsProcessor",
+        help="Prediction outputs processor",
     )
 
 
@@ -443,7 +542,11 @@ def normalize_job_args(args: argparse.Namespace) -> list[str]:
         args.job_type = infer_job_type(args)
     if not getattr(args, "platform", None):
         args.platform = PLATFORM_KUBERNETES if getattr(args, "image_name", "") else PLATFORM_LOCAL
-        reason = "--image_name is set" if args.platform == PLATFORM_KUBERNETES else "no --image_name given"
+        reason = (
+            "--image_name is set"
+            if args.platform == PLATFORM_KUBERNETES
+            else "no --image_name given"
+        )
         notices.append(f"platform: {args.platform} ({reason}; override with --platform)")
     if hasattr(args, "job_dir"):
         if args.job_dir:
@@ -456,7 +559,9 @@ def normalize_job_args(args: argparse.Namespace) -> list[str]:
         and not getattr(args, "job_command", "")
     ):
         args.num_ps_pods = 1
-        notices.append("num_ps_pods: 1 (ParameterServerStrategy needs a parameter server; set --num_ps_pods to change)")
+        notices.append(
+            "num_ps_pods: 1 (ParameterServerStrategy needs a parameter server; set --num_ps_pods to change)"
+        )
     return notices
 
 
@@ -472,7 +577,9 @@ def parse_envs(envs: str) -> dict[str, str]:
             key, value = piece.split("=", 1)
             key = key.strip()
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise ArgumentError(f"--envs: {key!r} is not a valid environment variable name; use 'NAME=value,...'")
+                raise ArgumentError(
+                    f"--envs: {key!r} is not a valid environment variable name; use 'NAME=value,...'"
+                )
             result[key] = value
             last = key
         elif last is not None:
@@ -520,7 +627,9 @@ def validate_job_args(args: argparse.Namespace, check_local_paths: bool | None =
     validate_job_name(getattr(args, "job_name", ""))
     platform = getattr(args, "platform", None) or PLATFORM_LOCAL
     if platform not in PLATFORMS:
-        raise ArgumentError(f"--platform {platform!r} is invalid; use one of {', '.join(PLATFORMS)}")
+        raise ArgumentError(
+            f"--platform {platform!r} is invalid; use one of {', '.join(PLATFORMS)}"
+        )
     if check_local_paths is None:
         check_local_paths = platform == PLATFORM_LOCAL
 
@@ -528,15 +637,23 @@ def validate_job_args(args: argparse.Namespace, check_local_paths: bool | None =
         raise ArgumentError(f"--minibatch_size must be > 0, got {args.minibatch_size}")
     if args.num_workers < 1:
         raise ArgumentError(f"--num_workers must be >= 1, got {args.num_workers}")
-    if args.distribution_strategy == PS_STRATEGY and args.num_ps_pods < 1 and not getattr(args, "job_command", ""):
+    if (
+        args.distribution_strategy == PS_STRATEGY
+        and args.num_ps_pods < 1
+        and not getattr(args, "job_command", "")
+    ):
         raise ArgumentError("--num_ps_pods must be >= 1 with ParameterServerStrategy")
     if platform == PLATFORM_KUBERNETES and not args.image_name:
-        raise ArgumentError("--image_name is required on Kubernetes; build one with 'elasticdl zoo build'")
+        raise ArgumentError(
+            "--image_name is required on Kubernetes; build one with 'elasticdl zoo build'"
+        )
 
     job_command = getattr(args, "job_command", "")
     if not job_command:
         if not args.model_def:
-            raise ArgumentError("--model_def is required, e.g. --model_def=mnist.mnist_functional_api.custom_model")
+            raise ArgumentError(
+                "--model_def is required, e.g. --model_def=mnist.mnist_functional_api.custom_model"
+            )
         if not _MODEL_DEF.match(args.model_def):
             raise ArgumentError(
                 f"--model_def {args.model_def!r} is not a dotted path 'package.module.function' "
@@ -554,28 +671,51 @@ def validate_job_args(args: argparse.Namespace, check_local_paths: bool | None =
         if not args.prediction_data:
             raise ArgumentError("--prediction_data is required to predict")
         if not args.checkpoint_dir_for_init:
-            raise ArgumentError("--checkpoint_dir_for_init is required to predict (the trained model's checkpoint)")
+            raise ArgumentError(
+                "--checkpoint_dir_for_init is required to predict (the trained model's checkpoint)"
+            )
     elif job_type == JobType.EVALUATION_ONLY:
         if not args.validation_data:
             raise ArgumentError("--validation_data is required to evaluate")
         if not args.checkpoint_dir_for_init:
-            raise ArgumentError("--checkpoint_dir_for_init is required to evaluate (the model's checkpoint)")
+            raise ArgumentError(
+                "--checkpoint_dir_for_init is required to evaluate (the model's checkpoint)"
+            )
     else:
         if not getattr(args, "training_data", "") and not job_command:
-            raise ArgumentError("--training_data is required to train, e.g. --training_data=/data/mnist/train")
+            raise ArgumentError(
+                "--training_data is required to train, e.g. --training_data=/data/mnist/train"
+            )
         if job_type == JobType.TRAINING_WITH_EVALUATION and not args.validation_data:
-            raise ArgumentError("--validation_data is required for job type training_with_evaluation")
+            raise ArgumentError(
+                "--validation_data is required for job type training_with_evaluation"
+            )
         if getattr(args, "evaluation_steps", 0) > 0 and not args.validation_data:
-            raise ArgumentError("--evaluation_steps needs --validation_data (the data to evaluate on)")
+            raise ArgumentError(
+                "--evaluation_steps needs --validation_data (the data to evaluate on)"
+            )
 
     if args.checkpoint_steps > 0 and not args.checkpoint_dir:
-        raise ArgumentError("--checkpoint_steps needs --checkpoint_dir (where checkpoints are written)")
+        raise ArgumentError(
+            "--checkpoint_steps needs --checkpoint_dir (where checkpoints are written)"
+        )
 
     if check_local_paths:
-        for flag in ("training_data", "validation_data", "prediction_data", "checkpoint_dir_for_init"):
+        for flag in (
+            "training_data",
+            "validation_data",
+            "prediction_data",
+            "checkpoint_dir_for_init",
+        ):
             value = getattr(args, flag, "")
-            if value and _looks_like_local_path(value) and not os.path.exists(os.path.expanduser(value)):
-                raise ArgumentError(f"--{flag} {value!r} does not exist on this machine; check the path")
+            if (
+                value
+                and _looks_like_local_path(value)
+                and not os.path.exists(os.path.expanduser(value))
+            ):
+                raise ArgumentError(
+                    f"--{flag} {value!r} does not exist on this machine; check the path"
+                )
 
     for flag in (
         "master_resource_request",
@@ -592,14 +732,18 @@ def validate_job_args(args: argparse.Namespace, check_local_paths: bool | None =
             except ValueError as e:
                 raise ArgumentError(f"--{flag}: {e}") from None
     for kind in ("master", "worker", "ps"):
-        request, limit = getattr(args, f"{kind}_resource_request", ""), getattr(args, f"{kind}_resource_limit", "")
+        request, limit = getattr(args, f"{kind}_resource_request", ""), getattr(
+            args, f"{kind}_resource_limit", ""
+        )
         if request and limit:
             try:
                 k8s_resource.check_limit_not_below_request(request, limit)
             except ValueError as e:
                 raise ArgumentError(f"--{kind}_resource_limit: {e}") from None
     if getattr(args, "yaml", "") and platform != PLATFORM_KUBERNETES:
-        raise ArgumentError("--yaml writes a Kubernetes manifest; use it with --platform=kubernetes and --image_name")
+        raise ArgumentError(
+            "--yaml writes a Kubernetes manifest; use it with --platform=kubernetes and --image_name"
+        )
     if args.volume:
         try:
             k8s_volume.parse_volumes(args.volume)
@@ -615,9 +759,14 @@ def validate_job_args(args: argparse.Namespace, check_local_paths: bool | None =
 def _check_model_zoo(model_zoo: str, model_def: str) -> None:
     zoo = os.path.expanduser(model_zoo or ".")
     if not os.path.isdir(zoo):
-        raise ArgumentError(f"--model_zoo {model_zoo!r} is not a directory; point it at your model zoo")
+        raise ArgumentError(
+            f"--model_zoo {model_zoo!r} is not a directory; point it at your model zoo"
+        )
     module_path = model_def.rsplit(".", 1)[0].replace(".", os.sep)
-    candidates = [os.path.join(zoo, module_path + ".py"), os.path.join(zoo, module_path, "__init__.py")]
+    candidates = [
+        os.path.join(zoo, module_path + ".py"),
+        os.path.join(zoo, module_path, "__init__.py"),
+    ]
     if not any(os.path.isfile(c) for c in candidates):
         where = "--model_zoo" if model_zoo else "the current directory (set --model_zoo)"
         raise ArgumentError(

@@ -4,7 +4,6 @@ import argparse
 import os
 
 import pytest
-
 from elasticdl.common import args as A
 
 
@@ -14,7 +13,11 @@ def _train_parser():
     return parser
 
 
-MINIMAL = ["--job_name=test-mnist", "--model_def=mnist.mnist_functional_api.custom_model", "--training_data=/data/x"]
+MINIMAL = [
+    "--job_name=test-mnist",
+    "--model_def=mnist.mnist_functional_api.custom_model",
+    "--training_data=/data/x",
+]
 
 
 def test_original_defaults():
@@ -57,7 +60,10 @@ def test_bool_flag_semantics(argv, expected):
 
 
 def test_bool_flag_alone_flips_a_true_default():
-    assert _train_parser().parse_args(["--job_name=j", "--need_task_manager"]).need_task_manager is False
+    assert (
+        _train_parser().parse_args(["--job_name=j", "--need_task_manager"]).need_task_manager
+        is False
+    )
 
 
 def test_unknown_flag_is_rejected_with_a_hint():
@@ -76,7 +82,9 @@ def test_bad_choice_is_an_argument_error():
 
 
 def test_round_trip_through_master_args():
-    args = A.parse_master_args(MINIMAL + ["--use_async", "--envs=A=1,B=x,y", "--output=-weird", "--model_zoo="])
+    args = A.parse_master_args(
+        MINIMAL + ["--use_async", "--envs=A=1,B=x,y", "--output=-weird", "--model_zoo="]
+    )
     argv = A.build_arguments_from_parsed_result(args)
     assert "--use_async=true" in argv
     assert all(item.startswith("--") and "=" in item for item in argv)
@@ -144,7 +152,10 @@ def _validate(extra, base=MINIMAL, check_local_paths=False, parser=None):
         (["--model_def=a.1b.c"], "is not a dotted path"),
         (["--minibatch_size=0"], "--minibatch_size must be > 0"),
         (["--num_workers=0"], "--num_workers must be >= 1"),
-        (["--worker_resource_request=cpu=1,gpu=0.5"], "--worker_resource_request: nvidia.com/gpu=0.5"),
+        (
+            ["--worker_resource_request=cpu=1,gpu=0.5"],
+            "--worker_resource_request: nvidia.com/gpu=0.5",
+        ),
         (["--ps_resource_limit=cpu=1,foo=2"], "--ps_resource_limit: unknown resource 'foo'"),
         (["--volume=claim_name=c,mount_path=/p,bad=1"], "--volume: unknown key 'bad'"),
         (["--worker_pod_priority=medium"], "--worker_pod_priority 'medium' is invalid"),
@@ -179,7 +190,9 @@ def test_evaluate_needs_validation_data_and_checkpoint():
         _validate([], base=base, parser=parser)
     with pytest.raises(A.ArgumentError, match="--checkpoint_dir_for_init is required to evaluate"):
         _validate(["--validation_data=/v"], base=base, parser=parser)
-    args = _validate(["--validation_data=/v", "--checkpoint_dir_for_init=/c"], base=base, parser=parser)
+    args = _validate(
+        ["--validation_data=/v", "--checkpoint_dir_for_init=/c"], base=base, parser=parser
+    )
     assert args.job_type == A.JobType.EVALUATION_ONLY
 
 
@@ -191,7 +204,9 @@ def test_predict_needs_prediction_data_and_checkpoint():
         _validate([], base=base, parser=parser)
     with pytest.raises(A.ArgumentError, match="--checkpoint_dir_for_init is required to predict"):
         _validate(["--prediction_data=/p"], base=base, parser=parser)
-    args = _validate(["--prediction_data=/p", "--checkpoint_dir_for_init=/c"], base=base, parser=parser)
+    args = _validate(
+        ["--prediction_data=/p", "--checkpoint_dir_for_init=/c"], base=base, parser=parser
+    )
     assert args.job_type == A.JobType.PREDICTION_ONLY
     assert args.prediction_outputs_processor == "PredictionOutputsProcessor"
 
@@ -202,7 +217,12 @@ def test_local_paths_are_checked(tmp_path):
     (zoo / "mnist" / "model.py").write_text("")
     data = tmp_path / "train"
     data.mkdir()
-    base = ["--job_name=j", f"--model_zoo={zoo}", "--model_def=mnist.model.custom_model", f"--training_data={data}"]
+    base = [
+        "--job_name=j",
+        f"--model_zoo={zoo}",
+        "--model_def=mnist.model.custom_model",
+        f"--training_data={data}",
+    ]
     _validate([], base=base, check_local_paths=True)
     with pytest.raises(A.ArgumentError, match="no file mnist/other.py under --model_zoo"):
         _validate(["--model_def=mnist.other.custom_model"], base=base, check_local_paths=True)

@@ -17,8 +17,23 @@ from decimal import Decimal, InvalidOperation
 
 NVIDIA_GPU = "nvidia.com/gpu"
 
-_BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL_SUFFIXES = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_BINARY_SUFFIXES = {
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+_DECIMAL_SUFFIXES = {
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+}
 _CPU = re.compile(r"^(\d+(\.\d*)?|\.\d+)m?$")
 _QUANTITY = re.compile(r"^(\d+(\.\d*)?|\.\d+)([eE]\d+|Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E)?$")
 _INTEGER = re.compile(r"^\d+$")
@@ -74,7 +89,9 @@ def parse_resource(resource: str) -> dict[str, str]:
     for item in resource.split(","):
         item = item.strip()
         if not item:
-            raise ResourceError(f"empty item in {resource!r}; separate resources with single commas")
+            raise ResourceError(
+                f"empty item in {resource!r}; separate resources with single commas"
+            )
         if "=" not in item:
             raise ResourceError(f"{item!r} is not name=value; e.g. cpu=1,memory=4096Mi")
         name, value = (part.strip() for part in item.split("=", 1))
@@ -108,4 +125,6 @@ def check_limit_not_below_request(request: str, limit: str) -> None:
     requests, limits = parse_resource(request), parse_resource(limit)
     for name, lim in limits.items():
         if name in requests and parse_quantity(lim) < parse_quantity(requests[name]):
-            raise ResourceError(f"{name} limit {lim} is below the request {requests[name]}; raise the limit")
+            raise ResourceError(
+                f"{name} limit {lim} is below the request {requests[name]}; raise the limit"
+            )

@@ -3,7 +3,6 @@
 from decimal import Decimal
 
 import pytest
-
 from elasticdl.common.k8s_resource import (
     ResourceError,
     check_limit_not_below_request,
@@ -35,7 +34,9 @@ def test_empty_is_empty():
     assert parse_resource("   ") == {}
 
 
-@pytest.mark.parametrize("name", ["amd.com/gpu", "intel.com/gpu", "nvidia.com/tesla-p100", "nvidia.com/mig-1g.5gb"])
+@pytest.mark.parametrize(
+    "name", ["amd.com/gpu", "intel.com/gpu", "nvidia.com/tesla-p100", "nvidia.com/mig-1g.5gb"]
+)
 def test_vendor_and_model_gpus(name):
     assert parse_resource(f"cpu=1,{name}=2") == {"cpu": "1", name: "2"}
 

@@ -94,7 +94,9 @@ def _parse_entry(entry: str) -> VolumeSpec:
             raise VolumeError(f"{item!r} in volume {entry!r} is not key=value")
         key, value = (part.strip() for part in item.split("=", 1))
         if key not in _KEYS:
-            raise VolumeError(f"unknown key {key!r} in volume {entry!r}; allowed: {', '.join(_KEYS)}")
+            raise VolumeError(
+                f"unknown key {key!r} in volume {entry!r}; allowed: {', '.join(_KEYS)}"
+            )
         if key in fields:
             raise VolumeError(f"key {key!r} appears twice in volume {entry!r}; keep one")
         if not value:
@@ -107,7 +109,9 @@ def _parse_entry(entry: str) -> VolumeSpec:
     if "mount_path" not in fields:
         raise VolumeError(f"volume {entry!r} needs mount_path=<absolute path in the container>")
     if not fields["mount_path"].startswith("/"):
-        raise VolumeError(f"mount_path {fields['mount_path']!r} in volume {entry!r} must be absolute")
+        raise VolumeError(
+            f"mount_path {fields['mount_path']!r} in volume {entry!r} must be absolute"
+        )
     if "type" in fields:
         if "host_path" not in fields:
             raise VolumeError(f"type= applies to host_path volumes only (volume {entry!r})")
@@ -141,7 +145,9 @@ def parse_volumes(volume: str) -> list[VolumeSpec]:
             continue  # tolerate a trailing ';'
         spec = _parse_entry(entry)
         if spec.mount_path in seen_mounts:
-            raise VolumeError(f"mount_path {spec.mount_path!r} is used by two volumes; use distinct paths")
+            raise VolumeError(
+                f"mount_path {spec.mount_path!r} is used by two volumes; use distinct paths"
+            )
         seen_mounts.add(spec.mount_path)
         specs.append(spec)
     return specs
@@ -158,8 +164,21 @@ def volumes_and_mounts(volume: str) -> tuple[list[Volume], list[VolumeMount]]:
         if name is None:
             name = f"volume-{len(volumes)}"
             names[spec.source_key] = name
-            volumes.append(Volume(name=name, claim_name=spec.claim_name, host_path=spec.host_path, type=spec.type))
+            volumes.append(
+                Volume(
+                    name=name, claim_name=spec.claim_name, host_path=spec.host_path, type=spec.type
+                )
+            )
         elif spec.host_path and spec.type and volumes[int(name.split("-")[1])].type != spec.type:
-            raise VolumeError(f"host_path {spec.host_path!r} is given with two different types; use one")
-        mounts.append(VolumeMount(name=name, mount_path=spec.mount_path, sub_path=spec.sub_path, read_only=spec.read_only))
+            raise VolumeError(
+                f"host_path {spec.host_path!r} is given with two different types; use one"
+            )
+        mounts.append(
+            VolumeMount(
+                name=name,
+                mount_path=spec.mount_path,
+                sub_path=spec.sub_path,
+                read_only=spec.read_only,
+            )
+        )
     return volumes, mounts

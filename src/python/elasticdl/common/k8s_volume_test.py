@@ -1,19 +1,25 @@
 """Volume-string parsing, mirroring the original k8s_volume_test behaviours."""
 
 import pytest
-
 from elasticdl.common.k8s_volume import VolumeError, parse_volumes, volumes_and_mounts
 
 
 def test_claim_volume():
     volumes, mounts = volumes_and_mounts("claim_name=c1,mount_path=/path1")
-    assert [v.to_dict() for v in volumes] == [{"name": "volume-0", "persistentVolumeClaim": {"claimName": "c1"}}]
+    assert [v.to_dict() for v in volumes] == [
+        {"name": "volume-0", "persistentVolumeClaim": {"claimName": "c1"}}
+    ]
     assert [m.to_dict() for m in mounts] == [{"name": "volume-0", "mountPath": "/path1"}]
 
 
 def test_host_path_volume_with_type_and_sub_path():
-    volumes, mounts = volumes_and_mounts(" host_path=/h , mount_path=/q, type=Directory, sub_path=s ")
-    assert volumes[0].to_dict() == {"name": "volume-0", "hostPath": {"path": "/h", "type": "Directory"}}
+    volumes, mounts = volumes_and_mounts(
+        " host_path=/h , mount_path=/q, type=Directory, sub_path=s "
+    )
+    assert volumes[0].to_dict() == {
+        "name": "volume-0",
+        "hostPath": {"path": "/h", "type": "Directory"},
+    }
     assert mounts[0].to_dict() == {"name": "volume-0", "mountPath": "/q", "subPath": "s"}
 
 

@@ -147,7 +147,10 @@ def load_model_spec(
             module, path, custom_data_reader, "--custom_data_reader", required=False
         ),
         prediction_outputs_processor=_get(
-            module, path, prediction_outputs_processor, "--prediction_outputs_processor",
+            module,
+            path,
+            prediction_outputs_processor,
+            "--prediction_outputs_processor",
             required=False,
         ),
         model_file=path,

@@ -2,7 +2,6 @@ import textwrap
 
 import keras
 import pytest
-
 from elasticdl.common.model_utils import (
     Mode,
     ModelSpecError,

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-
 from elasticdl.proto import elasticdl_pb2 as pb
 
 _NP_TO_PB = {

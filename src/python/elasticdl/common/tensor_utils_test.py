@@ -1,12 +1,13 @@
 import numpy as np
 import pytest
-
 from elasticdl.common import tensor_utils as tu
 from elasticdl.common.hash_utils import scatter_embedding_vector, string_to_id
 from elasticdl.proto import elasticdl_pb2 as pb
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.float16, np.bool_])
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float64, np.int32, np.int64, np.float16, np.bool_]
+)
 def test_ndarray_round_trip(dtype):
     a = (np.arange(24).reshape(2, 3, 4) % 2).astype(dtype)
     msg = pb.Tensor.FromString(tu.ndarray_to_pb(a).SerializeToString())

@@ -2,7 +2,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from elasticdl.data.example_codec import (
     ExampleCodecError,
     Feature,

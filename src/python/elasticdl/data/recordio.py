@@ -272,9 +272,7 @@ class Scanner:
 
     def _load(self, chunk_idx: int) -> None:
         assert self._file is not None
-        self._records = read_chunk(
-            self._file, self._index.chunk(chunk_idx), chunk_idx, self.path
-        )
+        self._records = read_chunk(self._file, self._index.chunk(chunk_idx), chunk_idx, self.path)
 
     def record(self) -> Optional[bytes]:
         if self._next >= self._stop:

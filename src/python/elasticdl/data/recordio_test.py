@@ -5,7 +5,6 @@ import struct
 import time
 
 import pytest
-
 from elasticdl.data import recordio
 from elasticdl.data.recordio import Compressor, Index, RecordIOError, Scanner, Writer
 

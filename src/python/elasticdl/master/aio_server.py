@@ -64,7 +64,9 @@ class _AsyncAdapter:
 
     def __init__(self, servicer, rpc_names, pool):
         for name in rpc_names:
-            setattr(self, name, _async_handler(getattr(servicer, name), name in INLINE_METHODS, pool))
+            setattr(
+                self, name, _async_handler(getattr(servicer, name), name in INLINE_METHODS, pool)
+            )
 
 
 class AsyncServer:
@@ -72,12 +74,16 @@ class AsyncServer:
     behave like `grpc.Server`'s."""
 
     def __init__(self, add_servicer_fn, servicer, rpc_names, options, threads: int):
-        self._pool = futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="master-rpc")
+        self._pool = futures.ThreadPoolExecutor(
+            max_workers=threads, thread_name_prefix="master-rpc"
+        )
         self._adapter = _AsyncAdapter(servicer, rpc_names, self._pool)
         self._add = add_servicer_fn
         self._options = options
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="master-grpc-aio", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="master-grpc-aio", daemon=True
+        )
         self._thread.start()
         self._server = self._run(self._create())
         self._stopped = threading.Event()

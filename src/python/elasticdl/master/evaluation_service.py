@@ -25,7 +25,6 @@ import threading
 from typing import Any, Callable, Mapping
 
 import numpy as np
-
 from elasticdl.master.task_manager import Task, TaskManager, TaskType
 
 logger = logging.getLogger(__name__)
@@ -205,7 +204,9 @@ class EvaluationService:
                 model_version, num_tasks, MetricsAggregator(self._eval_metrics_fn())
             )
         self._tm.create_evaluation_tasks(model_version)
-        logger.info("Evaluation of model version %s started (%d tasks)", _v(model_version), num_tasks)
+        logger.info(
+            "Evaluation of model version %s started (%d tasks)", _v(model_version), num_tasks
+        )
         return True
 
     # ---- results -------------------------------------------------------------------------
@@ -224,7 +225,9 @@ class EvaluationService:
             if model_version >= 0:
                 self._model_version = max(self._model_version, model_version)
             if task_id:
-                self._buffers.setdefault((task_id, worker_id), []).append((outputs, labels, model_version))
+                self._buffers.setdefault((task_id, worker_id), []).append(
+                    (outputs, labels, model_version)
+                )
                 return
             # Workers that do not name the task: merge right away into the only open round.
             if len(self._rounds) != 1:
@@ -252,7 +255,9 @@ class EvaluationService:
                 del self._buffers[key]
             rnd = self._rounds.get(task.model_version)
             if rnd is None:
-                logger.warning("Result of evaluation %s for an unknown round ignored", task.describe())
+                logger.warning(
+                    "Result of evaluation %s for an unknown round ignored", task.describe()
+                )
                 return
             if success:
                 self._merge(rnd, batches)
@@ -276,7 +281,8 @@ class EvaluationService:
         if rnd.failed_tasks:
             logger.warning(
                 "Evaluation of version %d: %d task(s) failed; metrics cover the rest",
-                version, rnd.failed_tasks,
+                version,
+                rnd.failed_tasks,
             )
         logger.info("Evaluation metrics[v=%d]: %s", version, metrics)
         return result

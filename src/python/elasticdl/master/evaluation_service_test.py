@@ -2,7 +2,6 @@ import logging
 
 import numpy as np
 import pytest
-
 from elasticdl.master.evaluation_service import (
     FINAL_VERSION,
     EvaluationMetricsError,
@@ -48,7 +47,9 @@ def test_periodic_evaluation_with_keras_metric_logs_like_original(caplog):
     # Task 1: 4 of 5 correct; task 2: 4 of 5 correct -> 0.8.
     labels = np.array([0, 1, 2, 0, 1])
     es.report_evaluation_metrics({"output": _probs([0, 1, 2, 0, 0])}, labels, 1, e1.task_id, 50)
-    es.report_evaluation_metrics({"output": _probs([2, 1, 2, 0, 1])[:3]}, labels[:3], 2, e2.task_id, 50)
+    es.report_evaluation_metrics(
+        {"output": _probs([2, 1, 2, 0, 1])[:3]}, labels[:3], 2, e2.task_id, 50
+    )
     es.report_evaluation_metrics({"output": _probs([0, 1])}, labels[3:], 2, e2.task_id, 50)
     assert es.latest is None
     tm.report(e1.task_id, True, 1)
@@ -103,14 +104,17 @@ def test_final_evaluation_after_training_uses_reported_version():
 
 def test_nested_metrics_per_output_and_failed_task():
     tm = TaskManager(
-        TaskManagerConfig(records_per_task=5, max_task_retries=0), evaluation_shards=[("val", 0, 10)]
+        TaskManagerConfig(records_per_task=5, max_task_retries=0),
+        evaluation_shards=[("val", 0, 10)],
     )
     es = EvaluationService(
         tm, lambda: {"a": {"mae": _abs_error}, "b": {"mae": _abs_error}}, evaluation_steps=0
     )
     assert es.start_evaluation(FINAL_VERSION)
     e1, e2 = tm.get(0), tm.get(1)
-    es.report_evaluation_metrics({"a": np.ones(5), "b": np.full(5, 2.0)}, np.zeros(5), 0, e1.task_id, 5)
+    es.report_evaluation_metrics(
+        {"a": np.ones(5), "b": np.full(5, 2.0)}, np.zeros(5), 0, e1.task_id, 5
+    )
     tm.report(e1.task_id, True, 0)
     tm.report(e2.task_id, False, 1, err_message="boom")  # dropped: no retries allowed
     result = es.latest

@@ -73,7 +73,9 @@ class Job:
     def _validate(self) -> None:
         a = self.args
         if getattr(a, "job_command", ""):
-            raise JobConfigError("--job_command is not supported by this master; run model-zoo jobs with --model_def")
+            raise JobConfigError(
+                "--job_command is not supported by this master; run model-zoo jobs with --model_def"
+            )
         if a.distribution_strategy == ALLREDUCE:
             if a.num_ps_pods != 0:
                 raise JobConfigError(
@@ -103,7 +105,9 @@ class Job:
 
     @property
     def evaluates(self) -> bool:
-        return self.job_type in (TRAINING_WITH_EVALUATION, EVALUATION_ONLY) and bool(self.args.validation_data)
+        return self.job_type in (TRAINING_WITH_EVALUATION, EVALUATION_ONLY) and bool(
+            self.args.validation_data
+        )
 
     def _prepare(self) -> None:
         from elasticdl.common.model_utils import get_optimizer_info, load_model_spec
@@ -112,11 +116,17 @@ class Job:
         if self.job_dir is not None:
             (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.spec = load_model_spec(
-            a.model_zoo, a.model_def, feed=a.feed, loss=a.loss, optimizer=a.optimizer,
-            eval_metrics_fn=a.eval_metrics_fn, callbacks=a.callbacks,
+            a.model_zoo,
+            a.model_def,
+            feed=a.feed,
+            loss=a.loss,
+            optimizer=a.optimizer,
+            eval_metrics_fn=a.eval_metrics_fn,
+            callbacks=a.callbacks,
             custom_data_reader=a.custom_data_reader,
             prediction_outputs_processor=a.prediction_outputs_processor,
-            require_feed=False, require_eval_metrics_fn=self.evaluates,
+            require_feed=False,
+            require_eval_metrics_fn=self.evaluates,
         )
         records_per_task = a.minibatch_size * a.num_minibatches_per_task
         self.records_per_task = records_per_task
@@ -138,8 +148,11 @@ class Job:
             prediction_shards=prediction,
         )
         self.es = (
-            EvaluationService(self.tm, self.spec.eval_metrics_fn, evaluation_steps=a.evaluation_steps)
-            if self.evaluates else None
+            EvaluationService(
+                self.tm, self.spec.eval_metrics_fn, evaluation_steps=a.evaluation_steps
+            )
+            if self.evaluates
+            else None
         )
         opt_type, opt_args = "SGD", "learning_rate=0.1;"
         if self.trains:
@@ -149,7 +162,9 @@ class Job:
         self.platform = self._platform or create_platform(a)
         self.rendezvous = self._start_rendezvous() if self.allreduce else None
         self.servicer = MasterServicer(
-            self.tm, self.es, job_status=lambda: job_status.to_pb(self.snapshot()),
+            self.tm,
+            self.es,
+            job_status=lambda: job_status.to_pb(self.snapshot()),
             rendezvous=self.rendezvous,
         )
         self._server, self.port = self._start_server()
@@ -160,11 +175,16 @@ class Job:
             self.platform.add_event_listener(self.rendezvous.on_replica_event)
         ckpt_dir, ckpt_steps, ckpt_keep = self._ps_checkpointing()
         commands = ReplicaCommands(
-            a, self.platform,
+            a,
+            self.platform,
             ReplicaCommandConfig(
-                master_addr=master_addr, opt_type=opt_type, opt_args=opt_args,
-                checkpoint_dir=ckpt_dir, checkpoint_steps=ckpt_steps,
-                keep_checkpoint_max=ckpt_keep, env=replica_env(a),
+                master_addr=master_addr,
+                opt_type=opt_type,
+                opt_args=opt_args,
+                checkpoint_dir=ckpt_dir,
+                checkpoint_steps=ckpt_steps,
+                keep_checkpoint_max=ckpt_keep,
+                env=replica_env(a),
             ),
         )
         self.commands = commands
@@ -191,8 +211,15 @@ class Job:
         logger.info(
             "Job %s (%s): %d training / %d evaluation / %d prediction tasks per round of "
             "%d records; %d PS, %d workers; master at %s",
-            self.name, self.job_type, self.tm.num_training_tasks_per_epoch, self.tm.num_evaluation_tasks,
-            self.tm.num_prediction_tasks, records_per_task, a.num_ps_pods, a.num_workers, master_addr,
+            self.name,
+            self.job_type,
+            self.tm.num_training_tasks_per_epoch,
+            self.tm.num_evaluation_tasks,
+            self.tm.num_prediction_tasks,
+            records_per_task,
+            a.num_ps_pods,
+            a.num_workers,
+            master_addr,
         )
 
     def _ps_checkpointing(self) -> tuple[str, int | None, int | None]:
@@ -212,7 +239,8 @@ class Job:
             logger.info(
                 "PS recovery checkpoints every %d versions in %s (--checkpoint_steps=0; set "
                 "--checkpoint_steps and --checkpoint_dir to keep checkpoints of your own)",
-                RECOVERY_CHECKPOINT_STEPS, recovery,
+                RECOVERY_CHECKPOINT_STEPS,
+                recovery,
             )
             return recovery, RECOVERY_CHECKPOINT_STEPS, RECOVERY_CHECKPOINTS_KEPT
         logger.info(
@@ -292,7 +320,10 @@ class Job:
     def _wait_for_end(self) -> None:
         while True:
             if self._cancel.is_set():
-                self.phase, self.message = job_status.CANCELLED, "cancelled (the master was asked to stop)"
+                self.phase, self.message = (
+                    job_status.CANCELLED,
+                    "cancelled (the master was asked to stop)",
+                )
                 return
             failed = self.tm.failed_message or self.rm.failed_message
             if failed:
@@ -301,7 +332,9 @@ class Job:
             if self.tm.finished and not (self.es is not None and self.es.busy):
                 # Workers ask for a task, get "no more tasks" and exit on their own.
                 if not self.rm.wait_workers_exited(self.worker_exit_grace_s):
-                    logger.warning("Workers %s did not exit in time; stopping them", self.rm.alive_workers())
+                    logger.warning(
+                        "Workers %s did not exit in time; stopping them", self.rm.alive_workers()
+                    )
                 self.phase, self.message = self._final_verdict()
                 return
             self.rm.wait_for_change(self.poll_interval_s)
@@ -323,18 +356,20 @@ class Job:
             pid = None
             if hasattr(self.platform, "pid"):
                 pid = self.platform.pid(r.replica_type, r.replica_id)
-            replicas.append({
-                "name": f"{r.replica_type}-{r.replica_id}",
-                "type": str(r.replica_type),
-                "id": r.replica_id,
-                "phase": str(r.phase),
-                "exit_code": r.exit_code,
-                "restarts": r.relaunch_count,
-                "pid": pid,
-                "message": r.reason,
-                "replaced_by": r.replaced_by,
-                "log": r.log,
-            })
+            replicas.append(
+                {
+                    "name": f"{r.replica_type}-{r.replica_id}",
+                    "type": str(r.replica_type),
+                    "id": r.replica_id,
+                    "phase": str(r.phase),
+                    "exit_code": r.exit_code,
+                    "restarts": r.relaunch_count,
+                    "pid": pid,
+                    "message": r.reason,
+                    "replaced_by": r.replaced_by,
+                    "log": r.log,
+                }
+            )
         return {
             "job_name": self.name,
             "platform": self.args.platform,
@@ -351,18 +386,22 @@ class Job:
             "stale_reports": s.stale_reports,
             "records_trained": s.records_trained,
             "records_expected": s.records_expected,
-            "records_trained_per_epoch": {str(k): v for k, v in s.records_trained_per_epoch.items()},
+            "records_trained_per_epoch": {
+                str(k): v for k, v in s.records_trained_per_epoch.items()
+            },
             "records_predicted": s.records_predicted,
             "epoch": s.epoch,
             "num_epochs": self.args.num_epochs if self.trains else 0,
             "evaluation_metrics": dict(latest.metrics) if latest else {},
             "evaluation_history": [
-                {"model_version": r.model_version, "metrics": r.metrics} for r in (self.es.history if self.es else [])
+                {"model_version": r.model_version, "metrics": r.metrics}
+                for r in (self.es.history if self.es else [])
             ],
             "replicas": replicas,
             "rendezvous": (
                 {"generation": self.rendezvous.generation, "members": self.rendezvous.members()}
-                if self.rendezvous is not None else None
+                if self.rendezvous is not None
+                else None
             ),
             "master": {"pid": os.getpid(), "port": self.port},
             "created_at": self.started_at,
@@ -372,20 +411,28 @@ class Job:
     def _log_summary(self) -> None:
         s = self.tm.summary()
         elapsed = time.time() - self.started_at
-        verb = {job_status.SUCCEEDED: "succeeded", job_status.FAILED: "failed"}.get(self.phase, self.phase.lower())
+        verb = {job_status.SUCCEEDED: "succeeded", job_status.FAILED: "failed"}.get(
+            self.phase, self.phase.lower()
+        )
         parts = []
         if self.trains:
-            per_epoch = ", ".join(f"epoch {e}: {n}" for e, n in sorted(s.records_trained_per_epoch.items()))
-            parts.append(f"trained {s.records_trained}/{s.records_expected} records in {s.tasks_done} tasks "
-                         f"({s.tasks_retried} retried, {s.tasks_recovered} recovered from lost workers)"
-                         + (f" [{per_epoch}]" if per_epoch else ""))
+            per_epoch = ", ".join(
+                f"epoch {e}: {n}" for e, n in sorted(s.records_trained_per_epoch.items())
+            )
+            parts.append(
+                f"trained {s.records_trained}/{s.records_expected} records in {s.tasks_done} tasks "
+                f"({s.tasks_retried} retried, {s.tasks_recovered} recovered from lost workers)"
+                + (f" [{per_epoch}]" if per_epoch else "")
+            )
             parts.append(f"model version {self.servicer.model_version}")
         elif self.job_type == PREDICTION_ONLY:
             parts.append(f"predicted {s.records_predicted} records in {s.tasks_done} tasks")
         else:
             parts.append(f"{s.tasks_done} evaluation tasks")
         if self.es is not None and self.es.latest is not None:
-            parts.append(f"evaluation metrics[v={self.es.latest.model_version}]: {self.es.latest.metrics}")
+            parts.append(
+                f"evaluation metrics[v={self.es.latest.model_version}]: {self.es.latest.metrics}"
+            )
         relaunched = sum(1 for r in self.rm.replicas() if r.replaced_by is not None)
         if relaunched:
             parts.append(f"{relaunched} worker(s) relaunched")

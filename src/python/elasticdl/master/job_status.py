@@ -13,7 +13,13 @@ from typing import Callable
 
 logger = logging.getLogger(__name__)
 
-PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = "Pending", "Running", "Succeeded", "Failed", "Cancelled"
+PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = (
+    "Pending",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "Cancelled",
+)
 FINAL_PHASES = (SUCCEEDED, FAILED, CANCELLED)
 
 

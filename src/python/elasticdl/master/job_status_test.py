@@ -30,14 +30,28 @@ def test_publish_failure_does_not_break_the_writer(tmp_path):
 
 
 def test_to_pb():
-    msg = to_pb({
-        "job_name": "j", "phase": "Succeeded", "model_version": 7, "records_trained": 10,
-        "records_expected": 10, "evaluation_metrics": {"accuracy": 0.5},
-        "replicas": [{"type": "worker", "id": 2, "phase": "Failed", "restarts": 1, "exit_code": 137},
-                     {"type": "ps", "id": 0, "phase": "Running", "exit_code": None}],
-    })
-    assert (msg.job_name, msg.phase, msg.model_version, msg.records_trained) == ("j", "Succeeded", 7, 10)
+    msg = to_pb(
+        {
+            "job_name": "j",
+            "phase": "Succeeded",
+            "model_version": 7,
+            "records_trained": 10,
+            "records_expected": 10,
+            "evaluation_metrics": {"accuracy": 0.5},
+            "replicas": [
+                {"type": "worker", "id": 2, "phase": "Failed", "restarts": 1, "exit_code": 137},
+                {"type": "ps", "id": 0, "phase": "Running", "exit_code": None},
+            ],
+        }
+    )
+    assert (msg.job_name, msg.phase, msg.model_version, msg.records_trained) == (
+        "j",
+        "Succeeded",
+        7,
+        10,
+    )
     assert dict(msg.evaluation_metrics) == {"accuracy": 0.5}
     assert [(r.type, r.id, r.relaunch_count, r.exit_code) for r in msg.replicas] == [
-        ("worker", 2, 1, 137), ("ps", 0, 0, 0)
+        ("worker", 2, 1, 137),
+        ("ps", 0, 0, 0),
     ]

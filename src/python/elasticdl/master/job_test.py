@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from elasticdl.common.args import parse_master_args
 from elasticdl.data.example_codec import encode_example, float_feature, int64_feature
 from elasticdl.data.recordio import Writer
@@ -95,7 +94,17 @@ def test_training_job_survives_worker_sigkill(tmp_path):
 
 
 def test_bad_flags_exit_2(tmp_path, capsys):
-    assert main(["--job_name=x", "--model_zoo=" + ZOO, "--model_def=tiny.linear.nope",
-                 "--training_data=" + str(tmp_path), "--platform=local",
-                 "--job_dir=" + str(tmp_path / "j")]) == 2
+    assert (
+        main(
+            [
+                "--job_name=x",
+                "--model_zoo=" + ZOO,
+                "--model_def=tiny.linear.nope",
+                "--training_data=" + str(tmp_path),
+                "--platform=local",
+                "--job_dir=" + str(tmp_path / "j"),
+            ]
+        )
+        == 2
+    )
     assert "nope" in capsys.readouterr().err

@@ -69,11 +69,15 @@ class RendezvousConfig:
         if self.settle_s < 0:
             raise ValueError(f"rendezvous settle_s must be >= 0, got {self.settle_s}")
         if self.answer_timeout_s <= 0:
-            raise ValueError(f"rendezvous answer_timeout_s must be > 0, got {self.answer_timeout_s}")
+            raise ValueError(
+                f"rendezvous answer_timeout_s must be > 0, got {self.answer_timeout_s}"
+            )
 
 
 class Rendezvous:
-    def __init__(self, config: RendezvousConfig | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, config: RendezvousConfig | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.config = config or RendezvousConfig()
         self._clock = clock
         self._lock = threading.Lock()
@@ -92,7 +96,9 @@ class Rendezvous:
         """``LOOP_START`` without a generation: ready to train, or my collective failed."""
         with self._lock:
             if worker_id in self._gone:
-                logger.warning("Rendezvous: join from worker %d ignored, it already left the job", worker_id)
+                logger.warning(
+                    "Rendezvous: join from worker %d ignored, it already left the job", worker_id
+                )
                 return
             if worker_id not in self._wanted:
                 self._wanted[worker_id] = host
@@ -106,7 +112,9 @@ class Rendezvous:
                     self._last_change = self._clock()
                     logger.info(
                         "Rendezvous: worker %d left generation %d (collective failed); a new one "
-                        "will be formed", worker_id, self._generation,
+                        "will be formed",
+                        worker_id,
+                        self._generation,
                     )
 
     def acknowledge(self, worker_id: int, rendezvous_id: int) -> None:
@@ -117,7 +125,9 @@ class Rendezvous:
             else:
                 logger.debug(
                     "Rendezvous: stale acknowledgement of generation %d from worker %d (current %d)",
-                    rendezvous_id, worker_id, self._generation,
+                    rendezvous_id,
+                    worker_id,
+                    self._generation,
                 )
 
     def leave(self, worker_id: int, reason: str = "") -> None:
@@ -127,7 +137,9 @@ class Rendezvous:
             self._gone.add(worker_id)
             if self._wanted.pop(worker_id, None) is not None:
                 self._last_change = self._clock()
-                logger.info("Rendezvous: worker %d leaves%s", worker_id, f" ({reason})" if reason else "")
+                logger.info(
+                    "Rendezvous: worker %d leaves%s", worker_id, f" ({reason})" if reason else ""
+                )
 
     def on_replica_event(self, event) -> None:
         """Platform event listener: a worker replica that ended leaves the group."""
@@ -176,7 +188,10 @@ class Rendezvous:
                 return
             logger.warning(
                 "Rendezvous: workers %s did not answer generation %d within %.0f s; forming the "
-                "next one without waiting", waiting, self._generation, self.config.answer_timeout_s,
+                "next one without waiting",
+                waiting,
+                self._generation,
+                self.config.answer_timeout_s,
             )
         self._generation += 1
         self._members = list(self._wanted)
@@ -185,8 +200,10 @@ class Rendezvous:
         self._generation_formed_at = now
         self.history.append((self._generation, list(self._members)))
         logger.info(
-            "Rendezvous: generation %d, world size %d, ranks %s", self._generation,
-            len(self._members), {w: r for r, w in enumerate(self._members)},
+            "Rendezvous: generation %d, world size %d, ranks %s",
+            self._generation,
+            len(self._members),
+            {w: r for r, w in enumerate(self._members)},
         )
 
 
@@ -218,7 +235,10 @@ class RendezvousStore:
         self._socket.listen(1024)
         self.port = self._socket.getsockname()[1]
         self._store = dist.TCPStore(
-            bind_host, self.port, is_master=True, wait_for_workers=False,
+            bind_host,
+            self.port,
+            is_master=True,
+            wait_for_workers=False,
             master_listen_fd=self._socket.fileno(),
         )
         self._socket.detach()  # the store owns (and closes) the listening socket now

@@ -19,7 +19,9 @@ class Clock:
 
 def _rdzv(settle=1.0, answer_timeout=300.0):
     clock = Clock()
-    r = Rendezvous(RendezvousConfig("10.0.0.1", 1234, settle_s=settle, answer_timeout_s=answer_timeout), clock)
+    r = Rendezvous(
+        RendezvousConfig("10.0.0.1", 1234, settle_s=settle, answer_timeout_s=answer_timeout), clock
+    )
     return r, clock
 
 
@@ -138,6 +140,11 @@ def test_parameter_server_path_never_imports_torch():
     )
     from elasticdl.platform.local import child_pythonpath
 
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]

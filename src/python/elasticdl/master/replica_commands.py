@@ -62,7 +62,9 @@ class ReplicaCommandConfig:
 
 
 class ReplicaCommands:
-    def __init__(self, args: argparse.Namespace, platform: Platform, config: ReplicaCommandConfig) -> None:
+    def __init__(
+        self, args: argparse.Namespace, platform: Platform, config: ReplicaCommandConfig
+    ) -> None:
         self.args = args
         self.platform = platform
         self.config = config
@@ -84,7 +86,11 @@ class ReplicaCommands:
             if value is None:
                 continue
             if name == "model_zoo" and value:
-                value = os.path.abspath(os.path.expanduser(value)) if _is_local(self.platform) else value
+                value = (
+                    os.path.abspath(os.path.expanduser(value))
+                    if _is_local(self.platform)
+                    else value
+                )
             argv.append(_flag(name, value))
         return ReplicaSpec(
             ReplicaType.WORKER,
@@ -114,7 +120,9 @@ class ReplicaCommands:
             _flag("evaluation_steps", a.evaluation_steps),
             _flag("checkpoint_dir", self.config.checkpoint_dir),
             _flag("checkpoint_steps", _or(self.config.checkpoint_steps, a.checkpoint_steps)),
-            _flag("keep_checkpoint_max", _or(self.config.keep_checkpoint_max, a.keep_checkpoint_max)),
+            _flag(
+                "keep_checkpoint_max", _or(self.config.keep_checkpoint_max, a.keep_checkpoint_max)
+            ),
             _flag("checkpoint_dir_for_init", a.checkpoint_dir_for_init),
             _flag("num_workers", a.num_workers),
             _flag("opt_type", self.config.opt_type),
@@ -156,7 +164,9 @@ def replica_env(args: argparse.Namespace, environ: dict[str, str] | None = None)
 
     environ = dict(os.environ if environ is None else environ)
     env: dict[str, str] = {}
-    patterns = [p.strip() for p in (getattr(args, "populate_env_names", "") or "").split(",") if p.strip()]
+    patterns = [
+        p.strip() for p in (getattr(args, "populate_env_names", "") or "").split(",") if p.strip()
+    ]
     for pattern in patterns:
         try:
             regex = re.compile(pattern)

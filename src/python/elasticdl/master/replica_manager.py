@@ -159,7 +159,10 @@ class ReplicaManager:
         spec.priority = priority or spec.priority
         with self._lock:
             self._workers[worker_id] = ReplicaState(
-                ReplicaType.WORKER, worker_id, relaunch_count=relaunch_count, priority=spec.priority,
+                ReplicaType.WORKER,
+                worker_id,
+                relaunch_count=relaunch_count,
+                priority=spec.priority,
                 log=self.platform.log_location(ReplicaType.WORKER, worker_id),
             )
         self._launch(spec)
@@ -170,8 +173,11 @@ class ReplicaManager:
         with self._lock:
             old = self._ps.get(ps_id)
             self._ps[ps_id] = ReplicaState(
-                ReplicaType.PS, ps_id, relaunch_count=(old.relaunch_count + 1) if old else 0,
-                priority=spec.priority, log=self.platform.log_location(ReplicaType.PS, ps_id),
+                ReplicaType.PS,
+                ps_id,
+                relaunch_count=(old.relaunch_count + 1) if old else 0,
+                priority=spec.priority,
+                log=self.platform.log_location(ReplicaType.PS, ps_id),
             )
         self._launch(spec)
 
@@ -200,14 +206,20 @@ class ReplicaManager:
             self._changed.notify_all()
         if not event.phase.is_terminal or stopping:
             return
-        if event.phase == ReplicaPhase.DELETED and event.reason == REASON_DELETED_BY_MASTER and why_deleted is None:
+        if (
+            event.phase == ReplicaPhase.DELETED
+            and event.reason == REASON_DELETED_BY_MASTER
+            and why_deleted is None
+        ):
             why_deleted = "deleted by master"
         if event.replica_type == ReplicaType.WORKER:
             self._on_worker_ended(state, event, why_deleted)
         else:
             self._on_ps_ended(state, event)
 
-    def _on_worker_ended(self, state: ReplicaState, event: ReplicaEvent, why_deleted: str | None) -> None:
+    def _on_worker_ended(
+        self, state: ReplicaState, event: ReplicaEvent, why_deleted: str | None
+    ) -> None:
         if event.phase == ReplicaPhase.SUCCEEDED:
             logger.info("Worker %d finished", state.replica_id)
             self._check_workers_left()
@@ -251,7 +263,10 @@ class ReplicaManager:
     def _on_ps_ended(self, state: ReplicaState, event: ReplicaEvent) -> None:
         ps_id = state.replica_id
         logger.warning(
-            "PS %d ended while the job runs (%s, exit code %s%s)", ps_id, event.phase, event.exit_code,
+            "PS %d ended while the job runs (%s, exit code %s%s)",
+            ps_id,
+            event.phase,
+            event.exit_code,
             f", {event.reason}" if event.reason else "",
         )
         if event.message:
@@ -310,7 +325,10 @@ class ReplicaManager:
 
     def replicas(self) -> list[ReplicaState]:
         with self._lock:
-            return [dataclasses.replace(s) for s in list(self._ps.values()) + list(self._workers.values())]
+            return [
+                dataclasses.replace(s)
+                for s in list(self._ps.values()) + list(self._workers.values())
+            ]
 
     def wait_for_change(self, timeout: float) -> None:
         """Block until a replica changes phase or ``timeout`` seconds pass."""

@@ -3,7 +3,6 @@ import signal
 import time
 
 import pytest
-
 from elasticdl.master.replica_manager import (
     PriorityError,
     ReplicaManager,
@@ -45,7 +44,11 @@ class FakePlatform(Platform):
 
     def delete(self, replica_type, replica_id, grace_seconds=10.0):
         self.deleted.append((replica_type, replica_id))
-        self._emit(ReplicaEvent(replica_type, replica_id, ReplicaPhase.DELETED, 143, REASON_DELETED_BY_MASTER))
+        self._emit(
+            ReplicaEvent(
+                replica_type, replica_id, ReplicaPhase.DELETED, 143, REASON_DELETED_BY_MASTER
+            )
+        )
 
     def address(self, replica_type, replica_id):
         return f"{replica_type}-{replica_id}:2222"
@@ -64,12 +67,16 @@ class FakePlatform(Platform):
 
 
 def _spec(replica_type):
-    return lambda i: ReplicaSpec(replica_type, i, module=f"elasticdl.{replica_type}.main", args=[f"--id={i}"])
+    return lambda i: ReplicaSpec(
+        replica_type, i, module=f"elasticdl.{replica_type}.main", args=[f"--id={i}"]
+    )
 
 
 def _manager(platform, num_workers=2, num_ps=1, records=100, **kw):
     tm = TaskManager(TaskManagerConfig(records_per_task=10), training_shards=[("d", 0, records)])
-    rm = ReplicaManager(platform, ReplicaManagerConfig(num_ps, num_workers, **kw), _spec(W), _spec(PS), tm)
+    rm = ReplicaManager(
+        platform, ReplicaManagerConfig(num_ps, num_workers, **kw), _spec(W), _spec(PS), tm
+    )
     rm.start()
     return rm, tm
 
@@ -77,7 +84,13 @@ def _manager(platform, num_workers=2, num_ps=1, records=100, **kw):
 def test_starts_ps_then_workers():
     p = FakePlatform()
     rm, _ = _manager(p, num_workers=3, num_ps=2)
-    assert [(s.replica_type, s.replica_id) for s in p.launched] == [(PS, 0), (PS, 1), (W, 0), (W, 1), (W, 2)]
+    assert [(s.replica_type, s.replica_id) for s in p.launched] == [
+        (PS, 0),
+        (PS, 1),
+        (W, 0),
+        (W, 1),
+        (W, 2),
+    ]
     assert sorted(rm.alive_workers()) == [0, 1, 2]
 
 

@@ -7,7 +7,6 @@ import logging
 from concurrent import futures
 
 import grpc
-
 from elasticdl.master.aio_server import AsyncServer
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
@@ -23,7 +22,10 @@ class MasterServerError(RuntimeError):
 
 
 def create_master_server(
-    servicer: pb_grpc.MasterServicer, port: int, bind_host: str = "0.0.0.0", use_asyncio: bool = True
+    servicer: pb_grpc.MasterServicer,
+    port: int,
+    bind_host: str = "0.0.0.0",
+    use_asyncio: bool = True,
 ) -> tuple[grpc.Server, int]:
     """Start serving ``servicer`` on ``bind_host:port`` (port 0 = any free port).
 
@@ -40,7 +42,9 @@ def create_master_server(
     ]
     if use_asyncio:
         rpcs = [m.name for m in pb.DESCRIPTOR.services_by_name["Master"].methods]
-        server = AsyncServer(pb_grpc.add_MasterServicer_to_server, servicer, rpcs, options, GRPC_THREADS)
+        server = AsyncServer(
+            pb_grpc.add_MasterServicer_to_server, servicer, rpcs, options, GRPC_THREADS
+        )
     else:
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="master-rpc"),

@@ -7,14 +7,13 @@ import logging
 from typing import Callable
 
 import grpc
-from google.protobuf import empty_pb2
-
 from elasticdl.common.tensor_utils import pb_to_ndarray
 from elasticdl.master.evaluation_service import EvaluationMetricsError, EvaluationService
 from elasticdl.master.rendezvous import Rendezvous
 from elasticdl.master.task_manager import TaskManager
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+from google.protobuf import empty_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +100,11 @@ class MasterServicer(pb_grpc.MasterServicer):
             context.abort(grpc.StatusCode.UNIMPLEMENTED, _NO_RENDEZVOUS)
         c = self._rendezvous.get_comm_rank(request.worker_id)
         return pb.GetCommRankResponse(
-            rank_id=c.rank, world_size=c.world_size, rendezvous_id=c.rendezvous_id,
-            rendezvous_addr=c.store_host, rendezvous_port=c.store_port,
+            rank_id=c.rank,
+            world_size=c.world_size,
+            rendezvous_id=c.rendezvous_id,
+            rendezvous_addr=c.store_host,
+            rendezvous_port=c.store_port,
         )
 
     def report_training_loop_status(self, request: pb.ReportTrainingLoopStatusRequest, context):
@@ -116,7 +118,9 @@ class MasterServicer(pb_grpc.MasterServicer):
         elif request.status == pb.LOOP_END:
             self._rendezvous.leave(request.worker_id, reason="training loop ended")
         else:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown training loop status {request.status}")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"unknown training loop status {request.status}"
+            )
         return empty_pb2.Empty()
 
     def report_training_params(self, request, context):

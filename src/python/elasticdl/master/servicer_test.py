@@ -3,7 +3,6 @@
 import grpc
 import numpy as np
 import pytest
-
 from elasticdl.common.tensor_utils import ndarray_to_pb
 from elasticdl.master.evaluation_service import EvaluationService
 from elasticdl.master.server import MasterServerError, create_master_server
@@ -26,7 +25,11 @@ def master():
     )
     es = EvaluationService(tm, lambda: {"mae": _mae}, evaluation_steps=10)
     servicer = MasterServicer(
-        tm, es, job_status=lambda: pb.JobStatus(job_name="unit", phase="Running", tasks_done=tm.summary().tasks_done)
+        tm,
+        es,
+        job_status=lambda: pb.JobStatus(
+            job_name="unit", phase="Running", tasks_done=tm.summary().tasks_done
+        ),
     )
     server, port = create_master_server(servicer, 0, bind_host="127.0.0.1")
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -45,9 +48,16 @@ def test_training_tasks_epochs_and_job_status(master):
             break
         executed.append((task.epoch, task.shard.name, task.shard.start, task.shard.end))
         stub.report_task_result(
-            pb.ReportTaskResultRequest(task_id=task.task_id, worker_id=3, exec_counters={"records": 4})
+            pb.ReportTaskResultRequest(
+                task_id=task.task_id, worker_id=3, exec_counters={"records": 4}
+            )
         )
-    assert executed == [(1, "train", 0, 4), (1, "train", 4, 8), (2, "train", 0, 4), (2, "train", 4, 8)]
+    assert executed == [
+        (1, "train", 0, 4),
+        (1, "train", 4, 8),
+        (2, "train", 0, 4),
+        (2, "train", 4, 8),
+    ]
     # Training done -> the final evaluation task follows.
     assert task.type == pb.EVALUATION and task.shard.name == "val"
     s = tm.summary()
@@ -58,7 +68,9 @@ def test_training_tasks_epochs_and_job_status(master):
 def test_failure_requeue_and_stale_report_over_grpc(master):
     tm, _, stub, _ = master
     t = stub.get_task(pb.GetTaskRequest(worker_id=1))
-    stub.report_task_result(pb.ReportTaskResultRequest(task_id=t.task_id, worker_id=1, err_message="oops"))
+    stub.report_task_result(
+        pb.ReportTaskResultRequest(task_id=t.task_id, worker_id=1, err_message="oops")
+    )
     assert tm.summary().tasks_retried == 1
     t2 = stub.get_task(pb.GetTaskRequest(worker_id=2))
     t_again = stub.get_task(pb.GetTaskRequest(worker_id=2))
@@ -106,7 +118,9 @@ def test_port_in_use_is_a_clear_error(master):
 
 
 def test_task_reports_carry_the_model_version_without_summing_it():
-    tm = TaskManager(TaskManagerConfig(records_per_task=4, num_epochs=1), training_shards=[("train", 0, 8)])
+    tm = TaskManager(
+        TaskManagerConfig(records_per_task=4, num_epochs=1), training_shards=[("train", 0, 8)]
+    )
     servicer = MasterServicer(tm)
     for version in (7, 5):  # reports may arrive out of order: the newest version wins
         task = servicer.get_task(pb.GetTaskRequest(worker_id=0), None)

@@ -197,7 +197,9 @@ class TaskSummary:
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d["records_trained_per_epoch"] = {str(k): v for k, v in self.records_trained_per_epoch.items()}
+        d["records_trained_per_epoch"] = {
+            str(k): v for k, v in self.records_trained_per_epoch.items()
+        }
         return d
 
 
@@ -222,7 +224,9 @@ class TaskManager:
         self._evaluation_ranges = split_shards(evaluation_shards, config.records_per_task)
         self._prediction_ranges = split_shards(prediction_shards, config.records_per_task)
         if self._prediction_ranges and self._training_ranges:
-            raise ValueError("a job cannot both train and predict: pass either --training_data or --prediction_data")
+            raise ValueError(
+                "a job cannot both train and predict: pass either --training_data or --prediction_data"
+            )
         self._records_per_epoch = sum(r.num_records for r in self._training_ranges)
 
         self._next_id = 1
@@ -234,7 +238,9 @@ class TaskManager:
 
         self._epoch = 0  # training epochs created so far
         self._max_step_reached = False
-        self._train_end_state = "none" if config.saved_model_path else "not_needed"  # none|issued|done
+        self._train_end_state = (
+            "none" if config.saved_model_path else "not_needed"
+        )  # none|issued|done
         self._training_done_fired = False
         self._failed_message = ""
 
@@ -384,7 +390,9 @@ class TaskManager:
             return
         self._training_done_fired = True
         logger.info(
-            "Training done: %d records in %d epoch(s)", sum(self._records_trained.values()), self._epoch
+            "Training done: %d records in %d epoch(s)",
+            sum(self._records_trained.values()),
+            self._epoch,
         )
         for listener in self._training_done_listeners:
             listener()
@@ -413,7 +421,9 @@ class TaskManager:
                     logger.warning(
                         "Ignoring stale report for task %d from worker %d (%s); the task "
                         "belongs to another worker or is finished",
-                        task_id, worker_id, "success" if success else "failure",
+                        task_id,
+                        worker_id,
+                        "success" if success else "failure",
                     )
                     return False
             else:
@@ -422,7 +432,9 @@ class TaskManager:
             for k, v in (exec_counters or {}).items():
                 self._exec_counters[k] += int(v)
             if success:
-                self._max_task_seconds = max(self._max_task_seconds, self._clock() - doing.start_time)
+                self._max_task_seconds = max(
+                    self._max_task_seconds, self._clock() - doing.start_time
+                )
                 self._complete_locked(task)
                 listeners_args = (task, True, worker_id)
             else:
@@ -439,8 +451,12 @@ class TaskManager:
                 else:
                     self._tasks_retried += 1
                     logger.warning(
-                        "%s failed on worker %d (retry %d/%d): %s", task.describe(), worker_id,
-                        task.retries, self.config.max_task_retries, err_message,
+                        "%s failed on worker %d (retry %d/%d): %s",
+                        task.describe(),
+                        worker_id,
+                        task.retries,
+                        self.config.max_task_retries,
+                        err_message,
                     )
                     self._queue_for(task).append(task)
             if self._training_finished_locked():
@@ -459,7 +475,11 @@ class TaskManager:
             for task in queue:
                 if task.task_id == task_id:
                     queue.remove(task)
-                    logger.info("Late success for re-queued %s from worker %d accepted", task.describe(), worker_id)
+                    logger.info(
+                        "Late success for re-queued %s from worker %d accepted",
+                        task.describe(),
+                        worker_id,
+                    )
                     return _Doing(task, worker_id, self._clock())
         return None
 
@@ -493,7 +513,9 @@ class TaskManager:
         self._records_dropped += sum(t.num_records for t in dropped)
         logger.info(
             "max_step %d reached (%d steps done); %d queued training tasks dropped",
-            self.config.max_step, self._completed_steps, len(dropped),
+            self.config.max_step,
+            self._completed_steps,
+            len(dropped),
         )
 
     # ---- failures ------------------------------------------------------------------------
@@ -511,7 +533,9 @@ class TaskManager:
             self._tasks_recovered += len(mine)
             if mine:
                 logger.info(
-                    "Recovered %d task(s) of worker(s) %s: %s", len(mine), sorted(worker_ids),
+                    "Recovered %d task(s) of worker(s) %s: %s",
+                    len(mine),
+                    sorted(worker_ids),
                     ", ".join(t.describe() for t in mine),
                 )
             return [t.task_id for t in mine]
@@ -520,7 +544,9 @@ class TaskManager:
         """Take back tasks running longer than the timeout; returns {worker_id: [task ids]}
         so the caller can delete/relaunch those workers."""
         with self._lock:
-            limit = max(self.config.timeout_floor_s, self.config.timeout_factor * self._max_task_seconds)
+            limit = max(
+                self.config.timeout_floor_s, self.config.timeout_factor * self._max_task_seconds
+            )
             now = self._clock()
             slow: dict[int, list[int]] = collections.defaultdict(list)
             for d in self._doing.values():
@@ -528,7 +554,10 @@ class TaskManager:
                     slow[d.worker_id].append(d.task.task_id)
             for worker_id, ids in slow.items():
                 logger.warning(
-                    "Worker %d exceeded the task timeout (%.0f s) on task(s) %s", worker_id, limit, ids
+                    "Worker %d exceeded the task timeout (%.0f s) on task(s) %s",
+                    worker_id,
+                    limit,
+                    ids,
                 )
             if slow:
                 self._recover(set(slow))

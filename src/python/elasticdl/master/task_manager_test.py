@@ -1,5 +1,4 @@
 import pytest
-
 from elasticdl.master.task_manager import (
     NO_MORE_TASKS,
     ShardRange,
@@ -36,7 +35,10 @@ def test_split_contract_example_and_ids():
         t = tm.get(0)
         tasks.append(t)
     assert [(t.shard.name, t.shard.start, t.shard.end) for t in tasks] == [
-        ("f1", 0, 3), ("f1", 3, 6), ("f1", 6, 9), ("f1", 9, 10)
+        ("f1", 0, 3),
+        ("f1", 3, 6),
+        ("f1", 6, 9),
+        ("f1", 9, 10),
     ]
     assert [t.task_id for t in tasks] == [1, 2, 3, 4]
     assert all(t.type == TaskType.TRAINING and t.epoch == 1 for t in tasks)
@@ -62,7 +64,9 @@ def test_non_zero_shard_start_and_shard_objects():
 
 
 def test_epochs_and_to_pb():
-    tm = TaskManager(TaskManagerConfig(records_per_task=5, num_epochs=3), training_shards=[("a", 0, 10)])
+    tm = TaskManager(
+        TaskManagerConfig(records_per_task=5, num_epochs=3), training_shards=[("a", 0, 10)]
+    )
     done, last = _drain(tm)
     assert last is NO_MORE_TASKS
     assert [t.epoch for t in done] == [1, 1, 2, 2, 3, 3]
@@ -72,7 +76,12 @@ def test_epochs_and_to_pb():
     assert s.records_trained_per_epoch == {1: 10, 2: 10, 3: 10}
     msg = done[3].to_pb()
     assert (msg.task_id, msg.shard.name, msg.shard.start, msg.shard.end, msg.epoch, msg.type) == (
-        4, "a", 5, 10, 2, TaskType.TRAINING
+        4,
+        "a",
+        5,
+        10,
+        2,
+        TaskType.TRAINING,
     )
 
 
@@ -87,7 +96,9 @@ def test_infinite_epochs_stop_at_max_step():
 
 
 def test_failure_requeues_then_job_fails_after_retry_limit():
-    tm = TaskManager(TaskManagerConfig(records_per_task=10, max_task_retries=3), training_shards=[("a", 0, 20)])
+    tm = TaskManager(
+        TaskManagerConfig(records_per_task=10, max_task_retries=3), training_shards=[("a", 0, 20)]
+    )
     seen = []
     tm.add_done_listener(lambda task, ok, w: seen.append((task.task_id, ok, w)))
     t1 = tm.get(0)
@@ -125,7 +136,9 @@ def test_recover_tasks_front_of_queue_without_using_retries():
 
 
 def test_stale_report_from_dead_worker_is_ignored_exactly_once():
-    tm = TaskManager(TaskManagerConfig(records_per_task=5, num_epochs=2), training_shards=[("a", 0, 10)])
+    tm = TaskManager(
+        TaskManagerConfig(records_per_task=5, num_epochs=2), training_shards=[("a", 0, 10)]
+    )
     t = tm.get(worker_id=1)
     tm.recover_tasks(1)  # worker 1 died
     t2 = tm.get(worker_id=2)
@@ -202,7 +215,11 @@ def test_evaluation_tasks_first_and_final_evaluation_hook():
     ids = tm.create_evaluation_tasks(50)
     e1, e2 = tm.get(1), tm.get(2)
     assert [e1.task_id, e2.task_id] == ids
-    assert (e1.type, e1.model_version, e2.shard) == (TaskType.EVALUATION, 50, ShardRange("val", 5, 7))
+    assert (e1.type, e1.model_version, e2.shard) == (
+        TaskType.EVALUATION,
+        50,
+        ShardRange("val", 5, 7),
+    )
     tm.report(e1.task_id, False, 1)
     assert tm.get(1).task_id == e1.task_id  # failed eval task back in the eval queue
     for task_id, w in ((e1.task_id, 1), (e2.task_id, 2), (t.task_id, 0)):
@@ -225,7 +242,11 @@ def test_prediction_job():
     assert [t.type for t in done] == [TaskType.PREDICTION] * 3 and last is NO_MORE_TASKS
     assert tm.summary().records_predicted == 10
     with pytest.raises(ValueError, match="cannot both train and predict"):
-        TaskManager(TaskManagerConfig(records_per_task=4), training_shards=[("t", 0, 1)], prediction_shards=[("p", 0, 1)])
+        TaskManager(
+            TaskManagerConfig(records_per_task=4),
+            training_shards=[("t", 0, 1)],
+            prediction_shards=[("p", 0, 1)],
+        )
 
 
 def test_config_validation_messages():

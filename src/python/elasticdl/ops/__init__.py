@@ -41,7 +41,7 @@ __all__ = [
 
 
 def backend() -> str:
-    """"native" when the C++ extension serves CPU arrays, else "reference"."""
+    """ "native" when the C++ extension serves CPU arrays, else "reference"."""
     return _backend.name()
 
 
@@ -122,9 +122,13 @@ def sparse_momentum(table, ids, grads, velocity, lr, momentum, nesterov=False):
     _impl(table, grads).sparse_momentum(table, ids, grads, velocity, lr, momentum, nesterov)
 
 
-def sparse_adam(table, ids, grads, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None):
+def sparse_adam(
+    table, ids, grads, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None
+):
     """Adam on rows ``ids`` (duplicates summed first); slots have the table's shape."""
-    _impl(table, grads).sparse_adam(table, ids, grads, m, v, lr, beta1, beta2, epsilon, step, amsgrad, max_v)
+    _impl(table, grads).sparse_adam(
+        table, ids, grads, m, v, lr, beta1, beta2, epsilon, step, amsgrad, max_v
+    )
 
 
 def sparse_adagrad(table, ids, grads, accumulator, lr, epsilon):

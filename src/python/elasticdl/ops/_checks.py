@@ -8,7 +8,6 @@ because that pass is free there).
 from __future__ import annotations
 
 import numpy as np
-
 from elasticdl.ops.errors import IdOutOfRangeError, OpsError, OpsTypeError
 
 COMBINERS = ("sum", "mean", "sqrtn")
@@ -53,7 +52,9 @@ def float32_input(name: str, x, shape=None) -> np.ndarray:
     """A float32 array that is only read (made contiguous if needed)."""
     a = as_ndarray(name, x)
     if a.dtype != np.float32:
-        raise OpsTypeError(f"{name}: expected float32, got {a.dtype}; cast with .astype(np.float32)")
+        raise OpsTypeError(
+            f"{name}: expected float32, got {a.dtype}; cast with .astype(np.float32)"
+        )
     if shape is not None and a.shape != tuple(shape):
         raise OpsError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
     return np.ascontiguousarray(a)
@@ -88,13 +89,19 @@ def float32_inplace(name: str, x, shape=None) -> np.ndarray:
 def output_array(name: str, x, shape, dtype) -> np.ndarray:
     """A caller-provided result buffer: a C-contiguous, writeable ndarray of exactly `shape`/`dtype`."""
     if not isinstance(x, np.ndarray):
-        raise OpsTypeError(f"{name}: expected a NumPy array to write the result into, got {type(x).__name__}")
+        raise OpsTypeError(
+            f"{name}: expected a NumPy array to write the result into, got {type(x).__name__}"
+        )
     if x.dtype != dtype:
-        raise OpsTypeError(f"{name}: expected dtype {np.dtype(dtype)} (the result's), got {x.dtype}")
+        raise OpsTypeError(
+            f"{name}: expected dtype {np.dtype(dtype)} (the result's), got {x.dtype}"
+        )
     if x.shape != tuple(shape):
         raise OpsError(f"{name}: expected shape {tuple(shape)}, got {x.shape}")
     if not x.flags.c_contiguous:
-        raise OpsError(f"{name}: the result buffer must be C-contiguous; allocate it with np.empty({tuple(shape)})")
+        raise OpsError(
+            f"{name}: the result buffer must be C-contiguous; allocate it with np.empty({tuple(shape)})"
+        )
     if not x.flags.writeable:
         raise OpsError(f"{name}: the result buffer is read-only")
     return x
@@ -135,7 +142,9 @@ def offsets_int64(offsets, num_ids: int) -> np.ndarray:
 def combiner_name(combiner, offsets) -> str | None:
     if offsets is None:
         if combiner is not None:
-            raise OpsError("combiner: needs offsets (bags); pass offsets=[0, ..., len(ids)] or combiner=None")
+            raise OpsError(
+                "combiner: needs offsets (bags); pass offsets=[0, ..., len(ids)] or combiner=None"
+            )
         return None
     if combiner is None:
         return "sum"

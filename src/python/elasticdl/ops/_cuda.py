@@ -9,7 +9,6 @@ the framework of the GPU array; arrays updated in place must already be on the d
 from __future__ import annotations
 
 import numpy as np
-
 from elasticdl.ops import _backend
 from elasticdl.ops import _checks as C
 from elasticdl.ops.errors import IdOutOfRangeError, OpsError, OpsTypeError
@@ -70,7 +69,9 @@ def _framework_of(x):
         import torch
 
         return "torch", torch
-    raise OpsTypeError(f"unsupported GPU array type {type(x).__name__}; use CuPy arrays or PyTorch tensors")
+    raise OpsTypeError(
+        f"unsupported GPU array type {type(x).__name__}; use CuPy arrays or PyTorch tensors"
+    )
 
 
 def _to_device(like, x, dtype: str):
@@ -109,10 +110,14 @@ def _input(name, like, x, typestr_want, dtype_name, shape=None) -> _Dev:
 
 def _inplace(name, x, shape=None) -> _Dev:
     if not hasattr(x, "__cuda_array_interface__"):
-        raise OpsError(f"{name}: updated in place on the GPU, so it must be a GPU array like the others")
+        raise OpsError(
+            f"{name}: updated in place on the GPU, so it must be a GPU array like the others"
+        )
     d = _Dev(name, x)
     if d.typestr != "<f4":
-        raise OpsTypeError(f"{name}: expected float32 for an in-place update, got typestr {d.typestr}")
+        raise OpsTypeError(
+            f"{name}: expected float32 for an in-place update, got typestr {d.typestr}"
+        )
     if shape is not None and d.shape != tuple(shape):
         raise OpsError(f"{name}: expected shape {tuple(shape)}, got {d.shape}")
     if not d.contiguous:
@@ -138,9 +143,13 @@ def _output(name, like, out, shape, typestr, dtype_name):
         return _empty(like, shape, dtype_name)
     d = _inplace(name, out, shape) if typestr == "<f4" else _Dev(name, out)
     if d.typestr != typestr:
-        raise OpsTypeError(f"{name}: expected {dtype_name} (the result's dtype), got typestr {d.typestr}")
+        raise OpsTypeError(
+            f"{name}: expected {dtype_name} (the result's dtype), got typestr {d.typestr}"
+        )
     if d.shape != tuple(shape) or not d.contiguous or d.readonly:
-        raise OpsError(f"{name}: expected a writeable C-contiguous GPU array of shape {tuple(shape)}")
+        raise OpsError(
+            f"{name}: expected a writeable C-contiguous GPU array of shape {tuple(shape)}"
+        )
     return out
 
 
@@ -150,7 +159,9 @@ def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None, out=
     if len(t.shape) != 2:
         raise OpsError(f"table: expected a 2-D (rows, dim) table, got shape {t.shape}")
     if t.typestr not in _DTYPE_CODE:
-        raise OpsTypeError(f"table: GPU lookup supports float32/float16 tables, got typestr {t.typestr}")
+        raise OpsTypeError(
+            f"table: GPU lookup supports float32/float16 tables, got typestr {t.typestr}"
+        )
     if not t.contiguous:
         raise OpsError("table: must be C-contiguous")
     rows, dim = t.shape
@@ -163,15 +174,38 @@ def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None, out=
             raise OpsError("weights: only used when pooling bags; pass offsets and a combiner")
         half = t.typestr != "<f4"
         out = _output("out", table, out, (i.size, dim), t.typestr, "float16" if half else "float32")
-        _bad(N.cuda_lookup(t.ptr, _DTYPE_CODE[t.typestr], rows, dim, i.ptr, i.size, _Dev("out", out).ptr), i, rows)
+        _bad(
+            N.cuda_lookup(
+                t.ptr, _DTYPE_CODE[t.typestr], rows, dim, i.ptr, i.size, _Dev("out", out).ptr
+            ),
+            i,
+            rows,
+        )
         return out
     # Offsets are validated on the host (B+1 integers): a bad bag layout would read out of bounds.
-    offs_host = C.offsets_int64(_host(offsets) if hasattr(offsets, "__cuda_array_interface__") else offsets, i.size)
+    offs_host = C.offsets_int64(
+        _host(offsets) if hasattr(offsets, "__cuda_array_interface__") else offsets, i.size
+    )
     o = _input("offsets", table, offs_host, "<i8", "int64")
-    w = _input("weights", table, weights, "<f4", "float32", (i.size,)) if weights is not None else None
+    w = (
+        _input("weights", table, weights, "<f4", "float32", (i.size,))
+        if weights is not None
+        else None
+    )
     out = _output("out", table, out, (offs_host.size - 1, dim), "<f4", "float32")
-    bad = N.cuda_lookup_pooled(t.ptr, _DTYPE_CODE[t.typestr], rows, dim, i.ptr, i.size, o.ptr, offs_host.size - 1,
-                               w.ptr if w is not None else 0, COMBINER_CODE[comb], _Dev("out", out).ptr)
+    bad = N.cuda_lookup_pooled(
+        t.ptr,
+        _DTYPE_CODE[t.typestr],
+        rows,
+        dim,
+        i.ptr,
+        i.size,
+        o.ptr,
+        offs_host.size - 1,
+        w.ptr if w is not None else 0,
+        COMBINER_CODE[comb],
+        _Dev("out", out).ptr,
+    )
     _bad(bad, i, rows)
     return out
 
@@ -186,7 +220,9 @@ def sparse_aggregate(ids, grads):
     dim = g.shape[1]
     out_ids = _empty(like, (i.size,), "int64")
     out = _empty(like, (i.size, dim), "float32")
-    u = N.cuda_aggregate(i.ptr, i.size, g.ptr, dim, _Dev("out_ids", out_ids).ptr, _Dev("out", out).ptr)
+    u = N.cuda_aggregate(
+        i.ptr, i.size, g.ptr, dim, _Dev("out_ids", out_ids).ptr, _Dev("out", out).ptr
+    )
     return out_ids[:u], out[:u]
 
 
@@ -200,15 +236,21 @@ def dense_accumulate(out, grads, scale=1.0):
     return out
 
 
-def _dense(kind, param, grad, slots, lr, mu=0.0, nesterov=False, b1=0.0, b2=0.0, eps=0.0, ams=False):
+def _dense(
+    kind, param, grad, slots, lr, mu=0.0, nesterov=False, b1=0.0, b2=0.0, eps=0.0, ams=False
+):
     N = _native()
     p = _inplace("param", param)
     g = _input("grad", param, grad, "<f4", "float32", p.shape)
     ptrs = [_inplace(n, s, p.shape).ptr for n, s in slots] + [0] * (3 - len(slots))
-    N.cuda_dense_update(kind, lr, mu, bool(nesterov), b1, b2, eps, bool(ams), p.ptr, g.ptr, *ptrs, p.size)
+    N.cuda_dense_update(
+        kind, lr, mu, bool(nesterov), b1, b2, eps, bool(ams), p.ptr, g.ptr, *ptrs, p.size
+    )
 
 
-def _sparse(kind, table, ids, grads, slots, lr, mu=0.0, nesterov=False, b1=0.0, b2=0.0, eps=0.0, ams=False):
+def _sparse(
+    kind, table, ids, grads, slots, lr, mu=0.0, nesterov=False, b1=0.0, b2=0.0, eps=0.0, ams=False
+):
     N = _native()
     t = _inplace("table", table)
     if len(t.shape) != 2:
@@ -217,8 +259,23 @@ def _sparse(kind, table, ids, grads, slots, lr, mu=0.0, nesterov=False, b1=0.0, 
     i = _input("ids", table, ids, "<i8", "int64")
     g = _input("grads", table, grads, "<f4", "float32", (i.size, dim))
     ptrs = [_inplace(n, s, t.shape).ptr for n, s in slots] + [0] * (3 - len(slots))
-    bad = N.cuda_sparse_update(kind, lr, mu, bool(nesterov), b1, b2, eps, bool(ams), t.ptr, rows, dim, i.ptr, i.size,
-                               g.ptr, *ptrs)
+    bad = N.cuda_sparse_update(
+        kind,
+        lr,
+        mu,
+        bool(nesterov),
+        b1,
+        b2,
+        eps,
+        bool(ams),
+        t.ptr,
+        rows,
+        dim,
+        i.ptr,
+        i.size,
+        g.ptr,
+        *ptrs,
+    )
     _bad(bad, i, rows)
 
 
@@ -226,7 +283,9 @@ def _adam_slots(m, v, amsgrad, max_v, what):
     slots = [("m", m), ("v", v)]
     if amsgrad:
         if max_v is None:
-            raise OpsError(f"max_v: required when amsgrad=True (a zero-initialised array like {what})")
+            raise OpsError(
+                f"max_v: required when amsgrad=True (a zero-initialised array like {what})"
+            )
         slots.append(("max_v", max_v))
     return slots
 
@@ -247,7 +306,17 @@ def momentum(param, grad, velocity, lr, momentum, nesterov=False):
 
 def adam(param, grad, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None):
     slots = _adam_slots(m, v, amsgrad, max_v, "param")
-    _dense(ADAM, param, grad, slots, _lr_t(lr, beta1, beta2, step), b1=beta1, b2=beta2, eps=epsilon, ams=amsgrad)
+    _dense(
+        ADAM,
+        param,
+        grad,
+        slots,
+        _lr_t(lr, beta1, beta2, step),
+        b1=beta1,
+        b2=beta2,
+        eps=epsilon,
+        ams=amsgrad,
+    )
 
 
 def adagrad(param, grad, accumulator, lr, epsilon):
@@ -259,12 +328,27 @@ def sparse_sgd(table, ids, grads, lr):
 
 
 def sparse_momentum(table, ids, grads, velocity, lr, momentum, nesterov=False):
-    _sparse(MOMENTUM, table, ids, grads, [("velocity", velocity)], lr, mu=momentum, nesterov=nesterov)
+    _sparse(
+        MOMENTUM, table, ids, grads, [("velocity", velocity)], lr, mu=momentum, nesterov=nesterov
+    )
 
 
-def sparse_adam(table, ids, grads, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None):
+def sparse_adam(
+    table, ids, grads, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None
+):
     slots = _adam_slots(m, v, amsgrad, max_v, "table")
-    _sparse(ADAM, table, ids, grads, slots, _lr_t(lr, beta1, beta2, step), b1=beta1, b2=beta2, eps=epsilon, ams=amsgrad)
+    _sparse(
+        ADAM,
+        table,
+        ids,
+        grads,
+        slots,
+        _lr_t(lr, beta1, beta2, step),
+        b1=beta1,
+        b2=beta2,
+        eps=epsilon,
+        ams=amsgrad,
+    )
 
 
 def sparse_adagrad(table, ids, grads, accumulator, lr, epsilon):

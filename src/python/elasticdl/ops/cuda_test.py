@@ -3,10 +3,9 @@
 Skipped cleanly where there is no CUDA build, device, CuPy or torch (CI has no GPU).
 """
 
+import elasticdl.ops as ops
 import numpy as np
 import pytest
-
-import elasticdl.ops as ops
 from elasticdl.ops import reference as R
 
 # Skipped per test (not at module level): a module with every test collected-then-skipped
@@ -60,7 +59,9 @@ def test_pooled(combiner):
     offs = np.concatenate([[0], np.sort(rng.integers(0, 300, 49)), [300]])
     w = rng.random(300).astype(np.float32)
     got = host(ops.embedding_lookup(dev(table), dev(ids), dev(offs), combiner, dev(w)))
-    np.testing.assert_allclose(got, R.embedding_lookup(table, ids, offs, combiner, w), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        got, R.embedding_lookup(table, ids, offs, combiner, w), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_aggregate():
@@ -84,7 +85,9 @@ def test_sparse_and_dense_updates(op):
             mod.sparse_momentum(T, I, G, S[0], 0.1, 0.9, nesterov=True)
         elif op in ("adam", "amsgrad"):
             ams = op == "amsgrad"
-            mod.sparse_adam(T, I, G, S[0], S[1], 0.01, 0.9, 0.999, 1e-7, 2, ams, S[2] if ams else None)
+            mod.sparse_adam(
+                T, I, G, S[0], S[1], 0.01, 0.9, 0.999, 1e-7, 2, ams, S[2] if ams else None
+            )
             mod.adam(T, S[1], S[0], S[2], 0.01, 0.9, 0.999, 1e-7, 3)
         else:
             mod.sparse_adagrad(T, I, G, S[0], 0.1, 1e-7)

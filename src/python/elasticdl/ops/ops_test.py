@@ -1,10 +1,9 @@
 """Public ``elasticdl.ops`` API (whichever backend is active: native when built) against the
 NumPy reference oracle on random data with duplicate ids, plus goldens and error cases."""
 
+import elasticdl.ops as ops
 import numpy as np
 import pytest
-
-import elasticdl.ops as ops
 from elasticdl.ops import reference as R
 from elasticdl.ops._checks import BFLOAT16
 
@@ -34,7 +33,9 @@ def test_backend_reports_a_known_name():
     assert isinstance(ops.cuda_available(), bool)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16] + ([BFLOAT16] if BFLOAT16 is not None else []))
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float16] + ([BFLOAT16] if BFLOAT16 is not None else [])
+)
 def test_lookup_gather(dtype):
     rng = _rng()
     table = rng.standard_normal((ROWS, DIM)).astype(dtype)
@@ -62,7 +63,10 @@ def test_lookup_pooled_half_table():
     rng = _rng(2)
     table = rng.standard_normal((ROWS, DIM)).astype(np.float16)
     ids, offsets = _ids(rng, 30), np.array([0, 10, 30])
-    _same(ops.embedding_lookup(table, ids, offsets, "mean"), R.embedding_lookup(table, ids, offsets, "mean"))
+    _same(
+        ops.embedding_lookup(table, ids, offsets, "mean"),
+        R.embedding_lookup(table, ids, offsets, "mean"),
+    )
 
 
 @pytest.mark.parametrize("n", [0, 1, 5000])
@@ -108,7 +112,19 @@ def test_dense_optimizers_match_reference(op):
             mod.momentum(P, g, S[0], 0.1, 0.9, nesterov=op == "nesterov")
         elif op in ("adam", "amsgrad"):
             ams = op == "amsgrad"
-            mod.adam(P, g, S[0], S[1], 0.01, 0.9, 0.999, 1e-7, 3, amsgrad=ams, max_v=S[2] if ams else None)
+            mod.adam(
+                P,
+                g,
+                S[0],
+                S[1],
+                0.01,
+                0.9,
+                0.999,
+                1e-7,
+                3,
+                amsgrad=ams,
+                max_v=S[2] if ams else None,
+            )
         else:
             mod.adagrad(P, g, S[0], 0.1, 1e-7)
     # Same float32 operation order in every backend: bit-identical results.
@@ -132,7 +148,20 @@ def test_sparse_optimizers_match_reference(op):
             mod.sparse_momentum(T, ids, grads, S[0], 0.1, 0.9, nesterov=op == "nesterov")
         elif op in ("adam", "amsgrad"):
             ams = op == "amsgrad"
-            mod.sparse_adam(T, ids, grads, S[0], S[1], 0.01, 0.9, 0.999, 1e-7, 2, amsgrad=ams, max_v=S[2] if ams else None)
+            mod.sparse_adam(
+                T,
+                ids,
+                grads,
+                S[0],
+                S[1],
+                0.01,
+                0.9,
+                0.999,
+                1e-7,
+                2,
+                amsgrad=ams,
+                max_v=S[2] if ams else None,
+            )
         else:
             mod.sparse_adagrad(T, ids, grads, S[0], 0.1, 1e-7)
     _same(table, t2, exact=True)
@@ -149,15 +178,21 @@ def test_sparse_sgd_golden():
 
 def test_errors():
     table = np.zeros((10, 4), np.float32)
-    with pytest.raises(ops.IdOutOfRangeError, match=r"ids\[2\] = 10 is out of range for a table of 10 rows"):
+    with pytest.raises(
+        ops.IdOutOfRangeError, match=r"ids\[2\] = 10 is out of range for a table of 10 rows"
+    ):
         ops.embedding_lookup(table, np.array([0, 9, 10]))
     with pytest.raises(ValueError, match=r"ids\[0\] = -1"):
         ops.sparse_sgd(table, np.array([-1]), np.zeros((1, 4), np.float32), 0.1)
     assert not table.any()  # nothing applied when the ids are bad
     with pytest.raises(TypeError, match="float32"):
-        ops.adam(table, table.astype(np.float64), table.copy(), table.copy(), 0.1, 0.9, 0.999, 1e-7, 1)
+        ops.adam(
+            table, table.astype(np.float64), table.copy(), table.copy(), 0.1, 0.9, 0.999, 1e-7, 1
+        )
     with pytest.raises(ValueError, match="shape"):
-        ops.sparse_adagrad(table, [1, 2], np.zeros((2, 3), np.float32), np.zeros_like(table), 0.1, 1e-7)
+        ops.sparse_adagrad(
+            table, [1, 2], np.zeros((2, 3), np.float32), np.zeros_like(table), 0.1, 1e-7
+        )
     with pytest.raises(ValueError, match="max_v"):
         ops.adam(table, table, table.copy(), table.copy(), 0.1, 0.9, 0.999, 1e-7, 1, amsgrad=True)
     with pytest.raises(ValueError, match="step"):
@@ -226,7 +261,9 @@ def test_lookup_into_out(pooled):
     assert got is out
     _same(out, R.embedding_lookup(table, ids, offsets, "sum" if pooled else None), exact=not pooled)
     ref_out = np.empty(shape, np.float32)
-    assert R.embedding_lookup(table, ids, offsets, "sum" if pooled else None, out=ref_out) is ref_out
+    assert (
+        R.embedding_lookup(table, ids, offsets, "sum" if pooled else None, out=ref_out) is ref_out
+    )
     _same(ref_out, out, exact=not pooled)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 from elasticdl.ops import _checks as C
 
 _F32 = np.float32
@@ -28,7 +27,9 @@ def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None, out=
     """
     table = C.table_2d("table", table)
     if table.dtype not in C.LOOKUP_DTYPES:
-        raise C.OpsTypeError(f"table: expected one of {[str(d) for d in C.LOOKUP_DTYPES]}, got {table.dtype}")
+        raise C.OpsTypeError(
+            f"table: expected one of {[str(d) for d in C.LOOKUP_DTYPES]}, got {table.dtype}"
+        )
     ids = C.ids_int64(ids)
     comb = C.combiner_name(combiner, offsets)
     C.check_id_range(ids, table.shape[0])
@@ -166,7 +167,9 @@ def adam(param, grad, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_
     slots = [("m", m), ("v", v)]
     if amsgrad:
         if max_v is None:
-            raise C.OpsError("max_v: required when amsgrad=True (a zero-initialised array like param)")
+            raise C.OpsError(
+                "max_v: required when amsgrad=True (a zero-initialised array like param)"
+            )
         slots.append(("max_v", max_v))
     param, grad, s = _check_dense(param, grad, *slots)
     lr_t = adam_lr_t(lr, beta1, beta2, C.positive_step(step))
@@ -205,11 +208,15 @@ def sparse_momentum(table, ids, grads, velocity, lr, momentum, nesterov=False):
     table[uniq], vel[uniq] = p, v
 
 
-def sparse_adam(table, ids, grads, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None):
+def sparse_adam(
+    table, ids, grads, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None
+):
     slots = [("m", m), ("v", v)]
     if amsgrad:
         if max_v is None:
-            raise C.OpsError("max_v: required when amsgrad=True (a zero-initialised array like table)")
+            raise C.OpsError(
+                "max_v: required when amsgrad=True (a zero-initialised array like table)"
+            )
         slots.append(("max_v", max_v))
     table, uniq, g, s = _check_sparse(table, ids, grads, *slots)
     lr_t = adam_lr_t(lr, beta1, beta2, C.positive_step(step))

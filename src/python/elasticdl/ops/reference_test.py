@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pytest
-
 from elasticdl.ops import reference as R
 from elasticdl.ops.errors import IdOutOfRangeError, OpsError, OpsTypeError
 
@@ -37,10 +36,19 @@ def test_adam_matches_closed_form(amsgrad):
     p0 = rng.standard_normal(50).astype(np.float32)
     # Shrinking gradients make v fall, so AMSGrad's max_v really differs from v.
     grads = [rng.standard_normal(50).astype(np.float32) * s for s in (3.0, 1.0, 0.1, 0.01)]
-    p, m, v, mx = p0.copy(), np.zeros(50, np.float32), np.zeros(50, np.float32), np.zeros(50, np.float32)
+    p, m, v, mx = (
+        p0.copy(),
+        np.zeros(50, np.float32),
+        np.zeros(50, np.float32),
+        np.zeros(50, np.float32),
+    )
     for t, g in enumerate(grads, start=1):
-        R.adam(p, g, m, v, 0.01, 0.9, 0.999, 1e-7, t, amsgrad=amsgrad, max_v=mx if amsgrad else None)
-    np.testing.assert_allclose(p, _adam_closed_form(p0, grads, 0.01, 0.9, 0.999, 1e-7, amsgrad), rtol=1e-5, atol=1e-6)
+        R.adam(
+            p, g, m, v, 0.01, 0.9, 0.999, 1e-7, t, amsgrad=amsgrad, max_v=mx if amsgrad else None
+        )
+    np.testing.assert_allclose(
+        p, _adam_closed_form(p0, grads, 0.01, 0.9, 0.999, 1e-7, amsgrad), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_sparse_adam_equals_dense_adam_on_aggregated_rows():
@@ -78,17 +86,27 @@ def test_adagrad_closed_form():
 
 def test_lookup_combiners_follow_tf_semantics():
     table = np.arange(12, dtype=np.float32).reshape(4, 3)
-    ids, offs, w = np.array([1, 3, 2]), np.array([0, 2, 2, 3]), np.array([1.0, 3.0, 2.0], np.float32)
+    ids, offs, w = (
+        np.array([1, 3, 2]),
+        np.array([0, 2, 2, 3]),
+        np.array([1.0, 3.0, 2.0], np.float32),
+    )
     s = R.embedding_lookup(table, ids, offs, "sum", w)
     np.testing.assert_allclose(s[0], table[1] + 3 * table[3])
     assert not s[1].any()  # empty bag
-    np.testing.assert_allclose(R.embedding_lookup(table, ids, offs, "mean", w)[0], (table[1] + 3 * table[3]) / 4)
-    np.testing.assert_allclose(R.embedding_lookup(table, ids, offs, "sqrtn", w)[2], 2 * table[2] / 2, rtol=1e-6)
+    np.testing.assert_allclose(
+        R.embedding_lookup(table, ids, offs, "mean", w)[0], (table[1] + 3 * table[3]) / 4
+    )
+    np.testing.assert_allclose(
+        R.embedding_lookup(table, ids, offs, "sqrtn", w)[2], 2 * table[2] / 2, rtol=1e-6
+    )
     np.testing.assert_array_equal(R.embedding_lookup(table, ids), table[ids])
 
 
 def test_aggregate_sorted_and_summed():
-    u, g = R.sparse_aggregate(np.array([5, 1, 5], np.int32), np.array([[1.0], [2.0], [3.0]], np.float32))
+    u, g = R.sparse_aggregate(
+        np.array([5, 1, 5], np.int32), np.array([[1.0], [2.0], [3.0]], np.float32)
+    )
     np.testing.assert_array_equal(u, [1, 5])
     np.testing.assert_array_equal(g, [[2.0], [4.0]])
 

@@ -166,7 +166,9 @@ class Platform(abc.ABC):
         is still alive raises :class:`PlatformError`."""
 
     @abc.abstractmethod
-    def delete(self, replica_type: ReplicaType, replica_id: int, grace_seconds: float = 10.0) -> None:
+    def delete(
+        self, replica_type: ReplicaType, replica_id: int, grace_seconds: float = 10.0
+    ) -> None:
         """Stop the replica (graceful stop, then forced after ``grace_seconds``). Emits a
         ``Deleted`` event with reason ``DeletedByMaster`` once it is gone. No-op if it is
         not running."""

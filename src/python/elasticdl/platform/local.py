@@ -164,8 +164,12 @@ class LocalProcessPlatform(Platform):
                 except OSError as e:
                     self._events.put(
                         ReplicaEvent(
-                            spec.replica_type, spec.replica_id, ReplicaPhase.FAILED,
-                            exit_code=None, reason=REASON_ERROR, message=f"cannot start: {e}",
+                            spec.replica_type,
+                            spec.replica_id,
+                            ReplicaPhase.FAILED,
+                            exit_code=None,
+                            reason=REASON_ERROR,
+                            message=f"cannot start: {e}",
                         )
                     )
                     raise PlatformError(f"cannot start {cmd[:3]}: {e}") from e
@@ -173,12 +177,18 @@ class LocalProcessPlatform(Platform):
             self._children[key] = child
             self._events.put(ReplicaEvent(spec.replica_type, spec.replica_id, ReplicaPhase.RUNNING))
             child.watcher = threading.Thread(
-                target=self._watch, args=(child,), name=f"watch-{spec.replica_type}-{spec.replica_id}",
+                target=self._watch,
+                args=(child,),
+                name=f"watch-{spec.replica_type}-{spec.replica_id}",
                 daemon=True,
             )
             child.watcher.start()
             logger.info(
-                "Launched %s-%d (pid %d), log: %s", spec.replica_type, spec.replica_id, proc.pid, log_path
+                "Launched %s-%d (pid %d), log: %s",
+                spec.replica_type,
+                spec.replica_id,
+                proc.pid,
+                log_path,
             )
 
     def pid(self, replica_type: ReplicaType, replica_id: int) -> int | None:
@@ -195,7 +205,11 @@ class LocalProcessPlatform(Platform):
         spec = child.spec
         if child.deleting:
             event = ReplicaEvent(
-                spec.replica_type, spec.replica_id, ReplicaPhase.DELETED, code, REASON_DELETED_BY_MASTER
+                spec.replica_type,
+                spec.replica_id,
+                ReplicaPhase.DELETED,
+                code,
+                REASON_DELETED_BY_MASTER,
             )
         elif code == 0:
             event = ReplicaEvent(spec.replica_type, spec.replica_id, ReplicaPhase.SUCCEEDED, 0)
@@ -205,7 +219,11 @@ class LocalProcessPlatform(Platform):
             else:
                 reason = REASON_ERROR
             event = ReplicaEvent(
-                spec.replica_type, spec.replica_id, ReplicaPhase.FAILED, code, reason,
+                spec.replica_type,
+                spec.replica_id,
+                ReplicaPhase.FAILED,
+                code,
+                reason,
                 read_tail(child.log_path),
             )
         logger.info(
@@ -213,7 +231,9 @@ class LocalProcessPlatform(Platform):
         )
         self._events.put(event)
 
-    def delete(self, replica_type: ReplicaType, replica_id: int, grace_seconds: float = 10.0) -> None:
+    def delete(
+        self, replica_type: ReplicaType, replica_id: int, grace_seconds: float = 10.0
+    ) -> None:
         with self._lock:
             child = self._children.get((ReplicaType(replica_type), replica_id))
             if child is None or child.proc.poll() is not None:
@@ -269,4 +289,3 @@ def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-

@@ -6,7 +6,6 @@ import signal
 import time
 
 import pytest
-
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
     PlatformError,
@@ -52,7 +51,11 @@ def _until_terminal(events, timeout=20):
 def test_exit_codes_and_logs(platform):
     platform.launch(_spec("worker", 0, "import sys; print('hello from worker'); sys.exit(0)"))
     ev, seen = _until_terminal(platform.events)
-    assert [e.phase for e in seen] == [ReplicaPhase.PENDING, ReplicaPhase.RUNNING, ReplicaPhase.SUCCEEDED]
+    assert [e.phase for e in seen] == [
+        ReplicaPhase.PENDING,
+        ReplicaPhase.RUNNING,
+        ReplicaPhase.SUCCEEDED,
+    ]
     assert ev.exit_code == 0 and ev.replica_type is ReplicaType.WORKER
     log = platform.log_path("worker", 0).read_text()
     assert "hello from worker" in log
@@ -124,7 +127,11 @@ def test_addresses_are_stable_and_distinct(platform):
 
 def test_children_import_the_masters_code(platform):
     platform.launch(
-        _spec("worker", 5, "import elasticdl.platform.base as b, sys; sys.exit(7 if b.EXIT_CODE_KILLED == 137 else 1)")
+        _spec(
+            "worker",
+            5,
+            "import elasticdl.platform.base as b, sys; sys.exit(7 if b.EXIT_CODE_KILLED == 137 else 1)",
+        )
     )
     ev, _ = _until_terminal(platform.events)
     assert ev.exit_code == 7, ev.message

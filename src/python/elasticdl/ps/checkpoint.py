@@ -20,7 +20,6 @@ import shutil
 import tempfile
 
 import numpy as np
-
 from elasticdl.common import tensor_utils as tu
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.proto import elasticdl_pb2 as pb
@@ -46,7 +45,9 @@ def shard_file_name(shard_index: int, shard_num: int) -> str:
 
 
 def shard_path(checkpoint_dir: str, version: int, shard_index: int, shard_num: int) -> str:
-    return os.path.join(version_dir(checkpoint_dir, version), shard_file_name(shard_index, shard_num))
+    return os.path.join(
+        version_dir(checkpoint_dir, version), shard_file_name(shard_index, shard_num)
+    )
 
 
 def _shard_files(vdir: str) -> dict[int, tuple[int, str]]:

@@ -2,7 +2,6 @@ import os
 
 import numpy as np
 import pytest
-
 from elasticdl.common import tensor_utils as tu
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.proto import elasticdl_pb2 as pb
@@ -34,8 +33,10 @@ def sharded_params(num_ps, version=12):
 
 
 def save_all(shards, directory, keep=0):
-    return [checkpoint.save_shard(p.to_model_pb(), str(directory), p.ps_id, p.num_ps, keep)
-            for p in shards]
+    return [
+        checkpoint.save_shard(p.to_model_pb(), str(directory), p.ps_id, p.num_ps, keep)
+        for p in shards
+    ]
 
 
 def test_layout_and_round_trip(tmp_path):

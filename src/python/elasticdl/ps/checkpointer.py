@@ -49,8 +49,10 @@ class Checkpointer:
         """Write `model` now; returns the file path."""
         directory = checkpoint_dir or self.config.checkpoint_dir
         if not directory:
-            raise PSError("no checkpoint directory: pass one in the request or start the PS "
-                          "with --checkpoint_dir")
+            raise PSError(
+                "no checkpoint directory: pass one in the request or start the PS "
+                "with --checkpoint_dir"
+            )
         path = checkpoint.save_shard(
             model, directory, self.ps_id, self.num_ps, self.config.keep_checkpoint_max
         )
@@ -62,8 +64,9 @@ class Checkpointer:
             try:
                 return self.save(model)
             except Exception:
-                logger.exception("PS %d failed to save checkpoint version %d",
-                                 self.ps_id, model.version)
+                logger.exception(
+                    "PS %d failed to save checkpoint version %d", self.ps_id, model.version
+                )
                 raise
 
         self._pending = [f for f in self._pending if not f.done()]

@@ -10,7 +10,6 @@ Not thread-safe: the owner (`Parameters`) serialises access.
 from __future__ import annotations
 
 import numpy as np
-
 from elasticdl.ps import initializers
 from elasticdl.ps.errors import PSError
 from elasticdl.ps.id_index import IdIndex

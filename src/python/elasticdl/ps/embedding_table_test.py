@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 from elasticdl.ps import initializers
 from elasticdl.ps.embedding_table import EmbeddingTable
 from elasticdl.ps.errors import PSError
@@ -84,7 +83,9 @@ def test_initializers(name, check):
 
 
 def test_bad_input_is_rejected_with_clear_messages():
-    with pytest.raises(initializers.UnknownInitializerError, match="unknown embedding initializer 'he_magic'"):
+    with pytest.raises(
+        initializers.UnknownInitializerError, match="unknown embedding initializer 'he_magic'"
+    ):
         EmbeddingTable("t", 4, "he_magic")
     t = EmbeddingTable("t", 4)
     with pytest.raises(PSError, match="non-negative"):

@@ -19,7 +19,6 @@ import re
 from typing import Callable
 
 import numpy as np
-
 from elasticdl.ps.errors import PSError
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -73,8 +72,7 @@ def _uniform01(seed: int, ids: np.ndarray, dim: int, stream: int) -> np.ndarray:
         np.add(keys[:, None], cols[None, :], out=zc)
         _mix_inplace(zc, tc)
         np.right_shift(zc, np.uint64(40), out=zc)  # top 24 bits: exact in float32
-        np.multiply(zc, 1.0 / (1 << 24), out=out[start : start + keys.shape[0]],
-                    casting="unsafe")
+        np.multiply(zc, 1.0 / (1 << 24), out=out[start : start + keys.shape[0]], casting="unsafe")
     return out
 
 
@@ -83,7 +81,7 @@ def _uniform01_at(seed: int, ids: np.ndarray, cols: np.ndarray, dim: int, stream
     keys = _splitmix64(ids.astype(np.uint64) ^ np.uint64(seed & 0xFFFFFFFFFFFFFFFF))
     z = keys + (cols.astype(np.uint64) + np.uint64(stream * dim + 1)) * _GOLDEN
     _mix_inplace(z, np.empty_like(z))
-    return ((z >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / (1 << 24)))
+    return (z >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / (1 << 24))
 
 
 def _box_muller(u1: np.ndarray, u2: np.ndarray) -> np.ndarray:
@@ -93,8 +91,9 @@ def _box_muller(u1: np.ndarray, u2: np.ndarray) -> np.ndarray:
 
 def _normal(seed: int, ids: np.ndarray, dim: int, stream: int) -> np.ndarray:
     # Box-Muller on two independent uniform streams.
-    return _box_muller(_uniform01(seed, ids, dim, 2 * stream),
-                       _uniform01(seed, ids, dim, 2 * stream + 1))
+    return _box_muller(
+        _uniform01(seed, ids, dim, 2 * stream), _uniform01(seed, ids, dim, 2 * stream + 1)
+    )
 
 
 def _uniform_init(limit: float):

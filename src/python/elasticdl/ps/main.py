@@ -47,23 +47,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", default="", help="accepted for compatibility; unused")
     p.add_argument("--num_workers", type=int, default=0)
     flag("--use_async", "apply every gradient push immediately (no grads_to_wait)")
-    p.add_argument("--grads_to_wait", type=int, default=1,
-                   help="sync mode: pushes averaged into one update")
+    p.add_argument(
+        "--grads_to_wait", type=int, default=1, help="sync mode: pushes averaged into one update"
+    )
     flag("--lr_staleness_modulation", "async: divide lr by the gradient's staleness")
-    p.add_argument("--sync_version_tolerance", type=int, default=0,
-                   help="sync mode: accept gradients at most this many versions old")
-    p.add_argument("--evaluation_steps", type=int, default=0,
-                   help="report every N-th version to the master (0 = never)")
+    p.add_argument(
+        "--sync_version_tolerance",
+        type=int,
+        default=0,
+        help="sync mode: accept gradients at most this many versions old",
+    )
+    p.add_argument(
+        "--evaluation_steps",
+        type=int,
+        default=0,
+        help="report every N-th version to the master (0 = never)",
+    )
     p.add_argument("--checkpoint_dir", default="")
     p.add_argument("--checkpoint_steps", type=int, default=0, help="save every N versions")
     p.add_argument("--keep_checkpoint_max", type=int, default=0, help="0 = keep all")
-    p.add_argument("--checkpoint_dir_for_init", default="",
-                   help="checkpoint (dir or version-V dir) to start from")
+    p.add_argument(
+        "--checkpoint_dir_for_init",
+        default="",
+        help="checkpoint (dir or version-V dir) to start from",
+    )
     p.add_argument("--opt_type", default="SGD", help="SGD | Momentum | Adam | Adagrad")
     p.add_argument("--opt_args", default="", help='e.g. "learning_rate=0.1;momentum=0.9;"')
-    p.add_argument("--log_level", default="INFO",
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
-                   type=lambda s: s.upper())
+    p.add_argument(
+        "--log_level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        type=lambda s: s.upper(),
+    )
     p.add_argument("--log_every_versions", type=int, default=100)
     return p
 
@@ -77,14 +92,24 @@ def config_from_args(args):
     from elasticdl.ps.server import PSConfig
 
     return PSConfig(
-        ps_id=args.ps_id, num_ps_pods=args.num_ps_pods, port=args.port, bind_host=args.bind_host,
-        master_addr=args.master_addr, job_name=args.job_name, use_async=args.use_async,
-        grads_to_wait=args.grads_to_wait, lr_staleness_modulation=args.lr_staleness_modulation,
+        ps_id=args.ps_id,
+        num_ps_pods=args.num_ps_pods,
+        port=args.port,
+        bind_host=args.bind_host,
+        master_addr=args.master_addr,
+        job_name=args.job_name,
+        use_async=args.use_async,
+        grads_to_wait=args.grads_to_wait,
+        lr_staleness_modulation=args.lr_staleness_modulation,
         sync_version_tolerance=args.sync_version_tolerance,
-        evaluation_steps=args.evaluation_steps, checkpoint_dir=args.checkpoint_dir,
-        checkpoint_steps=args.checkpoint_steps, keep_checkpoint_max=args.keep_checkpoint_max,
-        checkpoint_dir_for_init=args.checkpoint_dir_for_init, num_workers=args.num_workers,
-        opt_type=args.opt_type, opt_args=args.opt_args,
+        evaluation_steps=args.evaluation_steps,
+        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_steps=args.checkpoint_steps,
+        keep_checkpoint_max=args.keep_checkpoint_max,
+        checkpoint_dir_for_init=args.checkpoint_dir_for_init,
+        num_workers=args.num_workers,
+        opt_type=args.opt_type,
+        opt_args=args.opt_args,
         log_every_versions=args.log_every_versions,
     )
 

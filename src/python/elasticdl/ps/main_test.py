@@ -11,7 +11,6 @@ import time
 import grpc
 import numpy as np
 import pytest
-
 from elasticdl.common import tensor_utils as tu
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
@@ -23,9 +22,20 @@ class PSProcess:
     def __init__(self, *args):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "elasticdl.ps.main", "--bind_host", "127.0.0.1",
-             "--port", "0", *args],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "elasticdl.ps.main",
+                "--bind_host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                *args,
+            ],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=env,
         )
         self.lines: queue.Queue = queue.Queue()
         self.log = []
@@ -64,9 +74,25 @@ class PSProcess:
 
 def test_serves_checkpoints_and_recovers_after_restart(tmp_path):
     ckpt = str(tmp_path / "ckpt")
-    args = ["--ps_id", "0", "--num_ps_pods", "1", "--use_async", "--checkpoint_dir", ckpt,
-            "--checkpoint_steps", "2", "--opt_type", "sgd", "--opt_args", "learning_rate=0.5;",
-            "--master_addr", "127.0.0.1:1", "--some_future_flag", "x"]
+    args = [
+        "--ps_id",
+        "0",
+        "--num_ps_pods",
+        "1",
+        "--use_async",
+        "--checkpoint_dir",
+        ckpt,
+        "--checkpoint_steps",
+        "2",
+        "--opt_type",
+        "sgd",
+        "--opt_args",
+        "learning_rate=0.5;",
+        "--master_addr",
+        "127.0.0.1:1",
+        "--some_future_flag",
+        "x",
+    ]
     ps = PSProcess(*args)
     try:
         port = int(ps.wait_for(r"PS 0 of 1 listening on 127\.0\.0\.1:(\d+)").group(1))
@@ -80,8 +106,10 @@ def test_serves_checkpoints_and_recovers_after_restart(tmp_path):
                 req = pb.PushGradientsRequest()
                 req.gradients.version = v
                 tu.ndarray_to_pb(np.ones(3, np.float32), req.gradients.dense_parameters["w"])
-                tu.indexed_rows_to_pb(tu.IndexedRows(np.ones((1, 2), np.float32), np.array([4])),
-                                      req.gradients.embedding_tables["e"])
+                tu.indexed_rows_to_pb(
+                    tu.IndexedRows(np.ones((1, 2), np.float32), np.array([4])),
+                    req.gradients.embedding_tables["e"],
+                )
                 assert stub.push_gradients(req).accepted
         ps.wait_for(r"saved checkpoint version 2")
     finally:
@@ -98,8 +126,9 @@ def test_serves_checkpoints_and_recovers_after_restart(tmp_path):
             resp = stub.pull_dense_parameters(pb.PullDenseParametersRequest(version=0))
             assert resp.initialized and resp.version == 2
             np.testing.assert_allclose(tu.pb_to_ndarray(resp.dense_parameters["w"]), [0, 0, 0])
-            rows = stub.pull_embedding_vectors(pb.PullEmbeddingVectorsRequest(
-                name="e", ids=tu.ndarray_to_pb(np.array([4, 5]))))
+            rows = stub.pull_embedding_vectors(
+                pb.PullEmbeddingVectorsRequest(name="e", ids=tu.ndarray_to_pb(np.array([4, 5])))
+            )
             np.testing.assert_allclose(tu.pb_to_ndarray(rows), [[0, 0], [1, 1]])
     finally:
         assert ps.stop() == 0
@@ -114,10 +143,17 @@ def test_bad_flags_exit_2_with_a_clear_message(tmp_path):
     assert ps.proc.wait(30) == 2
 
 
-@pytest.mark.parametrize("argv,expected", [
-    ([], False), (["--use_async"], True), (["--use_async=true"], True),
-    (["--use_async=no"], False), (["--use_async", "1"], True), (["--use_async=False"], False),
-])
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        ([], False),
+        (["--use_async"], True),
+        (["--use_async=true"], True),
+        (["--use_async=no"], False),
+        (["--use_async", "1"], True),
+        (["--use_async=False"], False),
+    ],
+)
 def test_bool_flags(argv, expected):
     args, unknown = parse_args(argv)
     assert args.use_async is expected and not unknown

@@ -12,7 +12,6 @@ import threading
 import time
 
 import grpc
-
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
@@ -22,7 +21,9 @@ _STOP = object()
 
 
 class MasterReporter:
-    def __init__(self, master_addr: str, ps_id: int, timeout_s: float = 10.0, max_pending: int = 64):
+    def __init__(
+        self, master_addr: str, ps_id: int, timeout_s: float = 10.0, max_pending: int = 64
+    ):
         self.master_addr = master_addr
         self.ps_id = ps_id
         self.timeout_s = timeout_s

@@ -20,7 +20,6 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-
 from elasticdl import ops
 from elasticdl.ps.embedding_table import EmbeddingTable
 from elasticdl.ps.errors import PSError
@@ -160,8 +159,17 @@ class Optimizer:
                 ops.momentum(p, grad, slots[0], lr, c.momentum, c.nesterov)
             elif c.opt_type == "Adam":
                 ops.adam(
-                    p, grad, slots[0], slots[1], lr, c.beta_1, c.beta_2, c.epsilon, step,
-                    amsgrad=c.amsgrad, max_v=slots[2] if c.amsgrad else None,
+                    p,
+                    grad,
+                    slots[0],
+                    slots[1],
+                    lr,
+                    c.beta_1,
+                    c.beta_2,
+                    c.epsilon,
+                    step,
+                    amsgrad=c.amsgrad,
+                    max_v=slots[2] if c.amsgrad else None,
                 )
             else:
                 ops.adagrad(p, grad, slots[0], lr, c.epsilon)
@@ -183,8 +191,18 @@ class Optimizer:
             ops.sparse_momentum(values, rows, grads, slots[0], lr, c.momentum, c.nesterov)
         elif c.opt_type == "Adam":
             ops.sparse_adam(
-                values, rows, grads, slots[0], slots[1], lr, c.beta_1, c.beta_2, c.epsilon, step,
-                amsgrad=c.amsgrad, max_v=slots[2] if c.amsgrad else None,
+                values,
+                rows,
+                grads,
+                slots[0],
+                slots[1],
+                lr,
+                c.beta_1,
+                c.beta_2,
+                c.epsilon,
+                step,
+                amsgrad=c.amsgrad,
+                max_v=slots[2] if c.amsgrad else None,
             )
         else:
             ops.sparse_adagrad(values, rows, grads, slots[0], lr, c.epsilon)

@@ -1,7 +1,6 @@
 """Optimizer numerics against a plain float64 NumPy reference written here (not elasticdl.ops)."""
 import numpy as np
 import pytest
-
 from elasticdl.ps.embedding_table import EmbeddingTable
 from elasticdl.ps.optimizer import (
     Optimizer,
@@ -100,7 +99,12 @@ def test_sparse_sgd_golden_values_from_original_kernel_test():
 def test_parse_opt_args():
     c = parse_optimizer_config("adam", " lr = 0.5 ; beta1=0.7;beta_2=0.9 ;amsgrad=YES;;")
     assert (c.opt_type, c.learning_rate, c.beta_1, c.beta_2, c.amsgrad) == (
-        "Adam", 0.5, 0.7, 0.9, True)
+        "Adam",
+        0.5,
+        0.7,
+        0.9,
+        True,
+    )
     assert parse_optimizer_config("SGD", "").learning_rate == 0.01
     with pytest.raises(OptimizerConfigError, match="opt_args key 'momentun' is unknown"):
         parse_optimizer_config("Momentum", "momentun=0.9")

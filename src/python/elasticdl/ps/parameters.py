@@ -15,7 +15,6 @@ Not thread-safe by itself: `ParameterServer` (updater.py) holds the lock.
 from __future__ import annotations
 
 import numpy as np
-
 from elasticdl.common import tensor_utils as tu
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.proto import elasticdl_pb2 as pb

@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 from elasticdl.common import tensor_utils as tu
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.proto import elasticdl_pb2 as pb
@@ -50,8 +49,9 @@ def test_check_grad_validates_everything_before_returning():
 
     g = pb.Model()
     tu.ndarray_to_pb(np.ones((2, 3), np.float32), g.dense_parameters[mine])
-    tu.indexed_rows_to_pb(tu.IndexedRows(np.ones((2, 4), np.float32), np.array([0, 4])),
-                          g.embedding_tables["emb"])
+    tu.indexed_rows_to_pb(
+        tu.IndexedRows(np.ones((2, 4), np.float32), np.array([0, 4])), g.embedding_tables["emb"]
+    )
     dense, sparse = p.check_grad(g)
     assert dense[mine].shape == (2, 3)
     np.testing.assert_array_equal(sparse["emb"][0], [0, 4])
@@ -65,18 +65,21 @@ def test_check_grad_validates_everything_before_returning():
     with pytest.raises(NotFoundError, match="belongs to another PS"):
         p.check_grad(bad)
     bad = pb.Model()
-    tu.indexed_rows_to_pb(tu.IndexedRows(np.ones((1, 4), np.float32), np.array([3])),
-                          bad.embedding_tables["emb"])
+    tu.indexed_rows_to_pb(
+        tu.IndexedRows(np.ones((1, 4), np.float32), np.array([3])), bad.embedding_tables["emb"]
+    )
     with pytest.raises(PSError, match="belong to other PS"):
         p.check_grad(bad)
     bad = pb.Model()
-    tu.indexed_rows_to_pb(tu.IndexedRows(np.ones((1, 5), np.float32), np.array([2])),
-                          bad.embedding_tables["emb"])
+    tu.indexed_rows_to_pb(
+        tu.IndexedRows(np.ones((1, 5), np.float32), np.array([2])), bad.embedding_tables["emb"]
+    )
     with pytest.raises(PSError, match="expected"):
         p.check_grad(bad)
     bad = pb.Model()
-    tu.indexed_rows_to_pb(tu.IndexedRows(np.ones((1, 4), np.float32), np.array([2])),
-                          bad.embedding_tables["nope"])
+    tu.indexed_rows_to_pb(
+        tu.IndexedRows(np.ones((1, 4), np.float32), np.array([2])), bad.embedding_tables["nope"]
+    )
     with pytest.raises(NotFoundError, match="unknown on PS 0"):
         p.check_grad(bad)
 

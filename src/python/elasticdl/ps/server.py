@@ -12,7 +12,6 @@ from concurrent import futures
 from dataclasses import dataclass
 
 import grpc
-
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps import checkpoint
 from elasticdl.ps.checkpointer import CheckpointConfig, Checkpointer
@@ -81,7 +80,8 @@ class PSServer:
         )
         self.checkpointer = Checkpointer(
             CheckpointConfig(c.checkpoint_dir, c.checkpoint_steps, c.keep_checkpoint_max),
-            c.ps_id, c.num_ps_pods,
+            c.ps_id,
+            c.num_ps_pods,
         )
         self.reporter = (
             MasterReporter(c.master_addr, c.ps_id) if c.master_addr and c.evaluation_steps else None
@@ -107,7 +107,10 @@ class PSServer:
         self.ps.restore(checkpoint.restore(source, c.ps_id, c.num_ps_pods))
         logger.info(
             "PS %d restored version %d from %s: %d dense parameters, embedding tables %s",
-            c.ps_id, self.params.version, source, len(self.params.dense),
+            c.ps_id,
+            self.params.version,
+            source,
+            len(self.params.dense),
             {n: len(t) for n, t in self.params.embedding_tables.items()},
         )
         return source
@@ -142,9 +145,12 @@ class PSServer:
         self._server, self.port = server, port
         logger.info(
             "PS %d of %d listening on %s (%s, optimizer %s, job %r)",
-            c.ps_id, c.num_ps_pods, _bind_address(c.bind_host, port),
+            c.ps_id,
+            c.num_ps_pods,
+            _bind_address(c.bind_host, port),
             "async" if self.policy.use_async else f"sync grads_to_wait={self.policy.grads_to_wait}",
-            self.optimizer.config.opt_type, c.job_name,
+            self.optimizer.config.opt_type,
+            c.job_name,
         )
         return port
 

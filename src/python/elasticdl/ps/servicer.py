@@ -10,14 +10,13 @@ import logging
 
 import grpc
 import numpy as np
-from google.protobuf import empty_pb2
-
 from elasticdl.common import tensor_utils as tu
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps.checkpointer import Checkpointer
 from elasticdl.ps.errors import NotFoundError, PSError
 from elasticdl.ps.updater import ParameterServer
+from google.protobuf import empty_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +87,9 @@ class PserverServicer(pb_grpc.PserverServicer):
         dim = values.shape[1]
         step = int(request.max_rows_per_message) or default_rows_per_message(dim)
         if step < 0:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"max_rows_per_message must be >= 0, got {step}")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"max_rows_per_message must be >= 0, got {step}"
+            )
         return self._stream_rows(ids, values, step)
 
     @staticmethod

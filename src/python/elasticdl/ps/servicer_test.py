@@ -5,14 +5,13 @@ from concurrent import futures
 import grpc
 import numpy as np
 import pytest
-from google.protobuf import empty_pb2
-
 from elasticdl.common import tensor_utils as tu
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps import checkpoint
 from elasticdl.ps.server import PSConfig, PSServer
 from elasticdl.ps.servicer import default_rows_per_message
+from google.protobuf import empty_pb2
 
 
 class RecordingMaster(pb_grpc.MasterServicer):
@@ -40,8 +39,9 @@ def master():
 
 
 def start_ps(**kwargs):
-    config = PSConfig(port=0, bind_host="127.0.0.1", opt_type="SGD",
-                      opt_args="learning_rate=0.1;", **kwargs)
+    config = PSConfig(
+        port=0, bind_host="127.0.0.1", opt_type="SGD", opt_args="learning_rate=0.1;", **kwargs
+    )
     server = PSServer(config)
     port = server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -52,8 +52,11 @@ def start_ps(**kwargs):
 def ps(tmp_path, master):
     servicer, addr = master
     server, channel, stub = start_ps(
-        use_async=True, master_addr=addr, evaluation_steps=2,
-        checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_steps=3,
+        use_async=True,
+        master_addr=addr,
+        evaluation_steps=2,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        checkpoint_steps=3,
     )
     yield server, stub, servicer, tmp_path / "ckpt"
     channel.close()
@@ -91,8 +94,11 @@ def test_full_rpc_flow(ps):
     resp = stub.pull_dense_parameters(pb.PullDenseParametersRequest(version=0))
     assert resp.initialized and not resp.dense_parameters  # nothing newer than 0
 
-    vec = tu.pb_to_ndarray(stub.pull_embedding_vectors(
-        pb.PullEmbeddingVectorsRequest(name="emb", ids=tu.ndarray_to_pb(np.array([2, 1, 2])))))
+    vec = tu.pb_to_ndarray(
+        stub.pull_embedding_vectors(
+            pb.PullEmbeddingVectorsRequest(name="emb", ids=tu.ndarray_to_pb(np.array([2, 1, 2])))
+        )
+    )
     assert vec.shape == (3, 3) and np.abs(vec).max() <= 0.05
     np.testing.assert_array_equal(vec[0], vec[2])
 
@@ -101,10 +107,14 @@ def test_full_rpc_flow(ps):
         assert r.accepted and r.version == v + 1
     resp = stub.pull_dense_parameters(pb.PullDenseParametersRequest(version=2))
     assert resp.version == 3
-    np.testing.assert_allclose(tu.pb_to_ndarray(resp.dense_parameters["w"]),
-                               np.arange(4) - 0.3, rtol=1e-6)
-    after = tu.pb_to_ndarray(stub.pull_embedding_vectors(
-        pb.PullEmbeddingVectorsRequest(name="emb", ids=tu.ndarray_to_pb(np.array([1, 2])))))
+    np.testing.assert_allclose(
+        tu.pb_to_ndarray(resp.dense_parameters["w"]), np.arange(4) - 0.3, rtol=1e-6
+    )
+    after = tu.pb_to_ndarray(
+        stub.pull_embedding_vectors(
+            pb.PullEmbeddingVectorsRequest(name="emb", ids=tu.ndarray_to_pb(np.array([1, 2])))
+        )
+    )
     np.testing.assert_allclose(after, vec[[1, 0]] - np.array([[0.6], [0.3]]), rtol=1e-5)
 
     # version 2 reported to the master, version 3 checkpointed in the background
@@ -122,14 +132,21 @@ def test_stream_table_in_chunks(ps):
     stub.push_model(model_pb())
     ids = np.arange(0, 1000, 3)
     stub.pull_embedding_vectors(
-        pb.PullEmbeddingVectorsRequest(name="emb", ids=tu.ndarray_to_pb(ids[::-1].copy())))
-    chunks = [tu.pb_to_indexed_rows(m) for m in stub.pull_embedding_table(
-        pb.PullEmbeddingTableRequest(name="emb", max_rows_per_message=100))]
+        pb.PullEmbeddingVectorsRequest(name="emb", ids=tu.ndarray_to_pb(ids[::-1].copy()))
+    )
+    chunks = [
+        tu.pb_to_indexed_rows(m)
+        for m in stub.pull_embedding_table(
+            pb.PullEmbeddingTableRequest(name="emb", max_rows_per_message=100)
+        )
+    ]
     assert [c.indices.size for c in chunks] == [100, 100, 100, 34]
     got = np.concatenate([c.indices for c in chunks])
     np.testing.assert_array_equal(got, ids)  # every row once, sorted by id
-    one = [tu.pb_to_indexed_rows(m) for m in stub.pull_embedding_table(
-        pb.PullEmbeddingTableRequest(name="emb"))]
+    one = [
+        tu.pb_to_indexed_rows(m)
+        for m in stub.pull_embedding_table(pb.PullEmbeddingTableRequest(name="emb"))
+    ]
     assert len(one) == 1 and default_rows_per_message(3) > 334
     np.testing.assert_array_equal(one[0].values, np.concatenate([c.values for c in chunks]))
 
@@ -138,8 +155,9 @@ def test_errors_map_to_status_codes(ps):
     _, stub, _, _ = ps
     stub.push_model(model_pb())
     with pytest.raises(grpc.RpcError) as e:
-        stub.pull_embedding_vectors(pb.PullEmbeddingVectorsRequest(
-            name="missing", ids=tu.ndarray_to_pb(np.array([1]))))
+        stub.pull_embedding_vectors(
+            pb.PullEmbeddingVectorsRequest(name="missing", ids=tu.ndarray_to_pb(np.array([1])))
+        )
     assert e.value.code() == grpc.StatusCode.NOT_FOUND and "missing" in e.value.details()
     bad = gradient(0)
     tu.ndarray_to_pb(np.ones(5, np.float32), bad.gradients.dense_parameters["w"])
@@ -159,8 +177,11 @@ def test_sync_ps_over_grpc_averages_and_rejects_stale(tmp_path):
         assert stub.push_gradients(gradient(0)).version == 1
         r = stub.push_gradients(gradient(0))  # stale: PS is at 1, tolerance 0
         assert not r.accepted and r.version == 1
-        w = tu.pb_to_ndarray(stub.pull_dense_parameters(
-            pb.PullDenseParametersRequest(version=-1)).dense_parameters["w"])
+        w = tu.pb_to_ndarray(
+            stub.pull_dense_parameters(pb.PullDenseParametersRequest(version=-1)).dense_parameters[
+                "w"
+            ]
+        )
         np.testing.assert_allclose(w, np.arange(4) - 0.1, rtol=1e-6)
     finally:
         channel.close()
@@ -175,8 +196,11 @@ def test_concurrent_async_pushes_are_all_applied():
             results = list(pool.map(lambda _: stub.push_gradients(gradient(0)), range(40)))
         assert all(r.accepted for r in results)
         assert sorted(r.version for r in results) == list(range(1, 41))
-        w = tu.pb_to_ndarray(stub.pull_dense_parameters(
-            pb.PullDenseParametersRequest(version=-1)).dense_parameters["w"])
+        w = tu.pb_to_ndarray(
+            stub.pull_dense_parameters(pb.PullDenseParametersRequest(version=-1)).dense_parameters[
+                "w"
+            ]
+        )
         np.testing.assert_allclose(w, np.arange(4) - 4.0, rtol=1e-5)
     finally:
         channel.close()

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-
 from elasticdl import ops
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.errors import PSError
@@ -44,7 +43,9 @@ class UpdatePolicy:
                 f"--sync_version_tolerance must be >= 0, got {self.sync_version_tolerance}"
             )
         if self.use_async and self.grads_to_wait != 1:
-            logger.info("async mode applies every push: grads_to_wait=%d ignored", self.grads_to_wait)
+            logger.info(
+                "async mode applies every push: grads_to_wait=%d ignored", self.grads_to_wait
+            )
             self.grads_to_wait = 1
 
 
@@ -107,7 +108,9 @@ class ParameterServer:
         if taken:
             logger.info(
                 "PS %d initialised at version %d: %d dense parameters, %d embedding tables",
-                self.params.ps_id, self.params.version, len(self.params.dense),
+                self.params.ps_id,
+                self.params.version,
+                len(self.params.dense),
                 len(self.params.embedding_tables),
             )
         return taken
@@ -172,7 +175,10 @@ class ParameterServer:
         if grad_version < p.version - self.policy.sync_version_tolerance:
             logger.debug(
                 "PS %d rejects stale gradients of version %d (PS at %d, tolerance %d)",
-                p.ps_id, grad_version, p.version, self.policy.sync_version_tolerance,
+                p.ps_id,
+                grad_version,
+                p.version,
+                self.policy.sync_version_tolerance,
             )
             return PushResult(False, p.version)
         self._buffer.add(dense, sparse, lr or 0.0)

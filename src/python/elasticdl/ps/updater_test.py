@@ -1,7 +1,6 @@
 """Sync/async update policy numerics through ParameterServer (no network)."""
 import numpy as np
 import pytest
-
 from elasticdl.common import tensor_utils as tu
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.errors import PSError
@@ -104,8 +103,10 @@ def test_uninitialised_ps_rejects_and_bad_push_changes_nothing():
     ps, _ = make_ps(UpdatePolicy(use_async=True))
     req = pb.PushGradientsRequest()
     tu.ndarray_to_pb(np.ones(3, np.float32), req.gradients.dense_parameters["w"])
-    tu.indexed_rows_to_pb(tu.IndexedRows(np.ones((1, 3), np.float32), np.array([1])),
-                          req.gradients.embedding_tables["e"])
+    tu.indexed_rows_to_pb(
+        tu.IndexedRows(np.ones((1, 3), np.float32), np.array([1])),
+        req.gradients.embedding_tables["e"],
+    )
     with pytest.raises(PSError):
         ps.push_gradients(req)
     np.testing.assert_array_equal(ps.params.dense["w"], 0)

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-
 from elasticdl.master.rendezvous import store_prefix
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.master_client import MasterClient
@@ -57,14 +56,23 @@ class AllreduceMasterClient(MasterClient):
     """The master client plus the rendezvous RPCs."""
 
     def get_comm_rank(self, worker_host: str = "") -> pb.GetCommRankResponse:
-        return self._call("get_comm_rank", pb.GetCommRankRequest(
-            worker_host=worker_host, worker_id=self.worker_id))
+        return self._call(
+            "get_comm_rank",
+            pb.GetCommRankRequest(worker_host=worker_host, worker_id=self.worker_id),
+        )
 
-    def report_training_loop_status(self, status: int, rendezvous_id: int = 0,
-                                    worker_host: str = "") -> None:
-        self._call("report_training_loop_status", pb.ReportTrainingLoopStatusRequest(
-            worker_host=worker_host, worker_id=self.worker_id, status=status,
-            rendezvous_id=rendezvous_id))
+    def report_training_loop_status(
+        self, status: int, rendezvous_id: int = 0, worker_host: str = ""
+    ) -> None:
+        self._call(
+            "report_training_loop_status",
+            pb.ReportTrainingLoopStatusRequest(
+                worker_host=worker_host,
+                worker_id=self.worker_id,
+                status=status,
+                rendezvous_id=rendezvous_id,
+            ),
+        )
 
     def report_version(self, model_version: int) -> None:
         self._call("report_version", pb.ReportVersionRequest(model_version=int(model_version)))
@@ -149,7 +157,9 @@ class CommGroup:
             self._build(resp)
         except Exception as err:
             self.drop(failed=True)
-            raise CollectiveError(f"building the group of generation {resp.rendezvous_id} failed: {err}") from err
+            raise CollectiveError(
+                f"building the group of generation {resp.rendezvous_id} failed: {err}"
+            ) from err
 
     def _build(self, resp: pb.GetCommRankResponse) -> None:
         import torch.distributed as dist
@@ -157,8 +167,12 @@ class CommGroup:
         timeout = datetime.timedelta(seconds=self.config.collective_timeout_s)
         addr = (resp.rendezvous_addr or self.master.addr.rpartition(":")[0], resp.rendezvous_port)
         if self._store is None or self._store_addr != addr:
-            self._store = dist.TCPStore(addr[0], addr[1], is_master=False,
-                                        timeout=datetime.timedelta(seconds=self.config.join_timeout_s))
+            self._store = dist.TCPStore(
+                addr[0],
+                addr[1],
+                is_master=False,
+                timeout=datetime.timedelta(seconds=self.config.join_timeout_s),
+            )
             self._store_addr = addr
         store = dist.PrefixStore(store_prefix(resp.rendezvous_id), self._store)
         started = time.monotonic()
@@ -171,10 +185,20 @@ class CommGroup:
             opts._timeout = timeout
             opts._devices = [self._device]
             self._pg = dist.ProcessGroupGloo(store, resp.rank_id, resp.world_size, opts)
-        self.rank, self.world_size, self.rendezvous_id = resp.rank_id, resp.world_size, resp.rendezvous_id
-        logger.info("Worker %d: rank %d of %d in rendezvous generation %d (%s, %.2fs)",
-                    self.master.worker_id, self.rank, self.world_size, self.rendezvous_id,
-                    self._backend_name(), time.monotonic() - started)
+        self.rank, self.world_size, self.rendezvous_id = (
+            resp.rank_id,
+            resp.world_size,
+            resp.rendezvous_id,
+        )
+        logger.info(
+            "Worker %d: rank %d of %d in rendezvous generation %d (%s, %.2fs)",
+            self.master.worker_id,
+            self.rank,
+            self.world_size,
+            self.rendezvous_id,
+            self._backend_name(),
+            time.monotonic() - started,
+        )
 
     def acknowledge(self) -> None:
         self.master.report_training_loop_status(pb.LOOP_START, self.rendezvous_id, self.host)
@@ -204,7 +228,9 @@ class CommGroup:
         try:
             fn()
         except RuntimeError as err:  # Gloo/NCCL errors: peer died, timeout, ...
-            raise CollectiveError(f"{what} in generation {self.rendezvous_id} failed: {err}") from err
+            raise CollectiveError(
+                f"{what} in generation {self.rendezvous_id} failed: {err}"
+            ) from err
 
     def allreduce_(self, array: np.ndarray) -> None:
         """Sum ``array`` over the group, in place (zero-copy on CPU: torch views the buffer)."""
@@ -217,6 +243,7 @@ class CommGroup:
                 array[...] = t.cpu().numpy()
             else:
                 self._pg.allreduce([torch.from_numpy(array)]).wait()
+
         self._run("allreduce", run)
 
     def broadcast_(self, array: np.ndarray, root: int = 0) -> None:
@@ -233,4 +260,5 @@ class CommGroup:
                 array[...] = t.cpu().numpy()
             else:
                 self._pg.broadcast([torch.from_numpy(array)], opts).wait()
+
         self._run("broadcast", run)

@@ -13,7 +13,8 @@ from elasticdl.master.servicer import MasterServicer
 from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
 from elasticdl.platform.local import child_pythonpath
 
-WORKER = textwrap.dedent("""
+WORKER = textwrap.dedent(
+    """
     import json, sys
     import numpy as np
     from elasticdl.worker.allreduce_group import AllreduceMasterClient, CommGroup, GroupConfig
@@ -41,7 +42,8 @@ WORKER = textwrap.dedent("""
         out.update(gen2=group.rendezvous_id, world2=group.world_size, rank2=group.rank, solo=solo.tolist())
         group.leave()
     print("RESULT " + json.dumps(out), flush=True)
-""")
+"""
+)
 
 
 def test_two_processes_allreduce_through_master_rendezvous(tmp_path):
@@ -54,8 +56,13 @@ def test_two_processes_allreduce_through_master_rendezvous(tmp_path):
     env = {"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin"}
     try:
         procs = [
-            subprocess.Popen([sys.executable, str(script), f"127.0.0.1:{port}", str(w)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            subprocess.Popen(
+                [sys.executable, str(script), f"127.0.0.1:{port}", str(w)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+            )
             for w in (0, 1)
         ]
         outs = [p.communicate(timeout=240)[0] for p in procs]

@@ -32,7 +32,6 @@ from typing import Any, List, Optional
 import keras
 import numpy as np
 import tensorflow as tf
-
 from elasticdl.common.model_utils import ModelSpec
 from elasticdl.worker.allreduce_group import AllreduceMasterClient, CollectiveError, CommGroup
 
@@ -56,8 +55,13 @@ class AllreduceTrainerConfig:
 
 
 class AllreduceTrainer:
-    def __init__(self, spec: ModelSpec, group: CommGroup, master: AllreduceMasterClient,
-                 config: Optional[AllreduceTrainerConfig] = None):
+    def __init__(
+        self,
+        spec: ModelSpec,
+        group: CommGroup,
+        master: AllreduceMasterClient,
+        config: Optional[AllreduceTrainerConfig] = None,
+    ):
         self.spec = spec
         self.group = group
         self.master = master
@@ -164,7 +168,7 @@ class AllreduceTrainer:
                 offset = 0
                 for v in vs:
                     n = int(np.prod(v.shape))
-                    v.assign(flat[offset:offset + n].reshape(v.shape))
+                    v.assign(flat[offset : offset + n].reshape(v.shape))
                     offset += n
         steps = np.array([self.steps], np.float64)
         self.group.broadcast_(steps, root=0)
@@ -226,8 +230,12 @@ class AllreduceTrainer:
                     raise AllreduceFailedError(
                         f"allreduce failed {retries + 1} times (last: {err}); the master re-queues the task"
                     ) from err
-                logger.warning("Allreduce failed (attempt %d/%d), re-forming the group: %s",
-                               attempt + 1, retries + 1, err)
+                logger.warning(
+                    "Allreduce failed (attempt %d/%d), re-forming the group: %s",
+                    attempt + 1,
+                    retries + 1,
+                    err,
+                )
                 time.sleep(self.config.retry_sleep_s)
         raise AssertionError("unreachable")
 

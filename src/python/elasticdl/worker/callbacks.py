@@ -38,7 +38,9 @@ class MaxStepsStopping(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if int(batch) >= self.max_steps and not self.model.stop_training:
-            logger.info("Model version %d reached max_steps %d: stop training", batch, self.max_steps)
+            logger.info(
+                "Model version %d reached max_steps %d: stop training", batch, self.max_steps
+            )
             self.model.stop_training = True
 
 

@@ -1,6 +1,5 @@
 """Real parameter servers (elasticdl.ps) on 127.0.0.1 with free ports, for the worker tests."""
 import pytest
-
 from elasticdl.ps.server import PSConfig, PSServer
 
 
@@ -8,8 +7,17 @@ class PSCluster:
     def __init__(self, num_ps: int, **config):
         self.servers = []
         for i in range(num_ps):
-            server = PSServer(PSConfig(ps_id=i, num_ps_pods=num_ps, port=0, bind_host="127.0.0.1",
-                                       log_every_versions=0, grpc_threads=8, **config))
+            server = PSServer(
+                PSConfig(
+                    ps_id=i,
+                    num_ps_pods=num_ps,
+                    port=0,
+                    bind_host="127.0.0.1",
+                    log_every_versions=0,
+                    grpc_threads=8,
+                    **config,
+                )
+            )
             server.start()
             self.servers.append(server)
 

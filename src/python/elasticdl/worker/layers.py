@@ -53,17 +53,26 @@ class Embedding(keras.layers.Layer):
             last id axis, output (..., output_dim) (a bag of ids per example).
     """
 
-    def __init__(self, output_dim: int, input_dim: Optional[int] = None,
-                 embeddings_initializer: str = "uniform", combiner: Optional[str] = None,
-                 **kwargs):
+    def __init__(
+        self,
+        output_dim: int,
+        input_dim: Optional[int] = None,
+        embeddings_initializer: str = "uniform",
+        combiner: Optional[str] = None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if int(output_dim) <= 0:
             raise ValueError(f"Embedding output_dim must be positive, got {output_dim}")
         if combiner is not None and combiner not in COMBINERS:
-            raise ValueError(f"Embedding combiner must be one of {COMBINERS} or None, got {combiner!r}")
+            raise ValueError(
+                f"Embedding combiner must be one of {COMBINERS} or None, got {combiner!r}"
+            )
         if not isinstance(embeddings_initializer, str):
-            raise ValueError("Embedding embeddings_initializer must be an initializer name (str): "
-                             "the PS creates the rows")
+            raise ValueError(
+                "Embedding embeddings_initializer must be an initializer name (str): "
+                "the PS creates the rows"
+            )
         self.output_dim = int(output_dim)
         self.input_dim = None if input_dim is None else int(input_dim)
         self.embeddings_initializer = embeddings_initializer
@@ -89,8 +98,10 @@ class Embedding(keras.layers.Layer):
         """Hold the whole table locally (row i = id i): forward no longer needs the PS."""
         table = np.asarray(table, dtype=np.float32)
         if table.ndim != 2 or table.shape[1] != self.output_dim:
-            raise ValueError(f"Embedding {self.name}: table shape {table.shape} does not match "
-                             f"output_dim {self.output_dim}")
+            raise ValueError(
+                f"Embedding {self.name}: table shape {table.shape} does not match "
+                f"output_dim {self.output_dim}"
+            )
         if self.local_table is None or tuple(self.local_table.shape) != table.shape:
             # Keras locks a built layer's state; the table is new state created after training,
             # so unlock just for this variable.
@@ -161,6 +172,7 @@ class Embedding(keras.layers.Layer):
 def find_embedding_layers(model: keras.Model) -> List[Embedding]:
     """All ElasticDL Embedding layers of a model, nested layers/models included."""
     return [
-        layer for layer in model._flatten_layers(include_self=False, recursive=True)
+        layer
+        for layer in model._flatten_layers(include_self=False, recursive=True)
         if isinstance(layer, Embedding)
     ]

@@ -21,9 +21,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="elasticdl.worker.main", description=__doc__.splitlines()[0])
     p.add_argument("--worker_id", type=int, required=True)
     p.add_argument("--master_addr", required=True, help="host:port of the master")
-    p.add_argument("--ps_addrs", default="", help="comma-separated host:port of every PS, in PS id order")
-    p.add_argument("--job_type", required=True, choices=[
-        "training_only", "training_with_evaluation", "evaluation_only", "prediction_only"])
+    p.add_argument(
+        "--ps_addrs", default="", help="comma-separated host:port of every PS, in PS id order"
+    )
+    p.add_argument(
+        "--job_type",
+        required=True,
+        choices=["training_only", "training_with_evaluation", "evaluation_only", "prediction_only"],
+    )
     p.add_argument("--model_zoo", required=True)
     p.add_argument("--model_def", required=True)
     p.add_argument("--minibatch_size", type=int, default=64)
@@ -35,19 +40,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--custom_data_reader", default="custom_data_reader")
     p.add_argument("--prediction_outputs_processor", default="PredictionOutputsProcessor")
     p.add_argument("--data_reader_params", default="")
-    p.add_argument("--log_level", default="INFO",
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
+    p.add_argument(
+        "--log_level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+    )
     p.add_argument("--get_model_steps", type=int, default=1)
     p.add_argument("--distribution_strategy", default="ParameterServerStrategy")
     p.add_argument("--output", default="")
     p.add_argument("--log_loss_steps", type=int, default=100)
     p.add_argument("--num_workers", type=int, default=0)
-    p.add_argument("--retry_timeout", type=float, default=120.0,
-                   help="seconds to keep retrying an unreachable master/PS")
-    p.add_argument("--allreduce_retries", type=int, default=5,
-                   help="AllreduceStrategy: re-form the group and retry a failed allreduce this often")
-    p.add_argument("--allreduce_backend", default="auto", choices=["auto", "gloo", "nccl"],
-                   help="AllreduceStrategy: torch.distributed backend (auto: NCCL with a GPU, else Gloo)")
+    p.add_argument(
+        "--retry_timeout",
+        type=float,
+        default=120.0,
+        help="seconds to keep retrying an unreachable master/PS",
+    )
+    p.add_argument(
+        "--allreduce_retries",
+        type=int,
+        default=5,
+        help="AllreduceStrategy: re-form the group and retry a failed allreduce this often",
+    )
+    p.add_argument(
+        "--allreduce_backend",
+        default="auto",
+        choices=["auto", "gloo", "nccl"],
+        help="AllreduceStrategy: torch.distributed backend (auto: NCCL with a GPU, else Gloo)",
+    )
     return p
 
 
@@ -61,8 +79,10 @@ def _validate(args) -> None:
     if args.get_model_steps <= 0:
         raise WorkerArgsError(f"--get_model_steps must be positive, got {args.get_model_steps}")
     if args.distribution_strategy not in STRATEGIES:
-        raise WorkerArgsError(f"--distribution_strategy {args.distribution_strategy!r} unknown; "
-                              f"use one of {[s for s in STRATEGIES if s]}")
+        raise WorkerArgsError(
+            f"--distribution_strategy {args.distribution_strategy!r} unknown; "
+            f"use one of {[s for s in STRATEGIES if s]}"
+        )
     if args.distribution_strategy == ALLREDUCE:
         if args.allreduce_retries < 0:
             raise WorkerArgsError(f"--allreduce_retries must be >= 0, got {args.allreduce_retries}")
@@ -80,9 +100,14 @@ def main(argv=None) -> int:
     try:
         _validate(args)
         spec = load_model_spec(
-            args.model_zoo, args.model_def, feed=args.feed, loss=args.loss,
-            optimizer=args.optimizer, eval_metrics_fn=args.eval_metrics_fn,
-            callbacks=args.callbacks, custom_data_reader=args.custom_data_reader,
+            args.model_zoo,
+            args.model_def,
+            feed=args.feed,
+            loss=args.loss,
+            optimizer=args.optimizer,
+            eval_metrics_fn=args.eval_metrics_fn,
+            callbacks=args.callbacks,
+            custom_data_reader=args.custom_data_reader,
             prediction_outputs_processor=args.prediction_outputs_processor,
             require_eval_metrics_fn=False,
         )
@@ -105,22 +130,41 @@ def main(argv=None) -> int:
         from elasticdl.worker.allreduce_group import AllreduceMasterClient, CommGroup, GroupConfig
         from elasticdl.worker.allreduce_trainer import AllreduceTrainer, AllreduceTrainerConfig
 
-        master = AllreduceMasterClient(args.master_addr, args.worker_id, retry_timeout=args.retry_timeout)
+        master = AllreduceMasterClient(
+            args.master_addr, args.worker_id, retry_timeout=args.retry_timeout
+        )
         group = CommGroup(master, GroupConfig(backend=args.allreduce_backend))
-        trainer = AllreduceTrainer(spec, group, master, AllreduceTrainerConfig(
-            max_allreduce_retries=args.allreduce_retries))
+        trainer = AllreduceTrainer(
+            spec,
+            group,
+            master,
+            AllreduceTrainerConfig(max_allreduce_retries=args.allreduce_retries),
+        )
     else:
         master = MasterClient(args.master_addr, args.worker_id, retry_timeout=args.retry_timeout)
-        ps = PSClient([a.strip() for a in args.ps_addrs.split(",") if a.strip()],
-                      worker_id=args.worker_id, retry_timeout=args.retry_timeout)
-        trainer = PSTrainer(spec, ps, TrainerConfig(
-            get_model_steps=args.get_model_steps, init_model_on_ps=job_type.trains))
+        ps = PSClient(
+            [a.strip() for a in args.ps_addrs.split(",") if a.strip()],
+            worker_id=args.worker_id,
+            retry_timeout=args.retry_timeout,
+        )
+        trainer = PSTrainer(
+            spec,
+            ps,
+            TrainerConfig(get_model_steps=args.get_model_steps, init_model_on_ps=job_type.trains),
+        )
     data = TaskDataService(spec, args.minibatch_size, reader_params)
     worker = Worker(
-        WorkerConfig(worker_id=args.worker_id, job_type=job_type,
-                     minibatch_size=args.minibatch_size, log_loss_steps=args.log_loss_steps,
-                     output=args.output),
-        spec, master, trainer, data,
+        WorkerConfig(
+            worker_id=args.worker_id,
+            job_type=job_type,
+            minibatch_size=args.minibatch_size,
+            log_loss_steps=args.log_loss_steps,
+            output=args.output,
+        ),
+        spec,
+        master,
+        trainer,
+        data,
     )
     try:
         return worker.run()

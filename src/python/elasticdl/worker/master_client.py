@@ -5,12 +5,11 @@ import logging
 from typing import Dict, Mapping, Optional
 
 import numpy as np
-from google.protobuf import empty_pb2  # noqa: F401  (responses are Empty)
-
 from elasticdl.common.tensor_utils import ndarray_to_pb
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.worker.grpc_utils import build_channel, call_with_retry
+from google.protobuf import empty_pb2  # noqa: F401  (responses are Empty)
 
 logger = logging.getLogger(__name__)
 
@@ -19,8 +18,13 @@ class MasterClient:
     """Thin wrapper over `pb_grpc.MasterStub`; every call retries while the master is
     unreachable (starting, or briefly overloaded) for up to `retry_timeout` seconds."""
 
-    def __init__(self, master_addr: str, worker_id: int, retry_timeout: float = 120.0,
-                 rpc_timeout: float = 60.0):
+    def __init__(
+        self,
+        master_addr: str,
+        worker_id: int,
+        retry_timeout: float = 120.0,
+        rpc_timeout: float = 60.0,
+    ):
         self.addr = master_addr
         self.worker_id = int(worker_id)
         self.retry_timeout = retry_timeout
@@ -44,8 +48,9 @@ class MasterClient:
             "get_task", pb.GetTaskRequest(worker_id=self.worker_id, task_type=task_type)
         )
 
-    def report_task_result(self, task_id: int, err_message: str = "",
-                           exec_counters: Optional[Mapping[str, int]] = None) -> None:
+    def report_task_result(
+        self, task_id: int, err_message: str = "", exec_counters: Optional[Mapping[str, int]] = None
+    ) -> None:
         req = pb.ReportTaskResultRequest(
             task_id=task_id, err_message=err_message, worker_id=self.worker_id
         )
@@ -53,8 +58,9 @@ class MasterClient:
             req.exec_counters[k] = int(v)
         self._call("report_task_result", req)
 
-    def report_evaluation_metrics(self, model_outputs: Dict[str, np.ndarray], labels,
-                                  model_version: int, task_id: int = 0) -> None:
+    def report_evaluation_metrics(
+        self, model_outputs: Dict[str, np.ndarray], labels, model_version: int, task_id: int = 0
+    ) -> None:
         req = pb.ReportEvaluationMetricsRequest(
             worker_id=self.worker_id, model_version=model_version, task_id=task_id
         )

@@ -20,7 +20,6 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
-
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.common.tensor_utils import (
     IndexedRows,
@@ -81,10 +80,18 @@ def deduplicate_indexed_rows(values: np.ndarray, ids: np.ndarray) -> Tuple[np.nd
 
 
 class PSClient:
-    def __init__(self, ps_addrs: Sequence[str], worker_id: int = 0, retry_timeout: float = 60.0,
-                 rpc_timeout: float = 120.0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+    def __init__(
+        self,
+        ps_addrs: Sequence[str],
+        worker_id: int = 0,
+        retry_timeout: float = 60.0,
+        rpc_timeout: float = 120.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ):
         if not ps_addrs:
-            raise ValueError("--ps_addrs is empty: the ParameterServerStrategy needs at least one PS")
+            raise ValueError(
+                "--ps_addrs is empty: the ParameterServerStrategy needs at least one PS"
+            )
         self.addrs = list(ps_addrs)
         self.num_ps = len(self.addrs)
         self.worker_id = int(worker_id)
@@ -112,8 +119,12 @@ class PSClient:
         backoff = Backoff(self.retry_timeout)
         while pending:
             futures = [
-                (i, getattr(self._stubs[requests[i][0]], method).future(
-                    requests[i][1], timeout=self.rpc_timeout))
+                (
+                    i,
+                    getattr(self._stubs[requests[i][0]], method).future(
+                        requests[i][1], timeout=self.rpc_timeout
+                    ),
+                )
                 for i in pending
             ]
             failed = []
@@ -148,8 +159,12 @@ class PSClient:
         return parts
 
     # ------------------------------------------------------------------ model init
-    def push_model(self, dense_params: Mapping[str, np.ndarray],
-                   embedding_infos: Sequence[EmbeddingTableInfo] = (), version: int = 0) -> None:
+    def push_model(
+        self,
+        dense_params: Mapping[str, np.ndarray],
+        embedding_infos: Sequence[EmbeddingTableInfo] = (),
+        version: int = 0,
+    ) -> None:
         """Offer the initial model; a PS that is already initialised keeps its own values."""
         parts = self.partition_dense(dense_params)
         reqs = []
@@ -177,7 +192,9 @@ class PSClient:
         for info in infos:
             self._table_dims[info.name] = int(info.dim)
             model.embedding_table_infos.add(
-                name=info.name, dim=int(info.dim), initializer=info.initializer,
+                name=info.name,
+                dim=int(info.dim),
+                initializer=info.initializer,
                 dtype=dtype_to_pb(info.dtype),
             )
 
@@ -200,8 +217,11 @@ class PSClient:
             if resp.initialized and 0 <= resp.version < self.ps_versions[i]
         ]
         if went_back:
-            logger.warning("PS %s went back to an older model version (relaunched from a "
-                           "checkpoint): pulling all its parameters", [i for i, _ in went_back])
+            logger.warning(
+                "PS %s went back to an older model version (relaunched from a "
+                "checkpoint): pulling all its parameters",
+                [i for i, _ in went_back],
+            )
             for (i, _), resp in zip(went_back, self._fan_out("pull_dense_parameters", went_back)):
                 responses[i] = resp
         uninitialized = []
@@ -239,7 +259,7 @@ class PSClient:
         for ps_id in range(self.num_ps):
             positions = np.flatnonzero(owner == ps_id)
             for s in range(0, positions.size, chunk):
-                pos = positions[s: s + chunk]
+                pos = positions[s : s + chunk]
                 req = pb.PullEmbeddingVectorsRequest(name=name)
                 ndarray_to_pb(unique[pos], req.ids)
                 reqs.append((ps_id, req))
@@ -285,9 +305,12 @@ class PSClient:
         return IndexedRows(np.concatenate(values), np.concatenate(indices))
 
     # ------------------------------------------------------------------ pushes
-    def push_gradients(self, dense_grads: Mapping[str, np.ndarray],
-                       embedding_grads: Mapping[str, Tuple[np.ndarray, np.ndarray]] = None,
-                       learning_rate: float = 0.0) -> PushResult:
+    def push_gradients(
+        self,
+        dense_grads: Mapping[str, np.ndarray],
+        embedding_grads: Mapping[str, Tuple[np.ndarray, np.ndarray]] = None,
+        learning_rate: float = 0.0,
+    ) -> PushResult:
         """Send gradients to every PS (an empty message still counts, so all PS versions advance
         together); embedding gradients are summed per id and scattered by `id % num_ps`.
 
@@ -308,9 +331,14 @@ class PSClient:
                         models[ps_id].embedding_tables[name],
                     )
         reqs = [
-            (ps_id, pb.PushGradientsRequest(
-                gradients=models[ps_id], learning_rate=float(learning_rate),
-                worker_id=self.worker_id))
+            (
+                ps_id,
+                pb.PushGradientsRequest(
+                    gradients=models[ps_id],
+                    learning_rate=float(learning_rate),
+                    worker_id=self.worker_id,
+                ),
+            )
             for ps_id in range(self.num_ps)
         ]
         responses = self._fan_out("push_gradients", reqs)
@@ -320,8 +348,10 @@ class PSClient:
         )
 
     def save_checkpoint(self, checkpoint_dir: str = "") -> List[pb.SaveCheckpointResponse]:
-        reqs = [(ps_id, pb.SaveCheckpointRequest(checkpoint_dir=checkpoint_dir))
-                for ps_id in range(self.num_ps)]
+        reqs = [
+            (ps_id, pb.SaveCheckpointRequest(checkpoint_dir=checkpoint_dir))
+            for ps_id in range(self.num_ps)
+        ]
         return self._fan_out("save_checkpoint", reqs)
 
 

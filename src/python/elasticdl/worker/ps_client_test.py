@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.worker.ps_client import (
     EmbeddingTableInfo,
@@ -59,8 +58,10 @@ def test_embedding_rows_routed_by_id_mod_and_chunked(ps_cluster):
 def test_push_gradients_applies_sgd_on_owning_ps(ps_cluster):
     cluster = ps_cluster(2)
     client = PSClient(cluster.addrs)
-    client.push_model({"a": np.ones(3, np.float32), "b": np.ones(2, np.float32)},
-                      [EmbeddingTableInfo("emb", 2, "zeros")])
+    client.push_model(
+        {"a": np.ones(3, np.float32), "b": np.ones(2, np.float32)},
+        [EmbeddingTableInfo("emb", 2, "zeros")],
+    )
     client.pull_dense_parameters()
     client.pull_embedding_vectors("emb", [1, 2, 3])
     result = client.push_gradients(

@@ -11,7 +11,6 @@ import logging
 from typing import Any, Callable, Dict, Iterator, Optional
 
 import tensorflow as tf
-
 from elasticdl.common.model_utils import Mode, ModelSpec
 from elasticdl.proto import elasticdl_pb2 as pb
 
@@ -25,9 +24,13 @@ def _default_reader_factory(data_origin: str, records_per_task=None, **params):
 
 
 class TaskDataService:
-    def __init__(self, spec: ModelSpec, minibatch_size: int,
-                 data_reader_params: Optional[Dict[str, Any]] = None,
-                 reader_factory: Optional[Callable[..., Any]] = None):
+    def __init__(
+        self,
+        spec: ModelSpec,
+        minibatch_size: int,
+        data_reader_params: Optional[Dict[str, Any]] = None,
+        reader_factory: Optional[Callable[..., Any]] = None,
+    ):
         if int(minibatch_size) <= 0:
             raise ValueError(f"--minibatch_size must be positive, got {minibatch_size}")
         self.spec = spec
@@ -130,5 +133,7 @@ def _batch_size(chunk) -> int:
 
 def _slice(t, start: int, stop: int):
     if isinstance(t, tf.SparseTensor):
-        return tf.sparse.slice(t, [start] + [0] * (t.shape.rank - 1), [stop - start] + list(t.dense_shape[1:]))
+        return tf.sparse.slice(
+            t, [start] + [0] * (t.shape.rank - 1), [stop - start] + list(t.dense_shape[1:])
+        )
     return t[start:stop]

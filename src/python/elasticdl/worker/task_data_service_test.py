@@ -1,7 +1,6 @@
 """TaskDataService re-iterates one pipeline per (file, mode): each task must still get exactly
 its own records, in any order of files and modes, including empty ranges and shuffled indices."""
 import numpy as np
-
 from elasticdl.common.model_utils import Mode, ModelSpec
 from elasticdl.data import recordio
 from elasticdl.proto import elasticdl_pb2 as pb
@@ -18,7 +17,9 @@ def _feed(dataset, mode, metadata):
 
 
 def _spec():
-    return ModelSpec(module=None, model_fn=None, loss=None, optimizer=None, feed=_feed, eval_metrics_fn=None)
+    return ModelSpec(
+        module=None, model_fn=None, loss=None, optimizer=None, feed=_feed, eval_metrics_fn=None
+    )
 
 
 def _write(path, values):
@@ -40,12 +41,22 @@ def test_each_task_gets_exactly_its_records(tmp_path):
     a = _write(tmp_path / "a.rio", range(100))
     b = _write(tmp_path / "b.rio", range(1000, 1050))
     service = TaskDataService(_spec(), minibatch_size=8)
-    assert _labels(service, pb.Shard(name=a, start=0, end=20), Mode.TRAINING) == [10 * i for i in range(20)]
-    assert _labels(service, pb.Shard(name=b, start=5, end=9), Mode.TRAINING) == [10 * i for i in range(1005, 1009)]
-    assert _labels(service, pb.Shard(name=a, start=20, end=37), Mode.TRAINING) == [10 * i for i in range(20, 37)]
+    assert _labels(service, pb.Shard(name=a, start=0, end=20), Mode.TRAINING) == [
+        10 * i for i in range(20)
+    ]
+    assert _labels(service, pb.Shard(name=b, start=5, end=9), Mode.TRAINING) == [
+        10 * i for i in range(1005, 1009)
+    ]
+    assert _labels(service, pb.Shard(name=a, start=20, end=37), Mode.TRAINING) == [
+        10 * i for i in range(20, 37)
+    ]
     assert _labels(service, pb.Shard(name=a, start=50, end=50), Mode.TRAINING) == []
-    assert _labels(service, pb.Shard(name=a, start=90, end=100), Mode.EVALUATION) == [10 * i for i in range(90, 100)]
-    assert _labels(service, pb.Shard(name=a, start=0, end=10, indices=[3, 1, 3]), Mode.EVALUATION) == [30, 10, 30]
+    assert _labels(service, pb.Shard(name=a, start=90, end=100), Mode.EVALUATION) == [
+        10 * i for i in range(90, 100)
+    ]
+    assert _labels(
+        service, pb.Shard(name=a, start=0, end=10, indices=[3, 1, 3]), Mode.EVALUATION
+    ) == [30, 10, 30]
     assert _labels(service, pb.Shard(name=b, start=0, end=3), Mode.PREDICTION) == [1000, 1001, 1002]
     # One pipeline per (file, mode), built once and re-iterated.
     assert len(service._pipelines) == 4
@@ -54,13 +65,15 @@ def test_each_task_gets_exactly_its_records(tmp_path):
 def test_minibatches_of_a_task(tmp_path):
     a = _write(tmp_path / "a.rio", range(30))
     service = TaskDataService(_spec(), minibatch_size=8)
-    sizes = [int(f.shape[0]) for f, _ in service.dataset(pb.Shard(name=a, start=0, end=30), Mode.TRAINING)]
+    sizes = [
+        int(f.shape[0])
+        for f, _ in service.dataset(pb.Shard(name=a, start=0, end=30), Mode.TRAINING)
+    ]
     assert sizes == [8, 8, 8, 6]
 
 
 def test_tasks_larger_than_a_chunk_and_filtered_out_tasks(tmp_path):
     import tensorflow as tf
-
     from elasticdl.worker import task_data_service as tds
 
     a = _write(tmp_path / "a.rio", range(100))

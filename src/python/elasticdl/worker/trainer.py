@@ -21,7 +21,6 @@ from typing import Any, Dict, List, Optional, Tuple
 import keras
 import numpy as np
 import tensorflow as tf
-
 from elasticdl.common.model_utils import ModelSpec
 from elasticdl.worker.layers import Embedding, find_embedding_layers
 from elasticdl.worker.ps_client import EmbeddingTableInfo, PSClient
@@ -67,8 +66,9 @@ def _dense(grad):
 
 
 class PSTrainer:
-    def __init__(self, spec: ModelSpec, ps_client: PSClient,
-                 config: Optional[TrainerConfig] = None):
+    def __init__(
+        self, spec: ModelSpec, ps_client: PSClient, config: Optional[TrainerConfig] = None
+    ):
         self.spec = spec
         self.ps = ps_client
         self.config = config or TrainerConfig()
@@ -170,8 +170,10 @@ class PSTrainer:
             if result.all_initialized:
                 break
             if self.config.init_model_on_ps:
-                logger.warning("PS %s hold no model (restarted?): pushing the local model again",
-                               result.uninitialized_ps)
+                logger.warning(
+                    "PS %s hold no model (restarted?): pushing the local model again",
+                    result.uninitialized_ps,
+                )
                 self.ps.push_embedding_table_infos(self.embedding_infos())
                 self._push_model()
             elif time.monotonic() > deadline:
@@ -209,7 +211,7 @@ class PSTrainer:
             layer.reset_records()
         grads = tape.gradient(loss, self._vars + [r.vectors for _, r in records])
         dense = [_dense(g) for g in grads[: len(self._vars)]]
-        sparse = [(r.unique_ids, _dense(g)) for (_, r), g in zip(records, grads[len(self._vars):])]
+        sparse = [(r.unique_ids, _dense(g)) for (_, r), g in zip(records, grads[len(self._vars) :])]
         # Table names are static per trace; keep them on the Python side.
         self._record_names = [name for name, _ in records]
         return loss, dense, sparse
@@ -217,13 +219,15 @@ class PSTrainer:
     def _get_train_fn(self):
         if self._train_fn is None:
             fn = self._forward_backward
-            self._train_fn = (tf.function(fn, reduce_retracing=True)
-                              if self.config.use_tf_function else fn)
+            self._train_fn = (
+                tf.function(fn, reduce_retracing=True) if self.config.use_tf_function else fn
+            )
         return self._train_fn
 
     def forward(self, features):
         """Model outputs for evaluation/prediction (training=False)."""
         if self._predict_fn is None:
+
             def predict(x):
                 for layer in self.embedding_layers:
                     layer.set_tape(None)
@@ -232,15 +236,17 @@ class PSTrainer:
                 for layer in self.embedding_layers:
                     layer.reset_records()
                 return out
-            self._predict_fn = (tf.function(predict, reduce_retracing=True)
-                                if self.config.use_tf_function else predict)
+
+            self._predict_fn = (
+                tf.function(predict, reduce_retracing=True)
+                if self.config.use_tf_function
+                else predict
+            )
         return self._predict_fn(features)
 
     def compute_gradients(self, features, labels) -> Tuple[float, Dict[str, np.ndarray], Dict]:
         loss, dense, sparse = self._get_train_fn()(features, labels)
-        dense_grads = {
-            name: g.numpy() for name, g in zip(self._names, dense) if g is not None
-        }
+        dense_grads = {name: g.numpy() for name, g in zip(self._names, dense) if g is not None}
         embedding_grads: Dict[str, Tuple[np.ndarray, np.ndarray]] = {}
         for name, (ids, g) in zip(self._record_names, sparse):
             if g is None:

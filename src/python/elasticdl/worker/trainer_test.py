@@ -3,7 +3,6 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from elasticdl.common.model_utils import ModelSpec
 from elasticdl.worker.layers import Embedding
 from elasticdl.worker.ps_client import PSClient
@@ -17,8 +16,14 @@ def _loss(labels, outputs):
 
 
 def _spec(model_fn):
-    return ModelSpec(module=None, model_fn=model_fn, loss=_loss,
-                     optimizer=lambda: keras.optimizers.SGD(LR), feed=None, eval_metrics_fn=None)
+    return ModelSpec(
+        module=None,
+        model_fn=model_fn,
+        loss=_loss,
+        optimizer=lambda: keras.optimizers.SGD(LR),
+        feed=None,
+        eval_metrics_fn=None,
+    )
 
 
 def _dense_model():
@@ -29,8 +34,10 @@ def _dense_model():
 
 def _data(n=16, seed=0):
     rng = np.random.default_rng(seed)
-    return (tf.constant(rng.normal(size=(n, 4)).astype(np.float32)),
-            tf.constant(rng.integers(0, 3, size=n)))
+    return (
+        tf.constant(rng.normal(size=(n, 4)).astype(np.float32)),
+        tf.constant(rng.integers(0, 3, size=n)),
+    )
 
 
 @pytest.mark.parametrize("use_tf_function", [True, False])
@@ -48,8 +55,9 @@ def test_one_step_through_ps_equals_local_keras_sgd(ps_cluster, use_tf_function)
     opt = keras.optimizers.SGD(LR)
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(_loss(y, local(x, training=True)))
-    opt.apply_gradients(zip(tape.gradient(loss, local.trainable_variables),
-                            local.trainable_variables))
+    opt.apply_gradients(
+        zip(tape.gradient(loss, local.trainable_variables), local.trainable_variables)
+    )
 
     got_loss = trainer.train_minibatch(x, y)
     assert got_loss == pytest.approx(float(loss), rel=1e-5)
@@ -86,15 +94,24 @@ def test_embedding_step_matches_local_keras_embedding(ps_cluster):
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(_loss(y, local(x, training=True)))
     opt = keras.optimizers.SGD(LR)
-    opt.apply_gradients(zip(tape.gradient(loss, local.trainable_variables),
-                            local.trainable_variables))
+    opt.apply_gradients(
+        zip(tape.gradient(loss, local.trainable_variables), local.trainable_variables)
+    )
 
     assert trainer.train_minibatch(x, y) == pytest.approx(float(loss), rel=1e-5)
-    np.testing.assert_allclose(client.pull_embedding_vectors("emb", np.arange(10)),
-                               local.get_layer("emb").embeddings.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        client.pull_embedding_vectors("emb", np.arange(10)),
+        local.get_layer("emb").embeddings.numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     trainer.pull_model()
-    np.testing.assert_allclose(trainer.model.get_layer("out").kernel.numpy(),
-                               local.get_layer("out").kernel.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        trainer.model.get_layer("out").kernel.numpy(),
+        local.get_layer("out").kernel.numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     client.close()
 
 
@@ -120,8 +137,9 @@ def test_rejected_gradients_fail_with_clear_error(ps_cluster):
     # is rejected every time; here we force that by pinning the client's versions stale.
     cluster = ps_cluster(1, use_async=False, grads_to_wait=1)
     client = PSClient(cluster.addrs)
-    trainer = PSTrainer(_spec(_dense_model), client,
-                        TrainerConfig(max_minibatch_retries=3, get_model_steps=10**9))
+    trainer = PSTrainer(
+        _spec(_dense_model), client, TrainerConfig(max_minibatch_retries=3, get_model_steps=10**9)
+    )
     x, y = _data()
     trainer.train_minibatch(x, y)
     trainer.train_minibatch(x, y)  # PS version now 2

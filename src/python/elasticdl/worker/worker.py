@@ -23,7 +23,6 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
-
 from elasticdl.common.model_utils import Mode, ModelSpec
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.master_client import MasterClient
@@ -71,8 +70,14 @@ def _to_numpy_outputs(outputs) -> Dict[str, np.ndarray]:
 
 
 class Worker:
-    def __init__(self, config: WorkerConfig, spec: ModelSpec, master: MasterClient,
-                 trainer: PSTrainer, data: TaskDataService):
+    def __init__(
+        self,
+        config: WorkerConfig,
+        spec: ModelSpec,
+        master: MasterClient,
+        trainer: PSTrainer,
+        data: TaskDataService,
+    ):
         self.config = config
         self.spec = spec
         self.master = master
@@ -140,7 +145,11 @@ class Worker:
         records = batches = 0
         if self._stopped_training:
             # MaxStepsStopping fired: acknowledge the rest of the data without training.
-            return {"records": 0, "batches": 0, "skipped_records": task.shard.end - task.shard.start}
+            return {
+                "records": 0,
+                "batches": 0,
+                "skipped_records": task.shard.end - task.shard.start,
+            }
         for features, labels in self.data.dataset(task.shard, Mode.TRAINING):
             self.trainer.ensure_model(features)
             version = self.trainer.model_version
@@ -152,7 +161,9 @@ class Worker:
             for cb in self.callbacks():
                 cb.on_train_batch_end(self.trainer.model_version, {"loss": loss})
             steps = self.trainer.steps
-            if self.config.log_loss_steps > 0 and (steps == 1 or steps % self.config.log_loss_steps == 0):
+            if self.config.log_loss_steps > 0 and (
+                steps == 1 or steps % self.config.log_loss_steps == 0
+            ):
                 logger.info("Loss = %s, steps = %d", loss, steps)
             if getattr(self.trainer.model, "stop_training", False):
                 self._stopped_training = True
@@ -199,8 +210,11 @@ class Worker:
                 self.trainer.pull_model()
                 pulled = True
             predictions = self.trainer.forward(features)
-            preds = (tf.nest.map_structure(np.asarray, predictions)
-                     if isinstance(predictions, dict) else np.asarray(predictions))
+            preds = (
+                tf.nest.map_structure(np.asarray, predictions)
+                if isinstance(predictions, dict)
+                else np.asarray(predictions)
+            )
             processor = self._prediction_processor()
             if processor is not None:
                 processor.process(preds, self.config.worker_id)
@@ -213,8 +227,11 @@ class Worker:
     def _write_predictions(self, task: pb.Task, preds) -> None:
         """Without a PredictionOutputsProcessor: append rows to <output>/predictions-worker-N.csv."""
         if not self.config.output:
-            logger.warning("Task %d: predictions dropped: the model has no "
-                           "PredictionOutputsProcessor and --output is empty", task.task_id)
+            logger.warning(
+                "Task %d: predictions dropped: the model has no "
+                "PredictionOutputsProcessor and --output is empty",
+                task.task_id,
+            )
             return
         os.makedirs(self.config.output, exist_ok=True)
         path = os.path.join(self.config.output, f"predictions-worker-{self.config.worker_id}.csv")
@@ -226,8 +243,10 @@ class Worker:
     def train_end_task(self, task: pb.Task) -> Dict[str, int]:
         path = task.extended_config.get("saved_model_path") or self.config.output
         if not self.trainer.ensure_model_without_data():
-            raise RuntimeError("cannot export: this worker never saw data and the model has "
-                               "no declared inputs (subclassed model)")
+            raise RuntimeError(
+                "cannot export: this worker never saw data and the model has "
+                "no declared inputs (subclassed model)"
+            )
         if path:
             self.trainer.export_saved_model(path)
         else:

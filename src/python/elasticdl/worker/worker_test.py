@@ -2,12 +2,11 @@
 import textwrap
 
 import numpy as np
-
 from elasticdl.data.example_codec import encode_example
 from elasticdl.worker.main import main
 from elasticdl.worker.testing import run_local_job, write_recordio
 
-_MODEL = '''
+_MODEL = """
 import keras
 import tensorflow as tf
 from elasticdl.worker.callbacks import LearningRateScheduler, MaxStepsStopping
@@ -41,7 +40,7 @@ def _schedule(version):
 
 def callbacks():
     return [LearningRateScheduler(_schedule), MaxStepsStopping(5)]
-'''
+"""
 
 
 def _data(path, n):
@@ -60,9 +59,16 @@ def test_worker_loop_callbacks_max_steps_and_export(tmp_path):
     (zoo / "lin" / "model.py").write_text(textwrap.dedent(_MODEL))
     train = _data(str(tmp_path / "train.rio"), 160)
     test = _data(str(tmp_path / "test.rio"), 32)
-    result = run_local_job(str(zoo), "lin.model.custom_model", training_data=train,
-                           validation_data=test, saved_model_path=str(tmp_path / "sm"),
-                           minibatch_size=8, num_minibatches_per_task=2, num_ps=1)
+    result = run_local_job(
+        str(zoo),
+        "lin.model.custom_model",
+        training_data=train,
+        validation_data=test,
+        saved_model_path=str(tmp_path / "sm"),
+        minibatch_size=8,
+        num_minibatches_per_task=2,
+        num_ps=1,
+    )
     assert result.exit_code == 0
     # MaxStepsStopping(5): training stops at version 5; later tasks are acknowledged untrained.
     assert result.ps_versions == [5]
@@ -78,8 +84,21 @@ def test_worker_loop_callbacks_max_steps_and_export(tmp_path):
 
 
 def test_main_rejects_bad_flags_with_exit_2(tmp_path, capsys):
-    code = main(["--worker_id", "0", "--master_addr", "127.0.0.1:1", "--ps_addrs", "",
-                 "--job_type", "training_only", "--model_zoo", str(tmp_path),
-                 "--model_def", "a.b.custom_model"])
+    code = main(
+        [
+            "--worker_id",
+            "0",
+            "--master_addr",
+            "127.0.0.1:1",
+            "--ps_addrs",
+            "",
+            "--job_type",
+            "training_only",
+            "--model_zoo",
+            str(tmp_path),
+            "--model_def",
+            "a.b.custom_model",
+        ]
+    )
     assert code == 2
     assert "--ps_addrs" in capsys.readouterr().err

@@ -9,9 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 import elasticdl.worker.main  # noqa: F401  (run by the worker processes; tells the build)
+import pytest
 from elasticdl.common.args import parse_master_args
 from elasticdl.data.datasets import prepare
 from elasticdl.data.datasets.errors import DatasetError
@@ -25,29 +24,33 @@ MODEL_ZOO = str(Path(__file__).resolve().parents[4] / "model_zoo")
 def fashion_mnist(tmp_path_factory):
     out = tmp_path_factory.mktemp("fashion_mnist")
     try:
-        return prepare("fashion_mnist", str(out), progress=False, limit=4096, records_per_shard=1024)
+        return prepare(
+            "fashion_mnist", str(out), progress=False, limit=4096, records_per_shard=1024
+        )
     except DatasetError as e:  # no network and no cached copy of the Debian package
         pytest.skip(f"Fashion-MNIST unavailable: {e}")
 
 
 def test_allreduce_job_survives_worker_kill_and_regroups(tmp_path, fashion_mnist):
     data = fashion_mnist.output_dir
-    args = parse_master_args([
-        "--job_name=allreduce-e2e",
-        f"--model_zoo={MODEL_ZOO}",
-        "--model_def=mnist.mnist_functional_api.custom_model",
-        f"--training_data={data}/train",
-        f"--validation_data={data}/test",
-        "--minibatch_size=64",
-        "--num_minibatches_per_task=2",
-        "--num_epochs=4",
-        "--num_workers=2",
-        "--evaluation_steps=0",
-        "--distribution_strategy=AllreduceStrategy",
-        "--platform=local",
-        f"--job_dir={tmp_path / 'job'}",
-        "--log_level=INFO",
-    ])
+    args = parse_master_args(
+        [
+            "--job_name=allreduce-e2e",
+            f"--model_zoo={MODEL_ZOO}",
+            "--model_def=mnist.mnist_functional_api.custom_model",
+            f"--training_data={data}/train",
+            f"--validation_data={data}/test",
+            "--minibatch_size=64",
+            "--num_minibatches_per_task=2",
+            "--num_epochs=4",
+            "--num_workers=2",
+            "--evaluation_steps=0",
+            "--distribution_strategy=AllreduceStrategy",
+            "--platform=local",
+            f"--job_dir={tmp_path / 'job'}",
+            "--log_level=INFO",
+        ]
+    )
     job = Job(args)
     killed = {}
 

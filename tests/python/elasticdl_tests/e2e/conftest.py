@@ -15,10 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import elasticdl
 import mnist.mnist_functional_api  # noqa: F401  (locates the model zoo; a build dependency)
+import pytest
 
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"
 MODEL_ZOO = str(Path(mnist.mnist_functional_api.__file__).resolve().parent.parent)
@@ -65,25 +64,42 @@ class Cli:
         env = dict(os.environ)
         env.pop("ELASTICDL_MASTER_PEX", None)
         env["ELASTICDL_HOME"] = str(home)
-        env["PYTHONPATH"] = os.pathsep.join([SRC, MODEL_ZOO] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env["PYTHONPATH"] = os.pathsep.join(
+            [SRC, MODEL_ZOO] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+        )
         env["TF_CPP_MIN_LOG_LEVEL"] = "2"
         self.env = env
         self._jobs: list[str] = []
 
-    def run(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, timeout: float = 120, check: bool = True
+    ) -> subprocess.CompletedProcess:
         proc = subprocess.run(
-            [sys.executable, "-m", "elasticdl.client", *args], cwd=self.workdir, env=self.env,
-            capture_output=True, text=True, timeout=timeout,
+            [sys.executable, "-m", "elasticdl.client", *args],
+            cwd=self.workdir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if check and proc.returncode != 0:
-            raise AssertionError(f"elasticdl {' '.join(args)} exited {proc.returncode}:\n"
-                                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            raise AssertionError(
+                f"elasticdl {' '.join(args)} exited {proc.returncode}:\n"
+                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
         return proc
 
     def submit(self, command: str, job: str, *flags: str) -> None:
         self._jobs.append(job)
-        self.run(command, f"--job_name={job}", "--platform=local", f"--model_zoo={MODEL_ZOO}",
-                 f"--model_def={MODEL_DEF}", "--detach", *flags)
+        self.run(
+            command,
+            f"--job_name={job}",
+            "--platform=local",
+            f"--model_zoo={MODEL_ZOO}",
+            f"--model_def={MODEL_DEF}",
+            "--detach",
+            *flags,
+        )
 
     def job_dir(self, job: str) -> Path:
         return self.home / "jobs" / job
@@ -110,8 +126,10 @@ class Cli:
             if status.get("phase") in TERMINAL:
                 break
             time.sleep(0.3)
-        raise AssertionError(f"job {job}: never {what}; last status:\n{json.dumps(status, indent=1)[-4000:]}\n"
-                             f"master log tail:\n{self.master_log(job)[-3000:]}")
+        raise AssertionError(
+            f"job {job}: never {what}; last status:\n{json.dumps(status, indent=1)[-4000:]}\n"
+            f"master log tail:\n{self.master_log(job)[-3000:]}"
+        )
 
     def wait_end(self, job: str, timeout: float) -> dict:
         self.run("wait", job, f"--timeout={int(timeout)}", timeout=timeout + 30, check=False)

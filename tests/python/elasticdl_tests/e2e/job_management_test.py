@@ -8,13 +8,24 @@ JOB = "managed"
 
 
 def test_status_logs_wait_and_cancel_a_running_job(cli, small_data):
-    cli.submit("train", JOB, f"--training_data={small_data['train']}", "--num_epochs=5",
-               "--minibatch_size=64", "--num_workers=1", "--num_ps_pods=1")
-    running = cli.wait_for(JOB, lambda s: s["records_trained"] > 0, timeout=300, what="trained a task")
+    cli.submit(
+        "train",
+        JOB,
+        f"--training_data={small_data['train']}",
+        "--num_epochs=5",
+        "--minibatch_size=64",
+        "--num_workers=1",
+        "--num_ps_pods=1",
+    )
+    running = cli.wait_for(
+        JOB, lambda s: s["records_trained"] > 0, timeout=300, what="trained a task"
+    )
 
     shown = json.loads(cli.run("status", JOB, "-o", "json").stdout)
     assert shown["job_name"] == JOB and shown["phase"] == "Running"
-    assert shown["epoch"] == 1 and shown["records_expected"] == 16384  # epochs are created one by one
+    assert (
+        shown["epoch"] == 1 and shown["records_expected"] == 16384
+    )  # epochs are created one by one
     assert cli.run("list").stdout.count(JOB) == 1
 
     assert "Launched worker-0" in cli.run("logs", JOB).stdout

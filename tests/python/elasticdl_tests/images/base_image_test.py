@@ -21,8 +21,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from elasticdl.client import zoo  # noqa: F401  (main imports it by name; this makes it a dependency)
+from elasticdl.client import (  # noqa: F401  (main imports it by name; this makes it a dependency)
+    zoo,
+)
 from elasticdl.client.main import main
 from elasticdl_tests.images.engine import repo_root
 
@@ -36,13 +37,20 @@ def _wheel_source(root: Path) -> tuple[Path, list[str]]:
     for c in checkouts:
         # Under Pants the sandbox holds only this test's inputs; ELASTICDL_SOURCE_ROOT names
         # the checkout to build from.
-        if (c / "src" / "cc" / "setup.py").is_file() and (c / "src" / "python" / "elasticdl").is_dir():
+        if (c / "src" / "cc" / "setup.py").is_file() and (
+            c / "src" / "python" / "elasticdl"
+        ).is_dir():
             return c, ["--from-source"]
-    pytest.skip("no wheels: set ELASTICDL_WHEEL_DIR (./pants package ::) or ELASTICDL_SOURCE_ROOT (a checkout)")
+    pytest.skip(
+        "no wheels: set ELASTICDL_WHEEL_DIR (./pants package ::) or ELASTICDL_SOURCE_ROOT (a checkout)"
+    )
 
 
 def _python_with_pip() -> str:
-    ok = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode == 0
+    ok = (
+        subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode
+        == 0
+    )
     return sys.executable if ok else (shutil.which("python3") or sys.executable)
 
 
@@ -58,7 +66,9 @@ def _run(client, image: str, code: str) -> str:
         client.remove_container(c, force=True)
 
 
-def test_cpu_base_image_from_wheels_runs_framework_and_kernels(docker_env, tmp_path, monkeypatch, capsys):
+def test_cpu_base_image_from_wheels_runs_framework_and_kernels(
+    docker_env, tmp_path, monkeypatch, capsys
+):
     root, source = _wheel_source(repo_root())
     token = uuid.uuid4().hex[:12]
     base = f"elasticdl-test/base-cpu:{token}"
@@ -66,29 +76,49 @@ def test_cpu_base_image_from_wheels_runs_framework_and_kernels(docker_env, tmp_p
     client = docker_env.client()
     t0 = time.monotonic()
     r = subprocess.run(
-        ["bash", str(root / "deploy" / "docker" / "build-images.sh"), "cpu", *source, "--tag", base,
-         "--base-image", docker_env.base_image, "--tensorflow", "", "--pip-options", "--no-index --no-deps",
-         "--wheel", "numpy==1.26.4"],
-        capture_output=True, text=True, timeout=840,
+        [
+            "bash",
+            str(root / "deploy" / "docker" / "build-images.sh"),
+            "cpu",
+            *source,
+            "--tag",
+            base,
+            "--base-image",
+            docker_env.base_image,
+            "--tensorflow",
+            "",
+            "--pip-options",
+            "--no-index --no-deps",
+            "--wheel",
+            "numpy==1.26.4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=840,
         env={**os.environ, "DOCKER_HOST": docker_env.docker_host, "PYTHON": _python_with_pip()},
     )
     build_s = time.monotonic() - t0
     assert r.returncode == 0, r.stderr[-3000:]
     try:
         out = _run(
-            client, base,
+            client,
+            base,
             "import numpy as np, elasticdl, elasticdl.ops as ops, elasticdl_native\n"
             "p = np.ones(4, np.float32); ops.sgd(p, np.full(4, 0.5, np.float32), 0.1)\n"
             "print(ops.backend(), *p.tolist())",
         ).split()
         assert out[0] == "native"
         assert [float(x) for x in out[1:]] == pytest.approx([0.95] * 4)
-        assert _run(client, base, "import os; print(os.path.exists('/tmp/wheels'))").strip() == "False"
+        assert (
+            _run(client, base, "import os; print(os.path.exists('/tmp/wheels'))").strip() == "False"
+        )
 
         # A model zoo on top of it: `zoo init` + `zoo build`, the model sees the framework.
         ctx = tmp_path / "ctx"
         (ctx / "zoo" / "m").mkdir(parents=True)
-        (ctx / "zoo" / "m" / "__init__.py").write_text("import elasticdl.ops as ops\nBACKEND = ops.backend()\n")
+        (ctx / "zoo" / "m" / "__init__.py").write_text(
+            "import elasticdl.ops as ops\nBACKEND = ops.backend()\n"
+        )
         monkeypatch.chdir(ctx)
         assert main(["zoo", "init", f"--base_image={base}", "--model_zoo=zoo"]) == 0
         assert main(["zoo", "build", f"--image={zoo_image}", "."]) == 0, capsys.readouterr().err

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from elasticdl_tests.images.engine import EngineLease, EngineUnavailable
 
 
@@ -23,7 +22,9 @@ def engine():
         eng = lease.acquire()
     except EngineUnavailable as e:
         if os.environ.get("ELASTICDL_REQUIRE_ENGINE"):
-            pytest.fail(f"no container engine: {e} (ELASTICDL_REQUIRE_ENGINE is set)", pytrace=False)
+            pytest.fail(
+                f"no container engine: {e} (ELASTICDL_REQUIRE_ENGINE is set)", pytrace=False
+            )
         pytest.skip(f"no container engine: {e}")
     try:
         yield eng

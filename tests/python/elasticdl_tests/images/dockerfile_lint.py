@@ -14,8 +14,24 @@ import re
 from dataclasses import dataclass
 
 INSTRUCTIONS = {
-    "ADD", "ARG", "CMD", "COPY", "ENTRYPOINT", "ENV", "EXPOSE", "FROM", "HEALTHCHECK", "LABEL",
-    "MAINTAINER", "ONBUILD", "RUN", "SHELL", "STOPSIGNAL", "USER", "VOLUME", "WORKDIR",
+    "ADD",
+    "ARG",
+    "CMD",
+    "COPY",
+    "ENTRYPOINT",
+    "ENV",
+    "EXPOSE",
+    "FROM",
+    "HEALTHCHECK",
+    "LABEL",
+    "MAINTAINER",
+    "ONBUILD",
+    "RUN",
+    "SHELL",
+    "STOPSIGNAL",
+    "USER",
+    "VOLUME",
+    "WORKDIR",
 }
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-+][^}]*)?\}|([A-Za-z_][A-Za-z0-9_]*))")
 
@@ -82,20 +98,26 @@ def lint(text: str) -> list[str]:
                 stage_args.add(name)
             continue
         if stage_args is None and ins.keyword != "FROM":
-            problems.append(f"{where}: {ins.keyword} before the first FROM (only ARG may come first)")
+            problems.append(
+                f"{where}: {ins.keyword} before the first FROM (only ARG may come first)"
+            )
             continue
         refs = _vars(ins.args)
         used |= refs
         if ins.keyword == "FROM":
             for v in sorted(refs - global_args):
-                problems.append(f"{where}: FROM uses ${v}, not declared by an ARG before the first FROM")
+                problems.append(
+                    f"{where}: FROM uses ${v}, not declared by an ARG before the first FROM"
+                )
             stage_args = set()
             continue
         env_names = set()
         if ins.keyword == "ENV":
             env_names = {p.split("=", 1)[0] for p in ins.args.split() if "=" in p}
         for v in sorted((refs & global_args) - stage_args - env_names):
-            problems.append(f"{where}: ${v} is an ARG of the global scope; re-declare it (ARG {v}) inside the stage")
+            problems.append(
+                f"{where}: ${v} is an ARG of the global scope; re-declare it (ARG {v}) inside the stage"
+            )
         if ins.keyword in ("COPY", "ADD"):
             parts = [p for p in ins.args.split() if not p.startswith("--")]
             if ins.args.startswith("["):

@@ -4,7 +4,6 @@ no NVIDIA runtime) and `zoo init` output parse and pass; the linter catches real
 from __future__ import annotations
 
 import pytest
-
 from elasticdl.client.zoo_dockerfile import ZooInitConfig, render_dockerfile
 from elasticdl_tests.images.dockerfile_lint import lint, parse
 from elasticdl_tests.images.engine import repo_root
@@ -19,16 +18,27 @@ def test_base_image_dockerfiles_lint_clean(name):
     text = _read(name)
     assert lint(text) == []
     ins = parse(text)
-    args = {i.args.split("=", 1)[0]: i.args.split("=", 1)[1].strip('"') for i in ins if i.keyword == "ARG"}
+    args = {
+        i.args.split("=", 1)[0]: i.args.split("=", 1)[1].strip('"')
+        for i in ins
+        if i.keyword == "ARG"
+    }
     assert {"BASE_IMAGE", "EXTRA_PYPI_INDEX", "TENSORFLOW", "PIP_OPTIONS"} <= set(args)
     assert [i.args for i in ins if i.keyword == "FROM"] == ["${BASE_IMAGE}"]
     assert any(i.keyword == "COPY" and i.args.startswith("*.whl ") for i in ins)
     # The build fails unless the framework and (when installed) the kernels import.
-    assert any(i.keyword == "RUN" and "import elasticdl.ops" in i.args and "elasticdl_native" in i.args for i in ins)
+    assert any(
+        i.keyword == "RUN" and "import elasticdl.ops" in i.args and "elasticdl_native" in i.args
+        for i in ins
+    )
 
 
 def test_gpu_dockerfile_uses_cuda_runtime_and_tensorflow_with_cuda():
-    args = {i.args.split("=", 1)[0]: i.args.split("=", 1)[1].strip('"') for i in parse(_read("Dockerfile.gpu")) if i.keyword == "ARG"}
+    args = {
+        i.args.split("=", 1)[0]: i.args.split("=", 1)[1].strip('"')
+        for i in parse(_read("Dockerfile.gpu"))
+        if i.keyword == "ARG"
+    }
     assert args["BASE_IMAGE"].startswith("nvidia/cuda:12.3") and "runtime" in args["BASE_IMAGE"]
     assert args["TENSORFLOW"] == "tensorflow[and-cuda]==2.16.2"
     assert args["PYTHON"] == "python3.11"  # the wheels are cp311
@@ -40,13 +50,22 @@ def test_zoo_init_output_lints_clean(tmp_path):
     (tmp_path / "w").mkdir()
     (tmp_path / "w" / "x-1-py3-none-any.whl").write_bytes(b"")
     (tmp_path / "spec.py").write_text("")
-    cfg = ZooInitConfig(model_zoo="zoo", local_pkg_dir="w", cluster_spec="spec.py", extra_pypi_index="https://m/simple")
+    cfg = ZooInitConfig(
+        model_zoo="zoo",
+        local_pkg_dir="w",
+        cluster_spec="spec.py",
+        extra_pypi_index="https://m/simple",
+    )
     assert lint(render_dockerfile(cfg, tmp_path)) == []
 
 
 def test_parse_joins_continuations_and_skips_comments():
     ins = parse("# c\nARG A=1\nFROM x\nRUN a \\\n  # inner comment\n  && b\n")
-    assert [(i.line, i.keyword, i.args) for i in ins] == [(2, "ARG", "A=1"), (3, "FROM", "x"), (4, "RUN", "a && b")]
+    assert [(i.line, i.keyword, i.args) for i in ins] == [
+        (2, "ARG", "A=1"),
+        (3, "FROM", "x"),
+        (4, "RUN", "a && b"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -57,9 +76,12 @@ def test_parse_joins_continuations_and_skips_comments():
         ("ARG A\n", "line 1: no FROM instruction"),
         ("FROM $IMG\n", "line 1: FROM uses $IMG, not declared by an ARG before the first FROM"),
         ("ARG V=1\nFROM x\nRUN echo ok\n", "line 1: ARG V is never used"),
-        ("ARG V=1\nFROM x\nRUN echo ${V}\n", "line 3: $V is an ARG of the global scope; re-declare it"),
+        (
+            "ARG V=1\nFROM x\nRUN echo ${V}\n",
+            "line 3: $V is an ARG of the global scope; re-declare it",
+        ),
         ("FROM x\nCOPY onlyone\n", "line 2: COPY needs a source and a destination"),
-        ("FROM x\nCMD [\"python3\",]\n", "line 2: CMD exec form must be a JSON list of strings"),
+        ('FROM x\nCMD ["python3",]\n', "line 2: CMD exec form must be a JSON list of strings"),
     ],
 )
 def test_lint_catches(text, problem):

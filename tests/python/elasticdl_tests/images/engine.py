@@ -19,7 +19,9 @@ from pathlib import Path
 REGISTRY = "127.0.0.1:5000"
 BASE_IMAGE = "local/base:latest"
 SETUP_TIMEOUT_S = 600
-STARTED_MARKER = "started-by-tests"  # includes `apt-get install docker.io docker-registry` on a bare machine
+STARTED_MARKER = (
+    "started-by-tests"  # includes `apt-get install docker.io docker-registry` on a bare machine
+)
 
 
 def repo_root() -> Path:
@@ -28,7 +30,9 @@ def repo_root() -> Path:
     for parent in [Path.cwd(), *here.parents]:
         if (parent / "scripts" / "container-engine" / "setup-dockerd.sh").is_file():
             return parent
-    raise FileNotFoundError("scripts/container-engine/setup-dockerd.sh not found above " + str(here))
+    raise FileNotFoundError(
+        "scripts/container-engine/setup-dockerd.sh not found above " + str(here)
+    )
 
 
 def engine_dir() -> Path:
@@ -62,7 +66,9 @@ class EngineLease:
         if os.geteuid() != 0:
             raise EngineUnavailable("the engine setup needs root (dockerd, apt-get)")
         if not shutil.which("apt-get") and not shutil.which("dockerd"):
-            raise EngineUnavailable("neither dockerd nor apt-get (to install docker.io) is available")
+            raise EngineUnavailable(
+                "neither dockerd nor apt-get (to install docker.io) is available"
+            )
         root = repo_root()
         d = engine_dir()
         d.mkdir(parents=True, exist_ok=True)
@@ -102,7 +108,10 @@ class EngineLease:
                     return
                 marker.unlink()
                 subprocess.run(
-                    ["bash", str(repo_root() / "scripts" / "container-engine" / "teardown-dockerd.sh")],
+                    [
+                        "bash",
+                        str(repo_root() / "scripts" / "container-engine" / "teardown-dockerd.sh"),
+                    ],
                     capture_output=True,
                     timeout=120,
                     env={**os.environ, "ELASTICDL_ENGINE_DIR": str(engine_dir())},

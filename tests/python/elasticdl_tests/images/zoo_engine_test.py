@@ -18,8 +18,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from elasticdl.client import zoo  # noqa: F401  (main imports it by name; this makes it a dependency)
+from elasticdl.client import (  # noqa: F401  (main imports it by name; this makes it a dependency)
+    zoo,
+)
 from elasticdl.client.main import main
 
 STEP = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
@@ -33,7 +34,9 @@ def _wheel(out_dir: Path, token: str) -> Path:
     files = {
         "zoo_helper/__init__.py": f"TOKEN = {token!r}\n".encode(),
         "zoo_helper-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: zoo-helper\nVersion: 1.0\n",
-        "zoo_helper-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "zoo_helper-1.0.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
     }
     record = []
     with zipfile.ZipFile(path, "w") as zf:
@@ -41,12 +44,15 @@ def _wheel(out_dir: Path, token: str) -> Path:
             zf.writestr(name, data)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             record.append(f"{name},sha256={digest},{len(data)}")
-        zf.writestr("zoo_helper-1.0.dist-info/RECORD", "\n".join(record + ["zoo_helper-1.0.dist-info/RECORD,,"]) + "\n")
+        zf.writestr(
+            "zoo_helper-1.0.dist-info/RECORD",
+            "\n".join(record + ["zoo_helper-1.0.dist-info/RECORD,,"]) + "\n",
+        )
     return path
 
 
 def _model_zoo(ctx: Path, token: str) -> None:
-    zoo = ctx / "model_zoo"
+    zoo = ctx / "model_zoo"  # noqa: F811  (a directory here, not the module)
     (zoo / "mnist").mkdir(parents=True)
     (zoo / "mnist" / "__init__.py").write_text("")
     (zoo / "mnist" / "model.py").write_text("VERSION = 1\n")
@@ -83,7 +89,9 @@ def _assert_one_error_line(rc: int, err: str, *needles: str) -> str:
     return errors[0]
 
 
-def test_build_streams_progress_and_reuses_dependency_layers(docker_env, tmp_path, monkeypatch, capsys):
+def test_build_streams_progress_and_reuses_dependency_layers(
+    docker_env, tmp_path, monkeypatch, capsys
+):
     token = uuid.uuid4().hex
     ctx = tmp_path / "ctx"
     _model_zoo(ctx, token)
@@ -91,8 +99,14 @@ def test_build_streams_progress_and_reuses_dependency_layers(docker_env, tmp_pat
     image = f"elasticdl-test/zoo-{token[:12]}:v1"
     client = docker_env.client()
 
-    rc, _, err = _cli(capsys, "zoo", "init", f"--base_image={docker_env.base_image}", "--model_zoo=model_zoo",
-                      "--local_pkg_dir=pkgs")
+    rc, _, err = _cli(
+        capsys,
+        "zoo",
+        "init",
+        f"--base_image={docker_env.base_image}",
+        "--model_zoo=model_zoo",
+        "--local_pkg_dir=pkgs",
+    )
     assert rc == 0, err
     try:
         t0 = time.monotonic()
@@ -100,8 +114,12 @@ def test_build_streams_progress_and_reuses_dependency_layers(docker_env, tmp_pat
         first_s = time.monotonic() - t0
         assert rc == 0, err
         steps = [STEP.match(ln) for ln in err.splitlines() if STEP.match(ln)]
-        assert [int(m[1]) for m in steps] == list(range(1, int(steps[0][2]) + 1))  # every step shown
-        assert any("Successfully installed zoo-helper-1.0" in ln for ln in err.splitlines()), err  # RUN output
+        assert [int(m[1]) for m in steps] == list(
+            range(1, int(steps[0][2]) + 1)
+        )  # every step shown
+        assert any(
+            "Successfully installed zoo-helper-1.0" in ln for ln in err.splitlines()
+        ), err  # RUN output
         first = SUMMARY.search(err)
         assert first and first[4] == "0", err  # fresh content: nothing cached
         first_id = out.strip()
@@ -115,7 +133,9 @@ def test_build_streams_progress_and_reuses_dependency_layers(docker_env, tmp_pat
         assert rc == 0, err
         second = SUMMARY.search(err)
         cached = _cached_instructions(err)
-        assert any(i.startswith("RUN") and "-r /model_zoo/requirements.txt" in i for i in cached), err
+        assert any(
+            i.startswith("RUN") and "-r /model_zoo/requirements.txt" in i for i in cached
+        ), err
         assert any(i.startswith("RUN") and "elasticdl_pkgs/*.whl" in i for i in cached), err
         assert not any(i.startswith("COPY model_zoo ") for i in cached), err
         assert int(second[4]) == 4  # COPY pkgs, RUN pip pkgs, COPY requirements, RUN pip -r
@@ -125,10 +145,13 @@ def test_build_streams_progress_and_reuses_dependency_layers(docker_env, tmp_pat
         layers1 = client.inspect_image(first_id)["RootFS"]["Layers"]
         layers2 = client.inspect_image(out.strip())["RootFS"]["Layers"]
         assert layers1[:-1] == layers2[:-1] and layers1[-1] != layers2[-1]
-        assert _run(client, image, "import zoo_helper, mnist.model as m; print(zoo_helper.TOKEN, m.VERSION)").split() == [
-            token, "2"]
+        assert _run(
+            client, image, "import zoo_helper, mnist.model as m; print(zoo_helper.TOKEN, m.VERSION)"
+        ).split() == [token, "2"]
         with capsys.disabled():
-            print(f"\nzoo build: first (cold) {first_s:.1f}s, second (model edit only) {second_s:.1f}s")
+            print(
+                f"\nzoo build: first (cold) {first_s:.1f}s, second (model edit only) {second_s:.1f}s"
+            )
         assert second_s < first_s
     finally:
         for img in {image, first_id if "first_id" in locals() else image}:
@@ -162,7 +185,10 @@ def test_push_to_local_registry_then_pull(docker_env, tmp_path, monkeypatch, cap
     repo = f"{docker_env.registry}/elasticdl-test/push-{token}"
     image = f"{repo}:v1"
     client = docker_env.client()
-    assert _cli(capsys, "zoo", "init", f"--base_image={docker_env.base_image}", "--model_zoo=zoo")[0] == 0
+    assert (
+        _cli(capsys, "zoo", "init", f"--base_image={docker_env.base_image}", "--model_zoo=zoo")[0]
+        == 0
+    )
     rc, _, err = _cli(capsys, "zoo", "build", f"--image={image}", ".")
     assert rc == 0, err
     try:
@@ -170,8 +196,12 @@ def test_push_to_local_registry_then_pull(docker_env, tmp_path, monkeypatch, cap
         assert rc == 0, err
         digest = out.strip()
         assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), out
-        assert re.search(r"pushed .*:v1 in [0-9.]+s \(\d+ layers uploaded, \d+ already there\)", err), err
-        assert f"elasticdl-test/push-{token}" in _registry_json("/v2/_catalog?n=1000")["repositories"]
+        assert re.search(
+            r"pushed .*:v1 in [0-9.]+s \(\d+ layers uploaded, \d+ already there\)", err
+        ), err
+        assert (
+            f"elasticdl-test/push-{token}" in _registry_json("/v2/_catalog?n=1000")["repositories"]
+        )
         assert _registry_json(f"/v2/elasticdl-test/push-{token}/tags/list")["tags"] == ["v1"]
 
         # Gone locally, pulled back from the registry: the same content.
@@ -191,7 +221,10 @@ def test_push_to_local_registry_then_pull(docker_env, tmp_path, monkeypatch, cap
     [
         ("FROM 127.0.0.1:5000/elasticdl-test/no-such-base:v0\n", ["no-such-base", "step 1/1"]),
         ("FROMM local/base\n", ["unknown instruction", "FROMM"]),
-        ("FROM local/base\nRUN echo compiling && exit 3\n", ["step 2/2 (RUN echo compiling", "returned a non-zero code: 3"]),
+        (
+            "FROM local/base\nRUN echo compiling && exit 3\n",
+            ["step 2/2 (RUN echo compiling", "returned a non-zero code: 3"],
+        ),
     ],
     ids=["missing-base-image", "bad-dockerfile", "failing-run"],
 )
@@ -204,6 +237,8 @@ def test_build_errors_are_one_line(docker_env, tmp_path, monkeypatch, capsys, do
 
 
 def test_push_of_missing_image_is_one_line(docker_env, capsys):
-    rc, out, err = _cli(capsys, "zoo", "push", f"{docker_env.registry}/elasticdl-test/never-built:v9")
+    rc, out, err = _cli(
+        capsys, "zoo", "push", f"{docker_env.registry}/elasticdl-test/never-built:v9"
+    )
     assert out == ""
     _assert_one_error_line(rc, err, "pushing 127.0.0.1:5000/elasticdl-test/never-built:v9 failed")

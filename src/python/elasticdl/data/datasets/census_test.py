@@ -3,14 +3,21 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
-
 from elasticdl.data import recordio
 from elasticdl.data.datasets import SourceUnavailableError, census, prepare, tabular
 from elasticdl.data.example_codec import decode_example
 
 FLOAT_COLS = ["age", "fnlwgt", "educational_num", "capital_gain", "capital_loss", "hours_per_week"]
-BYTES_COLS = ["workclass", "education", "marital_status", "occupation", "relationship", "race",
-              "gender", "native_country"]
+BYTES_COLS = [
+    "workclass",
+    "education",
+    "marital_status",
+    "occupation",
+    "relationship",
+    "race",
+    "gender",
+    "native_country",
+]
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ import subprocess
 import sys
 
 import pytest
-
 from elasticdl.data.datasets import DATASETS, DatasetError, SourceUnavailableError, prepare, sources
 from elasticdl.data.datasets.progress import Progress
 
@@ -15,7 +14,10 @@ def test_catalogue():
 
 
 def test_unknown_dataset_lists_choices(tmp_path):
-    with pytest.raises(DatasetError, match="unknown dataset 'mnist'; choose one of census, fashion_mnist, movielens"):
+    with pytest.raises(
+        DatasetError,
+        match="unknown dataset 'mnist'; choose one of census, fashion_mnist, movielens",
+    ):
         prepare("mnist", str(tmp_path))
 
 
@@ -26,7 +28,9 @@ def test_bad_arguments(tmp_path):
     f.write_text("x")
     with pytest.raises(DatasetError, match="exists and is not a directory"):
         prepare("census", str(f))
-    with pytest.raises(SourceUnavailableError, match=r"--source: file .*nope.parquet' does not exist"):
+    with pytest.raises(
+        SourceUnavailableError, match=r"--source: file .*nope.parquet' does not exist"
+    ):
         prepare("census", str(tmp_path / "o"), source=str(tmp_path / "nope.parquet"))
     with pytest.raises(SourceUnavailableError, match="is not a directory"):
         prepare("fashion_mnist", str(tmp_path / "o"), source=str(f))
@@ -35,11 +39,15 @@ def test_bad_arguments(tmp_path):
 def test_failed_download_says_how_to_pass_source(tmp_path, monkeypatch):
     monkeypatch.setenv("ELASTICDL_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(SourceUnavailableError) as e:
-        sources.debian_package_dir("elasticdl-no-such-package", "/usr/share/nothing", "pass --source DIR")
+        sources.debian_package_dir(
+            "elasticdl-no-such-package", "/usr/share/nothing", "pass --source DIR"
+        )
     msg = str(e.value)
     assert msg.startswith("cannot download Debian package elasticdl-no-such-package")
     assert msg.endswith("pass --source DIR") and "\n" not in msg
-    assert not any(p.name.startswith(".") for p in (tmp_path / "cache" / "datasets" / "debian").iterdir())
+    assert not any(
+        p.name.startswith(".") for p in (tmp_path / "cache" / "datasets" / "debian").iterdir()
+    )
 
 
 def test_progress_only_on_tty():
@@ -63,6 +71,8 @@ def test_progress_only_on_tty():
 
 
 def test_import_is_light():
-    code = ("import sys, elasticdl.data.datasets; "
-            "assert 'tensorflow' not in sys.modules and 'pyarrow' not in sys.modules")
+    code = (
+        "import sys, elasticdl.data.datasets; "
+        "assert 'tensorflow' not in sys.modules and 'pyarrow' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": ":".join(sys.path)})

@@ -13,7 +13,6 @@ import struct
 from typing import Dict, Iterator, Optional
 
 import numpy as np
-
 from elasticdl.data.datasets import sources
 from elasticdl.data.datasets.errors import DatasetError, SourceUnavailableError
 from elasticdl.data.datasets.spec import DatasetSpec, Inputs, Split

@@ -4,7 +4,6 @@ import time
 
 import numpy as np
 import pytest
-
 from elasticdl.data import recordio
 from elasticdl.data.datasets import DatasetError, SourceUnavailableError, fashion_mnist, prepare
 from elasticdl.data.example_codec import decode_example_values
@@ -43,7 +42,9 @@ def test_image_matches_idx_source(prepared):
     scanner = recordio.Scanner(first, start=1234, length=1)
     rec = decode_example_values(scanner.record())
     assert len(rec["image"]) == 1 and len(rec["image"][0]) == 784
-    np.testing.assert_array_equal(np.frombuffer(rec["image"][0], np.uint8).reshape(28, 28), images[1234])
+    np.testing.assert_array_equal(
+        np.frombuffer(rec["image"][0], np.uint8).reshape(28, 28), images[1234]
+    )
     assert rec["label"] == (int(labels[1234]),)
 
 
@@ -52,7 +53,10 @@ def test_records_parse_with_tensorflow(prepared):
     recs = list(recordio.Scanner(prepared.files["test"][0], 0, 8))
     parsed = tf.io.parse_example(
         recs,
-        {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)},
+        {
+            "image": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64),
+        },
     )
     images = tf.reshape(tf.io.decode_raw(parsed["image"], tf.uint8), [-1, 28, 28])
     assert images.shape == (8, 28, 28)
@@ -71,8 +75,14 @@ def test_second_run_is_a_fast_noop(prepared):
 
 def test_source_dir_and_bad_idx(tmp_path, prepared):
     src = os.path.dirname(fashion_mnist.locate(None).files[0])
-    small = prepare("fashion_mnist", str(tmp_path / "o"), source=src, limit=100,
-                    records_per_shard=64, progress=False)
+    small = prepare(
+        "fashion_mnist",
+        str(tmp_path / "o"),
+        source=src,
+        limit=100,
+        records_per_shard=64,
+        progress=False,
+    )
     assert small.counts == {"train": 100, "test": 100}
     assert [recordio.Index(p).num_records() for p in small.files["train"]] == [64, 36]
     with pytest.raises(SourceUnavailableError, match="missing train-images-idx3-ubyte.*--source"):

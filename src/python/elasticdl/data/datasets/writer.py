@@ -142,7 +142,10 @@ def _write_shards(
 
 
 def _publish(
-    output_dir: str, staging: str, files: Dict[str, List[ShardFile]], identity: dict,
+    output_dir: str,
+    staging: str,
+    files: Dict[str, List[ShardFile]],
+    identity: dict,
     replacing: bool,
 ) -> None:
     manifest_path = os.path.join(output_dir, MANIFEST)

@@ -3,10 +3,9 @@ import json
 import os
 
 import pytest
-
 from elasticdl.data import recordio
+from elasticdl.data.datasets import movielens  # noqa: F401  (registers the dataset)
 from elasticdl.data.datasets import DatasetError, SourceUnavailableError, prepare
-from elasticdl.data.datasets import movielens
 from elasticdl.data.datasets.spec import Split
 from elasticdl.data.datasets.writer import MANIFEST, read_manifest, write_splits
 
@@ -47,16 +46,31 @@ def _records(n, fail_at=None):
 def test_interrupted_run_leaves_nothing(tmp_path):
     identity = {"dataset": "x"}
     with pytest.raises(RuntimeError, match="interrupted"):
-        write_splits(str(tmp_path), {"train": Split(10, _records(10)), "test": Split(10, _records(10, 5))},
-                     identity, 3, progress=False)
+        write_splits(
+            str(tmp_path),
+            {"train": Split(10, _records(10)), "test": Split(10, _records(10, 5))},
+            identity,
+            3,
+            progress=False,
+        )
     assert os.listdir(tmp_path) == []
     # With an earlier complete output, an interrupted redo keeps that output intact.
-    write_splits(str(tmp_path), {"train": Split(4, _records(4)), "test": Split(2, _records(2))},
-                 identity, 3, progress=False)
+    write_splits(
+        str(tmp_path),
+        {"train": Split(4, _records(4)), "test": Split(2, _records(2))},
+        identity,
+        3,
+        progress=False,
+    )
     before = sorted(os.listdir(tmp_path / "train"))
     with pytest.raises(RuntimeError):
-        write_splits(str(tmp_path), {"train": Split(10, _records(10, 7)), "test": Split(1, _records(1))},
-                     identity, 3, progress=False)
+        write_splits(
+            str(tmp_path),
+            {"train": Split(10, _records(10, 7)), "test": Split(1, _records(1))},
+            identity,
+            3,
+            progress=False,
+        )
     assert sorted(os.listdir(tmp_path)) == [MANIFEST, "test", "train"]
     assert sorted(os.listdir(tmp_path / "train")) == before
     assert json.load(open(tmp_path / MANIFEST))["counts"] == {"train": 4, "test": 2}
@@ -64,12 +78,22 @@ def test_interrupted_run_leaves_nothing(tmp_path):
 
 def test_count_mismatch_and_foreign_output(tmp_path):
     with pytest.raises(DatasetError, match="train: produced 3 records, expected 5"):
-        write_splits(str(tmp_path / "a"), {"train": Split(5, _records(3)), "test": Split(0, _records(0))},
-                     {"dataset": "x"}, 3, progress=False)
+        write_splits(
+            str(tmp_path / "a"),
+            {"train": Split(5, _records(3)), "test": Split(0, _records(0))},
+            {"dataset": "x"},
+            3,
+            progress=False,
+        )
     (tmp_path / "b" / "train").mkdir(parents=True)
     with pytest.raises(DatasetError, match="already has a train/ that elasticdl did not prepare"):
-        write_splits(str(tmp_path / "b"), {"train": Split(1, _records(1)), "test": Split(0, _records(0))},
-                     {"dataset": "x"}, 3, progress=False)
+        write_splits(
+            str(tmp_path / "b"),
+            {"train": Split(1, _records(1)), "test": Split(0, _records(0))},
+            {"dataset": "x"},
+            3,
+            progress=False,
+        )
 
 
 def test_recovers_from_run_killed_while_publishing(tmp_path):

@@ -9,12 +9,7 @@
 * :class:`ParquetDataReader` - shards of rows (row groups by default); records are
   ``dict`` rows ``{column: value}``; metadata has column names and Arrow dtypes.
 """
-from elasticdl.data.reader.base import (
-    AbstractDataReader,
-    DataReaderError,
-    Metadata,
-    Shard,
-)
+from elasticdl.data.reader.base import AbstractDataReader, DataReaderError, Metadata, Shard
 from elasticdl.data.reader.csv_reader import CSVDataReader
 from elasticdl.data.reader.factory import (
     READER_TYPES,

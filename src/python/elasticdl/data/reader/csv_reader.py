@@ -19,7 +19,6 @@ import csv
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
-
 from elasticdl.data.reader.base import (
     AbstractDataReader,
     DataReaderError,

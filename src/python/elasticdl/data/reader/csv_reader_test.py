@@ -1,5 +1,4 @@
 import pytest
-
 from elasticdl.data.reader import CSVDataReader, DataReaderError, Shard, create_data_reader
 
 
@@ -36,12 +35,19 @@ def test_directory_and_large_file_blocks(tmp_path, monkeypatch):
     from elasticdl.data.reader import csv_reader
 
     monkeypatch.setattr(csv_reader, "_BLOCK", 7)  # force lines to straddle read blocks
-    (tmp_path / "a.csv").write_bytes(b"h1,h2\r\n" + b"".join(b"%d,%d\r\n" % (i, i) for i in range(50)))
+    (tmp_path / "a.csv").write_bytes(
+        b"h1,h2\r\n" + b"".join(b"%d,%d\r\n" % (i, i) for i in range(50))
+    )
     (tmp_path / "b.csv").write_text("h1,h2\n5,5\n")
     reader = create_data_reader(str(tmp_path))
     shards = reader.create_shards()
-    assert [(s.name.endswith("a.csv"), s.start, s.end) for s in shards] == [(True, 0, 50), (False, 0, 1)]
-    assert list(reader.read_records(shards[0].name, 0, 50)) == [b"%d,%d" % (i, i) for i in range(50)]
+    assert [(s.name.endswith("a.csv"), s.start, s.end) for s in shards] == [
+        (True, 0, 50),
+        (False, 0, 1),
+    ]
+    assert list(reader.read_records(shards[0].name, 0, 50)) == [
+        b"%d,%d" % (i, i) for i in range(50)
+    ]
 
 
 def test_bad_params(tmp_path):

@@ -2,7 +2,6 @@ import subprocess
 import sys
 
 import pytest
-
 from elasticdl.data.reader import DataReaderError, create_data_reader, parse_data_reader_params
 
 
@@ -10,8 +9,13 @@ def test_parse_original_syntax():
     got = parse_data_reader_params(
         'reader_type=CSV; sep=";"; columns=[a, "b c",d]; label_col="class"; empty='
     )
-    assert got == {"reader_type": "CSV", "sep": ";", "columns": ["a", "b c", "d"],
-                   "label_col": "class", "empty": ""}
+    assert got == {
+        "reader_type": "CSV",
+        "sep": ";",
+        "columns": ["a", "b c", "d"],
+        "label_col": "class",
+        "empty": "",
+    }
     assert parse_data_reader_params("") == {}
     assert parse_data_reader_params(" k = v ;") == {"k": "v"}
 
@@ -24,8 +28,10 @@ def test_parse_errors():
 
 
 def test_unknown_reader_type_lists_choices(tmp_path):
-    with pytest.raises(DataReaderError, match="reader_type: unknown value 'ODPS'; choose one of "
-                                              "RecordIO, CSV, Parquet"):
+    with pytest.raises(
+        DataReaderError,
+        match="reader_type: unknown value 'ODPS'; choose one of " "RecordIO, CSV, Parquet",
+    ):
         create_data_reader(str(tmp_path), reader_type="ODPS")
 
 
@@ -37,6 +43,8 @@ def test_reader_type_overrides_extension(tmp_path):
 
 
 def test_no_tensorflow_or_pyarrow_import():
-    code = ("import sys, elasticdl.data.reader as r; r.create_data_reader('x.rio'); "
-            "assert 'tensorflow' not in sys.modules and 'pyarrow' not in sys.modules")
+    code = (
+        "import sys, elasticdl.data.reader as r; r.create_data_reader('x.rio'); "
+        "assert 'tensorflow' not in sys.modules and 'pyarrow' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": ":".join(sys.path)})

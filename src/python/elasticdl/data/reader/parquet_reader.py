@@ -75,9 +75,7 @@ class ParquetDataReader(AbstractDataReader):
                 shards.extend(split_range(path, 0, total, self.records_per_task))
             else:
                 bounds = self._group_starts(pf) + [total]
-                shards.extend(
-                    Shard(path, a, b) for a, b in zip(bounds, bounds[1:]) if b > a
-                )
+                shards.extend(Shard(path, a, b) for a, b in zip(bounds, bounds[1:]) if b > a)
         return shards
 
     def read_records(self, shard_name: str, start: int, end: int) -> Iterator[dict]:

@@ -1,14 +1,18 @@
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from elasticdl.data.reader import DataReaderError, ParquetDataReader, Shard, create_data_reader
 
 
 @pytest.fixture
 def table_path(tmp_path):
-    table = pa.table({"id": list(range(25)), "name": [f"n{i}" for i in range(25)],
-                      "score": [i / 2 for i in range(25)]})
+    table = pa.table(
+        {
+            "id": list(range(25)),
+            "name": [f"n{i}" for i in range(25)],
+            "score": [i / 2 for i in range(25)],
+        }
+    )
     path = tmp_path / "t.parquet"
     pq.write_table(table, path, row_group_size=10)
     return str(path)
@@ -17,8 +21,11 @@ def table_path(tmp_path):
 def test_row_group_shards_and_cross_group_reads(table_path):
     reader = create_data_reader(table_path)
     assert isinstance(reader, ParquetDataReader)
-    assert reader.create_shards() == [Shard(table_path, 0, 10), Shard(table_path, 10, 20),
-                                      Shard(table_path, 20, 25)]
+    assert reader.create_shards() == [
+        Shard(table_path, 0, 10),
+        Shard(table_path, 10, 20),
+        Shard(table_path, 20, 25),
+    ]
     rows = list(reader.read_records(table_path, 8, 22))
     assert [r["id"] for r in rows] == list(range(8, 22))
     assert rows[0] == {"id": 8, "name": "n8", "score": 4.0}

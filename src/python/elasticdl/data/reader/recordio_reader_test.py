@@ -1,7 +1,6 @@
 import os
 
 import pytest
-
 from elasticdl.data import recordio
 from elasticdl.data.reader import DataReaderError, RecordIODataReader, Shard, create_data_reader
 
