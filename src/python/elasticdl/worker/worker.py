@@ -10,16 +10,24 @@ NONE           the job has no more work: exit 0.
 
 A task that fails is reported with its error (the master re-queues it) and the loop goes on;
 only a run of consecutive failures, which means this worker cannot work at all, ends it.
+
+Look-ahead (`prefetch_next_task`): while a small training task (one pipeline call, see
+TaskDataService) trains, a background thread asks the master for the next task and, if it is a
+small training task too, computes its minibatches, so neither the RPC nor the input pipeline
+sits between two tasks' steps. The worker then owns two tasks at once, which the master already
+handles (a dead worker's tasks are all re-queued); a WAIT answered ahead is dropped and asked
+again after the report, so no work is skipped and task order is unchanged.
 """
 from __future__ import annotations
 
 import enum
 import logging
+from concurrent import futures
 import os
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -52,6 +60,7 @@ class WorkerConfig:
     output: str = ""  # default SavedModel path / prediction output directory
     wait_sleep_s: float = 1.5
     max_consecutive_failures: int = 5
+    prefetch_next_task: bool = True  # fetch the next task and its data during training
 
 
 class WorkerFailedError(RuntimeError):
@@ -86,12 +95,54 @@ class Worker:
         self._callbacks: Optional[List[Any]] = None
         self._processor = None
         self._stopped_training = False
+        # (task, its minibatches or None) fetched by the look-ahead thread
+        self._ahead: Optional[futures.Future] = None
+        self._ahead_pool: Optional[futures.ThreadPoolExecutor] = None
 
     # ------------------------------------------------------------------ loop
     def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            if self._ahead_pool is not None:
+                self._ahead_pool.shutdown(wait=True)
+                self._ahead_pool = None
+
+    def _next_task(self) -> Tuple[pb.Task, Optional[list]]:
+        """The task fetched ahead (with its minibatches when they were prepared), else ask."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            task, batches = ahead.result()  # an error here is the master's: propagate it
+            if task.type != pb.WAIT:
+                return task, batches
+        return self.master.get_task(), None
+
+    def _fetch_ahead(self) -> Tuple[pb.Task, Optional[list]]:
+        task = self.master.get_task()
+        if task.type == pb.TRAINING and task.task_id != 0 and self._fits_one_call(task):
+            try:
+                return task, list(self.data.dataset(task.shard, Mode.TRAINING))
+            except Exception:  # noqa: BLE001 - run_task reads it again and reports the error
+                logger.debug("look-ahead data of task %d failed", task.task_id, exc_info=True)
+        return task, None
+
+    def _fits_one_call(self, task: pb.Task) -> bool:
+        shard = task.shard
+        num = len(shard.indices) if shard.indices else shard.end - shard.start
+        chunk = getattr(self.data, "chunk_records", 0)
+        return 0 < num <= chunk
+
+    def _start_fetch_ahead(self) -> None:
+        if not self.config.prefetch_next_task or self._ahead is not None:
+            return
+        if self._ahead_pool is None:
+            self._ahead_pool = futures.ThreadPoolExecutor(1, thread_name_prefix="task-ahead")
+        self._ahead = self._ahead_pool.submit(self._fetch_ahead)
+
+    def _run(self) -> int:
         failures = 0
         while True:
-            task = self.master.get_task()
+            task, batches = self._next_task()
             if task.type == pb.WAIT:
                 # An AllReduce member keeps stepping (without data) so the others are not
                 # blocked waiting for it; everyone else just sleeps.
@@ -106,7 +157,7 @@ class Worker:
                     leave()
                 return 0
             try:
-                counters = self.run_task(task)
+                counters = self.run_task(task, batches)
             except Exception as err:  # report, let the master re-queue, go on
                 failures += 1
                 msg = f"{type(err).__name__}: {err}"
@@ -120,9 +171,9 @@ class Worker:
             failures = 0
             self.master.report_task_result(task.task_id, exec_counters=counters)
 
-    def run_task(self, task: pb.Task) -> Dict[str, int]:
+    def run_task(self, task: pb.Task, batches: Optional[list] = None) -> Dict[str, int]:
         if task.type == pb.TRAINING:
-            return self.train_task(task)
+            return self.train_task(task, batches)
         if task.type == pb.EVALUATION:
             return self.evaluate_task(task)
         if task.type == pb.PREDICTION:
@@ -141,7 +192,7 @@ class Worker:
         return self._callbacks
 
     # ------------------------------------------------------------------ tasks
-    def train_task(self, task: pb.Task) -> Dict[str, int]:
+    def train_task(self, task: pb.Task, minibatches: Optional[list] = None) -> Dict[str, int]:
         records = batches = 0
         if self._stopped_training:
             # MaxStepsStopping fired: acknowledge the rest of the data without training.
@@ -150,7 +201,14 @@ class Worker:
                 "batches": 0,
                 "skipped_records": task.shard.end - task.shard.start,
             }
-        for features, labels in self.data.dataset(task.shard, Mode.TRAINING):
+        if minibatches is None:
+            minibatches = self.data.dataset(task.shard, Mode.TRAINING)
+            if self._fits_one_call(task):  # computed at once: the pipeline is free again
+                minibatches = list(minibatches)
+                self._start_fetch_ahead()
+        else:
+            self._start_fetch_ahead()
+        for features, labels in minibatches:
             self.trainer.ensure_model(features)
             version = self.trainer.model_version
             for cb in self.callbacks():
