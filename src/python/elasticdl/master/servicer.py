@@ -70,6 +70,19 @@ class MasterServicer(pb_grpc.MasterServicer):
         # A stale report is not an error for the worker: the work is simply accounted elsewhere.
         return empty_pb2.Empty()
 
+    def report_task_result_and_get_task(self, request: pb.ReportAndGetTaskRequest, context):
+        """report_task_result(result), then get_task(next): one round trip per task instead
+        of two. No result (or task_id 0) means nothing to report, e.g. the worker's first call."""
+        if request.HasField("result") and request.result.task_id != 0:
+            if request.result.worker_id != request.next.worker_id:
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"result.worker_id {request.result.worker_id} != next.worker_id "
+                    f"{request.next.worker_id}: report and ask for the same worker",
+                )
+            self.report_task_result(request.result, context)
+        return self.get_task(request.next, context)
+
     def report_evaluation_metrics(self, request: pb.ReportEvaluationMetricsRequest, context):
         if self._es is None:
             context.abort(

@@ -131,3 +131,77 @@ def test_task_reports_carry_the_model_version_without_summing_it():
     summary = tm.summary()
     assert summary.records_trained == 8
     assert "model_version" not in summary.exec_counters
+
+
+def _report_and_get(stub, worker_id, task_id=0, **result):
+    req = pb.ReportAndGetTaskRequest(next=pb.GetTaskRequest(worker_id=worker_id))
+    if task_id:
+        req.result.CopyFrom(
+            pb.ReportTaskResultRequest(task_id=task_id, worker_id=worker_id, **result)
+        )
+    return stub.report_task_result_and_get_task(req)
+
+
+def test_report_and_get_task_matches_the_two_calls(master):
+    """The combined RPC hands out the same tasks in the same order as get_task +
+    report_task_result, accounts every record once and ends in the evaluation task."""
+    tm, _, stub, _ = master
+    task = _report_and_get(stub, 3)  # nothing to report yet: a plain get_task
+    executed = []
+    while task.type == pb.TRAINING:
+        executed.append((task.epoch, task.shard.start, task.shard.end))
+        task = _report_and_get(
+            stub, 3, task.task_id, exec_counters={"records": 4, "model_version": 9}
+        )
+    assert executed == [(1, 0, 4), (1, 4, 8), (2, 0, 4), (2, 4, 8)]
+    assert task.type == pb.EVALUATION and task.shard.name == "val"
+    s = tm.summary()
+    assert s.tasks_done == 4 and s.records_trained == 16 and s.exec_counters == {"records": 16}
+    assert stub.get_job_status(pb.JobStatusRequest()).tasks_done == 4
+    # The evaluation task can be reported with the old RPC: both paths stay compatible.
+    stub.report_task_result(pb.ReportTaskResultRequest(task_id=task.task_id, worker_id=3))
+    last = _report_and_get(stub, 3)
+    assert last.task_id == 0 and last.type != pb.TRAINING and last.model_version == 9
+
+
+def test_report_and_get_task_failures_stale_reports_and_wait(master):
+    tm, _, stub, _ = master
+    t = stub.get_task(pb.GetTaskRequest(worker_id=1))
+    # The failure is re-queued (at the back) before the next task is picked.
+    nxt = _report_and_get(stub, 1, t.task_id, err_message="oops")
+    assert tm.summary().tasks_retried == 1 and nxt.task_id not in (0, t.task_id)
+    assert _report_and_get(stub, 2).task_id == t.task_id  # worker 2 now owns the retry
+    # Worker 1 no longer owns it: its late report is stale (no error) and it still gets work.
+    other = _report_and_get(stub, 1, t.task_id)
+    assert tm.summary().stale_reports == 1 and tm.summary().tasks_done == 0
+    assert other.type == pb.TRAINING and other.task_id not in (t.task_id, nxt.task_id)
+    # Mismatched worker ids are refused before anything is reported.
+    req = pb.ReportAndGetTaskRequest(
+        result=pb.ReportTaskResultRequest(task_id=other.task_id, worker_id=1),
+        next=pb.GetTaskRequest(worker_id=2),
+    )
+    with pytest.raises(grpc.RpcError) as err:
+        stub.report_task_result_and_get_task(req)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "worker_id" in err.value.details() and tm.summary().tasks_done == 0
+
+
+def test_report_and_get_task_with_thread_pool_server():
+    """Same semantics under the plain grpc.server (use_asyncio=False)."""
+    tm = TaskManager(
+        TaskManagerConfig(records_per_task=4, num_epochs=1), training_shards=[("train", 0, 8)]
+    )
+    server, port = create_master_server(
+        MasterServicer(tm), 0, bind_host="127.0.0.1", use_asyncio=False
+    )
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.MasterStub(channel)
+            task, done = _report_and_get(stub, 0), 0
+            while task.task_id:
+                task = _report_and_get(stub, 0, task.task_id, exec_counters={"records": 4})
+                done += 1
+        assert done == 2 and task.type == pb.NONE
+        assert tm.summary().tasks_done == 2 and tm.summary().records_trained == 8
+    finally:
+        server.stop(0)
