@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Dict, Mapping, Optional
 
+import grpc
 import numpy as np
 from elasticdl.common.tensor_utils import ndarray_to_pb
 from elasticdl.proto import elasticdl_pb2 as pb
@@ -31,6 +32,7 @@ class MasterClient:
         self.rpc_timeout = rpc_timeout
         self._channel = build_channel(master_addr)
         self._stub = pb_grpc.MasterStub(self._channel)
+        self._combined = True  # False once the master turned out not to have the combined RPC
 
     def close(self) -> None:
         self._channel.close()
@@ -51,12 +53,46 @@ class MasterClient:
     def report_task_result(
         self, task_id: int, err_message: str = "", exec_counters: Optional[Mapping[str, int]] = None
     ) -> None:
+        self._call(
+            "report_task_result", self._result_request(task_id, err_message, exec_counters)
+        )
+
+    def _result_request(
+        self, task_id: int, err_message: str, exec_counters: Optional[Mapping[str, int]]
+    ) -> pb.ReportTaskResultRequest:
         req = pb.ReportTaskResultRequest(
             task_id=task_id, err_message=err_message, worker_id=self.worker_id
         )
         for k, v in (exec_counters or {}).items():
             req.exec_counters[k] = int(v)
-        self._call("report_task_result", req)
+        return req
+
+    def report_and_get_task(
+        self,
+        task_id: int,
+        err_message: str = "",
+        exec_counters: Optional[Mapping[str, int]] = None,
+        task_type: int = pb.NONE,
+    ) -> pb.Task:
+        """report_task_result(...) then get_task(task_type) in one round trip. Against a
+        master without the combined RPC (UNIMPLEMENTED) it makes the two calls instead."""
+        if self._combined:
+            req = pb.ReportAndGetTaskRequest(
+                next=pb.GetTaskRequest(worker_id=self.worker_id, task_type=task_type)
+            )
+            if task_id:
+                req.result.CopyFrom(self._result_request(task_id, err_message, exec_counters))
+            try:
+                return self._call("report_task_result_and_get_task", req)
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                # Nothing was reported: an older master; fall back for the rest of the run.
+                logger.info("master %s has no report_task_result_and_get_task", self.addr)
+                self._combined = False
+        if task_id:
+            self.report_task_result(task_id, err_message, exec_counters)
+        return self.get_task(task_type)
 
     def report_evaluation_metrics(
         self, model_outputs: Dict[str, np.ndarray], labels, model_version: int, task_id: int = 0

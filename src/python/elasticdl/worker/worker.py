@@ -17,6 +17,11 @@ small training task too, computes its minibatches, so neither the RPC nor the in
 sits between two tasks' steps. The worker then owns two tasks at once, which the master already
 handles (a dead worker's tasks are all re-queued); a WAIT answered ahead is dropped and asked
 again after the report, so no work is skipped and task order is unchanged.
+
+Round trips: when no look-ahead is in flight, the result of a task is reported with
+`report_and_get_task`, whose answer is the next task (one RPC per task instead of two). With a
+look-ahead in flight the next task is already on its way, so the result goes alone; the worker
+thus never holds more than the two tasks described above.
 """
 from __future__ import annotations
 
@@ -98,6 +103,8 @@ class Worker:
         # (task, its minibatches or None) fetched by the look-ahead thread
         self._ahead: Optional[futures.Future] = None
         self._ahead_pool: Optional[futures.ThreadPoolExecutor] = None
+        # The next task, answered by the master together with the last report.
+        self._pending: Optional[pb.Task] = None
 
     # ------------------------------------------------------------------ loop
     def run(self) -> int:
@@ -110,6 +117,9 @@ class Worker:
 
     def _next_task(self) -> Tuple[pb.Task, Optional[list]]:
         """The task fetched ahead (with its minibatches when they were prepared), else ask."""
+        pending, self._pending = self._pending, None
+        if pending is not None:  # asked after the report: a WAIT here is current, keep it
+            return pending, None
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             task, batches = ahead.result()  # an error here is the master's: propagate it
@@ -139,6 +149,16 @@ class Worker:
             self._ahead_pool = futures.ThreadPoolExecutor(1, thread_name_prefix="task-ahead")
         self._ahead = self._ahead_pool.submit(self._fetch_ahead)
 
+    def _report(
+        self, task_id: int, err_message: str = "", exec_counters=None, get_next: bool = True
+    ) -> None:
+        """Report a task's result; with `get_next` and no look-ahead in flight, also get the
+        next task in the same call (kept in `_pending` for `_next_task`)."""
+        if get_next and self._ahead is None:
+            self._pending = self.master.report_and_get_task(task_id, err_message, exec_counters)
+        else:
+            self.master.report_task_result(task_id, err_message, exec_counters)
+
     def _run(self) -> int:
         failures = 0
         while True:
@@ -162,14 +182,16 @@ class Worker:
                 failures += 1
                 msg = f"{type(err).__name__}: {err}"
                 logger.error("Task %d failed: %s\n%s", task.task_id, msg, traceback.format_exc())
-                self.master.report_task_result(task.task_id, err_message=msg)
-                if failures >= self.config.max_consecutive_failures:
+                give_up = failures >= self.config.max_consecutive_failures
+                # Take no new task when giving up: the master would wait for this worker.
+                self._report(task.task_id, err_message=msg, get_next=not give_up)
+                if give_up:
                     raise WorkerFailedError(
                         f"{failures} tasks failed in a row, last: {msg}"
                     ) from err
                 continue
             failures = 0
-            self.master.report_task_result(task.task_id, exec_counters=counters)
+            self._report(task.task_id, exec_counters=counters)
 
     def run_task(self, task: pb.Task, batches: Optional[list] = None) -> Dict[str, int]:
         if task.type == pb.TRAINING:
