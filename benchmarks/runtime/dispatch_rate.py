@@ -3,18 +3,21 @@ when 64 clients hammer it concurrently.
 
     python benchmarks/runtime/dispatch_rate.py [--clients 64] [--processes 4] [--seconds 5]
 
-A "task" is one full round trip of the worker protocol: `get_task` then
-`report_task_result` (with exec counters), over 127.0.0.1 to the real `MasterServicer` +
-`TaskManager` + `EvaluationService` served by `create_master_server` (the master's own server:
-thread pool, message limits), in its own process. The clients are `--processes` processes of
+A "task" is one task handed out and its result reported (with exec counters), as the worker
+does it: by default one `report_task_result_and_get_task` call per task (report the last task,
+get the next), and, measured in the same run for comparison, the older two calls `get_task`
+then `report_task_result` (`--protocol` picks the headline one). Over 127.0.0.1 to the real
+`MasterServicer` + `TaskManager` served by `create_master_server` (the master's own server:
+asyncio by default, message limits), in its own process. The clients are `--processes` processes of
 `clients / processes` clients each, every client with its own channel, like separate workers:
 grpc.aio coroutines by default (`--client asyncio`: cheap, so the CPU goes to the master being
 measured), or blocking threads (`--client threads`).
 The master gets enough training tasks never to run dry during the measurement.
 
-Repeats report the median; the JSON line gives tasks/s and the ratio to the 2,000 tasks/s
-target. On a machine with few cores the clients compete with the master for CPU, so the number
-is a lower bound of what the master alone sustains.
+Repeats report the median; the JSON line gives tasks/s of the headline protocol, its ratio to
+the 2,000 tasks/s target, and the other protocol's tasks/s. On a machine with few cores the
+clients compete with the master for CPU, so the number is a lower bound of what the master
+alone sustains.
 """
 from __future__ import annotations
 
@@ -69,7 +72,13 @@ def port_queue_window(q):
 
 # ---------------------------------------------------------------------------------------- clients
 def client_process(
-    port: int, threads: int, first_worker_id: int, start_at: float, seconds: float, result_queue
+    port: int,
+    threads: int,
+    first_worker_id: int,
+    start_at: float,
+    seconds: float,
+    result_queue,
+    combined: bool = True,
 ) -> None:
     import grpc
     from elasticdl.proto import elasticdl_pb2 as pb
@@ -89,14 +98,26 @@ def client_process(
         end = start_at + seconds
         n = 0
         try:
-            while time.time() < end:
+            if combined:
+                # Each call reports the previous task and gets the next; the last one is
+                # reported alone after the window.
+                req = pb.ReportAndGetTaskRequest(next=get_req)
+                task = stub.report_task_result_and_get_task(req)
+                while task.task_id != 0 and time.time() < end:
+                    req.result.CopyFrom(_report(pb, task, worker_id))
+                    task = stub.report_task_result_and_get_task(req)
+                    n += 1
+                if task.task_id != 0:
+                    stub.report_task_result(_report(pb, task, worker_id))
+                    n += 1
+                else:
+                    errors.append("master ran out of tasks")
+            while not combined and time.time() < end:
                 task = stub.get_task(get_req)
                 if task.task_id == 0:
                     errors.append("master ran out of tasks")
                     break
-                report = pb.ReportTaskResultRequest(task_id=task.task_id, worker_id=worker_id)
-                report.exec_counters["records"] = task.shard.end - task.shard.start
-                stub.report_task_result(report)
+                stub.report_task_result(_report(pb, task, worker_id))
                 n += 1
         except grpc.RpcError as e:
             errors.append(f"{e.code().name}: {e.details()}")
@@ -112,8 +133,20 @@ def client_process(
     result_queue.put((sum(counts), errors))
 
 
+def _report(pb, task, worker_id: int):
+    report = pb.ReportTaskResultRequest(task_id=task.task_id, worker_id=worker_id)
+    report.exec_counters["records"] = task.shard.end - task.shard.start
+    return report
+
+
 def async_client_process(
-    port: int, clients: int, first_worker_id: int, start_at: float, seconds: float, result_queue
+    port: int,
+    clients: int,
+    first_worker_id: int,
+    start_at: float,
+    seconds: float,
+    result_queue,
+    combined: bool = True,
 ) -> None:
     """Like `client_process`, but the clients are coroutines of one grpc.aio event loop (still
     one channel each): a blocking client thread costs more CPU per call than the master's
@@ -136,14 +169,24 @@ def async_client_process(
             end = start_at + seconds
             n = 0
             try:
-                while time.time() < end:
+                if combined:
+                    req = pb.ReportAndGetTaskRequest(next=get_req)
+                    task = await stub.report_task_result_and_get_task(req)
+                    while task.task_id != 0 and time.time() < end:
+                        req.result.CopyFrom(_report(pb, task, worker_id))
+                        task = await stub.report_task_result_and_get_task(req)
+                        n += 1
+                    if task.task_id != 0:
+                        await stub.report_task_result(_report(pb, task, worker_id))
+                        n += 1
+                    else:
+                        errors.append("master ran out of tasks")
+                while not combined and time.time() < end:
                     task = await stub.get_task(get_req)
                     if task.task_id == 0:
                         errors.append("master ran out of tasks")
                         break
-                    report = pb.ReportTaskResultRequest(task_id=task.task_id, worker_id=worker_id)
-                    report.exec_counters["records"] = task.shard.end - task.shard.start
-                    await stub.report_task_result(report)
+                    await stub.report_task_result(_report(pb, task, worker_id))
                     n += 1
             except grpc.RpcError as e:
                 errors.append(f"{e.code().name}: {e.details()}")
@@ -161,6 +204,7 @@ def measure(
     seconds: float,
     use_asyncio: bool = True,
     async_clients: bool = True,
+    combined: bool = True,
 ) -> dict:
     ctx = mp.get_context("spawn")
     port_q, result_q, window_q, stop = ctx.Queue(), ctx.Queue(), ctx.Queue(), ctx.Event()
@@ -181,7 +225,8 @@ def measure(
     for n in per_proc:
         p = ctx.Process(
             target=async_client_process if async_clients else client_process,
-            args=(port, n, first, start_at, seconds, result_q), daemon=True
+            args=(port, n, first, start_at, seconds, result_q, combined),
+            daemon=True,
         )
         p.start()
         procs.append(p)
@@ -220,6 +265,13 @@ def main(argv=None) -> int:
         help="the master's gRPC server: asyncio (default) or the thread-pool one",
     )
     p.add_argument(
+        "--protocol",
+        choices=["combined", "two_calls"],
+        default="combined",
+        help="headline protocol: report_task_result_and_get_task (combined, default) or "
+        "get_task + report_task_result (two_calls); the other is measured too",
+    )
+    p.add_argument(
         "--client",
         choices=["asyncio", "threads"],
         default="asyncio",
@@ -230,39 +282,45 @@ def main(argv=None) -> int:
         p.error("--clients must be >= 1 and --processes in [1, clients]")
     os.environ["PYTHONPATH"] = common.python_env()["PYTHONPATH"]  # for the spawned processes
 
-    rows, rates, capacity = [], [], []
+    protocols = [args.protocol] + [x for x in ("combined", "two_calls") if x != args.protocol]
+    rows = []
+    rates = {x: [] for x in protocols}
+    capacity = {x: [] for x in protocols}
     for r in range(args.repeats):
-        res = measure(
-            args.clients,
-            args.processes,
-            args.seconds,
-            args.server == "asyncio",
-            args.client == "asyncio",
-        )
-        rates.append(res["tasks_per_s"])
-        capacity.append(res["tasks_per_master_cpu_s"])
-        rows.append(
-            [
-                r + 1,
+        for protocol in protocols:  # interleaved, so both see the same machine load
+            res = measure(
                 args.clients,
-                res["tasks"],
-                res["accounted"],
-                res["tasks_per_s"],
-                res["master_cpu_s"] / args.seconds,
-                res["tasks_per_master_cpu_s"],
-            ]
-        )
-        if res["accounted"] != res["tasks"]:
-            raise RuntimeError(
-                f"the master accounted {res['accounted']} of {res['tasks']} reported tasks"
+                args.processes,
+                args.seconds,
+                args.server == "asyncio",
+                args.client == "asyncio",
+                protocol == "combined",
+            )
+            if res["accounted"] != res["tasks"]:
+                raise RuntimeError(
+                    f"{protocol}: the master accounted {res['accounted']} of {res['tasks']} "
+                    "reported tasks"
+                )
+            rates[protocol].append(res["tasks_per_s"])
+            capacity[protocol].append(res["tasks_per_master_cpu_s"])
+            rows.append(
+                [
+                    r + 1,
+                    protocol,
+                    res["tasks"],
+                    res["accounted"],
+                    res["tasks_per_s"],
+                    res["master_cpu_s"] / args.seconds,
+                    res["tasks_per_master_cpu_s"],
+                ]
             )
     common.print_table(
-        f"Master dispatch: get_task + report_task_result round trips, {args.clients} clients in "
+        f"Master dispatch: tasks handed out and reported, {args.clients} clients in "
         f"{args.processes} processes ({args.client}), {args.server} server, "
         f"{args.seconds:.0f} s per run",
         [
             "run",
-            "clients",
+            "protocol",
             "tasks",
             "accounted by master",
             "tasks/s",
@@ -271,19 +329,28 @@ def main(argv=None) -> int:
         ],
         rows,
     )
-    rate = common.median(rates)
-    print(f"ratio tasks/s to target {TARGET:.0f}: {rate / TARGET:.2f}")
+    median = {x: common.median(rates[x]) for x in protocols}
+    rate = median[args.protocol]
+    other = protocols[1]
+    print(
+        f"median tasks/s: {args.protocol} {rate:.0f}, {other} {median[other]:.0f} "
+        f"({rate / median[other]:.2f}x); ratio {args.protocol} to target {TARGET:.0f}: "
+        f"{rate / TARGET:.2f}"
+    )
     common.print_json(
         {
             "benchmark": "dispatch_rate",
             "clients": args.clients,
             "server": args.server,
             "client": args.client,
+            "protocol": args.protocol,
             "tasks_per_s": round(rate, 1),
             "target": TARGET,
             "ratio": round(rate / TARGET, 3),
+            f"{other}_tasks_per_s": round(median[other], 1),
             "repeats": args.repeats,
-            "tasks_per_master_cpu_s": round(common.median(capacity), 1),
+            "tasks_per_master_cpu_s": round(common.median(capacity[args.protocol]), 1),
+            f"{other}_tasks_per_master_cpu_s": round(common.median(capacity[other]), 1),
             "cpus": os.cpu_count(),
         }
     )
