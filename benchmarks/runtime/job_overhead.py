@@ -133,6 +133,11 @@ def run_job(
 
     env = common.python_env()
     env["ELASTICDL_HOME"] = home
+    # The master (and the PS and workers it starts) run from this checkout's sources with this
+    # interpreter, never a dist/ master.pex that may predate them: the client picks a PEX
+    # found from its working directory first, so it runs from the job's home.
+    env.pop("ELASTICDL_MASTER_PEX", None)
+    os.makedirs(home, exist_ok=True)
     submitted = time.time()
     subprocess.run(
         [
@@ -153,6 +158,7 @@ def run_job(
             "--detach",
         ],
         env=env,
+        cwd=home,
         check=True,
         capture_output=True,
         text=True,

@@ -76,8 +76,14 @@ class PserverServicer(pb_grpc.PserverServicer):
 
     @_rpc
     def push_gradients(self, request: pb.PushGradientsRequest, context):
-        result = self.ps.push_gradients(request)
-        return pb.PushGradientsResponse(accepted=result.accepted, version=result.version)
+        resp = pb.PushGradientsResponse()
+        pull_into = resp.dense_parameters if request.pull_dense_parameters else None
+        result = self.ps.push_gradients(request, pull_into)
+        if pull_into is not None:
+            resp.dense_parameters.SetInParent()  # present even when nothing is newer
+        resp.accepted = result.accepted
+        resp.version = result.version
+        return resp
 
     def pull_embedding_table(self, request: pb.PullEmbeddingTableRequest, context):
         try:

@@ -205,3 +205,48 @@ def test_concurrent_async_pushes_are_all_applied():
     finally:
         channel.close()
         server.stop(0)
+
+
+def _w(resp):
+    return tu.pb_to_ndarray(resp.dense_parameters["w"])
+
+
+def test_push_with_pull_dense_parameters_answers_with_the_updated_model():
+    # Sync, two gradients per version: the answer is what pull_dense_parameters(version of the
+    # gradients) returns right after the push, present even when nothing is newer.
+    server, channel, stub = start_ps(grads_to_wait=2)
+    try:
+        stub.push_model(model_pb())
+        req = gradient(0)
+        req.pull_dense_parameters = True
+        first = stub.push_gradients(req)
+        assert first.accepted and first.version == 0
+        assert first.HasField("dense_parameters")
+        assert first.dense_parameters.initialized and first.dense_parameters.version == 0
+        assert not first.dense_parameters.dense_parameters  # buffered: nothing newer yet
+        second = stub.push_gradients(req)  # the second gradient applies: version 1
+        assert second.accepted and second.dense_parameters.version == 1
+        np.testing.assert_allclose(_w(second.dense_parameters), np.arange(4) - 0.1, rtol=1e-6)
+        # A stale push is rejected, and the answer carries the model to recompute against.
+        stale = stub.push_gradients(req)
+        assert not stale.accepted and stale.dense_parameters.version == 1
+        np.testing.assert_allclose(_w(stale.dense_parameters), np.arange(4) - 0.1, rtol=1e-6)
+        # Without the flag nothing comes back (and nothing extra is serialised).
+        plain = gradient(1)
+        assert not stub.push_gradients(plain).HasField("dense_parameters")
+    finally:
+        channel.close()
+        server.stop(0)
+
+
+def test_push_with_pull_on_an_uninitialised_ps_says_so():
+    server, channel, stub = start_ps(use_async=True)
+    try:
+        req = gradient(0)
+        req.pull_dense_parameters = True
+        resp = stub.push_gradients(req)
+        assert not resp.accepted
+        assert resp.HasField("dense_parameters") and not resp.dense_parameters.initialized
+    finally:
+        channel.close()
+        server.stop(0)

@@ -126,12 +126,18 @@ class ParameterServer:
 
     # ------------------------------------------------------------------ reads
     def pull_dense(self, request_version: int) -> pb.PullDenseParametersResponse:
+        resp = pb.PullDenseParametersResponse()
         with self.lock:
-            p = self.params
-            resp = pb.PullDenseParametersResponse(initialized=p.initialized, version=p.version)
-            if p.initialized and (request_version < 0 or p.version > request_version):
-                p.dense_to_pb(resp)  # serialisation copies the bytes while we hold the lock
+            self._fill_pull(resp, request_version)
         return resp
+
+    def _fill_pull(self, resp: pb.PullDenseParametersResponse, request_version: int) -> None:
+        """The parameters newer than `request_version` (all when it is < 0); under the lock."""
+        p = self.params
+        resp.initialized = p.initialized
+        resp.version = p.version
+        if p.initialized and (request_version < 0 or p.version > request_version):
+            p.dense_to_pb(resp)  # serialisation copies the bytes while we hold the lock
 
     def pull_embedding_vectors(self, name: str, ids) -> np.ndarray:
         with self.lock:
@@ -147,20 +153,32 @@ class ParameterServer:
             return self.params.get_embedding_table(name).export()
 
     # ------------------------------------------------------------------ gradients
-    def push_gradients(self, request: pb.PushGradientsRequest) -> PushResult:
+    def push_gradients(
+        self,
+        request: pb.PushGradientsRequest,
+        pull_into: pb.PullDenseParametersResponse | None = None,
+    ) -> PushResult:
+        """Handle one push; with `pull_into`, also fill it as `pull_dense(gradients.version)`
+        would right after the push, under the same lock (no other update in between)."""
         grad_version = int(request.gradients.version)
         with self.lock:
-            p = self.params
-            if not p.initialized:
-                # A relaunched PS without a checkpoint: the worker sees the rejection, pulls,
-                # finds initialized=false and pushes its model again.
-                logger.warning("PS %d rejects gradients: model not initialised", p.ps_id)
-                return PushResult(False, p.version)
-            dense, sparse = p.check_grad(request.gradients)
-            lr = float(request.learning_rate) if request.learning_rate > 0 else None
-            if self.policy.use_async:
-                return self._apply_async(dense, sparse, lr, grad_version)
-            return self._accumulate_sync(dense, sparse, lr, grad_version)
+            result = self._push_locked(request, grad_version)
+            if pull_into is not None:
+                self._fill_pull(pull_into, grad_version)
+            return result
+
+    def _push_locked(self, request: pb.PushGradientsRequest, grad_version: int) -> PushResult:
+        p = self.params
+        if not p.initialized:
+            # A relaunched PS without a checkpoint: the worker sees the rejection, pulls,
+            # finds initialized=false and pushes its model again.
+            logger.warning("PS %d rejects gradients: model not initialised", p.ps_id)
+            return PushResult(False, p.version)
+        dense, sparse = p.check_grad(request.gradients)
+        lr = float(request.learning_rate) if request.learning_rate > 0 else None
+        if self.policy.use_async:
+            return self._apply_async(dense, sparse, lr, grad_version)
+        return self._accumulate_sync(dense, sparse, lr, grad_version)
 
     def _apply_async(self, dense, sparse, lr, grad_version) -> PushResult:
         lr = self.optimizer.config.learning_rate if lr is None else lr

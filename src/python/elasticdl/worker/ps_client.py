@@ -64,6 +64,9 @@ class PullResult:
 class PushResult:
     accepted: bool
     versions: Dict[int, int]  # PS id -> version reported by that PS
+    # push_gradients(pull_dense=True): the pull that came back with the push; None when a PS
+    # did not answer it (one that predates the field), so the caller pulls separately.
+    pulled: Optional[PullResult] = None
 
 
 def deduplicate_indexed_rows(values: np.ndarray, ids: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -228,7 +231,11 @@ class PSClient:
             (ps_id, pb.PullDenseParametersRequest(version=-1 if force else self.ps_versions[ps_id]))
             for ps_id in range(self.num_ps)
         ]
-        responses = self._fan_out("pull_dense_parameters", reqs)
+        return self._pull_result(self._fan_out("pull_dense_parameters", reqs))
+
+    def _pull_result(self, responses: List[pb.PullDenseParametersResponse]) -> PullResult:
+        """Parameters and per-PS versions from one PullDenseParametersResponse per PS."""
+        responses = list(responses)
         # A PS whose version went back was relaunched from an older checkpoint: it sends nothing
         # for a request of a newer version, but the local copy is not its model any more.
         went_back = [
@@ -330,12 +337,15 @@ class PSClient:
         dense_grads: Mapping[str, np.ndarray],
         embedding_grads: Mapping[str, Tuple[np.ndarray, np.ndarray]] = None,
         learning_rate: float = 0.0,
+        pull_dense: bool = False,
     ) -> PushResult:
         """Send gradients to every PS (an empty message still counts, so all PS versions advance
         together); embedding gradients are summed per id and scattered by `id % num_ps`.
 
         Each message carries the version this worker computed against on that PS, which the PS
-        uses for staleness checks (sync) or lr modulation (async).
+        uses for staleness checks (sync) or lr modulation (async). `pull_dense=True` asks each
+        PS to answer with its parameters newer than that version as well (`PushResult.pulled`),
+        saving the separate pull of the next step.
         """
         models = [pb.Model(version=max(v, 0)) for v in self.ps_versions]
         for name, grad in dense_grads.items():
@@ -357,14 +367,19 @@ class PSClient:
                     gradients=models[ps_id],
                     learning_rate=float(learning_rate),
                     worker_id=self.worker_id,
+                    pull_dense_parameters=pull_dense,
                 ),
             )
             for ps_id in range(self.num_ps)
         ]
         responses = self._fan_out("push_gradients", reqs)
+        pulled = None
+        if pull_dense and all(r.HasField("dense_parameters") for r in responses):
+            pulled = self._pull_result([r.dense_parameters for r in responses])
         return PushResult(
             accepted=all(r.accepted for r in responses),
             versions={ps_id: r.version for ps_id, r in enumerate(responses)},
+            pulled=pulled,
         )
 
     def save_checkpoint(self, checkpoint_dir: str = "") -> List[pb.SaveCheckpointResponse]:

@@ -104,3 +104,47 @@ def test_pull_after_the_ps_went_back_to_an_older_version_gets_everything(ps_clus
     result = client.pull_dense_parameters()
     np.testing.assert_allclose(result.parameters["w"], [7.0, 7.0, 7.0])
     assert client.ps_versions == [1]
+
+
+def test_push_with_pull_dense_returns_what_a_pull_would(ps_cluster):
+    cluster = ps_cluster(2)
+    client = PSClient(cluster.addrs)
+    client.push_model({"a": np.ones(3, np.float32), "b": np.ones(2, np.float32)})
+    client.pull_dense_parameters()
+    result = client.push_gradients(
+        {"a": np.ones(3, np.float32), "b": np.full(2, 2.0, np.float32)},
+        learning_rate=0.5,
+        pull_dense=True,
+    )
+    assert result.accepted and result.pulled is not None and result.pulled.all_initialized
+    np.testing.assert_allclose(result.pulled.parameters["a"], [0.5, 0.5, 0.5])
+    np.testing.assert_allclose(result.pulled.parameters["b"], [0.0, 0.0])
+    assert client.ps_versions == [1, 1]
+    # The local copy is current: a pull now brings nothing new.
+    assert client.pull_dense_parameters().parameters == {}
+    client.close()
+
+
+def test_push_with_pull_dense_against_a_ps_that_predates_it(ps_cluster, monkeypatch):
+    from elasticdl.ps.servicer import PserverServicer
+
+    original = PserverServicer.push_gradients
+
+    def old_ps_push_gradients(self, request, context):  # an older PS: the field is unknown
+        resp = original(self, request, context)
+        resp.ClearField("dense_parameters")
+        return resp
+
+    # Before the server starts: gRPC binds the handlers when the servicer is registered.
+    monkeypatch.setattr(PserverServicer, "push_gradients", old_ps_push_gradients)
+    cluster = ps_cluster(1)
+    client = PSClient(cluster.addrs)
+    client.push_model({"w": np.zeros(3, np.float32)})
+    client.pull_dense_parameters()
+    result = client.push_gradients(
+        {"w": np.ones(3, np.float32)}, learning_rate=0.1, pull_dense=True
+    )
+    assert result.accepted and result.pulled is None
+    assert client.ps_versions == [0]  # not advanced: the caller must pull
+    np.testing.assert_allclose(client.pull_dense_parameters().parameters["w"], [-0.1] * 3)
+    client.close()

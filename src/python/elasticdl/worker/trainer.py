@@ -280,20 +280,32 @@ class PSTrainer:
         """Train one minibatch through the PS; returns its loss."""
         self.ensure_model(features)
         retries = self.config.max_minibatch_retries
+        get_model_steps = max(1, self.config.get_model_steps)
         for _ in range(retries):
-            if self._need_pull or self._steps_since_pull >= max(1, self.config.get_model_steps):
+            if self._need_pull or self._steps_since_pull >= get_model_steps:
                 self.pull_model()
             loss, dense_grads, embedding_grads = self.compute_gradients(features, labels)
-            result = self.ps.push_gradients(dense_grads, embedding_grads, self.learning_rate)
+            # When the next step will need fresh parameters (always in sync mode), they come
+            # back with this push: one round trip per minibatch instead of two.
+            pull = self._steps_since_pull + 1 >= get_model_steps
+            result = self.ps.push_gradients(
+                dense_grads, embedding_grads, self.learning_rate, pull_dense=pull
+            )
+            pulled = result.pulled if pull else None
+            if pulled is not None and pulled.all_initialized:
+                self._assign(pulled.parameters)
             if result.accepted:
-                # Not fed back into ps_versions: the local copy lacks this very update until
-                # the next pull.
                 self._pushed_version = max(result.versions.values(), default=0)
                 self.steps += 1
                 self._steps_since_pull += 1
+                if pulled is not None:
+                    # Fresh unless a PS was uninitialised (then pull_model re-initialises it).
+                    self._steps_since_pull = 0
+                    self._need_pull = not pulled.all_initialized
                 return loss
-            # Sync PS rejected a stale gradient: recompute against the newest parameters.
-            self._need_pull = True
+            # Sync PS rejected a stale gradient: recompute against the newest parameters,
+            # which came back with the rejection unless the PS predates that.
+            self._need_pull = pulled is None or not pulled.all_initialized
         raise WorkerStuckError(
             f"the PS rejected this worker's gradients {retries} times in a row (stale model "
             "version in sync mode): raise --sync_version_tolerance or use --use_async"

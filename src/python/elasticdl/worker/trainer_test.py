@@ -61,10 +61,52 @@ def test_one_step_through_ps_equals_local_keras_sgd(ps_cluster, use_tf_function)
 
     got_loss = trainer.train_minibatch(x, y)
     assert got_loss == pytest.approx(float(loss), rel=1e-5)
-    trainer.pull_model()
+    # The updated parameters came back with the push: no pull needed to see them.
     for v, ref in zip(trainer.model.trainable_variables, local.trainable_variables):
         np.testing.assert_allclose(v.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
     assert trainer.steps == 1 and trainer.model_version == 1
+    client.close()
+
+
+class _CountingClient(PSClient):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = {"pull": 0, "push": 0, "push_with_pull": 0}
+
+    def pull_dense_parameters(self, force=False):
+        self.calls["pull"] += 1
+        return super().pull_dense_parameters(force)
+
+    def push_gradients(self, dense, emb=None, learning_rate=0.0, pull_dense=False):
+        self.calls["push_with_pull" if pull_dense else "push"] += 1
+        return super().push_gradients(dense, emb, learning_rate, pull_dense)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_one_round_trip_per_minibatch_and_the_replica_tracks_the_ps(ps_cluster, use_async):
+    cluster = ps_cluster(2, use_async=use_async)
+    client = _CountingClient(cluster.addrs)
+    trainer = PSTrainer(_spec(_dense_model), client)
+    for step in range(5):
+        trainer.train_minibatch(*_data(seed=step))
+    assert client.calls == {"pull": 1, "push": 0, "push_with_pull": 5}  # the pull: start-up
+    ps_params = {}
+    for server in cluster.servers:
+        ps_params.update(server.params.dense)
+    for name, var in zip(trainer._names, trainer._vars):
+        np.testing.assert_array_equal(var.numpy(), ps_params[name])
+    assert trainer.model_version == 5
+    client.close()
+
+
+def test_get_model_steps_pulls_with_every_nth_push(ps_cluster):
+    cluster = ps_cluster(1)
+    client = _CountingClient(cluster.addrs)
+    trainer = PSTrainer(_spec(_dense_model), client, TrainerConfig(get_model_steps=3))
+    for step in range(7):
+        trainer.train_minibatch(*_data(seed=step))
+    # Steps 3 and 6 ask for the parameters with their push (before: a pull before steps 4, 7).
+    assert client.calls == {"pull": 1, "push": 5, "push_with_pull": 2}
     client.close()
 
 
