@@ -9,11 +9,24 @@
 #     --build-native         with --from-source: always compile src/cc
 #     --tag NAME             image name (default: elasticdl:cpu / elasticdl:gpu)
 #     --base-image IMAGE     BASE_IMAGE build arg (e.g. local/base on machines without a registry)
-#     --extra-pypi-index URL EXTRA_PYPI_INDEX build arg
+#     --extra-pypi-index URL EXTRA_PYPI_INDEX build arg (also used by --download-deps)
 #     --tensorflow SPEC      TENSORFLOW build arg; "" = no TensorFlow (light image)
 #     --pip-options OPTS     PIP_OPTIONS build arg, e.g. "--no-index --no-deps"
 #     --wheel REQ            download REQ's wheel on this host into the context (repeatable), for
 #                            builds whose containers cannot reach a package index
+#     --download-deps        offline build of the real image: download on this host, once per
+#                            machine, the full closure of the context wheels' requirements
+#                            (Requires-Dist) + TENSORFLOW as cp311 manylinux wheels into
+#                            ${ELASTICDL_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/elasticdl}/image-wheels/<hash>
+#                            (<hash>: of the requirement set), hardlink them into the context,
+#                            and install with PIP_OPTIONS=--no-index (unless --pip-options is
+#                            given): pip resolves the dependencies from the context alone, so
+#                            the build fails if the wheels' declared requirements are incomplete
+#     --wheel-cache DIR      --download-deps with the cache in DIR/<hash>
+#     --download-options OPTS more `pip download` options, e.g. for torch's +cpu build where no
+#                            find-links holds it: "--extra-index-url https://download.pytorch.org/whl/cpu"
+#     --keep-install-stage   keep the install stage's images (wheels + installed tree) as layer
+#                            cache; by default they are deleted after the build
 #     --no-cache             rebuild every layer
 # Engine: $DOCKER_HOST (scripts/container-engine/setup-dockerd.sh starts one). Builds with
 # `elasticdl zoo build` when $PYTHON (default python3) has the `docker` package, else with
@@ -25,7 +38,8 @@ PYTHON=${PYTHON:-python3}
 KIND=cpu
 [[ ${1:-} == cpu || ${1:-} == gpu ]] && { KIND=$1; shift; }
 DIST="$ROOT/dist"; FROM_SOURCE=0; BUILD_NATIVE=0; TAG=""; NOCACHE=0
-BUILD_ARGS=(); WHEELS=()
+BUILD_ARGS=(); WHEELS=(); WHEEL_CACHE=""; DOWNLOAD_OPTIONS=""; KEEP_STAGE=0
+TENSORFLOW_SET=0; TENSORFLOW=""; PIP_OPTIONS_SET=0; EXTRA_INDEX=""
 die() { echo "build-images: error: $*" >&2; exit 2; }
 while (($#)); do
   case $1 in
@@ -34,10 +48,15 @@ while (($#)); do
     --build-native) BUILD_NATIVE=1; shift ;;
     --tag) TAG=$2; shift 2 ;;
     --base-image) BUILD_ARGS+=("BASE_IMAGE=$2"); shift 2 ;;
-    --extra-pypi-index) BUILD_ARGS+=("EXTRA_PYPI_INDEX=$2"); shift 2 ;;
-    --tensorflow) BUILD_ARGS+=("TENSORFLOW=$2"); shift 2 ;;
-    --pip-options) BUILD_ARGS+=("PIP_OPTIONS=$2"); shift 2 ;;
+    --extra-pypi-index) BUILD_ARGS+=("EXTRA_PYPI_INDEX=$2"); EXTRA_INDEX=$2; shift 2 ;;
+    --tensorflow) BUILD_ARGS+=("TENSORFLOW=$2"); TENSORFLOW=$2; TENSORFLOW_SET=1; shift 2 ;;
+    --pip-options) BUILD_ARGS+=("PIP_OPTIONS=$2"); PIP_OPTIONS_SET=1; shift 2 ;;
     --wheel) WHEELS+=("$2"); shift 2 ;;
+    --download-deps)
+      WHEEL_CACHE=${ELASTICDL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/elasticdl}/image-wheels; shift ;;
+    --wheel-cache) WHEEL_CACHE=$2; shift 2 ;;
+    --download-options) DOWNLOAD_OPTIONS=$2; shift 2 ;;
+    --keep-install-stage) KEEP_STAGE=1; shift ;;
     --no-cache) NOCACHE=1; shift ;;
     *) die "unknown option $1 (see the header of $0)" ;;
   esac
@@ -71,11 +90,92 @@ fi
 # pip for base images without it (Debian's bundled wheel; installed only where pip is missing).
 pipwhl=$(ls /usr/share/python-wheels/pip-*.whl 2>/dev/null | head -n 1 || true)
 [[ -n $pipwhl ]] && cp "$pipwhl" "$CTX/"
+if [[ -n $WHEEL_CACHE ]]; then
+  # TENSORFLOW as the Dockerfile would install it: the flag, else the ARG's default.
+  ((TENSORFLOW_SET)) ||
+    TENSORFLOW=$(sed -n 's/^ARG TENSORFLOW="\(.*\)"$/\1/p' "$CTX/Dockerfile" | head -n 1)
+  # The requirement set: every Requires-Dist (without extras) of the context's wheels, less
+  # the project's own packages (they are in the context), + TENSORFLOW; and the target
+  # interpreter: the cpXY tag of a context wheel (the kernels), default 3.11.
+  read -ra tf_reqs <<<"$TENSORFLOW"
+  reqs=$("$PYTHON" - "$CTX" ${tf_reqs[@]+"${tf_reqs[@]}"} <<'PY'
+import glob, os, re, sys, zipfile
+
+def norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+names, reqs, tags = set(), set(sys.argv[2:]), set()
+for whl in glob.glob(os.path.join(sys.argv[1], "*.whl")):
+    if os.path.basename(whl).startswith("pip-"):
+        continue
+    tags.update(re.findall(r"-cp(3\d+)-", os.path.basename(whl)))
+    with zipfile.ZipFile(whl) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        for line in z.read(meta).decode().splitlines():
+            key, _, value = line.partition(":")
+            if key == "Name":
+                names.add(norm(value.strip()))
+            elif key == "Requires-Dist" and "extra ==" not in value:
+                reqs.add(value.strip())
+reqs = {r for r in reqs if norm(re.match(r"[A-Za-z0-9._-]+", r).group(0)) not in names}
+print("python", "3." + (sorted(tags)[0][1:] if tags else "11"))
+print("\n".join(sorted(reqs)))
+PY
+  ) || die "reading the requirements of the wheels in the context failed"
+  pyver=$(head -n 1 <<<"$reqs" | cut -d' ' -f2); reqs=$(tail -n +2 <<<"$reqs")
+  # cpXY manylinux wheels whatever this host runs: glibc 2.17 (manylinux2014) to 2.35
+  # (Ubuntu 22.04 of the GPU image; Debian 12 has 2.36).
+  arch=$(uname -m)
+  target=(--only-binary=:all: --implementation cp --python-version "$pyver"
+    --abi "cp${pyver/./}" --platform "manylinux2014_$arch")
+  for m in $(seq 35 -1 17); do target+=(--platform "manylinux_2_${m}_$arch"); done
+  key=$(printf '%s\n' "$reqs" "${target[*]}" "$EXTRA_INDEX" "$DOWNLOAD_OPTIONS" | sha256sum | cut -c1-16)
+  cache="$WHEEL_CACHE/$key"
+  mkdir -p "$WHEEL_CACHE"
+  (
+    # One download per machine, also with concurrent builds.
+    command -v flock >/dev/null && { exec 8>"$cache.lock"; flock 8; }
+    [[ -f $cache/.complete ]] && exit 0
+    rm -rf "$cache" "$cache.part"
+    echo "build-images: downloading the dependency closure into $cache" >&2
+    printf '%s\n' "$reqs" >"$WHEEL_CACHE/$key.requirements.txt"
+    # shellcheck disable=SC2086  # DOWNLOAD_OPTIONS: several options
+    "$PYTHON" -m pip download -q "${target[@]}" ${EXTRA_INDEX:+--extra-index-url "$EXTRA_INDEX"} \
+      $DOWNLOAD_OPTIONS -d "$cache.part" -r "$WHEEL_CACHE/$key.requirements.txt" >&2 ||
+      die "downloading the requirements into $cache.part failed (see $WHEEL_CACHE/$key.requirements.txt)"
+    mv "$WHEEL_CACHE/$key.requirements.txt" "$cache.part/requirements.txt"
+    mv "$cache.part" "$cache" && touch "$cache/.complete"
+  ) || exit $?
+  # Hardlinks (no copy) when the cache and the context share a file system.
+  for f in "$cache"/*.whl; do
+    ln "$f" "$CTX/" 2>/dev/null || cp "$f" "$CTX/"
+  done
+  ((PIP_OPTIONS_SET)) || BUILD_ARGS+=("PIP_OPTIONS=--no-index")
+  echo "build-images: $(ls "$cache"/*.whl | wc -l) dependency wheels ($(du -sh "$cache" | cut -f1)) from $cache" >&2
+fi
 if ((${#WHEELS[@]})); then
   "$PYTHON" -m pip download -q --only-binary=:all: --no-deps -d "$CTX" "${WHEELS[@]}" >&2 ||
     die "downloading ${WHEELS[*]} failed"
 fi
-echo "build-images: context $(ls "$CTX" | tr '\n' ' ')" >&2
+echo "build-images: context $(ls "$CTX" | wc -l) files, $(du -sh "$CTX" | cut -f1)" >&2
+STAGE_ID=""
+if grep -q '^ARG INSTALL_STAGE_ID' "$CTX/Dockerfile"; then
+  if ((KEEP_STAGE)); then STAGE_ID=kept; else STAGE_ID="$(date +%s)-$$-$RANDOM"; fi
+  BUILD_ARGS+=("INSTALL_STAGE_ID=$STAGE_ID")
+fi
+# The install stage's images hold the wheels and a second copy of the installed tree; the
+# image keeps only the latter. Deleted by their label, also when the build fails.
+prune_install_stage() {
+  [[ -n $STAGE_ID && $STAGE_ID != kept ]] || return 0
+  if "$PYTHON" -c "import docker" 2>/dev/null; then
+    "$PYTHON" -c 'import docker, sys
+docker.from_env().images.prune(filters={"dangling": True, "label": sys.argv[1]})' \
+      "org.elasticdl.install-stage=$STAGE_ID" >/dev/null
+  else
+    docker image prune -f --filter "label=org.elasticdl.install-stage=$STAGE_ID" >/dev/null
+  fi
+}
+trap 'prune_install_stage || true; rm -rf "$CTX" "$CTX.src"' EXIT
 
 if "$PYTHON" -c "import docker" 2>/dev/null; then
   args=(); for a in "${BUILD_ARGS[@]}"; do args+=(--build_arg "$a"); done

@@ -24,13 +24,33 @@ def test_base_image_dockerfiles_lint_clean(name):
         if i.keyword == "ARG"
     }
     assert {"BASE_IMAGE", "EXTRA_PYPI_INDEX", "TENSORFLOW", "PIP_OPTIONS"} <= set(args)
-    assert [i.args for i in ins if i.keyword == "FROM"] == ["${BASE_IMAGE}"]
+    assert [i.args for i in ins if i.keyword == "FROM"][0].split()[0] == "${BASE_IMAGE}"
     assert any(i.keyword == "COPY" and i.args.startswith("*.whl ") for i in ins)
-    # The build fails unless the framework and (when installed) the kernels import.
+    # The build fails unless the framework and (when installed) the kernels import in the
+    # image's own (last) stage.
+    last = max(n for n, i in enumerate(ins) if i.keyword == "FROM")
     assert any(
         i.keyword == "RUN" and "import elasticdl.ops" in i.args and "elasticdl_native" in i.args
-        for i in ins
+        for i in ins[last:]
     )
+
+
+def test_cpu_dockerfile_keeps_the_wheels_out_of_the_image():
+    """The wheels (~500 MB with TensorFlow) are copied and installed in an `install` stage; the
+    image takes only the installed /usr/local from it."""
+    ins = parse(_read("Dockerfile.cpu"))
+    froms = [n for n, i in enumerate(ins) if i.keyword == "FROM"]
+    assert [ins[n].args for n in froms] == [
+        "${BASE_IMAGE} AS runtime",
+        "runtime AS install",
+        "runtime",
+    ]
+    install, image = ins[froms[1] : froms[2]], ins[froms[2] :]
+    assert any(i.keyword == "COPY" and i.args.startswith("*.whl ") for i in install)
+    assert any(i.keyword == "LABEL" and "${INSTALL_STAGE_ID}" in i.args for i in install)
+    assert [i.args for i in image if i.keyword in ("COPY", "ADD")] == [
+        "--from=install /usr/local /usr/local"
+    ]
 
 
 def test_gpu_dockerfile_uses_cuda_runtime_and_tensorflow_with_cuda():
