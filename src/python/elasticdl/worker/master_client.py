@@ -53,9 +53,7 @@ class MasterClient:
     def report_task_result(
         self, task_id: int, err_message: str = "", exec_counters: Optional[Mapping[str, int]] = None
     ) -> None:
-        self._call(
-            "report_task_result", self._result_request(task_id, err_message, exec_counters)
-        )
+        self._call("report_task_result", self._result_request(task_id, err_message, exec_counters))
 
     def _result_request(
         self, task_id: int, err_message: str, exec_counters: Optional[Mapping[str, int]]

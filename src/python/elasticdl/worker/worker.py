@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import enum
 import logging
-from concurrent import futures
 import os
 import time
 import traceback
+from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
