@@ -21,10 +21,11 @@
 #                            (<hash>: of the requirement set), hardlink them into the context,
 #                            and install with PIP_OPTIONS=--no-index (unless --pip-options is
 #                            given): pip resolves the dependencies from the context alone, so
-#                            the build fails if the wheels' declared requirements are incomplete
+#                            the build fails if the wheels' declared requirements are incomplete.
+#                            The download uses pants.toml's [python-repos] (its find_links hold
+#                            torch's +cpu wheel) besides the host pip's configuration
 #     --wheel-cache DIR      --download-deps with the cache in DIR/<hash>
-#     --download-options OPTS more `pip download` options, e.g. for torch's +cpu build where no
-#                            find-links holds it: "--extra-index-url https://download.pytorch.org/whl/cpu"
+#     --download-options OPTS more `pip download` options, e.g. "--extra-index-url URL"
 #     --keep-install-stage   keep the install stage's images (wheels + installed tree) as layer
 #                            cache; by default they are deleted after the build
 #     --no-cache             rebuild every layer
@@ -129,7 +130,25 @@ PY
   target=(--only-binary=:all: --implementation cp --python-version "$pyver"
     --abi "cp${pyver/./}" --platform "manylinux2014_$arch")
   for m in $(seq 35 -1 17); do target+=(--platform "manylinux_2_${m}_$arch"); done
-  key=$(printf '%s\n' "$reqs" "${target[*]}" "$EXTRA_INDEX" "$DOWNLOAD_OPTIONS" | sha256sum | cut -c1-16)
+  # The package sources of the project's own resolve (pants.toml [python-repos]): torch's +cpu
+  # build comes from a find_links there, not from PyPI.
+  repos=()
+  if [[ -f $ROOT/pants.toml ]]; then
+    mapfile -t repos < <("$PYTHON" - "$ROOT" <<'PY'
+import os, sys, tomllib
+
+root = sys.argv[1]
+with open(os.path.join(root, "pants.toml"), "rb") as f:
+    conf = tomllib.load(f).get("python-repos", {})
+for url in conf.get("find_links", []):
+    print("--find-links"); print(url.replace("%(buildroot)s", root))
+for url in conf.get("indexes", [])[1:]:
+    print("--extra-index-url"); print(url)
+PY
+    ) || die "reading [python-repos] of $ROOT/pants.toml failed"
+  fi
+  key=$(printf '%s\n' "$reqs" "${target[*]}" "${repos[*]}" "$EXTRA_INDEX" "$DOWNLOAD_OPTIONS" |
+    sha256sum | cut -c1-16)
   cache="$WHEEL_CACHE/$key"
   mkdir -p "$WHEEL_CACHE"
   (
@@ -140,7 +159,8 @@ PY
     echo "build-images: downloading the dependency closure into $cache" >&2
     printf '%s\n' "$reqs" >"$WHEEL_CACHE/$key.requirements.txt"
     # shellcheck disable=SC2086  # DOWNLOAD_OPTIONS: several options
-    "$PYTHON" -m pip download -q "${target[@]}" ${EXTRA_INDEX:+--extra-index-url "$EXTRA_INDEX"} \
+    "$PYTHON" -m pip download -q "${target[@]}" ${repos[@]+"${repos[@]}"} \
+      ${EXTRA_INDEX:+--extra-index-url "$EXTRA_INDEX"} \
       $DOWNLOAD_OPTIONS -d "$cache.part" -r "$WHEEL_CACHE/$key.requirements.txt" >&2 ||
       die "downloading the requirements into $cache.part failed (see $WHEEL_CACHE/$key.requirements.txt)"
     mv "$WHEEL_CACHE/$key.requirements.txt" "$cache.part/requirements.txt"
