@@ -32,7 +32,8 @@ struct OptSlots {
 
 namespace cpu {
 int num_threads();
-// Enables OpenMP dynamic team sizing for the calling thread unless OMP_DYNAMIC is set.
+// Sizes the calling thread's OpenMP teams by the free CPUs (1-minute load average) unless
+// OMP_DYNAMIC is set; num_threads() is the maximum (OMP_NUM_THREADS or the CPUs).
 void follow_load();
 int64_t lookup(const void* table, int dtype, int64_t rows, int64_t dim, const int64_t* ids, int64_t n,
                void* out);
