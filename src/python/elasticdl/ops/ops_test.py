@@ -227,6 +227,30 @@ def test_sparse_aggregate_many_partitions_is_exact(dist):
     _same(g, rg, exact=True)
 
 
+def test_sparse_aggregate_results_survive_block_reuse():
+    """The native backend reuses the memory of freed results: a result that is still alive
+    (or viewed) must never be overwritten by a later call, and reused blocks hold no stale
+    rows."""
+    rng = _rng(10)
+    n = 40_000  # result > 2 MB: the huge-page-sized blocks
+    ids_a, ids_b = rng.integers(0, 10**6, n), rng.integers(0, 10**6, n)
+    grads = rng.standard_normal((n, 32)).astype(np.float32)
+    ua, ga = ops.sparse_aggregate(ids_a, grads)
+    view = ga[5:9]
+    keep = ga.copy()
+    del ga
+    for k in range(6):  # alternate sizes so blocks are handed back and taken again
+        ids = ids_b if k % 2 else ids_b[: n // 3]
+        u, g = ops.sparse_aggregate(ids, grads[: ids.size])
+        ru, rg = R.sparse_aggregate(ids, grads[: ids.size])
+        _same(u, ru, exact=True)
+        _same(g, rg, exact=True)
+        del u, g
+    _same(view, keep[5:9], exact=True)
+    u0, g0 = ops.sparse_aggregate(np.zeros(0, np.int64), np.zeros((0, 32), np.float32))
+    assert u0.shape == (0,) and g0.shape == (0, 32)
+
+
 @pytest.mark.parametrize("op", ["sgd", "adam", "adagrad"])
 def test_sparse_optimizers_large_batch_exact(op):
     rng = _rng(8)
