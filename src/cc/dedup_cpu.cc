@@ -3,6 +3,8 @@
 
 #include "kernels.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <climits>
 #include <memory>
@@ -22,6 +24,13 @@ constexpr int64_t kProbeAhead = 8;
 // Scratch kept in the pool only up to this size (a one-off huge batch should not pin memory).
 constexpr size_t kKeepBytes = size_t{1} << 30;
 constexpr size_t kMaxPooled = 4;
+// Step 1 splits the ids into at most kMaxChunks chunks of at least kIdsPerChunk.
+constexpr int kMaxChunks = 16;
+constexpr int64_t kIdsPerChunk = 16384;
+// sort_unique: below this many unique ids one thread sorts them all; above, the ids are
+// range-bucketed by their top kBucketBits bits (of id - min) and buckets sorted in parallel.
+constexpr int64_t kParallelSortMin = 32768;
+constexpr int kBucketBits = 7;
 
 // Grow-only uninitialised buffer (new T[] of a trivial T does not touch the pages).
 template <typename T>
@@ -61,10 +70,10 @@ inline int ceil_log2(uint64_t x) {
 
 struct DedupScratch {
   Buf<Entry> table;
-  Buf<int64_t> slot_of, pos, first_pos, slot_id, count, aux, sort_k, sort_v, sort_k2, sort_v2;
+  Buf<int64_t> hist, slot_of, pos, first_pos, slot_id, count, aux, sort_k, sort_v, sort_k2, sort_v2;
   Buf<float> floats;
   size_t bytes() const {
-    return table.bytes() + slot_of.bytes() + pos.bytes() + first_pos.bytes() + slot_id.bytes() + count.bytes() + aux.bytes() +
+    return table.bytes() + hist.bytes() + slot_of.bytes() + pos.bytes() + first_pos.bytes() + slot_id.bytes() + count.bytes() + aux.bytes() +
            sort_k.bytes() + sort_v.bytes() + sort_k2.bytes() + sort_v2.bytes() + floats.bytes();
   }
 };
@@ -111,22 +120,38 @@ Dedup::Dedup(const int64_t* ids, int64_t n) : s_(acquire_scratch()), n_(n) {
   const int P = 1 << part_bits;
   parts_ = P;
 
-  // 1. Stable counting sort of positions by partition (serial: two light passes over ids).
+  // 1. Stable counting sort of positions by partition. Large batches: C contiguous chunks of
+  // ids counted and scattered in parallel, each chunk into its own sub-range of every
+  // partition (chunk c's positions before chunk c+1's, so partitions stay in order).
   int64_t* begin = part_begin_;
-  std::fill(begin, begin + P + 1, 0);
-  for (int64_t i = 0; i < n; ++i) ++begin[part_of(ids[i], part_bits) + 1];
+  const int C = static_cast<int>(std::min<int64_t>(kMaxChunks, std::max<int64_t>(1, n / kIdsPerChunk)));
+  int64_t* hist = s_->hist.get(static_cast<size_t>(C) * P);
+  std::fill(hist, hist + static_cast<size_t>(C) * P, 0);
+  const int64_t per_chunk = (n + C - 1) / C;
+#pragma omp parallel for schedule(static, 1) if (C > 1)
+  for (int c = 0; c < C; ++c) {
+    int64_t* h = hist + static_cast<size_t>(c) * P;
+    for (int64_t i = c * per_chunk, e = std::min(n, i + per_chunk); i < e; ++i) ++h[part_of(ids[i], part_bits)];
+  }
   int64_t seg_begin[kMaxParts + 1];
   int seg_bits[kMaxParts];
   seg_begin[0] = 0;
+  int64_t at = 0;
   for (int p = 0; p < P; ++p) {
-    seg_bits[p] = std::max(4, ceil_log2(static_cast<uint64_t>(2 * begin[p + 1])));
+    begin[p] = at;
+    for (int c = 0; c < C; ++c) {
+      const int64_t k = hist[static_cast<size_t>(c) * P + p];
+      hist[static_cast<size_t>(c) * P + p] = at;  // becomes chunk c's fill pointer in p
+      at += k;
+    }
+    seg_bits[p] = std::max(4, ceil_log2(static_cast<uint64_t>(2 * (at - begin[p]))));
     seg_begin[p + 1] = seg_begin[p] + (int64_t{1} << seg_bits[p]);
-    begin[p + 1] += begin[p];
   }
-  {
-    int64_t fill[kMaxParts];
-    std::copy(begin, begin + P, fill);
-    for (int64_t i = 0; i < n; ++i) pos_[fill[part_of(ids[i], part_bits)]++] = i;
+  begin[P] = at;
+#pragma omp parallel for schedule(static, 1) if (C > 1)
+  for (int c = 0; c < C; ++c) {
+    int64_t* fill = hist + static_cast<size_t>(c) * P;
+    for (int64_t i = c * per_chunk, e = std::min(n, i + per_chunk); i < e; ++i) pos_[fill[part_of(ids[i], part_bits)]++] = i;
   }
   Entry* const table = s_->table.get(static_cast<size_t>(seg_begin[P]));
   int64_t lo_id[kMaxParts], hi_id[kMaxParts];
@@ -186,56 +211,128 @@ Dedup::~Dedup() { release_scratch(s_); }
 
 float* Dedup::float_buffer(int64_t floats) { return s_->floats.get(static_cast<size_t>(std::max<int64_t>(floats, 1))); }
 
+namespace {
+// LSD radix sort of distinct keys key[0..m) (with their values) over their low `bits` bits,
+// 8 bits a pass through kt/vt; the result ends in key/val.
+void radix_sort(uint64_t* key, int64_t* val, uint64_t* kt, int64_t* vt, int64_t m, int bits, int radix) {
+  const int buckets = 1 << radix;
+  std::vector<int64_t> cnt(buckets);
+  uint64_t *k0 = key, *k1 = kt;
+  int64_t *v0 = val, *v1 = vt;
+  for (int shift = 0; shift < bits; shift += radix) {
+    std::fill(cnt.begin(), cnt.end(), 0);
+    for (int64_t i = 0; i < m; ++i) ++cnt[(k0[i] >> shift) & (buckets - 1)];
+    int64_t sum = 0;
+    for (auto& c : cnt) {
+      const int64_t c0 = c;
+      c = sum;
+      sum += c0;
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t d = cnt[(k0[i] >> shift) & (buckets - 1)]++;
+      k1[d] = k0[i];
+      v1[d] = v0[i];
+    }
+    std::swap(k0, k1);
+    std::swap(v0, v1);
+  }
+  if (k0 != key) {
+    std::copy(k0, k0 + m, key);
+    std::copy(v0, v0 + m, val);
+  }
+}
+
+void small_sort(uint64_t* key, int64_t* val, int64_t m) {
+  std::vector<std::pair<uint64_t, int64_t>> v(m);
+  for (int64_t i = 0; i < m; ++i) v[i] = {key[i], val[i]};
+  std::sort(v.begin(), v.end());  // keys are distinct
+  for (int64_t i = 0; i < m; ++i) {
+    key[i] = v[i].first;
+    val[i] = v[i].second;
+  }
+}
+}  // namespace
+
 void Dedup::sort_unique(int64_t* sorted_ids, int64_t* rank) {
   const int64_t u = num_unique_;
   if (u == 0) return;
   uint64_t* key = reinterpret_cast<uint64_t*>(s_->sort_k.get(u));
   int64_t* val = s_->sort_v.get(u);
-  const uint64_t base = static_cast<uint64_t>(min_id_);
-  int64_t k = 0;
-  for (int p = 0; p < parts_; ++p) {
-    for (int64_t g = part_begin_[p], e = g + part_unique_[p]; g < e; ++g, ++k) {
-      key[k] = static_cast<uint64_t>(slot_id_[g]) - base;  // biased: the span decides the passes
-      val[k] = g;
-    }
-  }
+  uint64_t* kt = reinterpret_cast<uint64_t*>(s_->sort_k2.get(u));
+  int64_t* vt = s_->sort_v2.get(u);
+  const uint64_t base = static_cast<uint64_t>(min_id_);  // keys biased: the span decides the passes
   const uint64_t span = static_cast<uint64_t>(max_id_) - base;
   const int bits = span == 0 ? 0 : 64 - __builtin_clzll(span);
-  if (u < 512) {
-    std::vector<std::pair<uint64_t, int64_t>> v(u);
-    for (int64_t i = 0; i < u; ++i) v[i] = {key[i], val[i]};
-    std::sort(v.begin(), v.end());  // keys are distinct
-    for (int64_t i = 0; i < u; ++i) {
-      key[i] = v[i].first;
-      val[i] = v[i].second;
+  const int P = parts_;
+  if (u < kParallelSortMin || P == 1 || bits <= kBucketBits || omp_get_max_threads() == 1) {
+    int64_t k = 0;
+    for (int p = 0; p < P; ++p) {
+      for (int64_t g = part_begin_[p], e = g + part_unique_[p]; g < e; ++g, ++k) {
+        key[k] = static_cast<uint64_t>(slot_id_[g]) - base;
+        val[k] = g;
+      }
     }
-  } else {
-    // LSD radix sort of the unique keys only (for skewed batches far fewer than the ids).
-    constexpr int kRadix = 11, kBuckets = 1 << kRadix;
-    uint64_t* kout = reinterpret_cast<uint64_t*>(s_->sort_k2.get(u));
-    int64_t* vout = s_->sort_v2.get(u);
-    std::vector<int64_t> cnt(kBuckets);
-    for (int shift = 0; shift < bits; shift += kRadix) {
-      std::fill(cnt.begin(), cnt.end(), 0);
-      for (int64_t i = 0; i < u; ++i) ++cnt[(key[i] >> shift) & (kBuckets - 1)];
-      int64_t sum = 0;
-      for (auto& c : cnt) {
-        const int64_t c0 = c;
-        c = sum;
-        sum += c0;
-      }
-      for (int64_t i = 0; i < u; ++i) {
-        const int64_t d = cnt[(key[i] >> shift) & (kBuckets - 1)]++;
-        kout[d] = key[i];
-        vout[d] = val[i];
-      }
-      std::swap(key, kout);
-      std::swap(val, vout);
+    if (u < 512) {
+      small_sort(key, val, u);
+    } else {
+      radix_sort(key, val, kt, vt, u, bits, 11);
+    }
+    for (int64_t r = 0; r < u; ++r) {
+      sorted_ids[r] = static_cast<int64_t>(key[r] + base);
+      rank[val[r]] = r;
+    }
+    return;
+  }
+  // Parallel: bucket b holds the keys whose top kBucketBits bits (of `bits`) are b, so the
+  // buckets are already in order; each partition's unique ids are counted and scattered per
+  // bucket (partition-major offsets inside a bucket), then every bucket is sorted alone.
+  constexpr int B = 1 << kBucketBits;
+  const int shift = bits - kBucketBits;
+  int64_t* h = s_->hist.get(static_cast<size_t>(P) * B);
+  std::fill(h, h + static_cast<size_t>(P) * B, 0);
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int p = 0; p < P; ++p) {
+    int64_t* hp = h + static_cast<size_t>(p) * B;
+    for (int64_t g = part_begin_[p], e = g + part_unique_[p]; g < e; ++g)
+      ++hp[(static_cast<uint64_t>(slot_id_[g]) - base) >> shift];
+  }
+  int64_t bucket_begin[B + 1];
+  int64_t at = 0;
+  for (int b = 0; b < B; ++b) {
+    bucket_begin[b] = at;
+    for (int p = 0; p < P; ++p) {
+      const int64_t c = h[static_cast<size_t>(p) * B + b];
+      h[static_cast<size_t>(p) * B + b] = at;
+      at += c;
     }
   }
-  for (int64_t r = 0; r < u; ++r) {
-    sorted_ids[r] = static_cast<int64_t>(key[r] + base);
-    rank[val[r]] = r;
+  bucket_begin[B] = at;
+#pragma omp parallel
+  {
+#pragma omp for schedule(dynamic, 4)
+    for (int p = 0; p < P; ++p) {
+      int64_t* hp = h + static_cast<size_t>(p) * B;
+      for (int64_t g = part_begin_[p], e = g + part_unique_[p]; g < e; ++g) {
+        const uint64_t kk = static_cast<uint64_t>(slot_id_[g]) - base;
+        const int64_t d = hp[kk >> shift]++;
+        key[d] = kk;
+        val[d] = g;
+      }
+    }
+    // implicit barrier: all keys are in their buckets
+#pragma omp for schedule(dynamic, 1)
+    for (int b = 0; b < B; ++b) {
+      const int64_t lo = bucket_begin[b], m = bucket_begin[b + 1] - lo;
+      if (m < 256) {
+        small_sort(key + lo, val + lo, m);
+      } else {
+        radix_sort(key + lo, val + lo, kt + lo, vt + lo, m, shift, 8);
+      }
+      for (int64_t r = lo; r < lo + m; ++r) {
+        sorted_ids[r] = static_cast<int64_t>(key[r] + base);
+        rank[val[r]] = r;
+      }
+    }
   }
 }
 

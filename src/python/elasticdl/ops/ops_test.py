@@ -227,6 +227,39 @@ def test_sparse_aggregate_many_partitions_is_exact(dist):
     _same(g, rg, exact=True)
 
 
+@pytest.mark.parametrize(
+    "case", ["near_max", "negative", "full_range", "outliers", "dense_range", "all_same"]
+)
+def test_sparse_aggregate_parallel_partitioning_and_sort(case):
+    """Batches past the parallel thresholds (>= 16k ids: chunked partitioning; >= 32k unique
+    ids: range-bucketed parallel sort of the unique ids) across id layouts that skew the
+    buckets; must match the reference exactly."""
+    rng = _rng(11)
+    n = 90_000
+    i64 = np.iinfo(np.int64)
+    if case == "near_max":
+        ids = i64.max - rng.integers(0, 200_000, n)
+    elif case == "negative":
+        ids = -rng.integers(1, 10**7, n)
+    elif case == "full_range":
+        ids = rng.integers(i64.min, i64.max, n, endpoint=True)
+        ids[:3] = [i64.min, i64.max, 0]
+    elif case == "outliers":  # almost all in the lowest bucket
+        ids = rng.integers(0, 10**6, n)
+        ids[7], ids[9] = i64.min, i64.max
+    elif case == "dense_range":
+        ids = rng.permutation(np.arange(n)) + 12345
+        ids[::5] = ids[1::5]  # duplicates too
+    else:
+        ids = np.full(n, -42)
+    ids = ids.astype(np.int64)
+    grads = rng.standard_normal((n, 4)).astype(np.float32)
+    u, g = ops.sparse_aggregate(ids, grads)
+    ru, rg = R.sparse_aggregate(ids, grads)
+    _same(u, ru, exact=True)
+    _same(g, rg, exact=True)
+
+
 def test_sparse_aggregate_results_survive_block_reuse():
     """The native backend reuses the memory of freed results: a result that is still alive
     (or viewed) must never be overwritten by a later call, and reused blocks hold no stale
