@@ -76,10 +76,11 @@ struct DedupScratch {
   Buf<int64_t> hist, slot_of, pos, first_pos, slot_id, count, aux, sort_k, sort_v, sort_k2, sort_v2;
   Buf<float> floats;
   Buf<uint64_t> bitmap;
+  Buf<uint8_t> part;
   Buf<int64_t> prefix;
   size_t bytes() const {
     return table.bytes() + hist.bytes() + slot_of.bytes() + pos.bytes() + first_pos.bytes() + slot_id.bytes() + count.bytes() + aux.bytes() +
-           sort_k.bytes() + sort_v.bytes() + sort_k2.bytes() + sort_v2.bytes() + floats.bytes() + bitmap.bytes() + prefix.bytes();
+           sort_k.bytes() + sort_v.bytes() + sort_k2.bytes() + sort_v2.bytes() + floats.bytes() + bitmap.bytes() + part.bytes() + prefix.bytes();
   }
 };
 
@@ -119,6 +120,7 @@ Dedup::Dedup(const int64_t* ids, int64_t n) : s_(acquire_scratch()), n_(n) {
   slot_id_ = s_->slot_id.get(m);
   slot_aux_ = s_->aux.get(m);
   count_ = s_->count.get(m);
+  part_of_pos_ = s_->part.get(m);
   follow_load();
   int part_bits = 0;
   while (part_bits < 8 && (int64_t{kIdsPerPart} << part_bits) < n) ++part_bits;
@@ -136,7 +138,11 @@ Dedup::Dedup(const int64_t* ids, int64_t n) : s_(acquire_scratch()), n_(n) {
 #pragma omp parallel for schedule(static, 1) if (C > 1)
   for (int c = 0; c < C; ++c) {
     int64_t* h = hist + static_cast<size_t>(c) * P;
-    for (int64_t i = c * per_chunk, e = std::min(n, i + per_chunk); i < e; ++i) ++h[part_of(ids[i], part_bits)];
+    for (int64_t i = c * per_chunk, e = std::min(n, i + per_chunk); i < e; ++i) {
+      const int q = part_of(ids[i], part_bits);
+      part_of_pos_[i] = static_cast<uint8_t>(q);
+      ++h[q];
+    }
   }
   int64_t seg_begin[kMaxParts + 1];
   int seg_bits[kMaxParts];
@@ -156,7 +162,7 @@ Dedup::Dedup(const int64_t* ids, int64_t n) : s_(acquire_scratch()), n_(n) {
 #pragma omp parallel for schedule(static, 1) if (C > 1)
   for (int c = 0; c < C; ++c) {
     int64_t* fill = hist + static_cast<size_t>(c) * P;
-    for (int64_t i = c * per_chunk, e = std::min(n, i + per_chunk); i < e; ++i) pos_[fill[part_of(ids[i], part_bits)]++] = i;
+    for (int64_t i = c * per_chunk, e = std::min(n, i + per_chunk); i < e; ++i) pos_[fill[part_of_pos_[i]]++] = i;
   }
   Entry* const table = s_->table.get(static_cast<size_t>(seg_begin[P]));
   int64_t lo_id[kMaxParts], hi_id[kMaxParts];

@@ -69,6 +69,7 @@ class Dedup {
   int64_t min_id_ = 0, max_id_ = 0;
   int64_t *slot_of_ = nullptr, *pos_ = nullptr, *first_pos_ = nullptr, *slot_id_ = nullptr, *count_ = nullptr;
   int64_t* slot_aux_ = nullptr;
+  uint8_t* part_of_pos_ = nullptr;  // per position: its partition (kMaxParts <= 256)
 };
 
 }  // namespace cpu

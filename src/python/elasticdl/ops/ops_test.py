@@ -1,6 +1,10 @@
 """Public ``elasticdl.ops`` API (whichever backend is active: native when built) against the
 NumPy reference oracle on random data with duplicate ids, plus goldens and error cases."""
 
+import os
+import subprocess
+import sys
+
 import elasticdl.ops as ops
 import numpy as np
 import pytest
@@ -258,6 +262,27 @@ def test_sparse_aggregate_parallel_partitioning_and_sort(case):
     ru, rg = R.sparse_aggregate(ids, grads)
     _same(u, ru, exact=True)
     _same(g, rg, exact=True)
+
+
+def test_sparse_aggregate_single_thread_sweep_is_exact():
+    """With one OpenMP thread the native kernel sums in one sweep over all positions instead
+    of partition by partition; OMP_NUM_THREADS is read at start-up, hence a subprocess."""
+    if ops.backend() != "native":
+        pytest.skip("native backend only")
+    code = (
+        "import numpy as np, elasticdl.ops as ops\n"
+        "from elasticdl.ops import reference as R\n"
+        "import elasticdl_native as N\n"
+        "assert N.num_threads() == 1\n"
+        "rng = np.random.default_rng(12)\n"
+        "for ids in (np.minimum(rng.zipf(1.2, 50_000), 10**6) - 1, rng.integers(0, 10**5, 50_000)):\n"
+        "    g = rng.standard_normal((ids.size, 64)).astype(np.float32)\n"
+        "    u, s = ops.sparse_aggregate(ids, g)\n"
+        "    ru, rs = R.sparse_aggregate(ids, g)\n"
+        "    assert np.array_equal(u, ru) and np.array_equal(s, rs)\n"
+    )
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
 
 
 def test_sparse_aggregate_results_survive_block_reuse():
