@@ -309,6 +309,8 @@ void dense_update(const OptParams& p, float* param, const float* grad, const Opt
 // summed left to right (the order of the NumPy reference) and no two threads touch one row.
 namespace {
 constexpr int64_t kRowsAhead = 8;
+// Positions per dynamically scheduled block of the singleton copy.
+constexpr int64_t kSingleBlock = 4096;
 
 inline void prefetch_rows(const float* r, int64_t dim, int rw) {
   for (int64_t b = 0; b < dim; b += 16) {
@@ -322,7 +324,7 @@ inline void prefetch_rows(const float* r, int64_t dim, int rw) {
 
 EDL_MULTIVERSION
 void aggregate_part(const Dedup& d, int p, const float* grads, int64_t dim, const int64_t* rank, float* out,
-                    bool stream) {
+                    bool stream, bool skip_singletons) {
   const int64_t kb = d.slot_begin(p), ke = d.slot_begin(p + 1);
   const int64_t* pos = d.positions();
   const int64_t* slot_of = d.slot_of();
@@ -331,10 +333,13 @@ void aggregate_part(const Dedup& d, int p, const float* grads, int64_t dim, cons
   for (int64_t k = kb; k < ke; ++k) {
     if (k + kRowsAhead < ke) {
       const int64_t ia = pos[k + kRowsAhead];
-      prefetch_rows(grads + ia * dim, dim, 0);
-      if (!stream) prefetch_rows(out + rank[slot_of[ia]] * dim, dim, 1);
+      if (!skip_singletons || count[slot_of[ia]] > 1) {
+        prefetch_rows(grads + ia * dim, dim, 0);
+        if (!stream) prefetch_rows(out + rank[slot_of[ia]] * dim, dim, 1);
+      }
     }
     const int64_t i = pos[k], g = slot_of[i];
+    if (skip_singletons && count[g] == 1) continue;
     const float* __restrict src = grads + i * dim;
     float* __restrict dst = out + rank[g] * dim;
     if (first[g] == i) {
@@ -347,6 +352,25 @@ void aggregate_part(const Dedup& d, int p, const float* grads, int64_t dim, cons
     } else {
       for (int64_t j = 0; j < dim; ++j) dst[j] = dst[j] + src[j];
     }
+  }
+}
+
+// Rows of the ids seen once among positions [lo, hi): sequential reads.
+EDL_MULTIVERSION
+void copy_singletons(const Dedup& d, int64_t lo, int64_t hi, const float* grads, int64_t dim, const int64_t* rank,
+                     float* out, bool stream) {
+  const int64_t* slot_of = d.slot_of();
+  const int64_t* count = d.count();
+  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
+  for (int64_t i = lo; i < hi; ++i) {
+    const int64_t g = slot_of[i];
+    if (count[g] != 1) continue;
+    if (!stream && i + kRowsAhead < hi) {
+      const int64_t ga = slot_of[i + kRowsAhead];
+      if (count[ga] == 1) prefetch_rows(out + rank[ga] * dim, dim, 1);
+    }
+    copy_row(reinterpret_cast<char*>(out + rank[g] * dim), reinterpret_cast<const char*>(grads + i * dim), row_bytes,
+             stream);
   }
 }
 
@@ -462,10 +486,20 @@ void aggregate_rows(Dedup& d, const float* grads, int64_t dim, int64_t* out_ids,
   // Several threads: partitions taken dynamically. (Each thread sweeping all positions for
   // the partitions it owns was slower with 2 threads: the rows are interleaved row by row
   // and each core's prefetcher also fetched the other's.)
+  // Mostly distinct ids (at least half the positions unique): the rows of ids seen once need
+  // no order, so they are copied in contiguous blocks of positions (sequential reads, 3.0 ->
+  // 2.4 ms for 100k uniform ids) and only repeated ids go by partition. Skewed batches (few
+  // singletons) skip the extra sweep.
+  const int64_t n = d.n();
+  const bool split = 2 * d.num_unique() >= n;
+  const int64_t blocks = split ? (n + kSingleBlock - 1) / kSingleBlock : 0;
 #pragma omp parallel
   {
 #pragma omp for schedule(dynamic, 1) nowait
-    for (int p = 0; p < P; ++p) aggregate_part(d, p, grads, dim, rank, out, stream);
+    for (int64_t b = 0; b < blocks; ++b)
+      copy_singletons(d, b * kSingleBlock, std::min(n, (b + 1) * kSingleBlock), grads, dim, rank, out, stream);
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int p = 0; p < P; ++p) aggregate_part(d, p, grads, dim, rank, out, stream, split);
 #if defined(__SSE2__)
     if (stream) _mm_sfence();
 #endif
