@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 
+from elasticdl.common.malloc_tuning import tune_malloc
 from elasticdl.ps.errors import PSError
 
 logger = logging.getLogger("elasticdl.ps.main")
@@ -115,6 +116,8 @@ def config_from_args(args):
 
 
 def main(argv=None) -> int:
+    # Before any model-sized buffer exists (see elasticdl.common.malloc_tuning).
+    tune_malloc()
     args, unknown = parse_args(argv)
     logging.basicConfig(
         level=args.log_level,

@@ -9,6 +9,7 @@ import argparse
 import logging
 import sys
 
+from elasticdl.common.malloc_tuning import tune_malloc
 from elasticdl.common.model_utils import ModelSpecError, get_dict_from_params_str, load_model_spec
 
 logger = logging.getLogger("elasticdl.worker.main")
@@ -92,6 +93,8 @@ def _validate(args) -> None:
 
 
 def main(argv=None) -> int:
+    # Before any model-sized buffer exists (see elasticdl.common.malloc_tuning).
+    tune_malloc()
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=args.log_level,
