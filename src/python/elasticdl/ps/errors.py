@@ -13,3 +13,8 @@ class PSError(ValueError):
 
 class NotFoundError(PSError):
     """A named table or parameter does not exist on this PS."""
+
+
+class RegionNotAttachedError(PSError):
+    """A push names a shared-memory region this PS does not hold (it was relaunched since):
+    the worker attaches again, or sends the gradients in the message."""

@@ -10,11 +10,13 @@ import logging
 
 import grpc
 import numpy as np
+from elasticdl.common import shared_memory as shm
 from elasticdl.common import tensor_utils as tu
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps.checkpointer import Checkpointer
-from elasticdl.ps.errors import NotFoundError, PSError
+from elasticdl.ps.errors import NotFoundError, PSError, RegionNotAttachedError
+from elasticdl.ps.shared_regions import SharedRegions
 from elasticdl.ps.updater import ParameterServer
 from google.protobuf import empty_pb2
 
@@ -31,6 +33,8 @@ def default_rows_per_message(dim: int) -> int:
 def _status_for(error: Exception) -> grpc.StatusCode:
     if isinstance(error, NotFoundError):
         return grpc.StatusCode.NOT_FOUND
+    if isinstance(error, RegionNotAttachedError):
+        return grpc.StatusCode.FAILED_PRECONDITION
     return grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -49,9 +53,15 @@ def _rpc(method):
 
 
 class PserverServicer(pb_grpc.PserverServicer):
-    def __init__(self, ps: ParameterServer, checkpointer: Checkpointer | None = None):
+    def __init__(
+        self,
+        ps: ParameterServer,
+        checkpointer: Checkpointer | None = None,
+        regions: SharedRegions | None = None,
+    ):
         self.ps = ps
         self.checkpointer = checkpointer
+        self.regions = regions if regions is not None else SharedRegions()
 
     @_rpc
     def push_model(self, request: pb.Model, context):
@@ -78,7 +88,10 @@ class PserverServicer(pb_grpc.PserverServicer):
     def push_gradients(self, request: pb.PushGradientsRequest, context):
         resp = pb.PushGradientsResponse()
         pull_into = resp.dense_parameters if request.pull_dense_parameters else None
-        result = self.ps.push_gradients(request, pull_into)
+        region = None
+        if request.shared_memory_region:
+            region = self.regions.get(request.shared_memory_region)
+        result = self.ps.push_gradients(request, pull_into, region)
         if pull_into is not None:
             resp.dense_parameters.SetInParent()  # present even when nothing is newer
         resp.accepted = result.accepted
@@ -104,6 +117,31 @@ class PserverServicer(pb_grpc.PserverServicer):
             yield tu.indexed_rows_to_pb(
                 tu.IndexedRows(values[start : start + step], ids[start : start + step])
             )
+
+    @_rpc
+    def attach_shared_memory(self, request: pb.AttachSharedMemoryRequest, context):
+        """Map the worker's region if this PS can see it; `attached=false` with the reason
+        otherwise (another host or container, no model yet, slots that do not fit)."""
+        try:
+            slots = shm.slots_from_pb(request.slots)
+            self.ps.check_shared_slots(slots)
+            region = shm.SharedRegion.attach(request.path, request.size, request.token, slots)
+        except shm.SharedMemoryError as e:
+            return pb.AttachSharedMemoryResponse(attached=False, reason=str(e))
+        region_id = self.regions.add(region, int(request.worker_id))
+        logger.info(
+            "PS %d: worker %d attached shared memory (%d bytes, %d parameters)",
+            self.ps.params.ps_id,
+            request.worker_id,
+            request.size,
+            len(slots),
+        )
+        return pb.AttachSharedMemoryResponse(attached=True, region_id=region_id)
+
+    @_rpc
+    def detach_shared_memory(self, request: pb.DetachSharedMemoryRequest, context):
+        self.regions.remove(int(request.region_id))
+        return empty_pb2.Empty()
 
     @_rpc
     def save_checkpoint(self, request: pb.SaveCheckpointRequest, context):

@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 from elasticdl import ops
+from elasticdl.common.shared_memory import SharedMemoryError, SharedRegion
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.errors import PSError
 from elasticdl.ps.optimizer import Optimizer
@@ -131,13 +132,45 @@ class ParameterServer:
             self._fill_pull(resp, request_version)
         return resp
 
-    def _fill_pull(self, resp: pb.PullDenseParametersResponse, request_version: int) -> None:
-        """The parameters newer than `request_version` (all when it is < 0); under the lock."""
+    def _fill_pull(
+        self,
+        resp: pb.PullDenseParametersResponse,
+        request_version: int,
+        region: SharedRegion | None = None,
+    ) -> None:
+        """The parameters newer than `request_version` (all when it is < 0); under the lock.
+        With `region`, they are written to its parameter slots instead of the message."""
         p = self.params
         resp.initialized = p.initialized
         resp.version = p.version
         if p.initialized and (request_version < 0 or p.version > request_version):
-            p.dense_to_pb(resp)  # serialisation copies the bytes while we hold the lock
+            if region is not None:
+                region.write_parameters(p.dense)
+                resp.parameters_in_shared_memory = True
+            else:
+                p.dense_to_pb(resp)  # serialisation copies the bytes while we hold the lock
+
+    def check_shared_slots(self, slots) -> None:
+        """A region must hold exactly this PS's dense parameters, as float32 of their shapes:
+        the PS reads a gradient and writes a parameter for each slot."""
+        with self.lock:
+            p = self.params
+            if not p.initialized:
+                raise SharedMemoryError("the PS holds no model yet: attach after pushing it")
+            names = {s.name for s in slots}
+            if names != set(p.dense):
+                extra, absent = sorted(names - set(p.dense)), sorted(set(p.dense) - names)
+                raise SharedMemoryError(
+                    f"slots do not match the PS's dense parameters (unknown: {extra[:3]}, "
+                    f"absent: {absent[:3]})"
+                )
+            for s in slots:
+                param = p.dense[s.name]
+                if s.dtype != param.dtype or s.shape != param.shape:
+                    raise SharedMemoryError(
+                        f"slot {s.name!r} is {s.dtype}{list(s.shape)}, the parameter is "
+                        f"{param.dtype}{list(param.shape)}"
+                    )
 
     def pull_embedding_vectors(self, name: str, ids) -> np.ndarray:
         with self.lock:
@@ -157,17 +190,23 @@ class ParameterServer:
         self,
         request: pb.PushGradientsRequest,
         pull_into: pb.PullDenseParametersResponse | None = None,
+        region: SharedRegion | None = None,
     ) -> PushResult:
         """Handle one push; with `pull_into`, also fill it as `pull_dense(gradients.version)`
-        would right after the push, under the same lock (no other update in between)."""
+        would right after the push, under the same lock (no other update in between).
+
+        With `region` (the one the request names), the dense gradients are read from its
+        gradient slots and the pulled parameters written to its parameter slots."""
         grad_version = int(request.gradients.version)
         with self.lock:
-            result = self._push_locked(request, grad_version)
+            result = self._push_locked(request, grad_version, region)
             if pull_into is not None:
-                self._fill_pull(pull_into, grad_version)
+                self._fill_pull(pull_into, grad_version, region)
             return result
 
-    def _push_locked(self, request: pb.PushGradientsRequest, grad_version: int) -> PushResult:
+    def _push_locked(
+        self, request: pb.PushGradientsRequest, grad_version: int, region: SharedRegion | None
+    ) -> PushResult:
         p = self.params
         if not p.initialized:
             # A relaunched PS without a checkpoint: the worker sees the rejection, pulls,
@@ -175,6 +214,15 @@ class ParameterServer:
             logger.warning("PS %d rejects gradients: model not initialised", p.ps_id)
             return PushResult(False, p.version)
         dense, sparse = p.check_grad(request.gradients)
+        if region is not None:
+            if dense:
+                raise PSError(
+                    "a push names a shared-memory region and also carries dense gradients: "
+                    "send them one way only"
+                )
+            missing = set(request.shared_memory_missing)
+            # Views of the slots: the async apply reads them in place, the sync buffer copies.
+            dense = {name: region.gradient(name) for name in region.slots if name not in missing}
         lr = float(request.learning_rate) if request.learning_rate > 0 else None
         if self.policy.use_async:
             return self._apply_async(dense, sparse, lr, grad_version)
@@ -199,6 +247,10 @@ class ParameterServer:
                 self.policy.sync_version_tolerance,
             )
             return PushResult(False, p.version)
+        if self.policy.grads_to_wait == 1:
+            # Nothing to average: apply in place, without copying the gradients into a buffer.
+            self._apply(dense, sparse, lr or self.optimizer.config.learning_rate)
+            return PushResult(True, p.version)
         self._buffer.add(dense, sparse, lr or 0.0)
         if self._buffer.count >= self.policy.grads_to_wait:
             buf, self._buffer = self._buffer, _SyncBuffer()

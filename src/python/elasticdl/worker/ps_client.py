@@ -16,10 +16,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
+from elasticdl.common import shared_memory as shm
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.common.tensor_utils import (
     IndexedRows,
@@ -34,6 +35,9 @@ from elasticdl.worker.grpc_utils import Backoff, build_channel, is_retryable
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# A PS that refused a shared-memory region (another host, no model yet) is asked again after
+# this many pushes: cheap (one small call), and it picks up a PS that came back with a model.
+ATTACH_RETRY_PUSHES = 100
 
 
 class PSUnavailableError(RuntimeError):
@@ -61,11 +65,20 @@ class PullResult:
 
 
 @dataclass
+class SharedDenseRegion:
+    """A region this worker attached with one PS, and the id that PS gave it."""
+
+    region: shm.SharedRegion
+    region_id: int
+
+
+@dataclass
 class PushResult:
     accepted: bool
     versions: Dict[int, int]  # PS id -> version reported by that PS
     # push_gradients(pull_dense=True): the pull that came back with the push; None when a PS
-    # did not answer it (one that predates the field), so the caller pulls separately.
+    # did not answer it (one that predates the field), so the caller pulls separately. Its
+    # arrays may be views of shared memory: valid until the next push, copy to keep them.
     pulled: Optional[PullResult] = None
 
 
@@ -90,6 +103,7 @@ class PSClient:
         retry_timeout: float = 60.0,
         rpc_timeout: float = 120.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        shared_memory: Optional[bool] = None,
     ):
         if not ps_addrs:
             raise ValueError(
@@ -105,18 +119,108 @@ class PSClient:
         self._stubs = [pb_grpc.PserverStub(c) for c in self._channels]
         self.ps_versions: List[int] = [-1] * self.num_ps  # -1: never pulled
         self._table_dims: Dict[str, int] = {}
+        # Same-host fast path for dense tensors (elasticdl.common.shared_memory): on unless
+        # ELASTICDL_SHARED_MEMORY=0 or the host has no /dev/shm; used with each PS that can map
+        # this worker's region, the others get messages as before.
+        if shared_memory is None:
+            shared_memory = shm.enabled() and shm.default_directory() is not None
+        self.shared_memory = bool(shared_memory)
+        self._dense_layout: Optional[Dict[str, Tuple[np.dtype, Tuple[int, ...]]]] = None
+        self._regions: List[Optional[SharedDenseRegion]] = [None] * self.num_ps
+        self._attach_countdown: List[int] = [0] * self.num_ps  # pushes until the next attempt
 
     def close(self) -> None:
+        for ps_id, link in enumerate(self._regions):
+            if link is not None:
+                self._regions[ps_id] = None
+                try:
+                    self._stubs[ps_id].detach_shared_memory(
+                        pb.DetachSharedMemoryRequest(region_id=link.region_id), timeout=2.0
+                    )
+                except grpc.RpcError:
+                    pass  # the PS is gone or old; it unmaps idle regions itself
+                link.region.close()
         for c in self._channels:
             c.close()
 
+    # ------------------------------------------------------------------ shared memory
+    def set_dense_layout(self, params: Mapping[str, np.ndarray]) -> None:
+        """The dense model's tensors (name -> array-like with dtype and shape): pushes then try
+        the shared-memory path with each PS that holds some of them."""
+        arrays = {name: np.asarray(v) for name, v in params.items()}
+        self._dense_layout = {name: (a.dtype, a.shape) for name, a in arrays.items()}
+        self._attach_countdown = [0] * self.num_ps
+
+    def shared_memory_ps(self) -> List[int]:
+        """The PS this worker currently exchanges dense tensors with through shared memory."""
+        return [i for i, link in enumerate(self._regions) if link is not None]
+
+    def _maybe_attach(self, ps_id: int) -> None:
+        """Attach a region with PS `ps_id` unless attached, refused recently, or switched off."""
+        if not self.shared_memory or self._dense_layout is None or self._regions[ps_id]:
+            return
+        if self._attach_countdown[ps_id] > 0:
+            self._attach_countdown[ps_id] -= 1
+            return
+        self._attach_countdown[ps_id] = ATTACH_RETRY_PUSHES
+        tensors = {
+            n: spec for n, spec in self._dense_layout.items() if self.ps_of_param(n) == ps_id
+        }
+        if not tensors:
+            return
+        try:
+            region = shm.SharedRegion.create(tensors, tag=f"w{self.worker_id}-ps{ps_id}")
+        except shm.SharedMemoryError as e:
+            logger.info("shared memory unavailable (%s): dense tensors travel in messages", e)
+            self.shared_memory = False
+            return
+        try:
+            req = pb.AttachSharedMemoryRequest(
+                worker_id=self.worker_id, path=region.path, size=region.size, token=region.token
+            )
+            shm.slots_to_pb(region.slots.values(), req.slots)
+            try:
+                resp = self._stubs[ps_id].attach_shared_memory(req, timeout=self.rpc_timeout)
+            except grpc.RpcError as err:
+                if is_retryable(err):
+                    region.close()
+                    self._attach_countdown[ps_id] = 0  # the PS is restarting: try next push
+                    return
+                resp = pb.AttachSharedMemoryResponse(attached=False, reason=err.details() or "")
+        finally:
+            region.unlink()  # both ends have mapped it (or never will): drop the name
+        if resp.attached:
+            self._regions[ps_id] = SharedDenseRegion(region, resp.region_id)
+            logger.info(
+                "PS %d (%s): dense gradients and parameters go through shared memory",
+                ps_id,
+                self.addrs[ps_id],
+            )
+        else:
+            region.close()
+            logger.info(
+                "PS %d (%s) cannot share memory with this worker (%s): dense tensors travel "
+                "in messages",
+                ps_id,
+                self.addrs[ps_id],
+                resp.reason,
+            )
+
     # ------------------------------------------------------------------ fan-out with retries
-    def _fan_out(self, method: str, requests: Sequence[Tuple[int, object]]) -> List[object]:
+    def _fan_out(
+        self,
+        method: str,
+        requests: Sequence[Tuple[int, object]],
+        reissue: Optional[Callable[[int, object, grpc.RpcError], Optional[object]]] = None,
+    ) -> List[object]:
         """Issue `method(req)` on PS `ps_id` for every (ps_id, req) at once; results in order.
 
         Calls that fail with UNAVAILABLE (a PS restarting) are re-issued until the retry budget
-        is spent; any other error propagates immediately.
+        is spent. Any other error propagates immediately, unless `reissue(ps_id, req, err)`
+        returns a replacement request: then that one call (and only that one: the others may
+        have been applied) is sent again with it.
         """
+        requests = list(requests)
         results: List[object] = [None] * len(requests)
         pending = list(range(len(requests)))
         backoff = Backoff(self.retry_timeout)
@@ -132,7 +236,11 @@ class PSClient:
                     break
                 except grpc.RpcError as err:
                     if not is_retryable(err):
-                        raise
+                        again = reissue(*requests[i], err) if reissue else None
+                        if again is None:
+                            raise
+                        requests[i] = (requests[i][0], again)
+                        continue
                     ps = [requests[i][0]]
                     if not backoff.sleep_or_give_up():
                         raise PSUnavailableError(
@@ -150,14 +258,19 @@ class PSClient:
                 )
                 for i in pending
             ]
-            failed = []
+            failed, reissued = [], []
             last_err = None
             for i, fut in futures:
                 try:
                     results[i] = fut.result()
                 except grpc.RpcError as err:
                     if not is_retryable(err):
-                        raise
+                        again = reissue(*requests[i], err) if reissue else None
+                        if again is None:
+                            raise
+                        requests[i] = (requests[i][0], again)
+                        reissued.append(i)
+                        continue
                     failed.append(i)
                     last_err = err
             if failed:
@@ -168,7 +281,7 @@ class PSClient:
                         f"{self.retry_timeout:.0f}s during {method}: {last_err.details()}"
                     )
                 logger.warning("%s: PS %s unavailable, retrying", method, ps)
-            pending = failed
+            pending = sorted(failed + reissued)
         return results
 
     # ------------------------------------------------------------------ placement
@@ -258,6 +371,11 @@ class PSClient:
                 uninitialized.append(ps_id)
                 self.ps_versions[ps_id] = -1
                 continue
+            if resp.parameters_in_shared_memory:
+                link = self._regions[ps_id]
+                if link is None:  # cannot happen: only a push naming a region gets this answer
+                    raise RuntimeError(f"PS {ps_id} answered in shared memory this worker lacks")
+                params.update(link.region.parameters())
             for name, tensor in resp.dense_parameters.items():
                 params[name] = pb_to_ndarray(tensor)
             self.ps_versions[ps_id] = resp.version
@@ -348,8 +466,7 @@ class PSClient:
         saving the separate pull of the next step.
         """
         models = [pb.Model(version=max(v, 0)) for v in self.ps_versions]
-        for name, grad in dense_grads.items():
-            ndarray_to_pb(np.asarray(grad), models[self.ps_of_param(name)].dense_parameters[name])
+        dense_parts = self.partition_dense(dense_grads)
         for name, (values, ids) in (embedding_grads or {}).items():
             values, ids = deduplicate_indexed_rows(values, ids)
             owner = ids % self.num_ps
@@ -360,19 +477,42 @@ class PSClient:
                         IndexedRows(values[mask], ids[mask]),
                         models[ps_id].embedding_tables[name],
                     )
-        reqs = [
-            (
-                ps_id,
-                pb.PushGradientsRequest(
-                    gradients=models[ps_id],
-                    learning_rate=float(learning_rate),
-                    worker_id=self.worker_id,
-                    pull_dense_parameters=pull_dense,
-                ),
+        reqs = []
+        for ps_id in range(self.num_ps):
+            req = pb.PushGradientsRequest(
+                gradients=models[ps_id],
+                learning_rate=float(learning_rate),
+                worker_id=self.worker_id,
+                pull_dense_parameters=pull_dense,
             )
-            for ps_id in range(self.num_ps)
-        ]
-        responses = self._fan_out("push_gradients", reqs)
+            self._maybe_attach(ps_id)
+            link = self._regions[ps_id]
+            if link is not None and dense_parts[ps_id].keys() <= link.region.slots.keys():
+                missing = link.region.write_gradients(dense_parts[ps_id])
+                req.shared_memory_region = link.region_id
+                req.shared_memory_missing.extend(missing)
+            else:
+                self._dense_to_message(dense_parts[ps_id], req)
+            reqs.append((ps_id, req))
+
+        def resend_in_message(ps_id, req, err):
+            # The PS lost the region (relaunched): send this push the ordinary way and attach
+            # again next time. Only this PS's call is repeated; the others were applied.
+            if err.code() != grpc.StatusCode.FAILED_PRECONDITION or not req.shared_memory_region:
+                return None
+            logger.warning("PS %d lost this worker's shared memory: %s", ps_id, err.details())
+            link, self._regions[ps_id] = self._regions[ps_id], None
+            if link is not None:
+                link.region.close()
+            self._attach_countdown[ps_id] = 0
+            again = pb.PushGradientsRequest()
+            again.CopyFrom(req)
+            again.shared_memory_region = 0
+            del again.shared_memory_missing[:]
+            self._dense_to_message(dense_parts[ps_id], again)
+            return again
+
+        responses = self._fan_out("push_gradients", reqs, reissue=resend_in_message)
         pulled = None
         if pull_dense and all(r.HasField("dense_parameters") for r in responses):
             pulled = self._pull_result([r.dense_parameters for r in responses])
@@ -381,6 +521,11 @@ class PSClient:
             versions={ps_id: r.version for ps_id, r in enumerate(responses)},
             pulled=pulled,
         )
+
+    @staticmethod
+    def _dense_to_message(grads: Mapping[str, np.ndarray], req: pb.PushGradientsRequest) -> None:
+        for name, grad in grads.items():
+            ndarray_to_pb(np.asarray(grad), req.gradients.dense_parameters[name])
 
     def save_checkpoint(self, checkpoint_dir: str = "") -> List[pb.SaveCheckpointResponse]:
         reqs = [

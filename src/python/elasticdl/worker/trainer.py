@@ -129,6 +129,8 @@ class PSTrainer:
         self._vars = list(model.trainable_variables)
         self._names = _param_names(self._vars)
         self._var_by_name = dict(zip(self._names, self._vars))
+        # Pushes may then move the dense gradients and parameters through shared memory.
+        self.ps.set_dense_layout({n: v.numpy() for n, v in zip(self._names, self._vars)})
         if self.config.init_model_on_ps:
             self._push_model()
         self.pull_model(force=True)

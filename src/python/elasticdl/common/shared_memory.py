@@ -1,0 +1,277 @@
+"""Shared-memory regions: the same-host fast path for the dense model between a worker and a PS.
+
+Why: in a sync PS job every minibatch moves the whole dense model twice (gradients up,
+parameters back). Through gRPC that is a serialisation, a copy into HTTP/2 frames, a copy out
+and a parse on each side; on one host (the local platform) both processes can simply map the
+same memory. The control messages still go through gRPC (`attach_shared_memory`, then pushes
+that name the region), so ordering, errors, retries and a PS relaunch behave as before.
+
+Layout of a region (a file in /dev/shm): a 64-byte header whose first 16 bytes are a random
+token (the PS checks it to be sure it mapped the worker's file, not a namesake on another
+host), then for every dense parameter of that PS a gradient slot and a parameter slot, each
+64-byte aligned.
+
+Who touches what, when: the worker writes the gradient slots, then blocks in the push RPC; the
+PS reads them and, before answering, writes the parameter slots; the worker reads those after
+the answer and before its next push. A worker's calls to one PS are sequential, so the RPC
+itself orders every access and no lock is needed.
+
+Lifetime: the worker unlinks the file as soon as the PS answered the attach call, so the memory
+lives exactly as long as one of the two mappings and nothing is left in /dev/shm when either
+process dies.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+ALIGN = 64
+HEADER_BYTES = 64
+TOKEN_BYTES = 16
+DEFAULT_DIRECTORY = "/dev/shm"
+FILE_PREFIX = "elasticdl-shm-"
+ENV_SWITCH = "ELASTICDL_SHARED_MEMORY"  # "0" turns the fast path off in workers
+
+
+class SharedMemoryError(RuntimeError):
+    """A region cannot be created or mapped; the message says why (the caller falls back)."""
+
+
+def enabled(environ: Optional[Mapping[str, str]] = None) -> bool:
+    environ = os.environ if environ is None else environ
+    return environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def default_directory() -> Optional[str]:
+    """/dev/shm where it exists (Linux); None elsewhere, which disables the fast path."""
+    return DEFAULT_DIRECTORY if os.path.isdir(DEFAULT_DIRECTORY) else None
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one dense tensor's gradient and parameter live in a region."""
+
+    name: str
+    dtype: np.dtype
+    shape: Tuple[int, ...]
+    gradient_offset: int
+    parameter_offset: int
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def plan_slots(tensors: Mapping[str, Tuple[np.dtype, Sequence[int]]]) -> Tuple[List[Slot], int]:
+    """Slots for `{name: (dtype, shape)}` in name order, and the region size they need."""
+    offset = HEADER_BYTES
+    slots = []
+    for name in sorted(tensors):
+        dtype, shape = tensors[name]
+        dtype, shape = np.dtype(dtype), tuple(int(d) for d in shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        grad_at = offset
+        param_at = _aligned(grad_at + nbytes)
+        offset = _aligned(param_at + nbytes)
+        slots.append(Slot(name, dtype, shape, grad_at, param_at))
+    return slots, offset
+
+
+def check_slots(slots: Iterable[Slot], size: int) -> None:
+    """Every slot inside the region, past the header, not overlapping another one."""
+    spans = []
+    for s in slots:
+        if any(d < 0 for d in s.shape):
+            raise SharedMemoryError(f"slot {s.name!r}: negative dimension in shape {s.shape}")
+        for what, at in (("gradient", s.gradient_offset), ("parameter", s.parameter_offset)):
+            if at % ALIGN or at < HEADER_BYTES or at + s.nbytes > size:
+                raise SharedMemoryError(
+                    f"slot {s.name!r}: {what} bytes [{at}, {at + s.nbytes}) are not a "
+                    f"{ALIGN}-byte aligned range inside the region's [{HEADER_BYTES}, {size})"
+                )
+            spans.append((at, at + s.nbytes, s.name))
+    spans.sort()
+    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+        if start < end:
+            raise SharedMemoryError(f"slots {a!r} and {b!r} overlap")
+
+
+class SharedRegion:
+    """One mapped region and numpy views of its slots."""
+
+    def __init__(self, path: str, size: int, token: bytes, slots: Sequence[Slot], buf: mmap.mmap):
+        self.path = path
+        self.size = size
+        self.token = token
+        self.slots: Dict[str, Slot] = {s.name: s for s in slots}
+        self._buf = buf
+        self._views: Dict[Tuple[str, str], np.ndarray] = {}
+
+    # ------------------------------------------------------------------ both ends
+    @classmethod
+    def create(
+        cls,
+        tensors: Mapping[str, Tuple[np.dtype, Sequence[int]]],
+        directory: Optional[str] = None,
+        tag: str = "",
+    ) -> "SharedRegion":
+        """A new region for `tensors` (the worker's side), backed by a fresh file."""
+        directory = directory or default_directory()
+        if directory is None:
+            raise SharedMemoryError("no /dev/shm on this host")
+        slots, size = plan_slots(tensors)
+        token = secrets.token_bytes(TOKEN_BYTES)
+        name = f"{FILE_PREFIX}{tag + '-' if tag else ''}{os.getpid()}-{secrets.token_hex(6)}"
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as e:
+            raise SharedMemoryError(f"cannot create {path}: {e.strerror}") from None
+        try:
+            os.ftruncate(fd, size)
+            buf = mmap.mmap(fd, size)
+        except OSError as e:
+            os.close(fd)
+            os.unlink(path)
+            raise SharedMemoryError(f"cannot size or map {path} ({size} bytes): {e}") from None
+        os.close(fd)
+        buf[:TOKEN_BYTES] = token
+        return cls(path, size, token, slots, buf)
+
+    @classmethod
+    def attach(
+        cls,
+        path: str,
+        size: int,
+        token: bytes,
+        slots: Sequence[Slot],
+        directory: Optional[str] = None,
+    ) -> "SharedRegion":
+        """Map a region another process created (the PS's side), after checking it is that one.
+
+        Only files named like `create` names them, directly in `directory` (/dev/shm), are
+        mapped, never through a symbolic link: the PS writes into the region, so a request must
+        not be able to point it at any other file.
+        """
+        directory = directory or default_directory()
+        if directory is None:
+            raise SharedMemoryError("no /dev/shm on this host")
+        if (
+            os.path.dirname(path) != directory
+            or not os.path.basename(path).startswith(FILE_PREFIX)
+            or "/" in os.path.basename(path)
+        ):
+            raise SharedMemoryError(
+                f"region path {path!r} is not an {FILE_PREFIX}* file directly in {directory}"
+            )
+        if len(token) != TOKEN_BYTES:
+            raise SharedMemoryError(f"region token must be {TOKEN_BYTES} bytes, got {len(token)}")
+        check_slots(slots, size)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError as e:
+            raise SharedMemoryError(f"cannot open {path} here: {e.strerror}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise SharedMemoryError(f"{path} is not a regular file")
+            actual = st.st_size
+            if actual != size:
+                raise SharedMemoryError(f"{path} has {actual} bytes, the request says {size}")
+            buf = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        if buf[:TOKEN_BYTES] != token:
+            buf.close()
+            raise SharedMemoryError(f"{path} here is not the worker's region (token differs)")
+        return cls(path, size, token, slots, buf)
+
+    def unlink(self) -> None:
+        """Remove the file name; the memory stays until every mapping is closed."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        self._views.clear()
+        try:
+            self._buf.close()
+        except BufferError:
+            # A caller still holds a view: the mapping goes when the last view does.
+            pass
+
+    # ------------------------------------------------------------------ slots
+    def _view(self, name: str, which: str) -> np.ndarray:
+        key = (name, which)
+        view = self._views.get(key)
+        if view is None:
+            slot = self.slots[name]
+            at = slot.gradient_offset if which == "g" else slot.parameter_offset
+            count = slot.nbytes // slot.dtype.itemsize
+            view = np.frombuffer(self._buf, slot.dtype, count, at).reshape(slot.shape)
+            self._views[key] = view
+        return view
+
+    def gradient(self, name: str) -> np.ndarray:
+        return self._view(name, "g")
+
+    def parameter(self, name: str) -> np.ndarray:
+        return self._view(name, "p")
+
+    def write_gradients(self, grads: Mapping[str, np.ndarray]) -> List[str]:
+        """Copy `grads` into their slots; returns the slot names that got no gradient."""
+        for name, grad in grads.items():
+            np.copyto(self.gradient(name), grad, casting="same_kind")
+        return [name for name in self.slots if name not in grads]
+
+    def write_parameters(self, params: Mapping[str, np.ndarray]) -> None:
+        for name in self.slots:
+            np.copyto(self.parameter(name), params[name], casting="same_kind")
+
+    def parameters(self) -> Dict[str, np.ndarray]:
+        """Views of the parameter slots: valid until the next push through this region."""
+        return {name: self.parameter(name) for name in self.slots}
+
+
+# ---------------------------------------------------------------------------------- wire form
+def slots_to_pb(slots: Iterable[Slot], out) -> None:
+    """Append `slots` to a repeated `SharedTensorSlot` field."""
+    from elasticdl.common.tensor_utils import dtype_to_pb
+
+    for s in slots:
+        out.add(
+            name=s.name,
+            dtype=dtype_to_pb(s.dtype),
+            shape=list(s.shape),
+            gradient_offset=s.gradient_offset,
+            parameter_offset=s.parameter_offset,
+        )
+
+
+def slots_from_pb(messages) -> List[Slot]:
+    from elasticdl.common.tensor_utils import pb_to_dtype
+
+    try:
+        return [
+            Slot(
+                m.name,
+                pb_to_dtype(m.dtype),
+                tuple(int(d) for d in m.shape),
+                int(m.gradient_offset),
+                int(m.parameter_offset),
+            )
+            for m in messages
+        ]
+    except TypeError as e:
+        raise SharedMemoryError(str(e)) from None

@@ -1,0 +1,119 @@
+import glob
+import os
+
+import numpy as np
+import pytest
+from elasticdl.common import shared_memory as shm
+from elasticdl.proto import elasticdl_pb2 as pb
+
+pytestmark = pytest.mark.skipif(shm.default_directory() is None, reason="needs /dev/shm")
+
+TENSORS = {
+    "dense/kernel": (np.float32, (3, 5)),
+    "dense/bias": (np.float32, (5,)),
+    "scalar": (np.float32, ()),
+}
+
+
+def test_slots_are_aligned_disjoint_and_fit_the_region():
+    slots, size = shm.plan_slots(TENSORS)
+    assert [s.name for s in slots] == sorted(TENSORS)
+    spans = []
+    for s in slots:
+        assert s.gradient_offset % shm.ALIGN == 0 and s.parameter_offset % shm.ALIGN == 0
+        spans += [(s.gradient_offset, s.nbytes), (s.parameter_offset, s.nbytes)]
+    spans.sort()
+    assert spans[0][0] >= shm.HEADER_BYTES
+    for (a, n), (b, _) in zip(spans, spans[1:]):
+        assert a + n <= b
+    assert spans[-1][0] + spans[-1][1] <= size
+    shm.check_slots(slots, size)  # accepted as planned
+
+
+def test_two_mappings_see_each_others_writes_and_outlive_the_name():
+    mine = shm.SharedRegion.create(TENSORS, tag="test")
+    theirs = shm.SharedRegion.attach(mine.path, mine.size, mine.token, list(mine.slots.values()))
+    mine.unlink()
+    assert not os.path.exists(mine.path)  # nothing left in /dev/shm, the memory stays mapped
+    grads = {"dense/kernel": np.arange(15, dtype=np.float32).reshape(3, 5), "scalar": np.float32(2)}
+    assert mine.write_gradients(grads) == ["dense/bias"]
+    np.testing.assert_array_equal(theirs.gradient("dense/kernel"), grads["dense/kernel"])
+    assert theirs.gradient("scalar") == 2
+    params = {n: np.full(shape, 7, dtype) for n, (dtype, shape) in TENSORS.items()}
+    theirs.write_parameters(params)
+    for name, value in mine.parameters().items():
+        np.testing.assert_array_equal(value, params[name])
+        assert value.shape == TENSORS[name][1]
+    theirs.close()
+    mine.close()
+
+
+def _region_and_slots():
+    region = shm.SharedRegion.create(TENSORS, tag="test")
+    return region, list(region.slots.values())
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda r, s: dict(token=b"x" * 16), "token differs"),
+        (lambda r, s: dict(token=b"short"), "16 bytes"),
+        (lambda r, s: dict(size=r.size + 64), "has .* bytes"),
+        (lambda r, s: dict(path="/etc/passwd"), "not an elasticdl-shm-"),
+        (lambda r, s: dict(path=r.path + "-gone"), "cannot open"),
+        (
+            lambda r, s: dict(
+                slots=[s[0], shm.Slot("x", s[0].dtype, (4,), s[0].gradient_offset, r.size - 64)]
+            ),
+            "overlap",
+        ),
+        (
+            lambda r, s: dict(slots=[shm.Slot("x", s[0].dtype, (1000,), 64, 128)]),
+            "inside the region",
+        ),
+        (lambda r, s: dict(slots=[shm.Slot("x", s[0].dtype, (1,), 65, 128)]), "aligned"),
+    ],
+)
+def test_attach_refuses_what_is_not_the_workers_region(change, message):
+    region, slots = _region_and_slots()
+    try:
+        args = dict(path=region.path, size=region.size, token=region.token, slots=slots)
+        args.update(change(region, slots))
+        with pytest.raises(shm.SharedMemoryError, match=message):
+            shm.SharedRegion.attach(**args)
+    finally:
+        region.unlink()
+        region.close()
+
+
+def test_attach_does_not_follow_a_symbolic_link(tmp_path):
+    region, slots = _region_and_slots()
+    link = os.path.join(shm.default_directory(), f"{shm.FILE_PREFIX}link-{os.getpid()}")
+    os.symlink(region.path, link)
+    try:
+        with pytest.raises(shm.SharedMemoryError, match="cannot open"):
+            shm.SharedRegion.attach(link, region.size, region.token, slots)
+    finally:
+        os.unlink(link)
+        region.unlink()
+        region.close()
+
+
+def test_slots_survive_the_wire_form():
+    region, slots = _region_and_slots()
+    req = pb.AttachSharedMemoryRequest()
+    shm.slots_to_pb(slots, req.slots)
+    assert (
+        shm.slots_from_pb(pb.AttachSharedMemoryRequest.FromString(req.SerializeToString()).slots)
+        == slots
+    )
+    region.unlink()
+    region.close()
+    assert not glob.glob(
+        os.path.join(shm.default_directory(), f"{shm.FILE_PREFIX}test-{os.getpid()}-*")
+    )
+
+
+def test_switch():
+    assert shm.enabled({})
+    assert not shm.enabled({shm.ENV_SWITCH: "0"})

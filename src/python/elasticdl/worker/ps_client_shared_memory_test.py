@@ -1,0 +1,130 @@
+"""The same-host fast path: dense gradients and parameters through shared memory, against real
+PS servers over real gRPC. The oracle is the ordinary message path on an identical cluster."""
+import glob
+import os
+
+import numpy as np
+import pytest
+from elasticdl.common import shared_memory as shm
+from elasticdl.worker.ps_client import PSClient
+
+pytestmark = pytest.mark.skipif(shm.default_directory() is None, reason="needs /dev/shm")
+
+PARAMS = {
+    "conv/kernel": np.linspace(-1, 1, 3 * 3 * 4, dtype=np.float32).reshape(3, 3, 1, 4),
+    "conv/bias": np.zeros(4, np.float32),
+    "dense/kernel": np.linspace(0, 1, 40, dtype=np.float32).reshape(4, 10),
+    "dense/bias": np.ones(10, np.float32),
+    "out/kernel": np.full((10, 2), 0.5, np.float32),
+}
+
+
+def _client(cluster, shared: bool) -> PSClient:
+    client = PSClient(cluster.addrs, retry_timeout=10, shared_memory=shared)
+    client.push_model(PARAMS)
+    client.pull_dense_parameters(force=True)
+    client.set_dense_layout(PARAMS)
+    return client
+
+
+def _grads(step: int, rng) -> dict:
+    grads = {n: rng.standard_normal(v.shape).astype(np.float32) for n, v in PARAMS.items()}
+    if step == 2:
+        del grads["dense/bias"]  # a parameter without a gradient this step
+    return grads
+
+
+def _our_files():
+    return glob.glob(os.path.join(shm.default_directory(), f"{shm.FILE_PREFIX}*-{os.getpid()}-*"))
+
+
+@pytest.mark.parametrize("num_ps", [1, 3])
+def test_shared_memory_trains_bit_identically_to_messages(ps_cluster, num_ps):
+    config = dict(opt_type="Adam", opt_args="learning_rate=0.01;")
+    fast_cluster, slow_cluster = ps_cluster(num_ps, **config), ps_cluster(num_ps, **config)
+    fast, slow = _client(fast_cluster, True), _client(slow_cluster, False)
+    rng = np.random.default_rng(0)
+    for step in range(5):
+        grads = _grads(step, rng)
+        a = fast.push_gradients(grads, learning_rate=0.01, pull_dense=True)
+        b = slow.push_gradients(grads, learning_rate=0.01, pull_dense=True)
+        assert a.accepted and b.accepted and a.versions == b.versions
+        assert a.pulled.parameters.keys() == b.pulled.parameters.keys() == PARAMS.keys()
+        for name in PARAMS:
+            np.testing.assert_array_equal(a.pulled.parameters[name], b.pulled.parameters[name])
+    # The fast client really used shared memory with every PS that holds parameters.
+    holders = sorted({fast.ps_of_param(n) for n in PARAMS})
+    assert fast.shared_memory_ps() == holders and slow.shared_memory_ps() == []
+    assert [len(s.servicer.regions) for s in fast_cluster.servers] == [
+        int(i in holders) for i in range(num_ps)
+    ]
+    for f, s in zip(fast_cluster.servers, slow_cluster.servers):
+        for name, value in s.params.dense.items():
+            np.testing.assert_array_equal(f.params.dense[name], value)
+    assert _our_files() == []  # the names are gone as soon as the PS mapped them
+    fast.close()
+    slow.close()
+    assert [len(s.servicer.regions) for s in fast_cluster.servers] == [0] * num_ps
+
+
+def test_ps_that_lost_the_region_gets_that_one_push_again_in_a_message(ps_cluster):
+    cluster = ps_cluster(3)
+    client = _client(cluster, True)
+    holders = sorted({client.ps_of_param(n) for n in PARAMS})
+    assert len(holders) >= 2  # so that one PS keeps its region while another loses it
+    grads = {n: np.ones_like(v) for n, v in PARAMS.items()}
+    client.push_gradients(grads, learning_rate=0.1, pull_dense=True)
+    assert client.shared_memory_ps() == holders
+    lost, kept = holders[0], holders[1]
+    cluster.servers[lost].servicer.regions.close()  # as a relaunched PS knows no region
+    versions = [s.params.version for s in cluster.servers]
+    result = client.push_gradients(grads, learning_rate=0.1, pull_dense=True)
+    assert result.accepted
+    # Every PS applied the push exactly once: the kept one was not sent it twice.
+    assert [s.params.version for s in cluster.servers] == [v + 1 for v in versions]
+    for name, value in PARAMS.items():  # SGD: two pushes of ones at lr 0.1
+        owner = cluster.servers[client.ps_of_param(name)]
+        np.testing.assert_allclose(owner.params.dense[name], value - 0.2, rtol=1e-6)
+        np.testing.assert_allclose(result.pulled.parameters[name], value - 0.2, rtol=1e-6)
+    assert lost not in client.shared_memory_ps() and kept in client.shared_memory_ps()
+    client.push_gradients(grads, learning_rate=0.1, pull_dense=True)  # attaches again
+    assert client.shared_memory_ps() == holders
+    assert len(cluster.servers[lost].servicer.regions) == 1
+    client.close()
+
+
+def test_sync_buffer_copies_gradients_out_of_the_region(ps_cluster):
+    # grads_to_wait=2: the first push is buffered, the second applies the mean. Both come from
+    # the same region, so a buffer that kept a view would average the second with itself.
+    cluster = ps_cluster(1, use_async=False, grads_to_wait=2, sync_version_tolerance=1)
+    client = _client(cluster, True)
+    g1 = {n: np.full_like(v, 1.0) for n, v in PARAMS.items()}
+    g2 = {n: np.full_like(v, 3.0) for n, v in PARAMS.items()}
+    assert client.push_gradients(g1, learning_rate=0.1).accepted
+    assert client.shared_memory_ps() == [0]
+    assert client.push_gradients(g2, learning_rate=0.1).accepted
+    for name, value in PARAMS.items():
+        np.testing.assert_allclose(cluster.servers[0].params.dense[name], value - 0.2, rtol=1e-6)
+    client.close()
+
+
+def test_a_ps_whose_model_differs_refuses_the_region_and_messages_carry_on(ps_cluster, caplog):
+    cluster = ps_cluster(1)
+    client = _client(cluster, True)
+    client.set_dense_layout({**PARAMS, "dense/bias": np.ones(11, np.float32)})  # wrong shape
+    grads = {n: np.ones_like(v) for n, v in PARAMS.items()}
+    with caplog.at_level("INFO"):
+        result = client.push_gradients(grads, learning_rate=0.1, pull_dense=True)
+    assert result.accepted and client.shared_memory_ps() == []
+    assert "cannot share memory" in caplog.text and "dense/bias" in caplog.text
+    np.testing.assert_allclose(result.pulled.parameters["dense/bias"], 0.9, rtol=1e-6)
+    assert len(cluster.servers[0].servicer.regions) == 0 and _our_files() == []
+    client.close()
+
+
+def test_switched_off_by_the_environment(ps_cluster, monkeypatch):
+    monkeypatch.setenv(shm.ENV_SWITCH, "0")
+    cluster = ps_cluster(1)
+    client = PSClient(cluster.addrs)
+    assert client.shared_memory is False
+    client.close()
