@@ -66,19 +66,22 @@ class TaskDataService:
         once per task:
 
         * Building a pipeline traces ``feed``'s functions (about 100 ms, longer than training
-          a two-minibatch task): one pipeline per (file, mode) is built once and re-run; its
-          source yields the records of the shard most recently asked for, all as one tensor
-          (one Python call per task instead of one per record), split into records again.
+          a two-minibatch task, and it holds the GIL the training step needs): one pipeline
+          per (mode, kind of file) is built once and re-run for every task; its source yields
+          the records of the shard most recently asked for, all as one tensor (one Python
+          call per task instead of one per record), split into records again. Files of one
+          kind (same reader class, record type and metadata: the shards of one dataset) give
+          ``feed`` the same input, so they share the pipeline.
         * Iterating a dataset eagerly costs an iterator and thread hand-offs per minibatch
           (tens of ms on a busy 2-core machine). The pipeline batches ``CHUNK_MINIBATCHES``
           minibatches at once; a task that fits in one chunk is computed in a single call
           (``get_single_element``) and sliced into minibatches here, which is exactly what
           ``batch(minibatch_size)`` of the same stream would give.
         """
-        key = (shard.name, mode)
+        key = self._pipeline_key(shard.name, mode)
         pipeline = self._pipelines.get(key)
         if pipeline is None:
-            pipeline = self._pipelines[key] = self._build_pipeline(shard.name, mode)
+            pipeline = self._pipelines[key] = self._build_pipeline(shard.name, mode, key)
         self._current[key] = shard
         num_records = len(shard.indices) if shard.indices else shard.end - shard.start
         if num_records <= 0:
@@ -104,10 +107,23 @@ class TaskDataService:
                 stop = min(n, start + self.minibatch_size)
                 yield tf.nest.map_structure(lambda t: _slice(t, start, stop), chunk)
 
-    def _build_pipeline(self, shard_name: str, mode: Mode) -> tf.data.Dataset:
+    def _pipeline_key(self, shard_name: str, mode: Mode) -> tuple:
         reader = self.reader_for(shard_name)
-        out_type = getattr(reader, "records_output_types", tf.string) or tf.string
-        key = (shard_name, mode)
+        return (
+            mode,
+            type(reader).__module__,
+            type(reader).__qualname__,
+            repr(self._out_type(reader)),
+            repr(getattr(reader, "metadata", None)),
+        )
+
+    @staticmethod
+    def _out_type(reader):
+        return getattr(reader, "records_output_types", tf.string) or tf.string
+
+    def _build_pipeline(self, shard_name: str, mode: Mode, key: tuple) -> tf.data.Dataset:
+        reader = self.reader_for(shard_name)
+        out_type = self._out_type(reader)
 
         def task_records():
             yield list(self.records(self._current[key]))

@@ -1,5 +1,6 @@
-"""TaskDataService re-iterates one pipeline per (file, mode): each task must still get exactly
-its own records, in any order of files and modes, including empty ranges and shuffled indices."""
+"""TaskDataService re-iterates one pipeline per (mode, kind of file): each task must still get
+exactly its own records, in any order of files and modes, including empty ranges and shuffled
+indices."""
 import numpy as np
 from elasticdl.common.model_utils import Mode, ModelSpec
 from elasticdl.data import recordio
@@ -58,8 +59,37 @@ def test_each_task_gets_exactly_its_records(tmp_path):
         service, pb.Shard(name=a, start=0, end=10, indices=[3, 1, 3]), Mode.EVALUATION
     ) == [30, 10, 30]
     assert _labels(service, pb.Shard(name=b, start=0, end=3), Mode.PREDICTION) == [1000, 1001, 1002]
-    # One pipeline per (file, mode), built once and re-iterated.
-    assert len(service._pipelines) == 4
+    # One pipeline per mode, built once and re-iterated: both RecordIO files share it.
+    assert len(service._pipelines) == 3
+
+
+def test_files_whose_metadata_differs_get_their_own_pipeline(tmp_path):
+    from elasticdl.data.reader.base import Metadata
+    from elasticdl.data.reader.recordio_reader import RecordIODataReader
+
+    columns = {}
+
+    class Reader(RecordIODataReader):
+        @property
+        def metadata(self):
+            return Metadata(column_names=columns[self.data_origin])
+
+    def feed(dataset, mode, metadata):  # the label says which metadata feed saw
+        import tensorflow as tf
+
+        tag = 1 if metadata.column_names == ["x"] else 2
+        return dataset.map(lambda r: (tf.strings.to_number(r, tf.int64), tf.constant(tag)))
+
+    a = _write(tmp_path / "a.rio", range(10))
+    b = _write(tmp_path / "b.rio", range(10))
+    c = _write(tmp_path / "c.rio", range(10))
+    columns.update({a: ["x"], b: ["y"], c: ["x"]})
+    spec = _spec()
+    spec.feed = feed
+    service = TaskDataService(spec, minibatch_size=4, reader_factory=Reader)
+    for name, tag in ((a, 1), (b, 2), (c, 1), (b, 2)):
+        assert _labels(service, pb.Shard(name=name, start=0, end=5), Mode.TRAINING) == [tag] * 5
+    assert len(service._pipelines) == 2  # a and c share one, b has its own
 
 
 def test_minibatches_of_a_task(tmp_path):
