@@ -86,6 +86,7 @@ class PSTrainer:
         self._train_fn = None
         self._predict_fn = None
         self._assign_fn = None
+        self._learning_rate: Optional[float] = None
 
     # ------------------------------------------------------------------ model setup
     @property
@@ -95,7 +96,16 @@ class PSTrainer:
 
     @property
     def learning_rate(self) -> float:
-        return float(np.asarray(self.optimizer.learning_rate))
+        """The worker's current lr, sent with every push. Reading the optimizer's variable
+        is a TF op per minibatch, so it is cached: only callbacks change it (the worker's
+        optimizer never steps, so a schedule stays at step 0), and the worker calls
+        `learning_rate_may_have_changed` after running any."""
+        if self._learning_rate is None:
+            self._learning_rate = float(np.asarray(self.optimizer.learning_rate))
+        return self._learning_rate
+
+    def learning_rate_may_have_changed(self) -> None:
+        self._learning_rate = None
 
     def embedding_infos(self) -> List[EmbeddingTableInfo]:
         return [

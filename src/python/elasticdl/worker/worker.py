@@ -235,6 +235,8 @@ class Worker:
             version = self.trainer.model_version
             for cb in self.callbacks():
                 cb.on_train_batch_begin(version)
+            if self._callbacks:
+                self.trainer.learning_rate_may_have_changed()
             loss = self.trainer.train_minibatch(features, labels)
             records += _num_examples(labels)
             batches += 1
