@@ -1,7 +1,7 @@
 """End to end on Kubernetes: ``elasticdl train --platform=kubernetes`` submits a master pod,
-the master creates PS and worker pods through the API server, they train a tiny model on
-real RecordIO data; a worker pod deleted mid-job is relaunched and no task is lost; then
-status / wait / logs / cancel, and nothing is left in the namespace.
+the master creates PS and worker pods through the API server, they train the model zoo's MNIST
+CNN on real Fashion-MNIST records; a worker pod deleted mid-job is relaunched and no task is
+lost; then status / wait / logs / cancel, and nothing is left in the namespace.
 
 Real: the client, master, PS and workers (TensorFlow), the API server, the garbage
 collector. FAKE: the kubelet (``process_kubelet``) — pods run as local processes in this
@@ -23,69 +23,28 @@ pytest.importorskip("elasticdl.ps.main")
 
 JOB = "k8s-e2e"
 
-TINY_MODEL = '''
-"""Logistic regression on 4 float features.
 
-Records are tf.train.Example {x: 4 floats, label: int64}."""
-import keras
-import tensorflow as tf
+def _fashion_mnist_subset(directory: Path, split: str, files: int, per_file: int) -> str:
+    """The first `per_file` records of `files` shards of the real Fashion-MNIST `split`,
+    prepared once per machine (the same cache as the local end-to-end tests)."""
+    import os
 
-from elasticdl.common.model_utils import Mode
+    from elasticdl.data.datasets import prepare
+    from elasticdl.data.recordio import Scanner, Writer
 
-_FEATURES = {
-    "x": tf.io.FixedLenFeature([4], tf.float32),
-    "label": tf.io.FixedLenFeature([], tf.int64, default_value=0),
-}
-
-
-def custom_model():
-    inputs = keras.Input(shape=(4,), name="x")
-    return keras.Model(inputs, keras.layers.Dense(2, name="logits")(inputs), name="tiny_linear")
-
-
-def loss(labels, predictions):
-    labels = tf.reshape(labels, [-1])
-    per_record = keras.losses.sparse_categorical_crossentropy(labels, predictions, from_logits=True)
-    return tf.reduce_mean(per_record)
-
-
-def optimizer(lr=0.5):
-    return keras.optimizers.SGD(learning_rate=lr)
-
-
-def _parse(record):
-    example = tf.io.parse_single_example(record, _FEATURES)
-    return example["x"], example["label"]
-
-
-def feed(dataset, mode, metadata):
-    dataset = dataset.map(_parse)
-    if mode == Mode.PREDICTION:
-        dataset = dataset.map(lambda x, label: x)
-    return dataset
-
-
-def eval_metrics_fn():
-    return {"accuracy": keras.metrics.SparseCategoricalAccuracy()}
-'''
-
-
-def _write_data(directory: Path, files: int, per_file: int, seed: int) -> str:
-    import numpy as np
-    from elasticdl.data.example_codec import encode_example, float_feature, int64_feature
-    from elasticdl.data.recordio import Writer
-
+    source = Path.home() / ".cache" / "elasticdl" / "e2e" / "fashion_mnist"
+    source = Path(os.environ.get("ELASTICDL_E2E_DATA") or source)
+    prepare("fashion_mnist", str(source), progress=False)
     directory.mkdir(parents=True)
-    rng = np.random.default_rng(seed)
-    for f in range(files):
-        with Writer(directory / f"part-{f}.rio") as w:
-            for _ in range(per_file):
-                x = rng.normal(size=4).astype(np.float32)
-                w.write(
-                    encode_example(
-                        {"x": float_feature(x), "label": int64_feature(int(x[0] + x[1] > 0))}
-                    )
-                )
+    shards = sorted(n for n in os.listdir(source / split) if not n.startswith("."))[:files]
+    for name in shards:
+        scanner = Scanner(str(source / split / name), 0, per_file)
+        with Writer(str(directory / name)) as w:
+            record = scanner.record()
+            while record is not None:
+                w.write(record)
+                record = scanner.record()
+        scanner.close()
     return str(directory)
 
 
@@ -103,15 +62,13 @@ def _wait(predicate, timeout, what, diagnose=lambda: ""):
 def test_train_on_kubernetes_with_worker_pod_deleted(
     k8s_cluster, served_namespace, kubelet, k8s, tmp_path, monkeypatch
 ):
+    import mnist.mnist_functional_api
     from elasticdl.client.backend import get_backend
     from elasticdl.client.main import build_parser, main
     from elasticdl.client.submit import prepare_job
     from elasticdl.platform.local import pick_free_port
 
-    zoo = tmp_path / "zoo" / "tiny"
-    zoo.mkdir(parents=True)
-    (zoo / "__init__.py").write_text("")
-    (zoo / "linear.py").write_text(TINY_MODEL)
+    zoo = Path(mnist.mnist_functional_api.__file__).resolve().parent.parent
     monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))  # inherited by the master process
     monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("ELASTICDL_K8S_POD_LOG_DIR", str(kubelet.root))
@@ -123,10 +80,10 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
         "--image_name=local/elasticdl:test",
         "--platform=kubernetes",
         f"--namespace={ns}",
-        f"--model_zoo={tmp_path / 'zoo'}",
-        "--model_def=tiny.linear.custom_model",
-        f"--training_data={_write_data(tmp_path / 'train', 2, 96, 0)}",
-        f"--validation_data={_write_data(tmp_path / 'val', 1, 64, 1)}",
+        f"--model_zoo={zoo}",
+        "--model_def=mnist.mnist_functional_api.custom_model",
+        f"--training_data={_fashion_mnist_subset(tmp_path / 'train', 'train', 2, 96)}",
+        f"--validation_data={_fashion_mnist_subset(tmp_path / 'val', 'test', 1, 64)}",
         "--minibatch_size=16",
         "--num_minibatches_per_task=1",
         "--num_epochs=2",
@@ -189,6 +146,7 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
     master_log = "".join(backend.logs(JOB))
     assert final.phase == "Succeeded", master_log[-3000:]
     assert "trained 384/384 records" in master_log  # 2 epochs x 192 records: nothing lost
+    assert "Evaluation metrics[v=" in master_log and "'accuracy'" in master_log
     # The master published its status on its pod: worker-0 was deleted and replaced by worker-2.
     replicas = {r.name: r for r in final.replicas}
     assert replicas["worker-0"].phase == "Deleted", replicas
