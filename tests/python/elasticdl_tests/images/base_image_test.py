@@ -144,16 +144,27 @@ def real_image(engine):
             "src/python:elasticdl-client-wheel src/cc:native"
         )
     name = f"elasticdl-test/base-cpu:{uuid.uuid4().hex[:12]}"
+    # Install-stage images an earlier, interrupted build left behind are not this build's.
+    earlier = set(_stage_images(engine.client()))
     try:
-        yield name, _build(engine, root, name, "--dist", dist, "--download-deps")
+        yield name, _build(engine, root, name, "--dist", dist, "--download-deps"), earlier
     finally:
         _remove_images(engine.client(), name)
+
+
+def _stage_images(client) -> list:
+    """Ids of the install-stage images the build script did not mark as kept."""
+    return [
+        i["Id"]
+        for i in client.images(all=True, filters={"label": STAGE_LABEL})
+        if (i.get("Labels") or {}).get(STAGE_LABEL) not in ("", "kept")
+    ]
 
 
 def test_real_cpu_image_has_tensorflow_framework_and_kernels_but_no_wheels(
     engine, real_image, capsys
 ):
-    image, build_s = real_image
+    image, build_s, earlier = real_image
     client = engine.client()
     out = _run(
         client,
@@ -176,11 +187,7 @@ def test_real_cpu_image_has_tensorflow_framework_and_kernels_but_no_wheels(
     # the build script deleted that stage's images.
     assert not any("/tmp/wheels" in h["CreatedBy"] for h in client.history(image))
     assert _run(client, image, ["ls", "/tmp"]).strip() == ""
-    leftovers = [
-        i["Id"][:19]
-        for i in client.images(all=True, filters={"label": STAGE_LABEL})
-        if (i.get("Labels") or {}).get(STAGE_LABEL) not in ("", "kept")
-    ]
+    leftovers = [i[:19] for i in _stage_images(client) if i not in earlier]
     assert leftovers == []
     with capsys.disabled():
         print(f"\nreal CPU base image (TensorFlow + dependency closure): built in {build_s:.1f}s")
@@ -189,7 +196,7 @@ def test_real_cpu_image_has_tensorflow_framework_and_kernels_but_no_wheels(
 def test_model_zoo_image_trains_fashion_mnist_in_a_container(
     docker_env, real_image, tmp_path, monkeypatch, capsys
 ):
-    base, _ = real_image
+    base, _, _ = real_image
     client = docker_env.client()
     # A tiny Fashion-MNIST (the first records of each split), prepared on this host.
     data = tmp_path / "data"
