@@ -161,7 +161,7 @@ class PSServer:
         if self._server is not None:
             self._server.stop(grace_s).wait()
             self._server = None
-        self.servicer.regions.close()
+        self.servicer.close()
         self.checkpointer.close()
         if self.reporter is not None:
             self.reporter.close()

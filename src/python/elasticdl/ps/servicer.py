@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 
 import grpc
 import numpy as np
@@ -16,6 +17,7 @@ from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps.checkpointer import Checkpointer
 from elasticdl.ps.errors import NotFoundError, PSError, RegionNotAttachedError
+from elasticdl.ps.local_channel_server import LocalChannelServer
 from elasticdl.ps.shared_regions import SharedRegions
 from elasticdl.ps.updater import ParameterServer
 from google.protobuf import empty_pb2
@@ -62,6 +64,9 @@ class PserverServicer(pb_grpc.PserverServicer):
         self.ps = ps
         self.checkpointer = checkpointer
         self.regions = regions if regions is not None else SharedRegions()
+        self._channel_lock = threading.Lock()
+        self._local_channel: LocalChannelServer | None = None
+        self._channel_failed = False
 
     @_rpc
     def push_model(self, request: pb.Model, context):
@@ -86,6 +91,10 @@ class PserverServicer(pb_grpc.PserverServicer):
 
     @_rpc
     def push_gradients(self, request: pb.PushGradientsRequest, context):
+        return self.handle_push(request)
+
+    def handle_push(self, request: pb.PushGradientsRequest) -> pb.PushGradientsResponse:
+        """A push, from gRPC or from a local channel; raises PSError for a bad request."""
         resp = pb.PushGradientsResponse()
         pull_into = resp.dense_parameters if request.pull_dense_parameters else None
         region = None
@@ -129,6 +138,7 @@ class PserverServicer(pb_grpc.PserverServicer):
         except shm.SharedMemoryError as e:
             return pb.AttachSharedMemoryResponse(attached=False, reason=str(e))
         region_id = self.regions.add(region, int(request.worker_id))
+        channel = self._local_channel_name()
         logger.info(
             "PS %d: worker %d attached shared memory (%d bytes, %d parameters)",
             self.ps.params.ps_id,
@@ -136,7 +146,30 @@ class PserverServicer(pb_grpc.PserverServicer):
             request.size,
             len(slots),
         )
-        return pb.AttachSharedMemoryResponse(attached=True, region_id=region_id)
+        return pb.AttachSharedMemoryResponse(
+            attached=True, region_id=region_id, local_channel=channel
+        )
+
+    def _local_channel_name(self) -> str:
+        """The push channel's name, started on the first attach; "" if it cannot start."""
+        with self._channel_lock:
+            if self._local_channel is None and not self._channel_failed:
+                try:
+                    self._local_channel = LocalChannelServer(
+                        self.regions, self.handle_push, _status_for, f"ps{self.ps.params.ps_id}"
+                    )
+                except OSError as e:  # no abstract sockets here: pushes stay on gRPC
+                    logger.info("no local push channel (%s): pushes stay on gRPC", e)
+                    self._channel_failed = True
+            return self._local_channel.name if self._local_channel is not None else ""
+
+    def close(self) -> None:
+        """Stop the local channel and unmap every region (the gRPC server is stopped)."""
+        with self._channel_lock:
+            channel, self._local_channel = self._local_channel, None
+        if channel is not None:
+            channel.close()
+        self.regions.close()
 
     @_rpc
     def detach_shared_memory(self, request: pb.DetachSharedMemoryRequest, context):

@@ -20,6 +20,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
+from elasticdl.common import local_channel as lc
 from elasticdl.common import shared_memory as shm
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.common.tensor_utils import (
@@ -70,6 +71,13 @@ class SharedDenseRegion:
 
     region: shm.SharedRegion
     region_id: int
+    # The PS's local push channel, when it offers one and this worker could connect.
+    channel: Optional[lc.LocalChannelClient] = None
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+        self.region.close()
 
 
 @dataclass
@@ -139,7 +147,7 @@ class PSClient:
                     )
                 except grpc.RpcError:
                     pass  # the PS is gone or old; it unmaps idle regions itself
-                link.region.close()
+                link.close()
         for c in self._channels:
             c.close()
 
@@ -190,11 +198,20 @@ class PSClient:
         finally:
             region.unlink()  # both ends have mapped it (or never will): drop the name
         if resp.attached:
-            self._regions[ps_id] = SharedDenseRegion(region, resp.region_id)
+            channel = None
+            if resp.local_channel:
+                try:
+                    channel = lc.LocalChannelClient(
+                        resp.local_channel, resp.region_id, region.token, self.rpc_timeout
+                    )
+                except (OSError, grpc.RpcError) as e:
+                    logger.info("PS %d: no local push channel (%s): pushes use gRPC", ps_id, e)
+            self._regions[ps_id] = SharedDenseRegion(region, resp.region_id, channel)
             logger.info(
-                "PS %d (%s): dense gradients and parameters go through shared memory",
+                "PS %d (%s): dense gradients and parameters go through shared memory%s",
                 ps_id,
                 self.addrs[ps_id],
+                ", pushes through a local channel" if channel is not None else "",
             )
         else:
             region.close()
@@ -495,15 +512,13 @@ class PSClient:
                 self._dense_to_message(dense_parts[ps_id], req)
             reqs.append((ps_id, req))
 
-        def resend_in_message(ps_id, req, err):
-            # The PS lost the region (relaunched): send this push the ordinary way and attach
-            # again next time. Only this PS's call is repeated; the others were applied.
-            if err.code() != grpc.StatusCode.FAILED_PRECONDITION or not req.shared_memory_region:
-                return None
-            logger.warning("PS %d lost this worker's shared memory: %s", ps_id, err.details())
+        def in_message(ps_id, req):
+            # The PS lost the region (relaunched) or its channel broke: send this push the
+            # ordinary way and attach again next time. Only this PS's call is repeated; the
+            # others were applied.
             link, self._regions[ps_id] = self._regions[ps_id], None
             if link is not None:
-                link.region.close()
+                link.close()
             self._attach_countdown[ps_id] = 0
             again = pb.PushGradientsRequest()
             again.CopyFrom(req)
@@ -512,7 +527,52 @@ class PSClient:
             self._dense_to_message(dense_parts[ps_id], again)
             return again
 
-        responses = self._fan_out("push_gradients", reqs, reissue=resend_in_message)
+        def resend_in_message(ps_id, req, err):
+            if err.code() != grpc.StatusCode.FAILED_PRECONDITION or not req.shared_memory_region:
+                return None
+            logger.warning("PS %d lost this worker's shared memory: %s", ps_id, err.details())
+            return in_message(ps_id, req)
+
+        # Pushes with a local channel are sent first, the gRPC ones run meanwhile, then the
+        # channel answers are read: every PS works on its push at the same time.
+        on_channel = [
+            i
+            for i, (ps_id, req) in enumerate(reqs)
+            if req.shared_memory_region and self._regions[ps_id].channel is not None
+        ]
+        sent, retry = [], []
+        for i in on_channel:
+            ps_id, req = reqs[i]
+            try:
+                self._regions[ps_id].channel.send(lc.PUSH, req.SerializeToString())
+                sent.append(i)
+            except lc.LocalChannelError:
+                retry.append(i)
+        responses = [None] * len(reqs)
+        grpc_idx = [i for i in range(len(reqs)) if i not in on_channel]
+        for i, resp in zip(
+            grpc_idx,
+            self._fan_out("push_gradients", [reqs[i] for i in grpc_idx], reissue=resend_in_message),
+        ):
+            responses[i] = resp
+        for i in sent:
+            ps_id, req = reqs[i]
+            try:
+                responses[i] = pb.PushGradientsResponse.FromString(
+                    self._regions[ps_id].channel.receive()
+                )
+            except lc.LocalChannelError as err:
+                if err.code() not in (
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    grpc.StatusCode.UNAVAILABLE,
+                ):
+                    raise
+                logger.warning("PS %d local channel: %s; sending in a message", ps_id, err)
+                retry.append(i)
+        if retry:
+            again = [(reqs[i][0], in_message(*reqs[i])) for i in retry]
+            for i, resp in zip(retry, self._fan_out("push_gradients", again)):
+                responses[i] = resp
         pulled = None
         if pull_dense and all(r.HasField("dense_parameters") for r in responses):
             pulled = self._pull_result([r.dense_parameters for r in responses])

@@ -128,3 +128,83 @@ def test_switched_off_by_the_environment(ps_cluster, monkeypatch):
     client = PSClient(cluster.addrs)
     assert client.shared_memory is False
     client.close()
+
+
+def test_pushes_go_through_the_local_channel_not_grpc(ps_cluster, monkeypatch):
+    from elasticdl.ps.servicer import PserverServicer
+
+    grpc_pushes = []
+    original = PserverServicer.push_gradients
+
+    def counting(self, request, context):
+        grpc_pushes.append(request.shared_memory_region)
+        return original(self, request, context)
+
+    monkeypatch.setattr(PserverServicer, "push_gradients", counting)  # before the servers start
+    cluster = ps_cluster(2, opt_type="Adam", opt_args="learning_rate=0.01;")
+    twin = ps_cluster(2, opt_type="Adam", opt_args="learning_rate=0.01;")
+    fast, slow = _client(cluster, True), _client(twin, False)
+    rng = np.random.default_rng(1)
+    for step in range(4):
+        grads = _grads(step, rng)
+        a = fast.push_gradients(grads, learning_rate=0.01, pull_dense=True)
+        b = slow.push_gradients(grads, learning_rate=0.01, pull_dense=True)
+        for name in PARAMS:
+            np.testing.assert_array_equal(a.pulled.parameters[name], b.pulled.parameters[name])
+    holders = fast.shared_memory_ps()
+    assert holders and all(fast._regions[i].channel is not None for i in holders)
+    # Only the twin's message pushes (and the fast client's pushes to a PS holding no dense
+    # parameter, if any) went through gRPC: none named a region.
+    assert grpc_pushes and not any(grpc_pushes)
+    fast.close()
+    slow.close()
+
+
+def test_a_broken_channel_falls_back_to_grpc_once_and_reconnects(ps_cluster):
+    cluster = ps_cluster(1)
+    client = _client(cluster, True)
+    grads = {n: np.ones_like(v) for n, v in PARAMS.items()}
+    client.push_gradients(grads, learning_rate=0.1, pull_dense=True)
+    first = client._regions[0].channel.name
+    cluster.servers[0].servicer._local_channel.close()  # the PS side of the channel goes away
+    cluster.servers[0].servicer._local_channel = None
+    result = client.push_gradients(grads, learning_rate=0.1, pull_dense=True)
+    assert result.accepted and cluster.servers[0].params.version == 2  # applied exactly once
+    for name, value in PARAMS.items():
+        np.testing.assert_allclose(result.pulled.parameters[name], value - 0.2, rtol=1e-6)
+    client.push_gradients(grads, learning_rate=0.1, pull_dense=True)  # attaches again
+    assert client._regions[0].channel is not None and client._regions[0].channel.name != first
+    assert cluster.servers[0].params.version == 3
+    client.close()
+
+
+def test_the_channel_admits_only_the_holder_of_the_region(ps_cluster):
+    import grpc
+    from elasticdl.common import local_channel as lc
+    from elasticdl.proto import elasticdl_pb2 as pb
+
+    cluster = ps_cluster(1)
+    client = _client(cluster, True)
+    client.push_gradients({n: np.ones_like(v) for n, v in PARAMS.items()}, learning_rate=0.1)
+    link = client._regions[0]
+    name = link.channel.name
+    with pytest.raises(lc.LocalChannelError) as bad_token:
+        lc.LocalChannelClient(name, link.region_id, b"\0" * 16, timeout=5)
+    assert bad_token.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(lc.LocalChannelError) as unknown:
+        lc.LocalChannelClient(name, link.region_id ^ 1, link.region.token, timeout=5)
+    assert unknown.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    # A push on the channel must name the channel's region; PS errors keep their gRPC codes.
+    other = pb.PushGradientsRequest(shared_memory_region=link.region_id ^ 1)
+    with pytest.raises(lc.LocalChannelError) as wrong_region:
+        link.channel.call(lc.PUSH, other.SerializeToString())
+    assert wrong_region.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    bad = pb.PushGradientsRequest(shared_memory_region=link.region_id)
+    bad.gradients.dense_parameters["nope"].dtype = pb.DT_FLOAT32
+    with pytest.raises(lc.LocalChannelError) as not_found:
+        link.channel.call(lc.PUSH, bad.SerializeToString())
+    assert (
+        not_found.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in not_found.value.details()
+    )
+    assert client.push_gradients({n: np.ones_like(v) for n, v in PARAMS.items()}).accepted
+    client.close()

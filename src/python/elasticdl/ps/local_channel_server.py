@@ -1,0 +1,128 @@
+"""The PS's end of the same-host push channel (see elasticdl.common.local_channel).
+
+One thread accepts connections, one thread per connection answers its pushes in order: a
+worker has at most one push in flight per PS, so the connection's thread is all it needs, and
+the push runs on it directly (no hand-off to a pool, unlike a gRPC call). The model lock in
+`ParameterServer` orders these pushes with the gRPC ones.
+"""
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import secrets
+import socket
+import struct
+import threading
+from typing import Callable, Set
+
+import grpc
+from elasticdl.common import local_channel as lc
+from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.ps.errors import PSError
+from elasticdl.ps.shared_regions import SharedRegions
+
+logger = logging.getLogger(__name__)
+
+
+class LocalChannelServer:
+    def __init__(
+        self,
+        regions: SharedRegions,
+        handle_push: Callable[[pb.PushGradientsRequest], pb.PushGradientsResponse],
+        status_for: Callable[[Exception], grpc.StatusCode],
+        tag: str = "",
+    ):
+        self._regions = regions
+        self._handle_push = handle_push
+        self._status_for = status_for
+        self.name = f"elasticdl-{tag + '-' if tag else ''}{os.getpid()}-{secrets.token_hex(8)}"
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(lc.abstract_address(self.name))
+        self._listener.listen(128)
+        self._lock = threading.Lock()
+        self._connections: Set[socket.socket] = set()
+        self._closed = False
+        self._thread = threading.Thread(
+            target=self._accept_loop, name="ps-local-channel", daemon=True
+        )
+        self._thread.start()
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    return
+                self._connections.add(conn)
+            threading.Thread(
+                target=self._serve, args=(conn,), name="ps-local-push", daemon=True
+            ).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            region_id = self._hello(conn)
+            if region_id is None:
+                return
+            while True:
+                kind, payload = lc.recv_frame(conn)
+                lc.send_frame(conn, *self._answer(kind, payload, region_id))
+        except (OSError, ConnectionError):
+            pass  # the worker went away (or we are closing)
+        finally:
+            with self._lock:
+                self._connections.discard(conn)
+            conn.close()
+
+    def _hello(self, conn: socket.socket):
+        kind, payload = lc.recv_frame(conn)
+        refusal = None
+        if kind != lc.HELLO or len(payload) < 8:
+            refusal = (grpc.StatusCode.INVALID_ARGUMENT, "the first frame must be HELLO")
+        else:
+            (region_id,) = struct.unpack_from("<Q", payload)
+            try:
+                region = self._regions.get(region_id)
+            except PSError as e:
+                refusal = (self._status_for(e), str(e))
+            else:
+                if not hmac.compare_digest(region.token, payload[8:]):
+                    refusal = (grpc.StatusCode.PERMISSION_DENIED, "wrong region token")
+        if refusal is not None:
+            lc.send_frame(conn, lc.ERROR, lc.error_payload(*refusal))
+            return None
+        lc.send_frame(conn, lc.OK)
+        return region_id
+
+    def _answer(self, kind: int, payload: bytes, region_id: int):
+        try:
+            if kind != lc.PUSH:
+                raise PSError(f"frame kind {kind} is not a push")
+            request = pb.PushGradientsRequest.FromString(payload)
+            if request.shared_memory_region != region_id:
+                raise PSError("a push on this channel must name the channel's region")
+            return lc.OK, self._handle_push(request).SerializeToString()
+        except PSError as e:
+            return lc.ERROR, lc.error_payload(self._status_for(e), str(e))
+        except Exception as e:  # noqa: BLE001 - the worker must get an answer, not a hang
+            logger.exception("local push failed")
+            return lc.ERROR, lc.error_payload(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns, self._connections = list(self._connections), set()
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listener.close()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
