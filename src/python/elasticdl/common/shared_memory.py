@@ -73,18 +73,25 @@ class Slot:
 
 
 def plan_slots(tensors: Mapping[str, Tuple[np.dtype, Sequence[int]]]) -> Tuple[List[Slot], int]:
-    """Slots for `{name: (dtype, shape)}` in name order, and the region size they need."""
-    offset = HEADER_BYTES
-    slots = []
+    """Slots for `{name: (dtype, shape)}` in name order, and the region size they need.
+
+    All gradient slots come first, then all parameter slots, each packed back to back (aligned
+    to its dtype): a model of one dtype then has one flat gradient block and one flat parameter
+    block, which a worker can fill and read with a single copy each."""
+    specs = []
     for name in sorted(tensors):
         dtype, shape = tensors[name]
-        dtype, shape = np.dtype(dtype), tuple(int(d) for d in shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        grad_at = offset
-        param_at = _aligned(grad_at + nbytes)
-        offset = _aligned(param_at + nbytes)
-        slots.append(Slot(name, dtype, shape, grad_at, param_at))
-    return slots, offset
+        specs.append((name, np.dtype(dtype), tuple(int(d) for d in shape)))
+    offsets: Dict[str, List[int]] = {name: [] for name, _, _ in specs}
+    offset = HEADER_BYTES
+    for _block in ("gradient", "parameter"):
+        offset = _aligned(offset)
+        for name, dtype, shape in specs:
+            offset = (offset + dtype.itemsize - 1) // dtype.itemsize * dtype.itemsize
+            offsets[name].append(offset)
+            offset += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    slots = [Slot(n, d, sh, *offsets[n]) for n, d, sh in specs]
+    return slots, _aligned(offset)
 
 
 def check_slots(slots: Iterable[Slot], size: int) -> None:
@@ -94,10 +101,11 @@ def check_slots(slots: Iterable[Slot], size: int) -> None:
         if any(d < 0 for d in s.shape):
             raise SharedMemoryError(f"slot {s.name!r}: negative dimension in shape {s.shape}")
         for what, at in (("gradient", s.gradient_offset), ("parameter", s.parameter_offset)):
-            if at % ALIGN or at < HEADER_BYTES or at + s.nbytes > size:
+            if at % s.dtype.itemsize or at < HEADER_BYTES or at + s.nbytes > size:
                 raise SharedMemoryError(
                     f"slot {s.name!r}: {what} bytes [{at}, {at + s.nbytes}) are not a "
-                    f"{ALIGN}-byte aligned range inside the region's [{HEADER_BYTES}, {size})"
+                    f"{s.dtype.itemsize}-byte aligned range inside the region's "
+                    f"[{HEADER_BYTES}, {size})"
                 )
             spans.append((at, at + s.nbytes, s.name))
     spans.sort()
@@ -116,6 +124,7 @@ class SharedRegion:
         self.slots: Dict[str, Slot] = {s.name: s for s in slots}
         self._buf = buf
         self._views: Dict[Tuple[str, str], np.ndarray] = {}
+        self._packed = None  # PackedBlocks, or False once found not packable
 
     # ------------------------------------------------------------------ both ends
     @classmethod
@@ -205,6 +214,7 @@ class SharedRegion:
 
     def close(self) -> None:
         self._views.clear()
+        self._packed = False
         try:
             self._buf.close()
         except BufferError:
@@ -229,6 +239,16 @@ class SharedRegion:
     def parameter(self, name: str) -> np.ndarray:
         return self._view(name, "p")
 
+    # ------------------------------------------------------------------ packed blocks
+    def packed(self) -> Optional["PackedBlocks"]:
+        """The flat gradient and parameter blocks, when the slots are one dtype packed back to
+        back in name order (as `plan_slots` lays them out); None otherwise."""
+        if self._packed is False:
+            return None
+        if self._packed is None:
+            self._packed = _packed_blocks(self) or False
+        return self._packed or None
+
     def write_gradients(self, grads: Mapping[str, np.ndarray]) -> List[str]:
         """Copy `grads` into their slots; returns the slot names that got no gradient."""
         for name, grad in grads.items():
@@ -242,6 +262,42 @@ class SharedRegion:
     def parameters(self) -> Dict[str, np.ndarray]:
         """Views of the parameter slots: valid until the next push through this region."""
         return {name: self.parameter(name) for name in self.slots}
+
+
+@dataclass(frozen=True)
+class PackedBlocks:
+    """A region's slots as two flat arrays: `entries` are (name, element offset, size, shape)
+    in block order, the same for both blocks."""
+
+    entries: Tuple[Tuple[str, int, int, Tuple[int, ...]], ...]
+    gradients: np.ndarray
+    parameters: np.ndarray
+
+    def unpack(self, block: np.ndarray) -> Dict[str, np.ndarray]:
+        return {n: block[o : o + k].reshape(shape) for n, o, k, shape in self.entries}
+
+
+def _packed_blocks(region: SharedRegion) -> Optional[PackedBlocks]:
+    slots = [region.slots[n] for n in sorted(region.slots)]
+    if not slots or len({s.dtype for s in slots}) != 1:
+        return None
+    dtype = slots[0].dtype
+    entries, count = [], 0
+    for s in slots:
+        if (
+            s.gradient_offset != slots[0].gradient_offset + count * dtype.itemsize
+            or s.parameter_offset != slots[0].parameter_offset + count * dtype.itemsize
+        ):
+            return None
+        n = s.nbytes // dtype.itemsize
+        entries.append((s.name, count, n, s.shape))
+        count += n
+    buf = region._buf
+    return PackedBlocks(
+        tuple(entries),
+        np.frombuffer(buf, dtype, count, slots[0].gradient_offset),
+        np.frombuffer(buf, dtype, count, slots[0].parameter_offset),
+    )
 
 
 # ---------------------------------------------------------------------------------- wire form

@@ -20,7 +20,7 @@ def test_slots_are_aligned_disjoint_and_fit_the_region():
     assert [s.name for s in slots] == sorted(TENSORS)
     spans = []
     for s in slots:
-        assert s.gradient_offset % shm.ALIGN == 0 and s.parameter_offset % shm.ALIGN == 0
+        assert s.gradient_offset % 4 == 0 and s.parameter_offset % 4 == 0
         spans += [(s.gradient_offset, s.nbytes), (s.parameter_offset, s.nbytes)]
     spans.sort()
     assert spans[0][0] >= shm.HEADER_BYTES
@@ -28,6 +28,24 @@ def test_slots_are_aligned_disjoint_and_fit_the_region():
         assert a + n <= b
     assert spans[-1][0] + spans[-1][1] <= size
     shm.check_slots(slots, size)  # accepted as planned
+
+
+def test_one_dtype_packs_into_one_gradient_and_one_parameter_block():
+    region = shm.SharedRegion.create(TENSORS, tag="test")
+    region.unlink()
+    packed = region.packed()
+    assert [e[0] for e in packed.entries] == sorted(TENSORS)
+    assert packed.gradients.size == packed.parameters.size == 15 + 5 + 1
+    packed.gradients[:] = np.arange(21, dtype=np.float32)  # one copy fills every slot
+    for name, value in packed.unpack(packed.gradients).items():
+        np.testing.assert_array_equal(region.gradient(name), value)
+    region.parameter("scalar")[...] = 9
+    assert packed.unpack(packed.parameters)["scalar"] == 9
+    region.close()
+    mixed = shm.SharedRegion.create({"a": (np.float32, (2,)), "b": (np.float64, (2,))}, tag="test")
+    mixed.unlink()
+    assert mixed.packed() is None  # two dtypes: slot by slot only
+    mixed.close()
 
 
 def test_two_mappings_see_each_others_writes_and_outlive_the_name():
@@ -71,7 +89,7 @@ def _region_and_slots():
             lambda r, s: dict(slots=[shm.Slot("x", s[0].dtype, (1000,), 64, 128)]),
             "inside the region",
         ),
-        (lambda r, s: dict(slots=[shm.Slot("x", s[0].dtype, (1,), 65, 128)]), "aligned"),
+        (lambda r, s: dict(slots=[shm.Slot("x", s[0].dtype, (1,), 66, 128)]), "aligned"),
     ],
 )
 def test_attach_refuses_what_is_not_the_workers_region(change, message):

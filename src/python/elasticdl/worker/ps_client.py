@@ -59,10 +59,35 @@ class PullResult:
 
     uninitialized_ps: List[int]
     parameters: Dict[str, np.ndarray]
+    # PS id -> its flat parameter block, when every PS that sent parameters wrote them into a
+    # packed shared-memory region (views, valid until the next push); else None.
+    blocks: Optional[Dict[int, np.ndarray]] = None
 
     @property
     def all_initialized(self) -> bool:
         return not self.uninitialized_ps
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """Where every dense parameter lies in the flat blocks of the regions shared with the PS:
+    per PS, (name, element offset, size, shape) in block order (see SharedRegion.packed)."""
+
+    entries: Tuple[Tuple[int, Tuple[Tuple[str, int, int, Tuple[int, ...]], ...]], ...]
+
+    def unpack(self, ps_id: int, block: np.ndarray) -> Dict[str, np.ndarray]:
+        for pid, entries in self.entries:
+            if pid == ps_id:
+                return {n: block[o : o + k].reshape(shape) for n, o, k, shape in entries}
+        raise KeyError(ps_id)
+
+
+@dataclass
+class PackedGradients:
+    """Dense gradients as one flat block per PS, laid out as `layout` says."""
+
+    layout: PackedLayout
+    blocks: Dict[int, np.ndarray]
 
 
 @dataclass
@@ -158,6 +183,24 @@ class PSClient:
         arrays = {name: np.asarray(v) for name, v in params.items()}
         self._dense_layout = {name: (a.dtype, a.shape) for name, a in arrays.items()}
         self._attach_countdown = [0] * self.num_ps
+
+    def packed_layout(self) -> Optional[PackedLayout]:
+        """The layout of the flat blocks when every dense parameter goes through a packed
+        shared-memory region (one copy per PS each way); None otherwise."""
+        if self._dense_layout is None:
+            return None
+        entries, covered = [], 0
+        for ps_id, link in enumerate(self._regions):
+            if link is None:
+                continue
+            packed = link.region.packed()
+            if packed is None:
+                return None
+            entries.append((ps_id, packed.entries))
+            covered += len(packed.entries)
+        if covered != len(self._dense_layout):
+            return None
+        return PackedLayout(tuple(entries))
 
     def shared_memory_ps(self) -> List[int]:
         """The PS this worker currently exchanges dense tensors with through shared memory."""
@@ -383,6 +426,7 @@ class PSClient:
                 responses[i] = resp
         uninitialized = []
         params: Dict[str, np.ndarray] = {}
+        blocks: Optional[Dict[int, np.ndarray]] = {}
         for ps_id, resp in enumerate(responses):
             if not resp.initialized:
                 uninitialized.append(ps_id)
@@ -393,10 +437,17 @@ class PSClient:
                 if link is None:  # cannot happen: only a push naming a region gets this answer
                     raise RuntimeError(f"PS {ps_id} answered in shared memory this worker lacks")
                 params.update(link.region.parameters())
+                packed = link.region.packed()
+                if blocks is not None and packed is not None:
+                    blocks[ps_id] = packed.parameters
+                else:
+                    blocks = None
+            elif resp.dense_parameters:
+                blocks = None
             for name, tensor in resp.dense_parameters.items():
                 params[name] = pb_to_ndarray(tensor)
             self.ps_versions[ps_id] = resp.version
-        return PullResult(uninitialized_ps=uninitialized, parameters=params)
+        return PullResult(uninitialized_ps=uninitialized, parameters=params, blocks=blocks or None)
 
     def rows_per_message(self, name: str, dim: Optional[int] = None) -> int:
         dim = dim or self._table_dims.get(name) or 1
@@ -483,7 +534,15 @@ class PSClient:
         saving the separate pull of the next step.
         """
         models = [pb.Model(version=max(v, 0)) for v in self.ps_versions]
-        dense_parts = self.partition_dense(dense_grads)
+        packed_blocks: Dict[int, Tuple[np.ndarray, tuple]] = {}
+        if isinstance(dense_grads, PackedGradients):
+            dense_parts = [dict() for _ in range(self.num_ps)]
+            entries_of = dict(dense_grads.layout.entries)
+            for ps_id, block in dense_grads.blocks.items():
+                dense_parts[ps_id] = dense_grads.layout.unpack(ps_id, block)
+                packed_blocks[ps_id] = (block, entries_of[ps_id])
+        else:
+            dense_parts = self.partition_dense(dense_grads)
         for name, (values, ids) in (embedding_grads or {}).items():
             values, ids = deduplicate_indexed_rows(values, ids)
             owner = ids % self.num_ps
@@ -504,7 +563,15 @@ class PSClient:
             )
             self._maybe_attach(ps_id)
             link = self._regions[ps_id]
-            if link is not None and dense_parts[ps_id].keys() <= link.region.slots.keys():
+            packed = link.region.packed() if link is not None else None
+            if (
+                ps_id in packed_blocks
+                and packed is not None
+                and packed.entries == packed_blocks[ps_id][1]
+            ):
+                np.copyto(packed.gradients, packed_blocks[ps_id][0])  # every slot in one copy
+                req.shared_memory_region = link.region_id
+            elif link is not None and dense_parts[ps_id].keys() <= link.region.slots.keys():
                 missing = link.region.write_gradients(dense_parts[ps_id])
                 req.shared_memory_region = link.region_id
                 req.shared_memory_missing.extend(missing)

@@ -93,6 +93,10 @@ def test_one_round_trip_per_minibatch_and_the_replica_tracks_the_ps(ps_cluster, 
     ps_params = {}
     for server in cluster.servers:
         ps_params.update(server.params.dense)
+    # Through shared memory the last push's parameters wait for the next step's compiled call;
+    # whatever reads the model in between flushes them first.
+    assert client.packed_layout() is not None and trainer._pending is not None
+    trainer.flush_pending_assign()
     for name, var in zip(trainer._names, trainer._vars):
         np.testing.assert_array_equal(var.numpy(), ps_params[name])
     assert trainer.model_version == 5
@@ -202,4 +206,54 @@ def test_export_saved_model_with_embeddings(ps_cluster, tmp_path):
     trainer.export_saved_model(str(tmp_path / "sm"))
     loaded = tf.saved_model.load(str(tmp_path / "sm"))
     np.testing.assert_allclose(loaded.serve(x).numpy(), expected, rtol=1e-5, atol=1e-6)
+    client.close()
+
+
+class WithUnusedLayer(keras.Model):
+    def __init__(self):
+        super().__init__(name="with_unused")
+        self.used = keras.layers.Dense(3, name="used")
+        self.unused = keras.layers.Dense(2, name="unused")
+
+    def build(self, input_shape):
+        self.used.build(input_shape)
+        self.unused.build(input_shape)
+
+    def call(self, x):
+        return self.used(x)
+
+
+def test_packed_step_falls_back_when_a_variable_gets_no_gradient(ps_cluster):
+    cluster = ps_cluster(1, use_async=False)
+    client = PSClient(cluster.addrs)
+    trainer = PSTrainer(_spec(WithUnusedLayer), client)
+    for step in range(4):
+        trainer.train_minibatch(*_data(seed=step))
+    assert client.packed_layout() is not None  # the packed path was offered ...
+    assert trainer._packed_ok is False  # ... and left: the PS must not get zeros for "unused"
+    trainer.flush_pending_assign()
+    held = cluster.servers[0].params.dense
+    for name, var in zip(trainer._names, trainer._vars):
+        np.testing.assert_array_equal(var.numpy(), held[name])
+    unused = [n for n in trainer._names if "unused" in n]
+    assert unused and cluster.servers[0].params.version == 4
+    client.close()
+
+
+def test_reading_the_model_applies_parameters_a_push_brought_back(ps_cluster):
+    cluster = ps_cluster(1)
+    client = PSClient(cluster.addrs)
+    trainer = PSTrainer(_spec(_dense_model), client)
+    for step in range(3):
+        trainer.train_minibatch(*_data(seed=step))
+    assert trainer._pending is not None
+    x, _ = _data(seed=9)
+    out = trainer.forward(x).numpy()  # flushes first
+    assert trainer._pending is None
+    reference = _dense_model()
+    reference(x)
+    held = cluster.servers[0].params.dense
+    for v, name in zip(reference.trainable_variables, trainer._names):
+        v.assign(held[name])
+    np.testing.assert_allclose(out, reference(x).numpy(), rtol=1e-5, atol=1e-6)
     client.close()

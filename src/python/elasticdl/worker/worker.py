@@ -240,6 +240,11 @@ class Worker:
             loss = self.trainer.train_minibatch(features, labels)
             records += _num_examples(labels)
             batches += 1
+            if self._callbacks:
+                # Callbacks may read the weights: apply what the push brought back first.
+                flush = getattr(self.trainer, "flush_pending_assign", None)
+                if flush is not None:
+                    flush()
             for cb in self.callbacks():
                 cb.on_train_batch_end(self.trainer.model_version, {"loss": loss})
             steps = self.trainer.steps
