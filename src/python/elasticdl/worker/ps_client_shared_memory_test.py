@@ -34,6 +34,19 @@ def _grads(step: int, rng) -> dict:
     return grads
 
 
+def _train_both(fast: PSClient, slow: PSClient, steps: int, seed: int) -> None:
+    """Push the same gradients through both clients; their pulled parameters must be equal."""
+    rng = np.random.default_rng(seed)
+    for step in range(steps):
+        grads = _grads(step, rng)
+        a = fast.push_gradients(grads, learning_rate=0.01, pull_dense=True)
+        b = slow.push_gradients(grads, learning_rate=0.01, pull_dense=True)
+        assert a.accepted and b.accepted and a.versions == b.versions
+        assert a.pulled.parameters.keys() == b.pulled.parameters.keys() == PARAMS.keys()
+        for name in PARAMS:
+            np.testing.assert_array_equal(a.pulled.parameters[name], b.pulled.parameters[name])
+
+
 def _our_files():
     return glob.glob(os.path.join(shm.default_directory(), f"{shm.FILE_PREFIX}*-{os.getpid()}-*"))
 
@@ -43,15 +56,7 @@ def test_shared_memory_trains_bit_identically_to_messages(ps_cluster, num_ps):
     config = dict(opt_type="Adam", opt_args="learning_rate=0.01;")
     fast_cluster, slow_cluster = ps_cluster(num_ps, **config), ps_cluster(num_ps, **config)
     fast, slow = _client(fast_cluster, True), _client(slow_cluster, False)
-    rng = np.random.default_rng(0)
-    for step in range(5):
-        grads = _grads(step, rng)
-        a = fast.push_gradients(grads, learning_rate=0.01, pull_dense=True)
-        b = slow.push_gradients(grads, learning_rate=0.01, pull_dense=True)
-        assert a.accepted and b.accepted and a.versions == b.versions
-        assert a.pulled.parameters.keys() == b.pulled.parameters.keys() == PARAMS.keys()
-        for name in PARAMS:
-            np.testing.assert_array_equal(a.pulled.parameters[name], b.pulled.parameters[name])
+    _train_both(fast, slow, steps=5, seed=0)
     # The fast client really used shared memory with every PS that holds parameters.
     holders = sorted({fast.ps_of_param(n) for n in PARAMS})
     assert fast.shared_memory_ps() == holders and slow.shared_memory_ps() == []
@@ -144,13 +149,7 @@ def test_pushes_go_through_the_local_channel_not_grpc(ps_cluster, monkeypatch):
     cluster = ps_cluster(2, opt_type="Adam", opt_args="learning_rate=0.01;")
     twin = ps_cluster(2, opt_type="Adam", opt_args="learning_rate=0.01;")
     fast, slow = _client(cluster, True), _client(twin, False)
-    rng = np.random.default_rng(1)
-    for step in range(4):
-        grads = _grads(step, rng)
-        a = fast.push_gradients(grads, learning_rate=0.01, pull_dense=True)
-        b = slow.push_gradients(grads, learning_rate=0.01, pull_dense=True)
-        for name in PARAMS:
-            np.testing.assert_array_equal(a.pulled.parameters[name], b.pulled.parameters[name])
+    _train_both(fast, slow, steps=4, seed=1)
     holders = fast.shared_memory_ps()
     assert holders and all(fast._regions[i].channel is not None for i in holders)
     # Only the twin's message pushes (and the fast client's pushes to a PS holding no dense
