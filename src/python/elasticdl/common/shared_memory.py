@@ -147,7 +147,9 @@ class SharedRegion:
         except OSError as e:
             raise SharedMemoryError(f"cannot create {path}: {e.strerror}") from None
         try:
-            os.ftruncate(fd, size)
+            # Reserve the pages now: a tmpfs that fills up later would kill both processes
+            # with SIGBUS on first touch, where this fails cleanly (ENOSPC) and we fall back.
+            os.posix_fallocate(fd, 0, size)
             buf = mmap.mmap(fd, size)
         except OSError as e:
             os.close(fd)

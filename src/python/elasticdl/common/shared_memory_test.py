@@ -135,3 +135,15 @@ def test_slots_survive_the_wire_form():
 def test_switch():
     assert shm.enabled({})
     assert not shm.enabled({shm.ENV_SWITCH: "0"})
+
+
+def test_a_region_larger_than_the_free_shared_memory_is_refused_not_mapped():
+    import os as _os
+
+    st = _os.statvfs(shm.default_directory())
+    too_big = st.f_bavail * st.f_frsize // 4 + (1 << 20)  # float32 elements beyond what is free
+    with pytest.raises(shm.SharedMemoryError, match="cannot size or map"):
+        shm.SharedRegion.create({"huge": (np.float32, (too_big,))}, tag="test")
+    assert not glob.glob(
+        _os.path.join(shm.default_directory(), f"{shm.FILE_PREFIX}test-{_os.getpid()}-*")
+    )
