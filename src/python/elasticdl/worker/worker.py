@@ -105,6 +105,8 @@ class Worker:
         self._ahead_pool: Optional[futures.ThreadPoolExecutor] = None
         # The next task, answered by the master together with the last report.
         self._pending: Optional[pb.Task] = None
+        # A task's result being reported on the look-ahead thread while the next task trains.
+        self._report_future: Optional[futures.Future] = None
 
     # ------------------------------------------------------------------ loop
     def run(self) -> int:
@@ -125,6 +127,7 @@ class Worker:
             task, batches = ahead.result()  # an error here is the master's: propagate it
             if task.type != pb.WAIT:
                 return task, batches
+        self._wait_for_report()  # the master must know what this worker finished first
         return self.master.get_task(), None
 
     def _fetch_ahead(self) -> Tuple[pb.Task, Optional[list]]:
@@ -153,11 +156,26 @@ class Worker:
         self, task_id: int, err_message: str = "", exec_counters=None, get_next: bool = True
     ) -> None:
         """Report a task's result; with `get_next` and no look-ahead in flight, also get the
-        next task in the same call (kept in `_pending` for `_next_task`)."""
+        next task in the same call (kept in `_pending` for `_next_task`).
+
+        With a look-ahead in flight, a success is reported on the look-ahead thread while the
+        next task (already fetched) trains: that thread runs the report before the next
+        look-ahead's `get_task`, so the master still sees them in order, and at most one report
+        is outstanding (the previous one is waited for, its error raised here)."""
+        self._wait_for_report()
         if get_next and self._ahead is None:
             self._pending = self.master.report_and_get_task(task_id, err_message, exec_counters)
+        elif self._ahead is not None and not err_message:
+            self._report_future = self._ahead_pool.submit(
+                self.master.report_task_result, task_id, err_message, exec_counters
+            )
         else:
             self.master.report_task_result(task_id, err_message, exec_counters)
+
+    def _wait_for_report(self) -> None:
+        future, self._report_future = self._report_future, None
+        if future is not None:
+            future.result()  # a report that failed is the master's error: propagate it
 
     def _run(self) -> int:
         failures = 0
@@ -171,6 +189,7 @@ class Worker:
                     time.sleep(self.config.wait_sleep_s)
                 continue
             if task.task_id == 0 or task.type == pb.NONE:
+                self._wait_for_report()
                 logger.info("Worker %d: no more tasks, exiting", self.config.worker_id)
                 leave = getattr(self.trainer, "leave", None)  # AllReduce: leave the group
                 if leave is not None:

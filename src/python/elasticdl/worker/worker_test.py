@@ -3,6 +3,7 @@ import textwrap
 
 import numpy as np
 from elasticdl.data.example_codec import encode_example
+from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.main import main
 from elasticdl.worker.testing import run_local_job, write_recordio
 
@@ -102,3 +103,66 @@ def test_main_rejects_bad_flags_with_exit_2(tmp_path, capsys):
     )
     assert code == 2
     assert "--ps_addrs" in capsys.readouterr().err
+
+
+def test_reports_run_on_the_look_ahead_thread_in_order_and_count_once(tmp_path, monkeypatch):
+    """With a look-ahead in flight a task's result is reported on the look-ahead thread while
+    the next task trains; the master must still see every report before the next `get_task`
+    of that thread, count every task once, and the loop must never stall on a WAIT."""
+    import threading
+
+    from elasticdl.worker import testing
+    from elasticdl.worker.master_client import MasterClient
+    from elasticdl.worker.worker import Worker
+
+    calls = []
+
+    class Recording(MasterClient):
+        def get_task(self, *a, **k):
+            task = super().get_task(*a, **k)
+            calls.append(("get", threading.current_thread().name, task.task_id, task.type))
+            return task
+
+        def report_task_result(self, task_id, *a, **k):
+            calls.append(("report", threading.current_thread().name, task_id, None))
+            return super().report_task_result(task_id, *a, **k)
+
+        def report_and_get_task(self, task_id, *a, **k):
+            calls.append(("report", threading.current_thread().name, task_id, None))
+            task = super().report_and_get_task(task_id, *a, **k)
+            calls.append(("get", threading.current_thread().name, task.task_id, task.type))
+            return task
+
+    waits = []
+    original_next = Worker._next_task
+
+    def next_task(self):
+        task, batches = original_next(self)
+        if task.type == pb.WAIT:
+            waits.append(task)
+        return task, batches
+
+    monkeypatch.setattr(testing, "MasterClient", Recording)
+    monkeypatch.setattr(Worker, "_next_task", next_task)
+    zoo = tmp_path / "zoo"
+    (zoo / "lin").mkdir(parents=True)
+    (zoo / "lin" / "__init__.py").write_text("")
+    (zoo / "lin" / "model.py").write_text(
+        textwrap.dedent(_MODEL).replace("MaxStepsStopping(5)", "MaxStepsStopping(10**6)")
+    )
+    train = _data(str(tmp_path / "train.rio"), 96)
+    result = testing.run_local_job(
+        str(zoo), "lin.model.custom_model", training_data=train, minibatch_size=8, num_ps=1
+    )
+    assert result.exit_code == 0
+    summary = result.task_summary
+    assert summary.finished and summary.records_trained == 96 and summary.tasks_done == 6
+    reports = [c for c in calls if c[0] == "report"]
+    assert sorted(c[2] for c in reports) == sorted({c[2] for c in reports})  # each task once
+    assert any(c[1].startswith("task-ahead") for c in reports)  # the asynchronous path ran
+    # Every task handed out was reported before the worker was told there is no more work.
+    handed = {c[2] for c in calls if c[0] == "get" and c[3] == pb.TRAINING}
+    last_get = max(i for i, c in enumerate(calls) if c[0] == "get")
+    assert calls[last_get][3] == pb.NONE
+    assert handed == {c[2] for c in calls[:last_get] if c[0] == "report"}
+    assert waits == []  # the loop never slept on a WAIT
