@@ -122,3 +122,19 @@ def test_tasks_larger_than_a_chunk_and_filtered_out_tasks(tmp_path):
     empty = TaskDataService(spec, minibatch_size=8)
     assert list(empty.dataset(pb.Shard(name=a, start=0, end=10), Mode.TRAINING)) == []
     assert tf.executing_eagerly()
+
+
+def test_training_pipelines_get_their_own_thread_pool(tmp_path):
+    a = _write(tmp_path / "a.rio", range(40))
+    service = TaskDataService(_spec(), minibatch_size=8, training_threads=1)
+    assert _labels(service, pb.Shard(name=a, start=0, end=40), Mode.TRAINING) == [
+        10 * i for i in range(40)
+    ]
+    assert _labels(service, pb.Shard(name=a, start=0, end=8), Mode.EVALUATION) == [
+        10 * i for i in range(8)
+    ]
+    training = next(p for k, p in service._pipelines.items() if k[0] == Mode.TRAINING)
+    evaluation = next(p for k, p in service._pipelines.items() if k[0] == Mode.EVALUATION)
+    assert training.options().threading.private_threadpool_size == 1
+    assert evaluation.options().threading.private_threadpool_size is None
+    assert TaskDataService(_spec(), minibatch_size=8).training_threads >= 1
