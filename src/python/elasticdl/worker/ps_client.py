@@ -37,8 +37,10 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 # A PS that refused a shared-memory region (another host, no model yet) is asked again after
-# this many pushes: cheap (one small call), and it picks up a PS that came back with a model.
+# this many pushes, doubling with each refusal (to ~100k pushes): a PS that came back with a
+# model is picked up soon, while one on another host costs a region's allocation rarely.
 ATTACH_RETRY_PUSHES = 100
+ATTACH_MAX_DOUBLINGS = 10
 
 
 class PSUnavailableError(RuntimeError):
@@ -161,6 +163,7 @@ class PSClient:
         self._dense_layout: Optional[Dict[str, Tuple[np.dtype, Tuple[int, ...]]]] = None
         self._regions: List[Optional[SharedDenseRegion]] = [None] * self.num_ps
         self._attach_countdown: List[int] = [0] * self.num_ps  # pushes until the next attempt
+        self._attach_refusals: List[int] = [0] * self.num_ps
 
     def close(self) -> None:
         for ps_id, link in enumerate(self._regions):
@@ -213,7 +216,8 @@ class PSClient:
         if self._attach_countdown[ps_id] > 0:
             self._attach_countdown[ps_id] -= 1
             return
-        self._attach_countdown[ps_id] = ATTACH_RETRY_PUSHES
+        refusals = self._attach_refusals[ps_id]
+        self._attach_countdown[ps_id] = ATTACH_RETRY_PUSHES << min(refusals, ATTACH_MAX_DOUBLINGS)
         tensors = {
             n: spec for n, spec in self._dense_layout.items() if self.ps_of_param(n) == ps_id
         }
@@ -250,6 +254,7 @@ class PSClient:
                 except (OSError, grpc.RpcError) as e:
                     logger.info("PS %d: no local push channel (%s): pushes use gRPC", ps_id, e)
             self._regions[ps_id] = SharedDenseRegion(region, resp.region_id, channel)
+            self._attach_refusals[ps_id] = 0
             logger.info(
                 "PS %d (%s): dense gradients and parameters go through shared memory%s",
                 ps_id,
@@ -258,12 +263,15 @@ class PSClient:
             )
         else:
             region.close()
-            logger.info(
+            self._attach_refusals[ps_id] += 1
+            logger.log(
+                logging.INFO if refusals == 0 else logging.DEBUG,
                 "PS %d (%s) cannot share memory with this worker (%s): dense tensors travel "
-                "in messages",
+                "in messages (asking again in %d pushes)",
                 ps_id,
                 self.addrs[ps_id],
                 resp.reason,
+                self._attach_countdown[ps_id],
             )
 
     # ------------------------------------------------------------------ fan-out with retries

@@ -207,3 +207,26 @@ def test_the_channel_admits_only_the_holder_of_the_region(ps_cluster):
     )
     assert client.push_gradients({n: np.ones_like(v) for n, v in PARAMS.items()}).accepted
     client.close()
+
+
+def test_a_refusing_ps_is_asked_again_less_and_less_often(ps_cluster, monkeypatch):
+    from elasticdl.worker import ps_client
+
+    cluster = ps_cluster(1)
+    client = _client(cluster, True)
+    client.set_dense_layout({**PARAMS, "dense/bias": np.ones(11, np.float32)})  # never fits
+    attempts = []
+    original = client._stubs[0].attach_shared_memory
+
+    def counting(req, **kw):
+        attempts.append(len(attempts))
+        return original(req, **kw)
+
+    monkeypatch.setattr(client._stubs[0], "attach_shared_memory", counting)
+    grads = {n: np.ones_like(v) for n, v in PARAMS.items()}
+    pushes = 1 + ps_client.ATTACH_RETRY_PUSHES + 2 * ps_client.ATTACH_RETRY_PUSHES + 5
+    for _ in range(pushes):
+        assert client.push_gradients(grads, learning_rate=0.001).accepted
+    # Asked at push 1, after 100 more, after 200 more; not yet after 400 more.
+    assert len(attempts) == 3 and client.shared_memory_ps() == []
+    client.close()
