@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from elasticdl.ps.checkpoint import is_valid_version_dir
 
 from .conftest import kill, replica
 
@@ -48,11 +49,12 @@ def recovery_job(cli, small_data, tmp_path_factory):
 
     # 2. The PS dies once it has a checkpoint to come back from.
     deadline = time.monotonic() + 300
-    while not (ckpt_root / "version-100").is_dir():
+    # Shard files are renamed into place when complete: kill as soon as version-100 is whole
+    # (training is fast; waiting longer risks killing the PS after the last push).
+    while not is_valid_version_dir(str(ckpt_root / "version-100")):
         assert time.monotonic() < deadline, f"no checkpoint version-100 in {ckpt_root}"
         assert cli.status(JOB)["phase"] == "Running", cli.master_log(JOB)[-3000:]
-        time.sleep(0.2)
-    time.sleep(1.0)  # the checkpoint is written asynchronously; let it complete
+        time.sleep(0.05)
     ps_pid = replica(cli.status(JOB), "ps-0")["pid"]
     kill(ps_pid)
     killed_at_records = cli.status(JOB)["records_trained"]
