@@ -190,10 +190,16 @@ def _wait(pred, timeout=20):
 
 def test_local_processes_sigkill_relaunch_and_budget(tmp_path):
     # worker 0 sleeps (the test SIGKILLs it: preemption -> relaunched as worker 2, which exits
-    # 0); worker 1 exits 3 -> relaunched once as worker 3, which exits 3 -> budget used.
+    # 0); worker 1 exits 3 once worker 2 exists -> relaunched once as worker 3, which exits 3 ->
+    # budget used. (Worker 1 waits for a flag file: new ids follow the order the deaths are
+    # seen, and an immediate exit sometimes beat the kill of worker 0.)
+    flag = tmp_path / "worker-2-launched"
     programs = {
         0: "import time; time.sleep(60)",
-        1: "import sys; sys.exit(3)",
+        1: (
+            f"import os, sys, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.01)\n"
+            "sys.exit(3)"
+        ),
         2: "pass",
         3: "import sys; print('still failing'); sys.exit(3)",
     }
@@ -211,6 +217,8 @@ def test_local_processes_sigkill_relaunch_and_budget(tmp_path):
         _wait(lambda: platform.pid(W, 0) is not None)
         task = tm.get(0)
         os.kill(platform.pid(W, 0), signal.SIGKILL)
+        _wait(lambda: 2 in {s.replica_id for s in rm.replicas() if s.replica_type == W})
+        flag.touch()  # now worker 1 fails
         _wait(lambda: {2, 3} <= {s.replica_id for s in rm.replicas() if s.replica_type == W})
         _wait(lambda: rm.all_workers_exited())
         states = {(s.replica_type, s.replica_id): s for s in rm.replicas()}
