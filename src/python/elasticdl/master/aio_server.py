@@ -23,9 +23,7 @@ import grpc
 logger = logging.getLogger(__name__)
 
 # Handlers cheap enough to run on the event loop itself.
-INLINE_METHODS = frozenset(
-    {"get_task", "report_task_result", "report_task_result_and_get_task"}
-)
+INLINE_METHODS = frozenset({"get_task", "report_task_result", "report_task_result_and_get_task"})
 
 
 class _Abort(Exception):
