@@ -276,7 +276,12 @@ class PackedBlocks:
     parameters: np.ndarray
 
     def unpack(self, block: np.ndarray) -> Dict[str, np.ndarray]:
-        return {n: block[o : o + k].reshape(shape) for n, o, k, shape in self.entries}
+        return unpack_block(self.entries, block)
+
+
+def unpack_block(entries, block: np.ndarray) -> Dict[str, np.ndarray]:
+    """Views of one tensor each in a flat `block`, by (name, offset, size, shape) entries."""
+    return {n: block[o : o + k].reshape(shape) for n, o, k, shape in entries}
 
 
 def _packed_blocks(region: SharedRegion) -> Optional[PackedBlocks]:

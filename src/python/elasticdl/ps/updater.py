@@ -157,9 +157,9 @@ class ParameterServer:
             p = self.params
             if not p.initialized:
                 raise SharedMemoryError("the PS holds no model yet: attach after pushing it")
-            names = {s.name for s in slots}
-            if names != set(p.dense):
-                extra, absent = sorted(names - set(p.dense)), sorted(set(p.dense) - names)
+            names, held = {s.name for s in slots}, set(p.dense)
+            if names != held:
+                extra, absent = sorted(names - held), sorted(held - names)
                 raise SharedMemoryError(
                     f"slots do not match the PS's dense parameters (unknown: {extra[:3]}, "
                     f"absent: {absent[:3]})"

@@ -80,7 +80,7 @@ class PackedLayout:
     def unpack(self, ps_id: int, block: np.ndarray) -> Dict[str, np.ndarray]:
         for pid, entries in self.entries:
             if pid == ps_id:
-                return {n: block[o : o + k].reshape(shape) for n, o, k, shape in entries}
+                return shm.unpack_block(entries, block)
         raise KeyError(ps_id)
 
 
@@ -115,6 +115,16 @@ class PushResult:
     # did not answer it (one that predates the field), so the caller pulls separately. Its
     # arrays may be views of shared memory: valid until the next push, copy to keep them.
     pulled: Optional[PullResult] = None
+
+
+def _reissue_or_raise(
+    requests: List[Tuple[int, object]], i: int, err: grpc.RpcError, reissue
+) -> None:
+    """Replace call `i` by what `reissue(ps_id, req, err)` returns; re-raise `err` without one."""
+    again = reissue(*requests[i], err) if reissue else None
+    if again is None:
+        raise err
+    requests[i] = (requests[i][0], again)
 
 
 def deduplicate_indexed_rows(values: np.ndarray, ids: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -304,10 +314,7 @@ class PSClient:
                     break
                 except grpc.RpcError as err:
                     if not is_retryable(err):
-                        again = reissue(*requests[i], err) if reissue else None
-                        if again is None:
-                            raise
-                        requests[i] = (requests[i][0], again)
+                        _reissue_or_raise(requests, i, err, reissue)
                         continue
                     ps = [requests[i][0]]
                     if not backoff.sleep_or_give_up():
@@ -333,10 +340,7 @@ class PSClient:
                     results[i] = fut.result()
                 except grpc.RpcError as err:
                     if not is_retryable(err):
-                        again = reissue(*requests[i], err) if reissue else None
-                        if again is None:
-                            raise
-                        requests[i] = (requests[i][0], again)
+                        _reissue_or_raise(requests, i, err, reissue)
                         reissued.append(i)
                         continue
                     failed.append(i)

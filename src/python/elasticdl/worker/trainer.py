@@ -364,8 +364,8 @@ class PSTrainer:
         if not self._packed_ok or not self.config.use_tf_function:
             return None
         layout = self.ps.packed_layout()
-        if layout is None:
-            return None
+        if layout is None or layout == self._packed_fn_layout:
+            return layout  # the layout the step was traced for was checked then
         names = {n for _, entries in layout.entries for n, *_ in entries}
         return layout if names == set(self._names) else None
 
