@@ -263,10 +263,18 @@ void accumulate_chunk(float* __restrict out, const float* const* grads, int num_
   }
 }
 
+// Elementwise dense kernels (optimizer updates, gradient accumulation) go parallel only above
+// this many touched floats (Adam: 1M parameters, ~0.3 ms on one thread). Below it a second
+// thread saves at most tens of microseconds, and costs more than that where it matters: after
+// every parallel region libgomp's idle team thread spins waiting for the next one, so a PS
+// applying a small model (the README CNN: 225k parameters, 8 tensors, one push every ~10 ms)
+// kept a core ~25% busy spinning, on a 2-CPU host where the worker's step wanted that core.
+constexpr int64_t kElementwiseParallelMin = int64_t{1} << 22;
+
 // Splits [0, n) into one contiguous chunk per thread (aligned to 16 floats).
 template <typename F>
 void parallel_chunks(int64_t n, int64_t work, F&& f) {
-  if (work <= kParallelMin || omp_get_max_threads() == 1) {
+  if (work <= kElementwiseParallelMin || omp_get_max_threads() == 1) {
     f(int64_t{0}, n);
     return;
   }

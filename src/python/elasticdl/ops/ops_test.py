@@ -85,11 +85,12 @@ def test_sparse_aggregate(n):
     _same(g, rg, exact=True)  # duplicates summed in their original order
 
 
+@pytest.mark.parametrize("shape", [(33, 7), (1031, 1031)])
 @pytest.mark.parametrize("scale", [1.0, 0.25])
-def test_dense_accumulate(scale):
+def test_dense_accumulate(scale, shape):
     rng = _rng(4)
-    out = rng.standard_normal((33, 7)).astype(np.float32)
-    gs = [rng.standard_normal((33, 7)).astype(np.float32) for _ in range(3)]
+    out = rng.standard_normal(shape).astype(np.float32)
+    gs = [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
     expect = R.dense_accumulate(out.copy(), gs, scale)
     assert ops.dense_accumulate(out, gs, scale) is out
     _same(out, expect)
@@ -105,9 +106,12 @@ def _dense_case(seed, n=1003):
     return p, g, slots
 
 
+# 1,200,017 floats: above the size where the native dense kernels split the array across
+# threads (chunks aligned to 16 floats, an odd tail), so both paths are compared.
+@pytest.mark.parametrize("n", [1003, 1_200_017])
 @pytest.mark.parametrize("op", ["sgd", "momentum", "nesterov", "adam", "amsgrad", "adagrad"])
-def test_dense_optimizers_match_reference(op):
-    p, g, s = _dense_case(5)
+def test_dense_optimizers_match_reference(op, n):
+    p, g, s = _dense_case(5, n)
     p2, s2 = p.copy(), [x.copy() for x in s]
     for mod, P, S in ((ops, p, s), (R, p2, s2)):
         if op == "sgd":
