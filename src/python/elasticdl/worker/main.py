@@ -9,6 +9,7 @@ import argparse
 import logging
 import sys
 
+from elasticdl.common.cpu_budget import apply_training_split
 from elasticdl.common.malloc_tuning import tune_malloc
 from elasticdl.common.model_utils import ModelSpecError, get_dict_from_params_str, load_model_spec
 
@@ -102,6 +103,9 @@ def main(argv=None) -> int:
     )
     try:
         _validate(args)
+        if args.job_type in ("training_only", "training_with_evaluation"):
+            # Before TensorFlow starts its runtime (see elasticdl.common.cpu_budget).
+            apply_training_split()
         spec = load_model_spec(
             args.model_zoo,
             args.model_def,
