@@ -18,10 +18,13 @@ sits between two tasks' steps. The worker then owns two tasks at once, which the
 handles (a dead worker's tasks are all re-queued); a WAIT answered ahead is dropped and asked
 again after the report, so no work is skipped and task order is unchanged.
 
-Round trips: when no look-ahead is in flight, the result of a task is reported with
-`report_and_get_task`, whose answer is the next task (one RPC per task instead of two). With a
-look-ahead in flight the next task is already on its way, so the result goes alone; the worker
-thus never holds more than the two tasks described above.
+Round trips: one RPC per task, `report_and_get_task`, whose answer is the next task. Without a
+look-ahead the worker reports and gets its next task at once. With one, the next task is already
+fetched when a task ends, so its result waits (microseconds: until the next task starts) and
+travels with the following look-ahead's request, on that thread, while the next task trains.
+The master sees each result before it hands out the task after next, and the worker never
+holds more than the two tasks described above. A result that no look-ahead picks up right away
+(the next task is not a small training task, or the loop ends) is sent alone at once.
 """
 from __future__ import annotations
 
@@ -107,12 +110,19 @@ class Worker:
         self._pending: Optional[pb.Task] = None
         # A task's result being reported on the look-ahead thread while the next task trains.
         self._report_future: Optional[futures.Future] = None
+        # A successful task's (task_id, counters) waiting to ride with the next look-ahead.
+        self._deferred_report: Optional[tuple] = None
 
     # ------------------------------------------------------------------ loop
     def run(self) -> int:
         try:
             return self._run()
         finally:
+            if self._deferred_report is not None:
+                try:  # a finished task the master should not run again
+                    self._wait_for_report()
+                except Exception as err:  # noqa: BLE001 - already failing: keep the first error
+                    logger.warning("could not report the last finished task: %s", err)
             if self._ahead_pool is not None:
                 self._ahead_pool.shutdown(wait=True)
                 self._ahead_pool = None
@@ -130,8 +140,12 @@ class Worker:
         self._wait_for_report()  # the master must know what this worker finished first
         return self.master.get_task(), None
 
-    def _fetch_ahead(self) -> Tuple[pb.Task, Optional[list]]:
-        task = self.master.get_task()
+    def _fetch_ahead(self, report: Optional[tuple] = None) -> Tuple[pb.Task, Optional[list]]:
+        if report is not None:  # the previous task's result, in the same round trip
+            task_id, counters = report
+            task = self.master.report_and_get_task(task_id, "", counters)
+        else:
+            task = self.master.get_task()
         if task.type == pb.TRAINING and task.task_id != 0 and self._fits_one_call(task):
             try:
                 return task, list(self.data.dataset(task.shard, Mode.TRAINING))
@@ -147,10 +161,37 @@ class Worker:
 
     def _start_fetch_ahead(self) -> None:
         if not self.config.prefetch_next_task or self._ahead is not None:
+            self._send_deferred_report()
             return
+        # The pool's one thread runs its jobs in order: a result sent alone before reaches the
+        # master before this request (its error is raised by the next _wait_for_report).
+        report, self._deferred_report = self._deferred_report, None
+        self._ahead = self._pool().submit(self._fetch_ahead, report)
+
+    def _pool(self) -> futures.ThreadPoolExecutor:
         if self._ahead_pool is None:
             self._ahead_pool = futures.ThreadPoolExecutor(1, thread_name_prefix="task-ahead")
-        self._ahead = self._ahead_pool.submit(self._fetch_ahead)
+        return self._ahead_pool
+
+    def _will_fetch_ahead(self, task: pb.Task, batches: Optional[list]) -> bool:
+        """Whether `run_task(task, batches)` starts a look-ahead before its first step."""
+        return (
+            self.config.prefetch_next_task
+            and task.type == pb.TRAINING
+            and batches is not None
+            and not self._stopped_training
+        )
+
+    def _send_deferred_report(self) -> None:
+        """A result waiting for a look-ahead that will not come: send it alone, now (on the
+        look-ahead thread, so it still reaches the master before that thread's next request)."""
+        deferred, self._deferred_report = self._deferred_report, None
+        if deferred is not None:
+            self._wait_for_report()
+            task_id, counters = deferred
+            self._report_future = self._pool().submit(
+                self.master.report_task_result, task_id, "", counters
+            )
 
     def _report(
         self, task_id: int, err_message: str = "", exec_counters=None, get_next: bool = True
@@ -158,21 +199,20 @@ class Worker:
         """Report a task's result; with `get_next` and no look-ahead in flight, also get the
         next task in the same call (kept in `_pending` for `_next_task`).
 
-        With a look-ahead in flight, a success is reported on the look-ahead thread while the
-        next task (already fetched) trains: that thread runs the report before the next
-        look-ahead's `get_task`, so the master still sees them in order, and at most one report
-        is outstanding (the previous one is waited for, its error raised here)."""
+        With a look-ahead in flight, a success waits for the next look-ahead, which sends it
+        with its request for a task (`report_and_get_task`) while the next task (already
+        fetched) trains; see the module docstring. At most one result is outstanding (an
+        earlier one is sent and waited for first, its error raised here)."""
         self._wait_for_report()
         if get_next and self._ahead is None:
             self._pending = self.master.report_and_get_task(task_id, err_message, exec_counters)
         elif self._ahead is not None and not err_message:
-            self._report_future = self._ahead_pool.submit(
-                self.master.report_task_result, task_id, err_message, exec_counters
-            )
+            self._deferred_report = (task_id, exec_counters)
         else:
             self.master.report_task_result(task_id, err_message, exec_counters)
 
     def _wait_for_report(self) -> None:
+        self._send_deferred_report()
         future, self._report_future = self._report_future, None
         if future is not None:
             future.result()  # a report that failed is the master's error: propagate it
@@ -195,6 +235,8 @@ class Worker:
                 if leave is not None:
                     leave()
                 return 0
+            if not self._will_fetch_ahead(task, batches):
+                self._send_deferred_report()
             try:
                 counters = self.run_task(task, batches)
             except Exception as err:  # report, let the master re-queue, go on

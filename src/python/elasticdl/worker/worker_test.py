@@ -107,8 +107,9 @@ def test_main_rejects_bad_flags_with_exit_2(tmp_path, capsys):
 
 def test_reports_run_on_the_look_ahead_thread_in_order_and_count_once(tmp_path, monkeypatch):
     """With a look-ahead in flight a task's result is reported on the look-ahead thread while
-    the next task trains; the master must still see every report before the next `get_task`
-    of that thread, count every task once, and the loop must never stall on a WAIT."""
+    the next task trains, in the same call that asks for the task after it; the master must
+    still see every report before the next task is handed out, count every task once, and the
+    loop must never stall on a WAIT."""
     import threading
 
     from elasticdl.worker import testing
@@ -116,18 +117,22 @@ def test_reports_run_on_the_look_ahead_thread_in_order_and_count_once(tmp_path, 
     from elasticdl.worker.worker import Worker
 
     calls = []
+    rpcs = []
 
     class Recording(MasterClient):
         def get_task(self, *a, **k):
+            rpcs.append("get_task")
             task = super().get_task(*a, **k)
             calls.append(("get", threading.current_thread().name, task.task_id, task.type))
             return task
 
         def report_task_result(self, task_id, *a, **k):
+            rpcs.append("report_task_result")
             calls.append(("report", threading.current_thread().name, task_id, None))
             return super().report_task_result(task_id, *a, **k)
 
         def report_and_get_task(self, task_id, *a, **k):
+            rpcs.append("report_and_get_task")
             calls.append(("report", threading.current_thread().name, task_id, None))
             task = super().report_and_get_task(task_id, *a, **k)
             calls.append(("get", threading.current_thread().name, task.task_id, task.type))
@@ -166,3 +171,77 @@ def test_reports_run_on_the_look_ahead_thread_in_order_and_count_once(tmp_path, 
     assert calls[last_get][3] == pb.NONE
     assert handed == {c[2] for c in calls[:last_get] if c[0] == "report"}
     assert waits == []  # the loop never slept on a WAIT
+    # One round trip per task: results ride with the look-ahead's request (the first task,
+    # the first look-ahead, the last result and the final NONE are the only extra calls).
+    assert rpcs.count("report_and_get_task") >= summary.tasks_done - 2
+    assert len(rpcs) <= summary.tasks_done + 3, rpcs
+
+
+def test_a_result_no_look_ahead_picks_up_is_sent_before_the_next_task_runs():
+    """A training result waits for the next look-ahead to carry it; when the next task starts
+    none (here an evaluation task), the result must go out at once, not after that task."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    import tensorflow as tf
+    from elasticdl.worker.worker import JobType, Worker, WorkerConfig
+
+    reported = []
+    arrived = threading.Event()
+
+    def task(task_id, kind):
+        return pb.Task(task_id=task_id, type=kind, shard=pb.Shard(name="f", start=0, end=4))
+
+    class Master:
+        def __init__(self):
+            self.script = [task(1, pb.TRAINING), task(2, pb.EVALUATION), pb.Task(type=pb.NONE)]
+
+        def get_task(self, task_type=pb.NONE):
+            return self.script.pop(0)
+
+        def report_task_result(self, task_id, err_message="", exec_counters=None):
+            reported.append(task_id)
+            if task_id == 1:
+                arrived.set()
+
+        def report_and_get_task(self, task_id, err_message="", exec_counters=None):
+            self.report_task_result(task_id, err_message, exec_counters)
+            return self.get_task()
+
+    class Data:
+        chunk_records = 8
+
+        def dataset(self, shard, mode):
+            return iter([(tf.zeros([4, 2]), tf.zeros([4]))])
+
+    class Trainer:
+        model_version = steps = 0
+        model = None
+
+        def ensure_model(self, features):
+            pass
+
+        def train_minibatch(self, features, labels):
+            time.sleep(0.05)  # the look-ahead fetches the evaluation task meanwhile
+            return 0.0
+
+    evaluated = []
+
+    def evaluate_task(self, t):
+        # The first task's result reaches the master while this task runs, not after it.
+        evaluated.append(arrived.wait(10))
+        return {"records": 4}
+
+    spec = SimpleNamespace(callbacks=None)
+    worker = Worker(
+        WorkerConfig(worker_id=0, job_type=JobType.TRAINING_WITH_EVALUATION, minibatch_size=4),
+        spec,
+        Master(),
+        Trainer(),
+        Data(),
+    )
+    worker.evaluate_task = evaluate_task.__get__(worker)
+    assert worker.run() == 0
+    assert evaluated == [True]
+    assert reported == [1, 2]
