@@ -87,15 +87,16 @@ class TaskDataService:
           (``get_single_element``) and sliced into minibatches here, which is exactly what
           ``batch(minibatch_size)`` of the same stream would give.
         """
-        key = self._pipeline_key(shard.name, mode)
-        pipeline = self._pipelines.get(key)
-        if pipeline is None:
-            pipeline = self._pipelines[key] = self._build_pipeline(shard.name, mode, key)
-        self._current[key] = shard
         num_records = len(shard.indices) if shard.indices else shard.end - shard.start
         if num_records <= 0:
             return iter(())
-        if num_records > self.chunk_records:
+        stream = num_records > self.chunk_records
+        key = self._pipeline_key(shard.name, mode) + (stream,)
+        pipeline = self._pipelines.get(key)
+        if pipeline is None:
+            pipeline = self._pipelines[key] = self._build_pipeline(shard.name, mode, key, stream)
+        self._current[key] = shard
+        if stream:
             return self._minibatches_of_chunks(iter(pipeline))
         try:
             chunk = pipeline.get_single_element()
@@ -130,7 +131,13 @@ class TaskDataService:
     def _out_type(reader):
         return getattr(reader, "records_output_types", tf.string) or tf.string
 
-    def _build_pipeline(self, shard_name: str, mode: Mode, key: tuple) -> tf.data.Dataset:
+    def _build_pipeline(
+        self, shard_name: str, mode: Mode, key: tuple, stream: bool
+    ) -> tf.data.Dataset:
+        """`stream`: iterated chunk by chunk (a task of several chunks), so the next chunk is
+        computed ahead while the worker trains on one; otherwise computed in one call, where a
+        prefetch would only add a hand-off to its own thread (~0.7 ms of the ~7 ms of CPU per
+        128-record task measured for the README model)."""
         reader = self.reader_for(shard_name)
         out_type = self._out_type(reader)
 
@@ -142,7 +149,9 @@ class TaskDataService:
         ).unbatch()
         if self.spec.feed is not None:
             ds = self.spec.feed(ds, mode, getattr(reader, "metadata", None))
-        ds = ds.batch(self.chunk_records).prefetch(1)
+        ds = ds.batch(self.chunk_records)
+        if stream:
+            ds = ds.prefetch(1)
         if mode == Mode.TRAINING:
             options = tf.data.Options()
             options.threading.private_threadpool_size = self.training_threads
