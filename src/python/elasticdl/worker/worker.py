@@ -31,6 +31,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import threading
 import time
 import traceback
 from concurrent import futures
@@ -69,6 +70,9 @@ class WorkerConfig:
     wait_sleep_s: float = 1.5
     max_consecutive_failures: int = 5
     prefetch_next_task: bool = True  # fetch the next task and its data during training
+    # How much lower the look-ahead thread's CPU priority is than the rest of the process
+    # (added to its nice value; 0 keeps it equal). See _lower_this_threads_priority.
+    look_ahead_nice: int = 10
 
 
 class WorkerFailedError(RuntimeError):
@@ -84,6 +88,27 @@ def _to_numpy_outputs(outputs) -> Dict[str, np.ndarray]:
     if isinstance(outputs, dict):
         return {k: np.asarray(v) for k, v in outputs.items()}
     return {"output": np.asarray(outputs)}
+
+
+def _lower_this_threads_priority(delta: int) -> None:
+    """Raise the calling thread's nice value by `delta` (Linux: nice is per thread, and the
+    threads it creates inherit it, so the tf.data pool that computes the look-ahead's
+    minibatches runs at the same priority).
+
+    Why: the look-ahead only has to finish before the current task does, while everything
+    waits for the training step and the PS's answer. At equal priority the scheduler shares
+    the cores evenly between them; a few ms of parsing then delay every step it overlaps.
+    Measured on 2 CPUs (README model, 1 PS + 1 worker, two series of 4 A/B pairs): nice +10
+    trained 5,448 vs 5,259 and 5,510 vs 5,233 samples/s (median), +5 in between. A thread
+    that is the only one runnable still gets the whole CPU, whatever its nice value."""
+    if delta <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, current + delta))
+    except OSError as err:  # e.g. a sandbox without setpriority: keep the equal priority
+        logger.debug("cannot lower the look-ahead thread's priority: %s", err)
 
 
 class Worker:
@@ -170,7 +195,12 @@ class Worker:
 
     def _pool(self) -> futures.ThreadPoolExecutor:
         if self._ahead_pool is None:
-            self._ahead_pool = futures.ThreadPoolExecutor(1, thread_name_prefix="task-ahead")
+            self._ahead_pool = futures.ThreadPoolExecutor(
+                1,
+                thread_name_prefix="task-ahead",
+                initializer=_lower_this_threads_priority,
+                initargs=(self.config.look_ahead_nice,),
+            )
         return self._ahead_pool
 
     def _will_fetch_ahead(self, task: pb.Task, batches: Optional[list]) -> bool:

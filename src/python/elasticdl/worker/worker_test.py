@@ -1,4 +1,5 @@
 """Worker loop against the real master servicer and PS (in-process, real gRPC)."""
+import os
 import textwrap
 
 import numpy as np
@@ -118,9 +119,15 @@ def test_reports_run_on_the_look_ahead_thread_in_order_and_count_once(tmp_path, 
 
     calls = []
     rpcs = []
+    nice = {}  # thread name -> its nice value when it called the master
+
+    def note_nice():
+        name = threading.current_thread().name
+        nice[name] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     class Recording(MasterClient):
         def get_task(self, *a, **k):
+            note_nice()
             rpcs.append("get_task")
             task = super().get_task(*a, **k)
             calls.append(("get", threading.current_thread().name, task.task_id, task.type))
@@ -132,6 +139,7 @@ def test_reports_run_on_the_look_ahead_thread_in_order_and_count_once(tmp_path, 
             return super().report_task_result(task_id, *a, **k)
 
         def report_and_get_task(self, task_id, *a, **k):
+            note_nice()
             rpcs.append("report_and_get_task")
             calls.append(("report", threading.current_thread().name, task_id, None))
             task = super().report_and_get_task(task_id, *a, **k)
@@ -175,6 +183,11 @@ def test_reports_run_on_the_look_ahead_thread_in_order_and_count_once(tmp_path, 
     # the first look-ahead, the last result and the final NONE are the only extra calls).
     assert rpcs.count("report_and_get_task") >= summary.tasks_done - 2
     assert len(rpcs) <= summary.tasks_done + 3, rpcs
+    # The look-ahead runs at a lower CPU priority than the thread that trains.
+    main_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    ahead = {v for k, v in nice.items() if k.startswith("task-ahead")}
+    assert ahead == {min(19, main_nice + 10)}
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_nice
 
 
 def test_a_result_no_look_ahead_picks_up_is_sent_before_the_next_task_runs():
