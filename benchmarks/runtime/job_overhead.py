@@ -327,21 +327,28 @@ def main(argv=None) -> int:
         for t in transports:
             ratio = common.median(job[t]) / common.median(base)
             paired = [j / b for j, b in zip(job[t], base)]
+            # The Keras loop is bimodal on small shared VMs (tf.data's autotuner leaves some
+            # runs ~40% slower with idle CPUs): against its fastest run is the strict figure.
+            vs_fastest = common.median(job[t]) / max(base)
             print(
                 f"{t}: ratio job/baseline samples/s {ratio:.2f} (medians), "
                 f"{common.median(paired):.2f} (median of paired runs: "
-                f"{', '.join(f'{x:.2f}' for x in paired)}) (target >= 0.8)"
+                f"{', '.join(f'{x:.2f}' for x in paired)}), {vs_fastest:.2f} (job median vs "
+                f"the fastest baseline run) (target >= 0.8)"
             )
             summary[t] = {
                 "job_samples_per_s": round(common.median(job[t]), 1),
                 "ratio": round(ratio, 3),
                 "paired_ratio_median": round(common.median(paired), 3),
+                "ratio_vs_fastest_baseline": round(vs_fastest, 3),
             }
         headline = summary[transports[0]]
         summary.update(
             job_samples_per_s=headline["job_samples_per_s"],
             ratio=headline["ratio"],
             paired_ratio_median=headline["paired_ratio_median"],
+            ratio_vs_fastest_baseline=headline["ratio_vs_fastest_baseline"],
+            baseline_fastest_samples_per_s=round(max(base), 1),
             target=0.8,
             repeats=args.repeats,
             cpus=os.cpu_count(),
