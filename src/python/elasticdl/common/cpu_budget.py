@@ -3,7 +3,9 @@
 `available_cpus()` is the smaller of the CPUs the process may run on (its affinity mask) and
 its cgroup CPU quota, rounded up: a Kubernetes pod limited to 2 CPUs on a 64-core node has an
 affinity of 64 CPUs but can only use 2, and sizing thread pools for 64 there makes them fight
-over the quota (and get throttled) instead of working.
+over the quota (and get throttled) instead of working. Workers started as local processes
+share one host: the master gives each its share in `ELASTICDL_WORKER_CPUS` (the host's CPUs
+divided by the number of workers), which caps the figure the same way.
 
 `split_for_training(cpus)`: a training worker runs two kinds of work at once. Its look-ahead
 computes the next task's minibatches (reading and parsing records in a tf.data pipeline) while
@@ -28,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 INTRA_OP_ENV = "TF_NUM_INTRAOP_THREADS"
+WORKER_CPUS_ENV = "ELASTICDL_WORKER_CPUS"
 
 
 def _affinity_cpus() -> int:
@@ -70,13 +73,24 @@ def cgroup_cpu_limit(root: str = CGROUP_ROOT) -> Optional[float]:
     return q / p if q > 0 and p > 0 else None
 
 
-def available_cpus(root: str = CGROUP_ROOT) -> int:
-    """CPUs this process can actually use: its affinity, capped by its cgroup quota."""
+def available_cpus(root: Optional[str] = None, environ=None) -> int:
+    """CPUs this process can actually use: its affinity, capped by its cgroup quota and by
+    `ELASTICDL_WORKER_CPUS` when that is a positive integer."""
+    environ = os.environ if environ is None else environ
     cpus = _affinity_cpus()
-    limit = cgroup_cpu_limit(root)
+    limit = cgroup_cpu_limit(CGROUP_ROOT if root is None else root)
     if limit is not None:
         cpus = min(cpus, max(1, math.ceil(limit)))
+    share = environ.get(WORKER_CPUS_ENV, "").strip()
+    if share.isdigit() and int(share) > 0:
+        cpus = min(cpus, int(share))
     return max(1, cpus)
+
+
+def share_per_worker(num_workers: int, cpus: Optional[int] = None) -> int:
+    """Each of `num_workers` workers on one host: its whole share of the host's CPUs."""
+    cpus = available_cpus() if cpus is None else cpus
+    return max(1, cpus // max(1, int(num_workers)))
 
 
 @dataclass(frozen=True)
@@ -96,7 +110,7 @@ def apply_training_split(environ=None, cpus: Optional[int] = None) -> TrainingTh
     op (it reads `TF_NUM_INTRAOP_THREADS` once, when its runtime starts). Returns the split,
     with `step` as TensorFlow will use it (the user's value when one was set)."""
     environ = os.environ if environ is None else environ
-    split = split_for_training(available_cpus() if cpus is None else cpus)
+    split = split_for_training(available_cpus(environ=environ) if cpus is None else cpus)
     user = environ.get(INTRA_OP_ENV, "").strip()
     if user:
         try:

@@ -6,10 +6,12 @@ import pytest
 from elasticdl.common import cpu_budget
 from elasticdl.common.cpu_budget import (
     INTRA_OP_ENV,
+    WORKER_CPUS_ENV,
     TrainingThreads,
     apply_training_split,
     available_cpus,
     cgroup_cpu_limit,
+    share_per_worker,
     split_for_training,
 )
 
@@ -49,6 +51,20 @@ def test_available_cpus_is_capped_by_the_quota_rounded_up(tmp_path, monkeypatch)
     monkeypatch.setattr(cpu_budget, "_affinity_cpus", lambda: 1)
     _write(str(tmp_path), "cpu.max", "800000 100000")
     assert available_cpus(str(tmp_path)) == 1  # the quota never adds CPUs
+
+
+def test_a_local_workers_share_caps_its_cpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_budget, "_affinity_cpus", lambda: 16)
+    root = str(tmp_path)  # no cgroup quota
+    assert available_cpus(root, environ={}) == 16
+    assert available_cpus(root, environ={WORKER_CPUS_ENV: "4"}) == 4
+    assert available_cpus(root, environ={WORKER_CPUS_ENV: "64"}) == 16  # never adds CPUs
+    for bad in ("0", "-2", "two", ""):
+        assert available_cpus(root, environ={WORKER_CPUS_ENV: bad}) == 16
+    assert [share_per_worker(w, cpus=16) for w in (1, 3, 4, 16, 40, 0)] == [16, 5, 4, 1, 1, 16]
+    env = {WORKER_CPUS_ENV: "4"}
+    monkeypatch.setattr(cpu_budget, "CGROUP_ROOT", root)
+    assert apply_training_split(env) == TrainingThreads(data=2, step=2)
 
 
 @pytest.mark.parametrize(

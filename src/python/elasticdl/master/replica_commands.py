@@ -11,6 +11,7 @@ import dataclasses
 import os
 import re
 
+from elasticdl.common.cpu_budget import WORKER_CPUS_ENV, share_per_worker
 from elasticdl.platform.base import Platform, ReplicaSpec, ReplicaType
 
 WORKER_MODULE = "elasticdl.worker.main"
@@ -92,12 +93,17 @@ class ReplicaCommands:
                     else value
                 )
             argv.append(_flag(name, value))
+        env = dict(self.config.env)
+        if _is_local(self.platform) and WORKER_CPUS_ENV not in {**os.environ, **env}:
+            # Local workers share this host: each sizes its thread pools for its share of the
+            # CPUs, not for all of them (N workers x all CPUs threads would oversubscribe it).
+            env[WORKER_CPUS_ENV] = str(share_per_worker(a.num_workers))
         return ReplicaSpec(
             ReplicaType.WORKER,
             worker_id,
             module=WORKER_MODULE,
             args=argv,
-            env=dict(self.config.env),
+            env=env,
             resource_request=a.worker_resource_request,
             resource_limit=a.worker_resource_limit,
             image=a.worker_image or a.image_name,
