@@ -96,12 +96,15 @@ def pb_to_ndarray(tensor: pb.Tensor) -> np.ndarray:
         return _decode_strings(tensor.content, count).reshape(shape)
     dtype = pb_to_dtype(tensor.dtype)
     expected = (int(np.prod(shape)) if shape else 1) * dtype.itemsize
-    if len(tensor.content) != expected:
+    # Each read of a bytes field copies it out of the message (upb): read it once. (Twice
+    # cost a 10M-float dense push 40 ms instead of 20 on the PS.)
+    content = tensor.content
+    if len(content) != expected:
         raise ValueError(
-            f"Tensor content is {len(tensor.content)} bytes but shape {list(shape)} of "
+            f"Tensor content is {len(content)} bytes but shape {list(shape)} of "
             f"{dtype} needs {expected}"
         )
-    return np.frombuffer(tensor.content, dtype=dtype).reshape(shape)
+    return np.frombuffer(content, dtype=dtype).reshape(shape)
 
 
 @dataclass
