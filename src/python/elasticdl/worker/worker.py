@@ -203,21 +203,12 @@ class Worker:
             )
         return self._ahead_pool
 
-    def _will_fetch_ahead(self, task: pb.Task, batches: Optional[list]) -> bool:
-        """Whether `run_task(task, batches)` starts a look-ahead before its first step."""
-        return (
-            self.config.prefetch_next_task
-            and task.type == pb.TRAINING
-            and batches is not None
-            and not self._stopped_training
-        )
-
     def _send_deferred_report(self) -> None:
         """A result waiting for a look-ahead that will not come: send it alone, now (on the
         look-ahead thread, so it still reaches the master before that thread's next request)."""
         deferred, self._deferred_report = self._deferred_report, None
         if deferred is not None:
-            self._wait_for_report()
+            self._wait_for_sent_report()
             task_id, counters = deferred
             self._report_future = self._pool().submit(
                 self.master.report_task_result, task_id, "", counters
@@ -242,7 +233,11 @@ class Worker:
             self.master.report_task_result(task_id, err_message, exec_counters)
 
     def _wait_for_report(self) -> None:
+        """Until the master has every result this worker finished (a waiting one is sent)."""
         self._send_deferred_report()
+        self._wait_for_sent_report()
+
+    def _wait_for_sent_report(self) -> None:
         future, self._report_future = self._report_future, None
         if future is not None:
             future.result()  # a report that failed is the master's error: propagate it
@@ -265,8 +260,6 @@ class Worker:
                 if leave is not None:
                     leave()
                 return 0
-            if not self._will_fetch_ahead(task, batches):
-                self._send_deferred_report()
             try:
                 counters = self.run_task(task, batches)
             except Exception as err:  # report, let the master re-queue, go on
@@ -286,7 +279,8 @@ class Worker:
 
     def run_task(self, task: pb.Task, batches: Optional[list] = None) -> Dict[str, int]:
         if task.type == pb.TRAINING:
-            return self.train_task(task, batches)
+            return self.train_task(task, batches)  # its look-ahead carries a waiting result
+        self._send_deferred_report()
         if task.type == pb.EVALUATION:
             return self.evaluate_task(task)
         if task.type == pb.PREDICTION:
@@ -309,12 +303,14 @@ class Worker:
         records = batches = 0
         if self._stopped_training:
             # MaxStepsStopping fired: acknowledge the rest of the data without training.
+            self._send_deferred_report()
             return {
                 "records": 0,
                 "batches": 0,
                 "skipped_records": task.shard.end - task.shard.start,
             }
         if minibatches is None:
+            self._send_deferred_report()  # not kept waiting while this task's data is read
             minibatches = self.data.dataset(task.shard, Mode.TRAINING)
             if self._fits_one_call(task):  # computed at once: the pipeline is free again
                 minibatches = list(minibatches)
