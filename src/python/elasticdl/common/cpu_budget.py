@@ -57,18 +57,13 @@ def cgroup_cpu_limit(root: str = CGROUP_ROOT) -> Optional[float]:
     v2 = _read(os.path.join(root, "cpu.max"))
     if v2 is not None:
         parts = v2.split()
-        if len(parts) == 2 and parts[0] != "max":
-            try:
-                quota, period = int(parts[0]), int(parts[1])
-            except ValueError:
-                return None
-            return quota / period if quota > 0 and period > 0 else None
-        return None
-    quota = _read(os.path.join(root, "cpu", "cpu.cfs_quota_us"))
-    period = _read(os.path.join(root, "cpu", "cpu.cfs_period_us"))
+        quota, period = parts if len(parts) == 2 else ("max", "")
+    else:
+        quota = _read(os.path.join(root, "cpu", "cpu.cfs_quota_us"))
+        period = _read(os.path.join(root, "cpu", "cpu.cfs_period_us"))
     try:
         q, p = int(quota), int(period)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # "max", missing or garbled: no quota
         return None
     return q / p if q > 0 and p > 0 else None
 

@@ -94,7 +94,8 @@ class ReplicaCommands:
                 )
             argv.append(_flag(name, value))
         env = dict(self.config.env)
-        if _is_local(self.platform) and WORKER_CPUS_ENV not in {**os.environ, **env}:
+        user_set = WORKER_CPUS_ENV in env or WORKER_CPUS_ENV in os.environ
+        if _is_local(self.platform) and not user_set:
             # Local workers share this host: each sizes its thread pools for its share of the
             # CPUs, not for all of them (N workers x all CPUs threads would oversubscribe it).
             env[WORKER_CPUS_ENV] = str(share_per_worker(a.num_workers))
