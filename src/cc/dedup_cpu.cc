@@ -2,13 +2,12 @@
 #include "dedup_cpu.h"
 
 #include "kernels.h"
+#include "scratch_cpu.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <climits>
-#include <memory>
-#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -21,9 +20,6 @@ namespace {
 constexpr int64_t kIdsPerPart = 2048;
 // How many positions ahead the insert loop prefetches the hash slot.
 constexpr int64_t kProbeAhead = 8;
-// Scratch kept in the pool only up to this size (a one-off huge batch should not pin memory).
-constexpr size_t kKeepBytes = size_t{1} << 30;
-constexpr size_t kMaxPooled = 4;
 // Step 1 splits the ids into at most kMaxChunks chunks of at least kIdsPerChunk.
 constexpr int kMaxChunks = 16;
 constexpr int64_t kIdsPerChunk = 16384;
@@ -34,21 +30,6 @@ constexpr int kBucketBits = 7;
 // sort_unique uses a bitmap over [min, max] when it has at most this many 64-bit words per
 // unique id (ids spread over at most 256x their count).
 constexpr int64_t kBitmapWordsPerId = 4;
-
-// Grow-only uninitialised buffer (new T[] of a trivial T does not touch the pages).
-template <typename T>
-struct Buf {
-  std::unique_ptr<T[]> p;
-  size_t cap = 0;
-  T* get(size_t k) {
-    if (k > cap) {
-      p.reset(new T[k]);
-      cap = k;
-    }
-    return p.get();
-  }
-  size_t bytes() const { return cap * sizeof(T); }
-};
 
 struct Entry {
   int64_t key;
@@ -84,35 +65,7 @@ struct DedupScratch {
   }
 };
 
-namespace {
-std::mutex g_pool_mu;
-std::vector<DedupScratch*> g_pool;
-
-DedupScratch* acquire_scratch() {
-  {
-    std::lock_guard<std::mutex> lock(g_pool_mu);
-    if (!g_pool.empty()) {
-      DedupScratch* s = g_pool.back();
-      g_pool.pop_back();
-      return s;
-    }
-  }
-  return new DedupScratch();
-}
-
-void release_scratch(DedupScratch* s) {
-  if (s->bytes() <= kKeepBytes) {
-    std::lock_guard<std::mutex> lock(g_pool_mu);
-    if (g_pool.size() < kMaxPooled) {
-      g_pool.push_back(s);
-      return;
-    }
-  }
-  delete s;
-}
-}  // namespace
-
-Dedup::Dedup(const int64_t* ids, int64_t n) : s_(acquire_scratch()), n_(n) {
+Dedup::Dedup(const int64_t* ids, int64_t n) : s_(ScratchPool<DedupScratch>::acquire()), n_(n) {
   const size_t m = static_cast<size_t>(std::max<int64_t>(n, 1));
   slot_of_ = s_->slot_of.get(m);
   pos_ = s_->pos.get(m);
@@ -218,7 +171,7 @@ Dedup::Dedup(const int64_t* ids, int64_t n) : s_(acquire_scratch()), n_(n) {
   max_id_ = num_unique_ ? hi : 0;
 }
 
-Dedup::~Dedup() { release_scratch(s_); }
+Dedup::~Dedup() { ScratchPool<DedupScratch>::release(s_); }
 
 float* Dedup::float_buffer(int64_t floats) { return s_->floats.get(static_cast<size_t>(std::max<int64_t>(floats, 1))); }
 
