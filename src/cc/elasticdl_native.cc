@@ -18,6 +18,7 @@
 
 #include "dedup_cpu.h"
 #include "kernels.h"
+#include "range_rank_cpu.h"
 
 namespace py = pybind11;
 using edl::OptParams;
@@ -162,15 +163,18 @@ PYBIND11_MODULE(elasticdl_native, m) {
 
   EDL_BIND_COMMON(m, "cpu_", edl::cpu)
 
-  // CPU aggregation: dedup first (GIL released), then allocate the outputs once the unique
-  // count is known, then sum into them.
+  // CPU aggregation: rank the ids first (GIL released) -- by bitmaps when they lie in a narrow
+  // range, else by hashing -- then allocate the outputs once the unique count is known, then
+  // sum into them.
   m.def("cpu_aggregate", [](uintptr_t ids, int64_t n, uintptr_t grads, int64_t dim) {
+    std::unique_ptr<edl::cpu::RangeRank> ranks;
     std::unique_ptr<edl::cpu::Dedup> d;
     {
       py::gil_scoped_release nogil;
-      d = std::make_unique<edl::cpu::Dedup>(P<const int64_t>(ids), n);
+      ranks = edl::cpu::RangeRank::build(P<const int64_t>(ids), n);
+      if (!ranks) d = std::make_unique<edl::cpu::Dedup>(P<const int64_t>(ids), n);
     }
-    const int64_t u = d->num_unique();
+    const int64_t u = ranks ? ranks->num_unique() : d->num_unique();
     py::array_t<int64_t> out_ids(u);
     // Rows start on a 64-byte boundary so the kernel can write whole lines with streaming
     // stores; the block returns to the pool when the last array viewing it is freed.
@@ -182,10 +186,19 @@ PYBIND11_MODULE(elasticdl_native, m) {
     int64_t* oi = out_ids.mutable_data();
     {
       py::gil_scoped_release nogil;
-      edl::cpu::aggregate_rows(*d, P<const float>(grads), dim, oi, og);
-      d.reset();  // hands the scratch back to the pool
+      if (ranks) {
+        edl::cpu::aggregate_rows(*ranks, P<const float>(grads), dim, oi, og);
+      } else {
+        edl::cpu::aggregate_rows(*d, P<const float>(grads), dim, oi, og);
+      }
+      ranks.reset();  // hand the scratch back to the pools
+      d.reset();
     }
     return py::make_tuple(out_ids, out);
+  });
+  // Which ranking cpu_aggregate uses for these ids ("range" or "hash"); for tests.
+  m.def("cpu_aggregate_method", [](uintptr_t ids, int64_t n) {
+    return edl::cpu::RangeRank::build(P<const int64_t>(ids), n) ? "range" : "hash";
   });
 
 #ifdef EDL_WITH_CUDA

@@ -47,8 +47,11 @@ int64_t sparse_update(const OptParams& p, float* table, int64_t rows, int64_t di
 
 // Sums rows of grads that share an id, for ids already deduplicated by `d` (dedup_cpu.h):
 // out_ids[0..u) = sorted unique ids, out[k] = sum of their rows in original order.
+// The same from bitmap ranks (range_rank_cpu.h), for ids in a narrow range.
 class Dedup;
+class RangeRank;
 void aggregate_rows(Dedup& d, const float* grads, int64_t dim, int64_t* out_ids, float* out);
+void aggregate_rows(RangeRank& r, const float* grads, int64_t dim, int64_t* out_ids, float* out);
 }  // namespace cpu
 
 #ifdef EDL_WITH_CUDA

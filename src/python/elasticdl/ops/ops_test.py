@@ -268,9 +268,83 @@ def test_sparse_aggregate_parallel_partitioning_and_sort(case):
     _same(g, rg, exact=True)
 
 
-def test_sparse_aggregate_single_thread_sweep_is_exact():
-    """With one OpenMP thread the native kernel sums in one sweep over all positions instead
-    of partition by partition; OMP_NUM_THREADS is read at start-up, hence a subprocess."""
+def _aggregate_method(ids):
+    """Which ranking the native CPU aggregation picks for ``ids``: "range" or "hash"."""
+    from elasticdl.ops import _backend
+
+    ids = np.ascontiguousarray(ids, np.int64)
+    return _backend.native.cpu_aggregate_method(ids.__array_interface__["data"][0], ids.size)
+
+
+I64 = np.iinfo(np.int64)
+
+
+@pytest.mark.parametrize(
+    "case,method",
+    [
+        ("table_rows_uniform", "range"),  # mostly singletons: copied in one sequential pass
+        ("table_rows_zipf", "range"),  # mostly repeats: every id grouped
+        ("small_batch", "range"),  # below the threads' threshold: one thread
+        ("near_int64_max", "range"),
+        ("near_int64_min", "range"),
+        ("all_same", "range"),
+        ("wide_signed", "hash"),
+        ("one_outlier", "hash"),
+    ],
+)
+@pytest.mark.parametrize("dim", [64, 19])  # whole cache lines (streaming stores) and a tail
+def test_sparse_aggregate_bitmap_ranks_and_hash_agree_with_reference(case, method, dim):
+    """Ids in a narrow range (rows of a table) are ranked with bitmaps, wide ones hashed; both
+    give the sorted unique ids and sums bit-identical to a left-to-right sum."""
+    rng = _rng(13)
+    n = 3000 if case == "small_batch" else 70_000
+    if case == "table_rows_uniform" or case == "small_batch":
+        ids = rng.integers(0, 10 * n, n)
+    elif case == "table_rows_zipf":
+        ids = np.minimum(rng.zipf(1.2, n), 10**6) - 1
+    elif case == "near_int64_max":
+        ids = I64.max - rng.integers(0, 5 * n, n)
+        ids[0] = I64.max
+    elif case == "near_int64_min":
+        ids = I64.min + rng.integers(0, 5 * n, n)
+        ids[-1] = I64.min
+    elif case == "all_same":
+        ids = np.full(n, -7)
+    elif case == "wide_signed":
+        ids = rng.integers(-(2**40), 2**40, n)
+        ids[::4] = ids[1]
+    else:
+        ids = rng.integers(0, n, n)
+        ids[n // 2] = 10**15
+    ids = ids.astype(np.int64)
+    grads = rng.standard_normal((n, dim)).astype(np.float32)
+    if ops.backend() == "native":
+        assert _aggregate_method(ids) == method
+    u, g = ops.sparse_aggregate(ids, grads)
+    ru, rg = R.sparse_aggregate(ids, grads)
+    _same(u, ru, exact=True)
+    _same(g, rg, exact=True)
+
+
+def test_sparse_aggregate_bitmap_range_threshold():
+    """The bitmaps are used while they cost a few words per id: a range 8x the batch is
+    ranked by bitmaps, one 2^20x the batch (an empty ~2 GB bitmap) is hashed instead."""
+    if ops.backend() != "native":
+        pytest.skip("native backend only")
+    rng = _rng(14)
+    n = 40_000
+    narrow = rng.integers(0, 8 * n, n)
+    wide = rng.integers(0, n << 20, n)
+    assert _aggregate_method(narrow) == "range"
+    assert _aggregate_method(wide) == "hash"
+    assert _aggregate_method(np.array([I64.min, I64.max])) == "hash"  # span overflows int64
+    assert _aggregate_method(np.zeros(0, np.int64)) == "hash"  # nothing to rank
+
+
+def test_sparse_aggregate_single_thread_is_exact():
+    """With one OpenMP thread the native kernel ranks and sums on one thread (the hashed path in
+    one sweep over all positions instead of partition by partition); OMP_NUM_THREADS is read at
+    start-up, hence a subprocess."""
     if ops.backend() != "native":
         pytest.skip("native backend only")
     code = (
@@ -279,7 +353,8 @@ def test_sparse_aggregate_single_thread_sweep_is_exact():
         "import elasticdl_native as N\n"
         "assert N.num_threads() == 1\n"
         "rng = np.random.default_rng(12)\n"
-        "for ids in (np.minimum(rng.zipf(1.2, 50_000), 10**6) - 1, rng.integers(0, 10**5, 50_000)):\n"
+        "for ids in (np.minimum(rng.zipf(1.2, 50_000), 10**6) - 1, rng.integers(0, 10**5, 50_000),\n"
+        "            rng.integers(0, 2**50, 50_000)):\n"
         "    g = rng.standard_normal((ids.size, 64)).astype(np.float32)\n"
         "    u, s = ops.sparse_aggregate(ids, g)\n"
         "    ru, rs = R.sparse_aggregate(ids, g)\n"
