@@ -159,6 +159,7 @@ void put_block(void* blk) {
 PYBIND11_MODULE(elasticdl_native, m) {
   m.doc() = "ElasticDL PS kernels (C++/OpenMP, optional CUDA); use them through elasticdl.ops";
   m.attr("ABI_VERSION") = kAbiVersion;
+  m.attr("CUDA_SUM_CHUNK") = edl::kCudaSumChunk;
   m.def("num_threads", &edl::cpu::num_threads);
 
   EDL_BIND_COMMON(m, "cpu_", edl::cpu)

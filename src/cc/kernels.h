@@ -54,6 +54,11 @@ void aggregate_rows(Dedup& d, const float* grads, int64_t dim, int64_t* out_ids,
 void aggregate_rows(RangeRank& r, const float* grads, int64_t dim, int64_t* out_ids, float* out);
 }  // namespace cpu
 
+// The CUDA kernels sum an id's rows in chunks of this many positions (one warp each), then
+// the chunk sums in order; the CPU sums left to right. Both agree bit for bit on ids seen at
+// most this many times.
+constexpr int64_t kCudaSumChunk = 32;
+
 #ifdef EDL_WITH_CUDA
 namespace cuda {
 int device_count();

@@ -2,9 +2,12 @@
 // pointers (from __cuda_array_interface__); work runs on the legacy default stream
 // (the one PyTorch and CuPy use unless told otherwise) of the device that owns the
 // first array. Row kernels give each row `tpr` threads moving 16-byte vectors where
-// alignment allows; aggregation sorts (id, position) pairs with CUB, so duplicate ids
-// are summed in their original order (deterministic) and sparse optimizer updates are
-// fused with the sum: aggregated gradients never touch device memory.
+// alignment allows. Aggregation sorts (id, position) pairs with CUB (stable), then sums
+// each id's rows in chunks of kSumChunk positions, one warp per chunk, and the chunk sums
+// in order: deterministic run to run, and the CPU's left-to-right sum exactly for ids seen
+// at most kSumChunk times (a hot id's thousands of rows are not one warp's serial loop).
+// Sparse optimizer updates are fused with the sum: aggregated gradients of ids with one
+// chunk never touch device memory.
 #include <cuda_runtime.h>
 
 #include <cub/device/device_radix_sort.cuh>
@@ -33,6 +36,8 @@ void check(cudaError_t e, const char* what) {
 #define EDL_CUDA(x) check((x), #x)
 
 constexpr int kBlock = 256;
+// Positions of one id summed by one warp before the partial sums are combined (kernels.h).
+constexpr int64_t kSumChunk = kCudaSumChunk;
 
 // Switches to the device that owns `ptr` for the scope of one call.
 class DeviceGuard {
@@ -187,27 +192,85 @@ __global__ void segment_starts(const int64_t* keys, const int64_t* seg, int64_t 
   }
 }
 
-// Segment k's rows summed in sorted (= original) order; then either stored (aggregate) or
-// applied to table row uniq[k] with optimizer K (fused sparse update).
+// Chunks: runs of at most kSumChunk consecutive sorted positions of one segment. A position
+// starts a chunk when it starts its segment or lies a multiple of kSumChunk past its start.
+__global__ void mark_chunk_heads(const int64_t* seg, const int64_t* start, int64_t n, int64_t* head) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    head[i] = (i - start[seg[i] - 1]) % kSumChunk == 0 ? 1 : 0;
+}
+
+// From the inclusive scan `chunk` of the chunk heads: each chunk's first sorted position,
+// each segment's first chunk (seg_chunk[u] = number of chunks).
+__global__ void chunk_starts(const int64_t* chunk, const int64_t* seg, int64_t n, int64_t* chunk_start,
+                             int64_t* seg_chunk) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    if (i == 0 || chunk[i] != chunk[i - 1]) chunk_start[chunk[i] - 1] = i;
+    if (i == 0 || seg[i] != seg[i - 1]) seg_chunk[seg[i] - 1] = chunk[i] - 1;
+    if (i == n - 1) {
+      chunk_start[chunk[i]] = n;
+      seg_chunk[seg[i]] = chunk[i];
+    }
+  }
+}
+
+// The final sum of segment k, element j: stored (aggregate) or applied to table row uniq[k]
+// with optimizer K (fused sparse update).
 template <int K, bool kApply>
-__global__ void reduce_segments(const int64_t* __restrict__ start, const int64_t* __restrict__ order,
-                                const int64_t* __restrict__ uniq, const int64_t* __restrict__ num_unique,
-                                const float* __restrict__ grads, int64_t dim, float* __restrict__ out, OptParams p,
-                                float* table, OptSlots s, const unsigned long long* bad) {
+__device__ __forceinline__ void finish(int64_t k, int64_t j, float acc, int64_t dim, const int64_t* uniq,
+                                       float* out, const OptParams& p, float* table, const OptSlots& s) {
+  if constexpr (kApply) {
+    apply_update<K>(p, table, s, uniq[k] * dim + j, acc);
+  } else {
+    out[k * dim + j] = acc;
+  }
+}
+
+// One warp per chunk: its rows summed in sorted (= original) order. A segment of one chunk
+// is finished here; otherwise the chunk's sum goes to partial[c].
+template <int K, bool kApply>
+__global__ void sum_chunks(const int64_t* __restrict__ chunk_start, const int64_t* __restrict__ seg,
+                           const int64_t* __restrict__ seg_chunk, const int64_t* __restrict__ order,
+                           const int64_t* __restrict__ uniq, const int64_t* __restrict__ num_unique,
+                           const float* __restrict__ grads, int64_t dim, float* __restrict__ partial,
+                           float* __restrict__ out, OptParams p, float* table, OptSlots s,
+                           const unsigned long long* bad) {
   if (kApply && *bad != ULLONG_MAX) return;  // some id was out of range: update nothing
+  const int64_t chunks = seg_chunk[*num_unique];
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
+  for (int64_t c = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; c < chunks; c += warps) {
+    const int64_t lo = chunk_start[c], hi = chunk_start[c + 1];
+    const int64_t k = seg[lo] - 1;
+    const bool whole = seg_chunk[k + 1] - seg_chunk[k] == 1;
+    for (int64_t j = lane; j < dim; j += 32) {
+      float acc = grads[order[lo] * dim + j];
+      for (int64_t r = lo + 1; r < hi; ++r) acc = acc + grads[order[r] * dim + j];
+      if (whole) {
+        finish<K, kApply>(k, j, acc, dim, uniq, out, p, table, s);
+      } else {
+        partial[c * dim + j] = acc;
+      }
+    }
+  }
+}
+
+// One warp per segment of several chunks: the chunk sums added in order, then finished.
+template <int K, bool kApply>
+__global__ void sum_partials(const int64_t* __restrict__ seg_chunk, const int64_t* __restrict__ uniq,
+                             const int64_t* __restrict__ num_unique, const float* __restrict__ partial, int64_t dim,
+                             float* __restrict__ out, OptParams p, float* table, OptSlots s,
+                             const unsigned long long* bad) {
+  if (kApply && *bad != ULLONG_MAX) return;
   const int64_t u = *num_unique;
   const int lane = threadIdx.x % 32;
   const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
   for (int64_t k = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; k < u; k += warps) {
-    const int64_t lo = start[k], hi = start[k + 1];
+    const int64_t c0 = seg_chunk[k], c1 = seg_chunk[k + 1];
+    if (c1 - c0 == 1) continue;
     for (int64_t j = lane; j < dim; j += 32) {
-      float acc = grads[order[lo] * dim + j];
-      for (int64_t r = lo + 1; r < hi; ++r) acc = acc + grads[order[r] * dim + j];
-      if constexpr (kApply) {
-        apply_update<K>(p, table, s, uniq[k] * dim + j, acc);
-      } else {
-        out[k * dim + j] = acc;
-      }
+      float acc = partial[c0 * dim + j];
+      for (int64_t c = c0 + 1; c < c1; ++c) acc = acc + partial[c * dim + j];
+      finish<K, kApply>(k, j, acc, dim, uniq, out, p, table, s);
     }
   }
 }
@@ -216,45 +279,68 @@ __global__ void iota(int64_t* v, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) v[i] = i;
 }
 
-// Device buffers of one sort + segmentation, carved from the workspace.
+// Device buffers of one sort + segmentation + chunking, carved from the workspace.
 struct Plan {
   unsigned long long* bad;
-  int64_t *num_unique, *keys, *order, *seg, *start, *uniq, *tmp_vals;
+  int64_t *num_unique, *keys, *order, *seg, *start, *uniq, *chunk, *chunk_start, *seg_chunk;
+  float* partial;  // a row per chunk (only chunks of multi-chunk segments are written)
 };
 
-// Sorts ids (only `bits` low bits when ids are known to be in [0, 2^bits)), segments them.
-// uniq_out: where unique ids go (nullptr -> plan.uniq).
-Plan build_plan(int dev, const int64_t* ids, int64_t n, int bits, int64_t rows_for_check, int64_t* uniq_out) {
+// Sorts ids (only `bits` low bits when ids are known to be in [0, 2^bits)), segments them
+// and cuts the segments into chunks. uniq_out: where unique ids go (nullptr -> plan.uniq).
+Plan build_plan(int dev, const int64_t* ids, int64_t n, int bits, int64_t rows_for_check, int64_t* uniq_out,
+                int64_t dim) {
   size_t sort_bytes = 0, scan_bytes = 0;
   EDL_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const int64_t*)nullptr, (int64_t*)nullptr,
                                            (const int64_t*)nullptr, (int64_t*)nullptr, n, 0, bits));
   EDL_CUDA(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, (const int64_t*)nullptr, (int64_t*)nullptr, n));
   const size_t tmp_bytes = align_up(sort_bytes > scan_bytes ? sort_bytes : scan_bytes);
   const size_t vec = align_up(sizeof(int64_t) * (n + 1));
-  const size_t total = 256 + 6 * vec + tmp_bytes;
+  // Chunks: at most one per segment plus one per kSumChunk positions.
+  const size_t partial_bytes = align_up(sizeof(float) * static_cast<size_t>(dim) * (n + n / kSumChunk + 1));
+  const size_t total = 256 + 8 * vec + partial_bytes + tmp_bytes;
   char* w = static_cast<char*>(workspace().get(dev, total));
   Plan p;
   p.bad = reinterpret_cast<unsigned long long*>(w);
   p.num_unique = reinterpret_cast<int64_t*>(w + 64);
   char* c = w + 256;
-  p.keys = reinterpret_cast<int64_t*>(c); c += vec;
-  p.order = reinterpret_cast<int64_t*>(c); c += vec;
-  p.seg = reinterpret_cast<int64_t*>(c); c += vec;
-  p.start = reinterpret_cast<int64_t*>(c); c += vec;
-  p.uniq = reinterpret_cast<int64_t*>(c); c += vec;
-  p.tmp_vals = reinterpret_cast<int64_t*>(c); c += vec;
+  int64_t** vecs[] = {&p.keys, &p.order, &p.seg, &p.start, &p.uniq, &p.chunk, &p.chunk_start, &p.seg_chunk};
+  for (int64_t** v : vecs) {
+    *v = reinterpret_cast<int64_t*>(c);
+    c += vec;
+  }
+  p.partial = reinterpret_cast<float*>(c);
+  c += partial_bytes;
   void* tmp = c;
   EDL_CUDA(cudaMemsetAsync(p.bad, 0xff, sizeof(unsigned long long)));
   EDL_CUDA(cudaMemsetAsync(p.num_unique, 0, sizeof(int64_t)));
+  EDL_CUDA(cudaMemsetAsync(p.seg_chunk, 0, sizeof(int64_t)));  // n == 0: no chunks
   if (n == 0) return p;
   if (rows_for_check >= 0) find_bad_ids<<<blocks_for(n, kBlock), kBlock>>>(ids, n, rows_for_check, p.bad);
-  iota<<<blocks_for(n, kBlock), kBlock>>>(p.tmp_vals, n);
-  EDL_CUDA(cub::DeviceRadixSort::SortPairs(tmp, sort_bytes, ids, p.keys, p.tmp_vals, p.order, n, 0, bits));
+  iota<<<blocks_for(n, kBlock), kBlock>>>(p.chunk, n);  // sort values: positions (chunk is free until step 4)
+  EDL_CUDA(cub::DeviceRadixSort::SortPairs(tmp, sort_bytes, ids, p.keys, p.chunk, p.order, n, 0, bits));
   mark_heads<<<blocks_for(n, kBlock), kBlock>>>(p.keys, n, p.seg);
   EDL_CUDA(cub::DeviceScan::InclusiveSum(tmp, scan_bytes, p.seg, p.seg, n));
   segment_starts<<<blocks_for(n, kBlock), kBlock>>>(p.keys, p.seg, n, p.start, uniq_out ? uniq_out : p.uniq,
                                                      p.num_unique);
+  mark_chunk_heads<<<blocks_for(n, kBlock), kBlock>>>(p.seg, p.start, n, p.chunk);
+  EDL_CUDA(cub::DeviceScan::InclusiveSum(tmp, scan_bytes, p.chunk, p.chunk, n));
+  chunk_starts<<<blocks_for(n, kBlock), kBlock>>>(p.chunk, p.seg, n, p.chunk_start, p.seg_chunk);
+  if (uniq_out) p.uniq = uniq_out;
   return p;
+}
+
+// Sums the chunks, then the chunk sums of long segments (grid sized for the worst case: the
+// counts live on the device).
+template <int K, bool kApply>
+void reduce_plan(const Plan& p, int64_t n, const float* grads, int64_t dim, float* out, const OptParams& op,
+                 float* table, const OptSlots& s) {
+  const int grid = blocks_for(n, kBlock / 32);
+  sum_chunks<K, kApply><<<grid, kBlock>>>(p.chunk_start, p.seg, p.seg_chunk, p.order, p.uniq, p.num_unique, grads,
+                                          dim, p.partial, out, op, table, s, p.bad);
+  sum_partials<K, kApply><<<grid, kBlock>>>(p.seg_chunk, p.uniq, p.num_unique, p.partial, dim, out, op, table, s,
+                                            p.bad);
+  EDL_CUDA(cudaGetLastError());
 }
 
 int bits_for_rows(int64_t rows) {
@@ -311,13 +397,8 @@ int64_t lookup_pooled(const void* table, int dtype, int64_t rows, int64_t dim, c
 int64_t aggregate(const int64_t* ids, int64_t n, const float* grads, int64_t dim, int64_t* out_ids, float* out) {
   DeviceGuard g(grads);
   std::lock_guard<std::mutex> lock(workspace().mu);
-  Plan p = build_plan(g.device(), ids, n, 64, -1, out_ids);
-  if (n > 0) {
-    reduce_segments<kSGD, false><<<blocks_for(n, kBlock / 32), kBlock>>>(p.start, p.order, out_ids, p.num_unique,
-                                                                        grads, dim, out, OptParams{}, nullptr,
-                                                                        OptSlots{}, p.bad);
-    EDL_CUDA(cudaGetLastError());
-  }
+  Plan p = build_plan(g.device(), ids, n, 64, -1, out_ids, dim);
+  if (n > 0) reduce_plan<kSGD, false>(p, n, grads, dim, out, OptParams{}, nullptr, OptSlots{});
   int64_t u = 0;
   EDL_CUDA(cudaMemcpy(&u, p.num_unique, sizeof(u), cudaMemcpyDeviceToHost));
   return u;
@@ -327,15 +408,13 @@ int64_t sparse_update(const OptParams& op, float* table, int64_t rows, int64_t d
                       const float* grads, const OptSlots& s) {
   DeviceGuard g(table);
   std::lock_guard<std::mutex> lock(workspace().mu);
-  Plan p = build_plan(g.device(), ids, n, bits_for_rows(rows), rows, nullptr);
+  Plan p = build_plan(g.device(), ids, n, bits_for_rows(rows), rows, nullptr, dim);
   if (n > 0) {
-    // Out-of-range ids may have been sorted with too few bits; the kernel then does nothing.
+    // Out-of-range ids may have been sorted with too few bits; the kernels then do nothing.
     dispatch_kind(op.kind, [&](auto kc) {
       constexpr int K = decltype(kc)::value;
-      reduce_segments<K, true><<<blocks_for(n, kBlock / 32), kBlock>>>(p.start, p.order, p.uniq, p.num_unique, grads,
-                                                                        dim, nullptr, op, table, s, p.bad);
+      reduce_plan<K, true>(p, n, grads, dim, nullptr, op, table, s);
     });
-    EDL_CUDA(cudaGetLastError());
   }
   return read_bad(p.bad);
 }

@@ -79,8 +79,12 @@ def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None, out=
 def sparse_aggregate(ids, grads):
     """Sum gradient rows with equal ids -> (sorted unique int64 ids, float32 summed rows).
 
-    Rows of one id are summed in their original order (deterministic: same bits as a
-    left-to-right sum, whatever the thread count)."""
+    Deterministic whatever the thread count. On the CPU the rows of one id are summed left to
+    right (the same bits as the NumPy reference). On a GPU they are summed in chunks of
+    ``elasticdl_native.CUDA_SUM_CHUNK`` (32) rows, one warp each, then the chunk sums left to
+    right (:func:`elasticdl.ops.reference.sparse_aggregate_chunked`): the same bits as the CPU
+    for ids seen at most 32 times, and a hot id is not one warp's serial loop. The sparse
+    optimizers sum duplicates the same way before applying them."""
     return _impl(ids, grads).sparse_aggregate(ids, grads)
 
 

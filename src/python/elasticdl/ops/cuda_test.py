@@ -64,12 +64,38 @@ def test_pooled(combiner):
     )
 
 
+def _chunk():
+    from elasticdl.ops import _backend
+
+    return _backend.native.CUDA_SUM_CHUNK
+
+
 def test_aggregate():
     _, _, ids, grads = _case(2)
     u, g = ops.sparse_aggregate(dev(ids), dev(grads))
-    ru, rg = R.sparse_aggregate(ids, grads)
+    ru, rg = R.sparse_aggregate_chunked(ids, grads, _chunk())
     np.testing.assert_array_equal(host(u), ru)
-    np.testing.assert_array_equal(host(g), rg)  # same order of summation as the reference
+    np.testing.assert_array_equal(host(g), rg)  # same order of summation as the oracle
+
+
+def test_aggregate_hot_id_is_chunked_and_deterministic():
+    """A hot id (20k of 60k rows) is summed by many warps in chunks, then the chunk sums in
+    order: bit-identical to the chunked oracle and from run to run; ids seen at most
+    CUDA_SUM_CHUNK times equal the CPU's left-to-right sum."""
+    rng = np.random.default_rng(6)
+    ids = rng.integers(-(10**6), 10**6, 60_000)
+    ids[rng.permutation(60_000)[:20_000]] = 12345
+    grads = rng.standard_normal((60_000, 64)).astype(np.float32)
+    d_ids, d_grads = dev(ids), dev(grads)
+    u, g = ops.sparse_aggregate(d_ids, d_grads)
+    ru, rg = R.sparse_aggregate_chunked(ids, grads, _chunk())
+    np.testing.assert_array_equal(host(u), ru)
+    np.testing.assert_array_equal(host(g), rg)
+    np.testing.assert_array_equal(host(ops.sparse_aggregate(d_ids, d_grads)[1]), host(g))
+    _, counts = np.unique(ids, return_counts=True)
+    np.testing.assert_array_equal(
+        host(g)[counts <= _chunk()], R.sparse_aggregate(ids, grads)[1][counts <= _chunk()]
+    )
 
 
 @pytest.mark.parametrize("op", ["sgd", "momentum", "adam", "amsgrad", "adagrad"])
@@ -77,7 +103,9 @@ def test_sparse_and_dense_updates(op):
     rng, table, ids, grads = _case(3)
     slots = [np.abs(rng.standard_normal(table.shape)).astype(np.float32) for _ in range(3)]
     d_t, d_s = dev(table), [dev(s) for s in slots]
-    for mod, T, S, I, G in ((ops, d_t, d_s, dev(ids), dev(grads)), (R, table, slots, ids, grads)):
+    # The oracle applies each id's gradient summed in the CUDA kernels' order.
+    u, summed = R.sparse_aggregate_chunked(ids, grads, _chunk())
+    for mod, T, S, I, G in ((ops, d_t, d_s, dev(ids), dev(grads)), (R, table, slots, u, summed)):
         if op == "sgd":
             mod.sparse_sgd(T, I, G, 0.1)
             mod.sgd(T, T * 0 + 1 if mod is ops else np.ones_like(T), 0.01)

@@ -89,6 +89,27 @@ def sparse_aggregate(ids, grads):
     return uniq, out
 
 
+def sparse_aggregate_chunked(ids, grads, chunk):
+    """:func:`sparse_aggregate` in the summation order of the CUDA kernels: the rows of each id
+    summed left to right in chunks of ``chunk`` occurrences, then the chunk sums left to right.
+    Equal to :func:`sparse_aggregate` for ids seen at most ``chunk`` times."""
+    uniq, out = sparse_aggregate(ids, grads)  # checks the arguments
+    ids, grads = C.ids_int64(ids), C.float32_input("grads", grads)
+    order = np.argsort(ids, kind="stable")
+    starts = np.searchsorted(ids[order], uniq)
+    ends = np.append(starts[1:], ids.size)
+    for k in np.flatnonzero(ends - starts > chunk):
+        rows = grads[order[starts[k] : ends[k]]]
+        total = None
+        for c in range(0, rows.shape[0], chunk):
+            part = rows[c]
+            for r in rows[c + 1 : c + chunk]:
+                part = part + r
+            total = part if total is None else total + part
+        out[k] = total
+    return uniq, out
+
+
 def dense_accumulate(out, grads, scale=1.0):
     """``out += (g1 + g2 + ...) * scale`` in place; ``grads`` is one array or a list."""
     out = C.float32_inplace("out", out)

@@ -111,6 +111,25 @@ def test_aggregate_sorted_and_summed():
     np.testing.assert_array_equal(g, [[2.0], [4.0]])
 
 
+def test_aggregate_chunked_order():
+    """The CUDA summation order. In float32 (ulp 8 at 1e8), 1e8 + 1 - 1e8 + 1 left to right is
+    ((1e8 + 1) - 1e8) + 1 = 0 + 1 = 1; in chunks of 2 it is (1e8 + 1) + (-1e8 + 1) = 1e8 - 1e8 = 0.
+    """
+    ids = np.zeros(4, np.int64)
+    g = np.array([[1e8], [1.0], [-1e8], [1.0]], np.float32)
+    np.testing.assert_array_equal(R.sparse_aggregate(ids, g)[1], [[1.0]])
+    np.testing.assert_array_equal(R.sparse_aggregate_chunked(ids, g, 2)[1], [[0.0]])
+    np.testing.assert_array_equal(R.sparse_aggregate_chunked(ids, g, 4)[1], [[1.0]])
+    rng = np.random.default_rng(5)
+    ids = np.minimum(rng.zipf(1.3, 3000), 300)
+    g = rng.standard_normal((3000, 5)).astype(np.float32)
+    u, counts = np.unique(ids, return_counts=True)
+    (u1, a), (u2, b) = R.sparse_aggregate(ids, g), R.sparse_aggregate_chunked(ids, g, 32)
+    np.testing.assert_array_equal(u1, u2)
+    np.testing.assert_array_equal(a[counts <= 32], b[counts <= 32])
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
 def test_errors_are_clear():
     table = np.zeros((3, 2), np.float32)
     with pytest.raises(IdOutOfRangeError, match=r"ids\[1\] = 3 .* table of 3 rows"):
