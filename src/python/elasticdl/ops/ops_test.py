@@ -341,6 +341,35 @@ def test_sparse_aggregate_bitmap_range_threshold():
     assert _aggregate_method(np.zeros(0, np.int64)) == "hash"  # nothing to rank
 
 
+def test_sparse_aggregate_concurrent_calls_are_exact():
+    """Calls from several Python threads at once (a PS serving pushes) each get their own
+    scratch from the pools, bitmap-ranked and hashed batches alike."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = _rng(15)
+    cases = []
+    for k in range(6):
+        n = 20_000 + 7_000 * k
+        ids = [
+            rng.integers(0, 10**6, n),
+            np.minimum(rng.zipf(1.2, n), 10**6) - 1,
+            rng.integers(-(2**45), 2**45, n),
+        ][k % 3]
+        grads = rng.standard_normal((n, 16)).astype(np.float32)
+        cases.append((ids, grads, R.sparse_aggregate(ids, grads)))
+
+    def check(case):
+        ids, grads, (ru, rg) = case
+        for _ in range(5):
+            u, g = ops.sparse_aggregate(ids, grads)
+            if not (np.array_equal(u, ru) and np.array_equal(g, rg)):
+                return False
+        return True
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(check, cases * 2))
+
+
 def test_sparse_aggregate_single_thread_is_exact():
     """With one OpenMP thread the native kernel ranks and sums on one thread (the hashed path in
     one sweep over all positions instead of partition by partition); OMP_NUM_THREADS is read at
