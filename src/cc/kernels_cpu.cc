@@ -465,11 +465,13 @@ EDL_MULTIVERSION void sparse_part(const OptParams& prm, float* table, int64_t di
 }
 }  // namespace
 
-// Aggregation from bitmap ranks (range_rank_cpu.h). Thread t walks its contiguous share of the
-// positions once, keying each by its group; when only repeated ids are grouped, the same pass
-// copies the row of every id seen once straight to its output row (sequential reads). The
-// grouped positions are then sorted by group, in order, and each group is summed in a row
-// buffer and written once.
+// Rows of ids ranked by bitmaps (range_rank_cpu.h), for aggregation and sparse updates alike.
+// Thread t walks its contiguous share of the positions once, keying each by its group; when
+// only repeated ids are grouped, the same pass hands the row of every id seen once straight to
+// the sink (sequential reads of the gradients). The grouped positions are then sorted by group,
+// in order, and each group is summed left to right in a row buffer and handed over once.
+// A sink says where a finished row goes: `single(i, id, row)` for an id seen once at position
+// i, `group(g, id, row)` for group g, and `prefetch(i, id)` for a row about to come.
 namespace {
 // Grouped positions per dynamically scheduled block of the group sums.
 constexpr int64_t kGroupBlock = 2048;
@@ -477,9 +479,38 @@ constexpr int64_t kGroupBlock = 2048;
 // (Zipf ids) anything from 8 to 64 measured within noise, 96 slower.
 constexpr int32_t kGroupRowsAhead = 32;
 
-EDL_MULTIVERSION
-void key_positions(RangeRank& rr, int64_t lo, int64_t hi, const float* grads, int64_t dim, float* out,
-                   int32_t* counts, bool stream) {
+// Aggregation: row -> out[rank of the id], written once (streaming stores when whole lines).
+struct ToOutput {
+  const RangeRank& rr;
+  float* out;
+  int64_t dim;
+  bool stream;
+  void prefetch(int64_t, int64_t id) const {
+    if (!stream) prefetch_rows(out + rr.rank(id) * dim, dim, 1);
+  }
+  void single(int64_t, int64_t id, const float* row) const { put(rr.rank(id), row); }
+  void group(int32_t g, int64_t, const float* row) const { put(rr.group_row(g), row); }
+  void put(int64_t r, const float* row) const {
+    copy_row(reinterpret_cast<char*>(out + r * dim), reinterpret_cast<const char*>(row),
+             static_cast<size_t>(dim) * sizeof(float), stream);
+  }
+};
+
+// Sparse update with optimizer K: row -> applied to table row `id` (and its slots).
+template <int K>
+struct ToTable {
+  const OptParams& p;
+  float* table;
+  const OptSlots& s;
+  int64_t dim;
+  void prefetch(int64_t, int64_t id) const { prefetch_update_rows(table, s, id * dim, dim); }
+  void single(int64_t, int64_t id, const float* row) const { apply_row<K>(p, table, s, id * dim, row, dim); }
+  void group(int32_t, int64_t id, const float* row) const { apply_row<K>(p, table, s, id * dim, row, dim); }
+};
+
+template <typename Sink>
+EDL_MULTIVERSION void key_positions(RangeRank& rr, int64_t lo, int64_t hi, const float* grads, int64_t dim,
+                                    int32_t* counts, const Sink& sink) {
   const int64_t* ids = rr.ids();
   int32_t* key = rr.group_key();
   if (rr.groups_all()) {  // rows are read by the group sums only
@@ -490,16 +521,14 @@ void key_positions(RangeRank& rr, int64_t lo, int64_t hi, const float* grads, in
     }
     return;
   }
-  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
   for (int64_t i = lo; i < hi; ++i) {
     if (i + kRowsAhead < hi && !rr.repeated(ids[i + kRowsAhead])) {
       prefetch_rows(grads + (i + kRowsAhead) * dim, dim, 0);
-      if (!stream) prefetch_rows(out + rr.rank(ids[i + kRowsAhead]) * dim, dim, 1);
+      sink.prefetch(i + kRowsAhead, ids[i + kRowsAhead]);
     }
     const int64_t id = ids[i];
     if (!rr.repeated(id)) {
-      copy_row(reinterpret_cast<char*>(out + rr.rank(id) * dim), reinterpret_cast<const char*>(grads + i * dim),
-               row_bytes, stream);
+      sink.single(i, id, grads + i * dim);
       key[i] = -1;
     } else {
       const int32_t g = rr.group_of(id);
@@ -509,18 +538,19 @@ void key_positions(RangeRank& rr, int64_t lo, int64_t hi, const float* grads, in
   }
 }
 
-// Groups [g0, g1): a group of one position is copied, a larger one summed left to right in
-// `acc`; either way its output row is written once.
-EDL_MULTIVERSION
-void sum_groups(const RangeRank& rr, int32_t g0, int32_t g1, const float* grads, int64_t dim, float* __restrict acc,
-                float* out, bool stream) {
+// Groups [g0, g1): a group of one position goes straight from its row, a larger one is summed
+// left to right in `acc`; either way the sink gets it once.
+template <typename Sink>
+EDL_MULTIVERSION void sum_groups(const RangeRank& rr, int32_t g0, int32_t g1, const float* grads, int64_t dim,
+                                 float* __restrict acc, const Sink& sink) {
+  const int64_t* ids = rr.ids();
   const int32_t* begin = rr.group_begin();
   const int32_t* pos = rr.grouped_positions();
   const int32_t end = begin[g1];
-  const size_t row_bytes = static_cast<size_t>(dim) * sizeof(float);
   int32_t k = begin[g0];
   for (int32_t g = g0; g < g1; ++g) {
     const int32_t e = begin[g + 1];
+    const int64_t id = ids[pos[k]];
     const float* row = acc;
     for (; k < e; ++k) {
       if (k + kGroupRowsAhead < end) prefetch_rows(grads + int64_t{pos[k + kGroupRowsAhead]} * dim, dim, 0);
@@ -535,8 +565,41 @@ void sum_groups(const RangeRank& rr, int32_t g0, int32_t g1, const float* grads,
         for (int64_t j = 0; j < dim; ++j) acc[j] = acc[j] + src[j];
       }
     }
-    copy_row(reinterpret_cast<char*>(out + rr.group_row(g) * dim), reinterpret_cast<const char*>(row), row_bytes,
-             stream);
+    sink.group(g, id, row);
+  }
+}
+
+// The whole pass, on rr.threads() threads; out_ids (optional) gets the sorted unique ids.
+template <typename Sink>
+void ranked_rows(RangeRank& rr, const float* grads, int64_t dim, int64_t* out_ids, const Sink& sink) {
+  const int T = rr.threads();
+  const int64_t n = rr.n();
+  const int64_t acc_stride = (dim + 15) / 16 * 16;  // a row buffer per thread, on its own lines
+  float* acc = rr.float_buffer(acc_stride * T);
+#pragma omp parallel num_threads(T) if (T > 1)
+  {
+    const int t = omp_get_thread_num(), team = omp_get_num_threads();
+    const int64_t per = (n + team - 1) / team;
+    if (out_ids != nullptr) rr.write_sorted_ids(t, team, out_ids);
+    int32_t* counts = rr.begin_counting(t);
+    key_positions(rr, std::min(n, per * t), std::min(n, per * (t + 1)), grads, dim, counts, sink);
+#pragma omp barrier
+    rr.group_positions(t, team, per);
+    // Blocks of about kGroupBlock grouped positions; a group belongs to the block it starts in.
+    const int32_t G = rr.num_groups();
+    const int32_t* begin = rr.group_begin();
+    const int64_t blocks = (int64_t{begin[G]} + kGroupBlock - 1) / kGroupBlock;
+    auto first_group_from = [&](int64_t at) {
+      return static_cast<int32_t>(std::lower_bound(begin, begin + G, at) - begin);
+    };
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int64_t b = 0; b < blocks; ++b) {
+      sum_groups(rr, first_group_from(b * kGroupBlock), first_group_from((b + 1) * kGroupBlock), grads, dim,
+                 acc + acc_stride * t, sink);
+    }
+#if defined(__SSE2__)
+    _mm_sfence();  // streaming stores of a sink, if any, are visible before the region ends
+#endif
   }
 }
 
@@ -554,36 +617,7 @@ bool stream_rows(const float* out, int64_t dim, int64_t rows) {
 }  // namespace
 
 void aggregate_rows(RangeRank& rr, const float* grads, int64_t dim, int64_t* out_ids, float* out) {
-  const int T = rr.threads();
-  const int64_t n = rr.n();
-  const bool stream = stream_rows(out, dim, rr.num_unique());
-  const int64_t acc_stride = (dim + 15) / 16 * 16;  // a row buffer per thread, on its own lines
-  float* acc = rr.float_buffer(acc_stride * T);
-#pragma omp parallel num_threads(T) if (T > 1)
-  {
-    const int t = omp_get_thread_num(), team = omp_get_num_threads();
-    const int64_t per = (n + team - 1) / team;
-    rr.write_sorted_ids(t, team, out_ids);
-    int32_t* counts = rr.begin_counting(t);
-    key_positions(rr, std::min(n, per * t), std::min(n, per * (t + 1)), grads, dim, out, counts, stream);
-#pragma omp barrier
-    rr.group_positions(t, team, per);
-    // Blocks of about kGroupBlock grouped positions; a group belongs to the block it starts in.
-    const int32_t G = rr.num_groups();
-    const int32_t* begin = rr.group_begin();
-    const int64_t blocks = (int64_t{begin[G]} + kGroupBlock - 1) / kGroupBlock;
-    auto first_group_from = [&](int64_t at) {
-      return static_cast<int32_t>(std::lower_bound(begin, begin + G, at) - begin);
-    };
-#pragma omp for schedule(dynamic, 1) nowait
-    for (int64_t b = 0; b < blocks; ++b) {
-      sum_groups(rr, first_group_from(b * kGroupBlock), first_group_from((b + 1) * kGroupBlock), grads, dim,
-                 acc + acc_stride * t, out, stream);
-    }
-#if defined(__SSE2__)
-    if (stream) _mm_sfence();
-#endif
-  }
+  ranked_rows(rr, grads, dim, out_ids, ToOutput{rr, out, dim, stream_rows(out, dim, rr.num_unique())});
 }
 
 void aggregate_rows(Dedup& d, const float* grads, int64_t dim, int64_t* out_ids, float* out) {
@@ -629,6 +663,13 @@ int64_t sparse_update(const OptParams& p, float* table, int64_t rows, int64_t di
   follow_load();
   const int64_t bad = first_bad_id(ids, n, rows);
   if (bad >= 0) return bad;
+  if (auto rr = RangeRank::build(ids, n)) {  // ids are rows: a narrow range unless the table is sparse
+    dispatch_kind(p.kind, [&](auto kc) {
+      constexpr int K = decltype(kc)::value;
+      ranked_rows(*rr, grads, dim, nullptr, ToTable<K>{p, table, s, dim});
+    });
+    return -1;
+  }
   Dedup d(ids, n);
   float* buf = d.float_buffer(n * dim);  // rows used only by repeated ids (pages touched lazily)
   const int P = d.parts();

@@ -32,6 +32,17 @@ def _same(a, b, exact=False):
         np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-6)
 
 
+def _aggregate_method(ids):
+    """Which ranking the native CPU aggregation picks for ``ids``: "range" or "hash"."""
+    from elasticdl.ops import _backend
+
+    ids = np.ascontiguousarray(ids, np.int64)
+    return _backend.native.cpu_aggregate_method(ids.__array_interface__["data"][0], ids.size)
+
+
+I64 = np.iinfo(np.int64)
+
+
 def test_backend_reports_a_known_name():
     assert ops.backend() in ("native", "reference")
     assert isinstance(ops.cuda_available(), bool)
@@ -268,17 +279,6 @@ def test_sparse_aggregate_parallel_partitioning_and_sort(case):
     _same(g, rg, exact=True)
 
 
-def _aggregate_method(ids):
-    """Which ranking the native CPU aggregation picks for ``ids``: "range" or "hash"."""
-    from elasticdl.ops import _backend
-
-    ids = np.ascontiguousarray(ids, np.int64)
-    return _backend.native.cpu_aggregate_method(ids.__array_interface__["data"][0], ids.size)
-
-
-I64 = np.iinfo(np.int64)
-
-
 @pytest.mark.parametrize(
     "case,method",
     [
@@ -417,14 +417,33 @@ def test_sparse_aggregate_results_survive_block_reuse():
     assert u0.shape == (0,) and g0.shape == (0, 32)
 
 
+@pytest.mark.parametrize(
+    "layout,method",
+    [
+        ("mixed", "range"),  # most positions repeat: every id grouped
+        ("mostly_once", "range"),  # rows of ids seen once applied in the sequential pass
+        ("spread", "hash"),  # a few ids spread over a large table
+    ],
+)
 @pytest.mark.parametrize("op", ["sgd", "adam", "adagrad"])
-def test_sparse_optimizers_large_batch_exact(op):
+def test_sparse_optimizers_large_batch_exact(op, layout, method):
     rng = _rng(8)
-    rows, dim, n = 5000, 16, 40_000
+    if layout == "mixed":
+        rows, dim, n = 5000, 16, 40_000
+        ids = np.minimum(rng.zipf(1.1, n) - 1, rows - 1)
+        ids[: n // 2] = rng.integers(0, rows, n // 2)  # singletons and heavy repeats mixed
+    elif layout == "mostly_once":
+        rows, dim, n = 400_000, 8, 30_000
+        ids = rng.integers(0, rows, n)
+    else:
+        rows, dim, n = 400_000, 4, 300
+        ids = rng.integers(0, rows, n)
+        ids[::7] = ids[3]
+    ids = ids.astype(np.int64)
+    if ops.backend() == "native":
+        assert _aggregate_method(ids) == method  # sparse updates rank ids the same way
     table = rng.standard_normal((rows, dim)).astype(np.float32)
     slots = [np.abs(rng.standard_normal((rows, dim))).astype(np.float32) for _ in range(2)]
-    ids = np.minimum(rng.zipf(1.1, n) - 1, rows - 1)
-    ids[: n // 2] = rng.integers(0, rows, n // 2)  # singletons and heavy repeats mixed
     grads = rng.standard_normal((n, dim)).astype(np.float32)
     t2, s2 = table.copy(), [x.copy() for x in slots]
     for mod, T, S in ((ops, table, slots), (R, t2, s2)):
