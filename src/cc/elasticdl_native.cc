@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dedup_cpu.h"
+#include "id_map_cpu.h"
 #include "kernels.h"
 #include "range_rank_cpu.h"
 
@@ -26,7 +27,7 @@ using edl::OptSlots;
 
 namespace {
 
-constexpr int kAbiVersion = 1;
+constexpr int kAbiVersion = 2;  // 2: IdMap
 
 template <typename T>
 T* P(uintptr_t a) {
@@ -201,6 +202,34 @@ PYBIND11_MODULE(elasticdl_native, m) {
   m.def("cpu_aggregate_method", [](uintptr_t ids, int64_t n) {
     return edl::cpu::RangeRank::build(P<const int64_t>(ids), n) ? "range" : "hash";
   });
+
+  // The embedding tables' id -> row map (elasticdl/ps/id_index.py).
+  using IdArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+  py::class_<edl::cpu::IdMap>(m, "IdMap")
+      .def(py::init<int64_t>(), py::arg("capacity") = 1024)
+      .def("__len__", &edl::cpu::IdMap::size)
+      .def_property_readonly("capacity", &edl::cpu::IdMap::capacity)
+      .def("lookup",
+           [](const edl::cpu::IdMap& map, IdArray ids) {
+             const int64_t n = ids.size();
+             IdArray rows(n);
+             const int64_t* in = ids.data();
+             int64_t* out = rows.mutable_data();
+             {
+               py::gil_scoped_release nogil;
+               map.lookup(in, n, out);
+             }
+             return rows;
+           })
+      .def("insert", [](edl::cpu::IdMap& map, IdArray ids, IdArray rows) {
+        if (ids.size() != rows.size()) throw py::value_error("IdMap.insert: ids and rows differ in length");
+        const int64_t* r = rows.data();
+        if (std::any_of(r, r + rows.size(), [](int64_t x) { return x < 0; }))
+          throw py::value_error("IdMap.insert: rows must be >= 0");
+        const int64_t* i = ids.data();
+        py::gil_scoped_release nogil;
+        map.insert(i, r, ids.size());
+      });
 
 #ifdef EDL_WITH_CUDA
   m.def("has_cuda", [] { return true; });

@@ -6,9 +6,16 @@ from elasticdl.ps.errors import PSError
 from elasticdl.ps.id_index import IdIndex
 
 
-def test_id_index_matches_dict_through_growth():
+def _id_index_kinds():
+    from elasticdl.ops import _backend
+
+    return [False] + ([True] if _backend.native is not None else [])
+
+
+@pytest.mark.parametrize("native", _id_index_kinds(), ids=lambda n: "native" if n else "numpy")
+def test_id_index_matches_dict_through_growth(native):
     rng = np.random.default_rng(1)
-    index = IdIndex(capacity=16)
+    index = IdIndex(capacity=16, native=native)
     reference = {}
     for batch in range(20):
         ids = np.unique(rng.integers(0, 1 << 40, 500))
@@ -22,6 +29,25 @@ def test_id_index_matches_dict_through_growth():
     np.testing.assert_array_equal(index.lookup(query), [reference[k] for k in query.tolist()])
     absent = np.array([k for k in rng.integers(0, 1 << 40, 100).tolist() if k not in reference])
     assert (index.lookup(absent) == -1).all()
+
+
+@pytest.mark.parametrize("native", _id_index_kinds(), ids=lambda n: "native" if n else "numpy")
+def test_id_index_large_batches(native):
+    """Batches past the native map's thread threshold, with misses and duplicates, through
+    several growths; both maps must agree with a dict."""
+    rng = np.random.default_rng(2)
+    index, reference = IdIndex(capacity=1000, native=native), {}
+    for _ in range(3):
+        ids = np.setdiff1d(rng.integers(0, 1 << 62, 60_000), np.array(list(reference), np.int64))
+        ids = rng.permutation(ids)
+        rows = np.arange(len(reference), len(reference) + ids.size)
+        index.insert(ids, rows)
+        reference.update(zip(ids.tolist(), rows.tolist()))
+    assert len(index) == len(reference)
+    keys = np.array(list(reference), dtype=np.int64)
+    query = np.concatenate([rng.choice(keys, 80_000), rng.integers(0, 1 << 62, 20_000)])
+    expect = [reference.get(k, -1) for k in query.tolist()]
+    np.testing.assert_array_equal(index.lookup(query), expect)
 
 
 def test_lazy_init_is_deterministic_per_id_and_order_independent():

