@@ -1,5 +1,5 @@
 // Hash deduplication of a batch of int64 ids on the CPU: the core of the sparse optimizers
-// and of gradient aggregation of widely spread ids (kernels_cpu.cc; ids in a narrow range are
+// and of gradient aggregation of widely spread ids (sparse_cpu.cc; ids in a narrow range are
 // ranked with bitmaps instead, range_rank_cpu.h).
 //
 // Ids are first bucketed by hash into P partitions (a stable counting sort of positions; P is

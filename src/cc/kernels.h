@@ -1,8 +1,9 @@
-// Memory-bound kernels of the ElasticDL parameter server (CPU: kernels_cpu.cc,
-// CUDA: kernels_cuda.cu). All arrays are dense and C-contiguous; the Python layer
-// (elasticdl/ops) checks dtypes, shapes and layout before calling. Kernels that read
-// rows by id check every id themselves and return the position of the first id outside
-// [0, rows) (or -1): such a call writes nothing to tables or slots.
+// Memory-bound kernels of the ElasticDL parameter server (CPU: kernels_cpu.cc for lookups and
+// dense ops, sparse_cpu.cc for aggregation and sparse updates; CUDA: kernels_cuda.cu). All
+// arrays are dense and C-contiguous; the Python layer (elasticdl/ops) checks dtypes, shapes and
+// layout before calling. Kernels that read rows by id check every id themselves and return the
+// position of the first id outside [0, rows) (or -1): such a call writes nothing to tables or
+// slots.
 #pragma once
 
 #include <cstdint>

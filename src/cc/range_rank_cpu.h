@@ -1,6 +1,7 @@
 // Ranks of a batch of int64 ids that lie in a narrow range [min, max] -- row indices into a
 // table, the parameter server's usual case -- found with bitmaps instead of the hashing and
-// sorting of dedup_cpu.h. Used by gradient aggregation (kernels_cpu.cc).
+// sorting of dedup_cpu.h. Used by gradient aggregation and the sparse
+// optimizers (sparse_cpu.cc).
 //
 // Every thread marks its contiguous share of the positions in two bitmaps over [min, max]:
 // "seen" and "seen again". Merged (an id is repeated when one thread saw it twice or two

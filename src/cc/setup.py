@@ -17,7 +17,7 @@ from setuptools import setup
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Baseline x86-64 code (the wheel must run anywhere); AVX2 clones are chosen at load time
-# via target_clones in kernels_cpu.cc. No FMA contraction: keeps results bit-identical to
+# via target_clones (cpu_target.h). No FMA contraction: keeps results bit-identical to
 # the NumPy reference.
 CXX_FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wno-unknown-pragmas"]
 
@@ -75,7 +75,7 @@ setup(
     ext_modules=[
         Pybind11Extension(
             "elasticdl_native",
-            ["elasticdl_native.cc", "kernels_cpu.cc", "dedup_cpu.cc", "range_rank_cpu.cc", "id_map_cpu.cc"],
+            ["elasticdl_native.cc", "kernels_cpu.cc", "sparse_cpu.cc", "dedup_cpu.cc", "range_rank_cpu.cc", "id_map_cpu.cc"],
             cxx_std=17,
             extra_compile_args=CXX_FLAGS,
             extra_link_args=["-fopenmp"],
