@@ -8,6 +8,8 @@ the framework of the GPU array; arrays updated in place must already be on the d
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from elasticdl.ops import _backend
 from elasticdl.ops import _checks as C
@@ -18,8 +20,19 @@ COMBINER_CODE = {"sum": 0, "mean": 1, "sqrtn": 2}
 _DTYPE_CODE = {"<f4": 0, "<f2": 1}
 
 
+def on_gpu(x) -> bool:
+    """Whether x is a GPU array (torch's ``is_cuda`` is an attribute read; asking torch for
+    ``__cuda_array_interface__`` builds the whole dict)."""
+    module = type(x).__module__
+    if module.startswith("torch"):
+        return bool(getattr(x, "is_cuda", False))
+    if module.startswith("cupy"):
+        return True
+    return hasattr(x, "__cuda_array_interface__")
+
+
 def any_on_gpu(arrays) -> bool:
-    return any(hasattr(a, "__cuda_array_interface__") for a in arrays)
+    return any(on_gpu(a) for a in arrays)
 
 
 def _native():
@@ -32,23 +45,62 @@ def _native():
 
 
 class _Dev:
-    """A view of one GPU array: address, shape, dtype string, contiguity, framework."""
+    """A view of one GPU array: address, shape, dtype string, contiguity, framework.
+
+    PyTorch tensors and CuPy arrays are read through their own attributes: torch builds its
+    ``__cuda_array_interface__`` dict in Python on every access (several microseconds, paid
+    by every array of every call); other arrays go through the interface."""
 
     def __init__(self, name: str, x):
         self.obj = x
         self.name = name
-        cai = x.__cuda_array_interface__
-        self.shape = tuple(int(s) for s in cai["shape"])
-        self.typestr = cai["typestr"]
-        self.ptr, self.readonly = int(cai["data"][0]), bool(cai["data"][1])
-        strides = cai.get("strides")
-        itemsize = int(self.typestr[2:])
-        self.contiguous = strides is None or tuple(strides) == _c_strides(self.shape, itemsize)
         self.framework = type(x).__module__.split(".")[0]
+        self.readonly = False
+        if self.framework == "torch":
+            self.shape = tuple(x.shape)
+            self.typestr = _torch_typestr(x.dtype)
+            self.ptr = int(x.data_ptr())
+            self.contiguous = bool(x.is_contiguous())
+        elif self.framework == "cupy":
+            self.shape = tuple(x.shape)
+            self.typestr = x.dtype.str
+            self.ptr = int(x.data.ptr)
+            self.contiguous = bool(x.flags.c_contiguous)
+        else:
+            cai = x.__cuda_array_interface__
+            self.shape = tuple(int(s) for s in cai["shape"])
+            self.typestr = cai["typestr"]
+            self.ptr, self.readonly = int(cai["data"][0]), bool(cai["data"][1])
+            strides = cai.get("strides")
+            itemsize = int(self.typestr[2:])
+            self.contiguous = strides is None or tuple(strides) == _c_strides(self.shape, itemsize)
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
+
+
+_TORCH_TYPESTR = {}
+
+
+def _torch_typestr(dtype) -> str:
+    """The array-interface typestr of a torch dtype (its name where there is none: bfloat16)."""
+    if not _TORCH_TYPESTR:
+        import torch
+
+        for name, ts in (
+            ("float32", "<f4"),
+            ("float16", "<f2"),
+            ("float64", "<f8"),
+            ("int64", "<i8"),
+            ("int32", "<i4"),
+            ("int16", "<i2"),
+            ("int8", "|i1"),
+            ("uint8", "|u1"),
+            ("bool", "|b1"),
+        ):
+            _TORCH_TYPESTR[getattr(torch, name)] = ts
+    return _TORCH_TYPESTR.get(dtype, str(dtype))
 
 
 def _c_strides(shape, itemsize):
@@ -93,7 +145,7 @@ def _empty(like, shape, dtype: str):
 
 
 def _input(name, like, x, typestr_want, dtype_name, shape=None) -> _Dev:
-    if not hasattr(x, "__cuda_array_interface__"):
+    if not on_gpu(x):
         x = _to_device(like, np.asarray(x), dtype_name)
     d = _Dev(name, x)
     if d.typestr != typestr_want:
@@ -109,7 +161,7 @@ def _input(name, like, x, typestr_want, dtype_name, shape=None) -> _Dev:
 
 
 def _inplace(name, x, shape=None) -> _Dev:
-    if not hasattr(x, "__cuda_array_interface__"):
+    if not on_gpu(x):
         raise OpsError(
             f"{name}: updated in place on the GPU, so it must be a GPU array like the others"
         )
@@ -137,10 +189,10 @@ def _host(x):
     return x.get() if hasattr(x, "get") else x.cpu().numpy()
 
 
-def _output(name, like, out, shape, typestr, dtype_name):
-    """The caller's result buffer on the GPU, or a new one next to `like`."""
+def _output(name, like, out, shape, typestr, dtype_name) -> _Dev:
+    """The caller's result buffer on the GPU, or a new one next to `like` (``.obj``)."""
     if out is None:
-        return _empty(like, shape, dtype_name)
+        return _Dev(name, _empty(like, shape, dtype_name))
     d = _inplace(name, out, shape) if typestr == "<f4" else _Dev(name, out)
     if d.typestr != typestr:
         raise OpsTypeError(
@@ -150,7 +202,7 @@ def _output(name, like, out, shape, typestr, dtype_name):
         raise OpsError(
             f"{name}: expected a writeable C-contiguous GPU array of shape {tuple(shape)}"
         )
-    return out
+    return d
 
 
 def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None, out=None):
@@ -173,26 +225,18 @@ def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None, out=
         if weights is not None:
             raise OpsError("weights: only used when pooling bags; pass offsets and a combiner")
         half = t.typestr != "<f4"
-        out = _output("out", table, out, (i.size, dim), t.typestr, "float16" if half else "float32")
-        _bad(
-            N.cuda_lookup(
-                t.ptr, _DTYPE_CODE[t.typestr], rows, dim, i.ptr, i.size, _Dev("out", out).ptr
-            ),
-            i,
-            rows,
-        )
-        return out
+        o = _output("out", table, out, (i.size, dim), t.typestr, "float16" if half else "float32")
+        _bad(N.cuda_lookup(t.ptr, _DTYPE_CODE[t.typestr], rows, dim, i.ptr, i.size, o.ptr), i, rows)
+        return o.obj
     # Offsets are validated on the host (B+1 integers): a bad bag layout would read out of bounds.
-    offs_host = C.offsets_int64(
-        _host(offsets) if hasattr(offsets, "__cuda_array_interface__") else offsets, i.size
-    )
+    offs_host = C.offsets_int64(_host(offsets) if on_gpu(offsets) else offsets, i.size)
     o = _input("offsets", table, offs_host, "<i8", "int64")
     w = (
         _input("weights", table, weights, "<f4", "float32", (i.size,))
         if weights is not None
         else None
     )
-    out = _output("out", table, out, (offs_host.size - 1, dim), "<f4", "float32")
+    res = _output("out", table, out, (offs_host.size - 1, dim), "<f4", "float32")
     bad = N.cuda_lookup_pooled(
         t.ptr,
         _DTYPE_CODE[t.typestr],
@@ -204,15 +248,15 @@ def embedding_lookup(table, ids, offsets=None, combiner=None, weights=None, out=
         offs_host.size - 1,
         w.ptr if w is not None else 0,
         COMBINER_CODE[comb],
-        _Dev("out", out).ptr,
+        res.ptr,
     )
     _bad(bad, i, rows)
-    return out
+    return res.obj
 
 
 def sparse_aggregate(ids, grads):
     N = _native()
-    like = grads if hasattr(grads, "__cuda_array_interface__") else ids
+    like = grads if on_gpu(grads) else ids
     i = _input("ids", like, ids, "<i8", "int64")
     g = _input("grads", like, grads, "<f4", "float32")
     if len(g.shape) != 2 or g.shape[0] != i.size:
