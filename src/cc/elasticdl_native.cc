@@ -96,10 +96,11 @@ std::vector<const float*> ptr_list(const std::vector<uintptr_t>& v) {
                                    P<const float>(grads), make_slots(s0, s1, s2));                         \
         });
 
-// Result blocks of cpu_aggregate, reused once NumPy frees the arrays that viewed them. A fresh
-// 24 MB result costs ~1 ms of page faults (the kernel zeroes every page) before a byte is
-// written; a PS that aggregates every step and drops the previous result then writes into
-// pages that are already mapped. At most kPoolBlocks blocks / kPoolBytes are kept.
+// Result blocks of cpu_aggregate and pooled_bytes, reused once NumPy frees the arrays that
+// viewed them. A fresh 24 MB result costs ~1 ms of page faults (the kernel zeroes every page)
+// before a byte is written; a PS that aggregates or looks up every step and drops the previous
+// result then writes into pages that are already mapped. At most kPoolBlocks blocks /
+// kPoolBytes are kept.
 constexpr size_t kPoolBlocks = 4;
 constexpr size_t kPoolBytes = size_t{1} << 30;
 constexpr size_t kHuge = size_t{2} << 20;
@@ -201,6 +202,16 @@ PYBIND11_MODULE(elasticdl_native, m) {
   // Which ranking cpu_aggregate uses for these ids ("range" or "hash"); for tests.
   m.def("cpu_aggregate_method", [](uintptr_t ids, int64_t n) {
     return edl::cpu::RangeRank::build(P<const int64_t>(ids), n) ? "range" : "hash";
+  });
+
+  // A 1-D uint8 array of `nbytes` in a pooled block (64-byte aligned; 2 MB pages when large),
+  // handed back to the pool when the last array viewing it is freed: results that are made
+  // and dropped every step (lookups) then skip the page faults of fresh memory.
+  m.def("pooled_bytes", [](int64_t nbytes) {
+    if (nbytes < 0) throw py::value_error("pooled_bytes: nbytes must be >= 0");
+    Block* blk = get_block(static_cast<size_t>(nbytes));
+    py::capsule owner(blk, [](void* b) { put_block(b); });
+    return py::array_t<uint8_t>({nbytes}, {int64_t{1}}, static_cast<uint8_t*>(blk->p), owner);
   });
 
   // The embedding tables' id -> row map (elasticdl/ps/id_index.py).

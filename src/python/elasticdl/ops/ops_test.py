@@ -417,6 +417,23 @@ def test_sparse_aggregate_results_survive_block_reuse():
     assert u0.shape == (0,) and g0.shape == (0, 32)
 
 
+def test_lookup_results_survive_block_reuse():
+    """Lookup results live in pooled memory that is reused once freed: a result still alive
+    (or viewed) is never written by later lookups."""
+    rng = _rng(16)
+    table = rng.standard_normal((5000, 64)).astype(np.float32)
+    ids = rng.integers(0, 5000, 20_000)
+    first = ops.embedding_lookup(table, ids)
+    view = first[100:104]
+    keep = first.copy()
+    del first
+    for k in range(6):
+        other = rng.integers(0, 5000, 20_000 if k % 2 else 7_000)
+        _same(ops.embedding_lookup(table, other), table[other], exact=True)
+    _same(view, keep[100:104], exact=True)
+    assert ops.embedding_lookup(table, np.zeros(0, np.int64)).shape == (0, 64)
+
+
 @pytest.mark.parametrize(
     "layout,method",
     [
