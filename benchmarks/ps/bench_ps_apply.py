@@ -5,18 +5,21 @@
 For each optimizer (SGD, Adam) and each elasticdl.ops backend (native C++ kernels, and the
 NumPy reference forced with ELASTICDL_OPS_BACKEND=reference, each in its own child process
 because the backend is chosen at import), one PS is started (`elasticdl.ps.server.PSServer`,
-asynchronous updates) and fed two kinds of push:
+asynchronous updates) and fed two kinds of push and one pull:
 
   dense      one float32 dense parameter of --dense elements;
   embedding  --ids uniform ids out of --rows of one --dim-wide table (rows created up front,
              so the timed pushes measure updates, not lazy row initialisation).
+  pull       the embedding rows of --ids such ids pulled back (what a worker does before
+             each minibatch): id lookup + row gather + the response.
 
-Each push is timed two ways, in alternation:
-  in-process  `ParameterServer.push_gradients(request)`: decode + validate + optimizer kernels;
+Each is timed two ways, in alternation:
+  in-process  `ParameterServer.push_gradients(request)`: decode + validate + optimizer kernels
+              (pulls: `ParameterServer.pull_embedding_vectors(name, ids)`);
   grpc        the same request through the real Pserver servicer over 127.0.0.1
               (serialisation, HTTP/2 transfer and the servicer added).
 
-Reports medians of --repeats pushes as dense parameters/s and embedding rows/s, and the
+Reports medians of --repeats pushes/pulls as dense parameters/s and embedding rows/s, and the
 native/reference speed-up of each. Prints a table, then one JSON summary as the LAST line.
 """
 
@@ -35,6 +38,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "..", "..", "src", "python")
 OPTIMIZERS = {"SGD": "learning_rate=0.01;", "Adam": "learning_rate=0.001;"}
 TABLE = "emb"
+CASES = (
+    "dense_inprocess",
+    "dense_grpc",
+    "embedding_inprocess",
+    "embedding_grpc",
+    "pull_inprocess",
+    "pull_grpc",
+)
 DENSE = "dense/kernel"
 
 
@@ -119,6 +130,24 @@ def _child(args) -> dict:
 
             cases["embedding_inprocess"] = emb(ps.push_gradients)
             cases["embedding_grpc"] = emb(stub.push_gradients)
+
+            def pull(grpc_stub):
+                def run():
+                    k["i"] += 1
+                    ids = batches[k["i"] % len(batches)]
+                    if grpc_stub is None:
+                        rows = ps.pull_embedding_vectors(TABLE, ids)
+                    else:
+                        req = pb.PullEmbeddingVectorsRequest(name=TABLE)
+                        tu.ndarray_to_pb(ids, req.ids)
+                        rows = tu.pb_to_ndarray(grpc_stub.pull_embedding_vectors(req))
+                    if rows.shape != (ids.size, args.dim):
+                        raise RuntimeError(f"the PS pulled {rows.shape} rows")
+
+                return run
+
+            cases["pull_inprocess"] = pull(None)
+            cases["pull_grpc"] = pull(stub)
             times = {name: [] for name in cases}
             for fn in cases.values():  # warm-up
                 fn()
@@ -205,7 +234,7 @@ def main(argv=None):
     print(f"{'optimizer':9s} {'case':22s} {'native':>12s} {'reference':>12s} {'speed-up':>9s}")
     for opt in OPTIMIZERS:
         entry = {"native": native[opt], "reference": reference[opt], "speedup": {}}
-        for case in ("dense_inprocess", "dense_grpc", "embedding_inprocess", "embedding_grpc"):
+        for case in CASES:
             sp = reference[opt][f"{case}_ms"] / native[opt][f"{case}_ms"]
             entry["speedup"][case] = sp
             unit = "params/s" if case.startswith("dense") else "rows/s"
