@@ -25,13 +25,30 @@ constexpr int64_t kRowsAhead = 8;
 // Positions per dynamically scheduled block of the singleton copy.
 constexpr int64_t kSingleBlock = 4096;
 
+// Position i (of the id in slot g) into the id's output row: its first row is copied
+// (streamed when it is also its only one: no read of the destination line), later rows are
+// added, so duplicates are summed left to right.
+inline void sum_position(const Dedup& d, int64_t i, int64_t g, const float* grads, int64_t dim, const int64_t* rank,
+                         float* out, bool stream) {
+  const float* __restrict src = grads + i * dim;
+  float* __restrict dst = out + rank[g] * dim;
+  if (d.first_pos()[g] == i) {
+    if (stream && d.count()[g] == 1) {
+      copy_row(reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), dim * sizeof(float), true);
+    } else {
+      for (int64_t j = 0; j < dim; ++j) dst[j] = src[j];
+    }
+  } else {
+    for (int64_t j = 0; j < dim; ++j) dst[j] = dst[j] + src[j];
+  }
+}
+
 EDL_MULTIVERSION
 void aggregate_part(const Dedup& d, int p, const float* grads, int64_t dim, const int64_t* rank, float* out,
                     bool stream, bool skip_singletons) {
   const int64_t kb = d.slot_begin(p), ke = d.slot_begin(p + 1);
   const int64_t* pos = d.positions();
   const int64_t* slot_of = d.slot_of();
-  const int64_t* first = d.first_pos();
   const int64_t* count = d.count();
   for (int64_t k = kb; k < ke; ++k) {
     if (k + kRowsAhead < ke) {
@@ -43,18 +60,7 @@ void aggregate_part(const Dedup& d, int p, const float* grads, int64_t dim, cons
     }
     const int64_t i = pos[k], g = slot_of[i];
     if (skip_singletons && count[g] == 1) continue;
-    const float* __restrict src = grads + i * dim;
-    float* __restrict dst = out + rank[g] * dim;
-    if (first[g] == i) {
-      if (stream && count[g] == 1) {
-        // A row written once: streaming stores skip reading the destination line first.
-        copy_row(reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), dim * sizeof(float), true);
-      } else {
-        for (int64_t j = 0; j < dim; ++j) dst[j] = src[j];
-      }
-    } else {
-      for (int64_t j = 0; j < dim; ++j) dst[j] = dst[j] + src[j];
-    }
+    sum_position(d, i, g, grads, dim, rank, out, stream);
   }
 }
 
@@ -84,26 +90,13 @@ void aggregate_sweep(const Dedup& d, const float* grads, int64_t dim, const int6
                      bool stream) {
   const int64_t n = d.n();
   const int64_t* slot_of = d.slot_of();
-  const int64_t* first = d.first_pos();
-  const int64_t* count = d.count();
   for (int64_t i = 0; i < n; ++i) {
     if (i + kRowsAhead < n) {
       const int64_t ia = i + kRowsAhead;
       prefetch_rows(grads + ia * dim, dim, 0);
       if (!stream) prefetch_rows(out + rank[slot_of[ia]] * dim, dim, 1);
     }
-    const int64_t g = slot_of[i];
-    const float* __restrict src = grads + i * dim;
-    float* __restrict dst = out + rank[g] * dim;
-    if (first[g] == i) {
-      if (stream && count[g] == 1) {
-        copy_row(reinterpret_cast<char*>(dst), reinterpret_cast<const char*>(src), dim * sizeof(float), true);
-      } else {
-        for (int64_t j = 0; j < dim; ++j) dst[j] = src[j];
-      }
-    } else {
-      for (int64_t j = 0; j < dim; ++j) dst[j] = dst[j] + src[j];
-    }
+    sum_position(d, i, slot_of[i], grads, dim, rank, out, stream);
   }
 }
 
