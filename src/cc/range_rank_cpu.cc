@@ -21,6 +21,9 @@ constexpr uint64_t kWordsPerId = 4;
 constexpr uint64_t kSlackWords = 4096;
 // Smaller batches are ranked on one thread (a team's fork/join would cost more).
 constexpr int64_t kParallelMin = 16384;
+// The passes after the bitmaps use at most this many group counters (summed over threads)
+// per position: a batch of ids each seen twice has n/2 groups, so 8 threads at most.
+constexpr int64_t kCountersPerPosition = 4;
 
 // Smallest and largest id (AVX2 compares and blends 4 at a time in the cloned version).
 EDL_MULTIVERSION
@@ -169,7 +172,10 @@ void RangeRank::mark_and_merge() {
       used = team;
     }
   }
-  threads_ = used;
+  // Every thread of the keying pass counts into its own array of a counter per group (and the
+  // grouping walks them all): keep those at most kCountersPerPosition per position.
+  const int64_t cap = kCountersPerPosition * n_ / (static_cast<int64_t>(num_groups()) + 1);
+  threads_ = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(used, cap)));
   rank_of_repeated_ = groups_all_ ? nullptr : rank_of_repeated;
   const size_t m = static_cast<size_t>(n_), groups = static_cast<size_t>(num_groups());
   key_of_pos_ = s_->key_of_pos.get(m);

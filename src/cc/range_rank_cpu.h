@@ -42,7 +42,8 @@ class RangeRank {
   int64_t n() const { return n_; }
   int64_t num_unique() const { return num_unique_; }
   int32_t num_repeated() const { return num_repeated_; }
-  // Threads the bitmaps were built with: the team size for the passes that follow.
+  // The team size for the passes that follow: the bitmaps' team, fewer when the groups are
+  // so many that per-thread group counters would outweigh the positions (many-core hosts).
   int threads() const { return threads_; }
 
   bool repeated(int64_t id) const {

@@ -341,6 +341,40 @@ def test_sparse_aggregate_bitmap_range_threshold():
     assert _aggregate_method(np.zeros(0, np.int64)) == "hash"  # nothing to rank
 
 
+def test_sparse_kernels_are_exact_on_seven_threads():
+    """A many-core host in miniature: 7 OpenMP threads (OMP_DYNAMIC set, so the team is not
+    trimmed to the free CPUs) over every layout -- uneven position shares, counters capped per
+    position ("twice": n/2 groups), hashed ids; OMP_NUM_THREADS is read at start-up, hence a
+    subprocess."""
+    if ops.backend() != "native":
+        pytest.skip("native backend only")
+    code = (
+        "import numpy as np, elasticdl.ops as ops\n"
+        "from elasticdl.ops import reference as R\n"
+        "import elasticdl_native as N\n"
+        "assert N.num_threads() == 7\n"
+        "rng = np.random.default_rng(17)\n"
+        "n, rows = 50_003, 400_000\n"
+        "layouts = [rng.integers(0, rows, n), np.minimum(rng.zipf(1.2, n), rows) - 1,\n"
+        "           rng.permutation(np.repeat(np.arange(n // 2), 2)), rng.integers(0, 2**50, n)]\n"
+        "for ids in layouts:\n"
+        "    g = rng.standard_normal((ids.size, 16)).astype(np.float32)\n"
+        "    u, s = ops.sparse_aggregate(ids, g)\n"
+        "    ru, rs = R.sparse_aggregate(ids, g)\n"
+        "    assert np.array_equal(u, ru) and np.array_equal(s, rs)\n"
+        "    if ids.max() < rows:\n"
+        "        t = rng.standard_normal((rows, 16)).astype(np.float32)\n"
+        "        m, v, t2, m2, v2 = np.zeros_like(t), np.zeros_like(t), t.copy(), np.zeros_like(t), np.zeros_like(t)\n"
+        "        ops.sparse_adam(t, ids, g, m, v, 0.01, 0.9, 0.999, 1e-7, 3)\n"
+        "        R.sparse_adam(t2, ids, g, m2, v2, 0.01, 0.9, 0.999, 1e-7, 3)\n"
+        "        assert np.array_equal(t, t2) and np.array_equal(m, m2) and np.array_equal(v, v2)\n"
+    )
+    env = dict(
+        os.environ, OMP_NUM_THREADS="7", OMP_DYNAMIC="false", PYTHONPATH=os.pathsep.join(sys.path)
+    )
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+
+
 def test_sparse_aggregate_concurrent_calls_are_exact():
     """Calls from several Python threads at once (a PS serving pushes) each get their own
     scratch from the pools, bitmap-ranked and hashed batches alike."""
