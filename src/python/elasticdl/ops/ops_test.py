@@ -43,6 +43,22 @@ def _aggregate_method(ids):
 I64 = np.iinfo(np.int64)
 
 
+def _run_on_omp_threads(threads, body, timeout, **env):
+    """Runs ``body`` (Python source, with np, ops, R and N = elasticdl_native imported) in a
+    subprocess with ``threads`` OpenMP threads, checked first: OMP_NUM_THREADS is read once, at
+    start-up, so a team size cannot be changed inside this process."""
+    code = (
+        "import numpy as np, elasticdl.ops as ops\n"
+        "from elasticdl.ops import reference as R\n"
+        "import elasticdl_native as N\n"
+        f"assert N.num_threads() == {threads}\n"
+    ) + body
+    env = dict(
+        os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=os.pathsep.join(sys.path), **env
+    )
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=timeout)
+
+
 def test_backend_reports_a_known_name():
     assert ops.backend() in ("native", "reference")
     assert isinstance(ops.cuda_available(), bool)
@@ -348,11 +364,7 @@ def test_sparse_kernels_are_exact_on_seven_threads():
     subprocess."""
     if ops.backend() != "native":
         pytest.skip("native backend only")
-    code = (
-        "import numpy as np, elasticdl.ops as ops\n"
-        "from elasticdl.ops import reference as R\n"
-        "import elasticdl_native as N\n"
-        "assert N.num_threads() == 7\n"
+    body = (
         "rng = np.random.default_rng(17)\n"
         "n, rows = 50_003, 400_000\n"
         "layouts = [rng.integers(0, rows, n), np.minimum(rng.zipf(1.2, n), rows) - 1,\n"
@@ -369,10 +381,7 @@ def test_sparse_kernels_are_exact_on_seven_threads():
         "        R.sparse_adam(t2, ids, g, m2, v2, 0.01, 0.9, 0.999, 1e-7, 3)\n"
         "        assert np.array_equal(t, t2) and np.array_equal(m, m2) and np.array_equal(v, v2)\n"
     )
-    env = dict(
-        os.environ, OMP_NUM_THREADS="7", OMP_DYNAMIC="false", PYTHONPATH=os.pathsep.join(sys.path)
-    )
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+    _run_on_omp_threads(7, body, timeout=300, OMP_DYNAMIC="false")
 
 
 def test_sparse_aggregate_concurrent_calls_are_exact():
@@ -410,11 +419,7 @@ def test_sparse_aggregate_single_thread_is_exact():
     start-up, hence a subprocess."""
     if ops.backend() != "native":
         pytest.skip("native backend only")
-    code = (
-        "import numpy as np, elasticdl.ops as ops\n"
-        "from elasticdl.ops import reference as R\n"
-        "import elasticdl_native as N\n"
-        "assert N.num_threads() == 1\n"
+    body = (
         "rng = np.random.default_rng(12)\n"
         "for ids in (np.minimum(rng.zipf(1.2, 50_000), 10**6) - 1, rng.integers(0, 10**5, 50_000),\n"
         "            rng.integers(0, 2**50, 50_000)):\n"
@@ -423,8 +428,7 @@ def test_sparse_aggregate_single_thread_is_exact():
         "    ru, rs = R.sparse_aggregate(ids, g)\n"
         "    assert np.array_equal(u, ru) and np.array_equal(s, rs)\n"
     )
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    _run_on_omp_threads(1, body, timeout=120)
 
 
 def test_sparse_aggregate_results_survive_block_reuse():

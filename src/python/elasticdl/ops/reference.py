@@ -93,8 +93,8 @@ def sparse_aggregate_chunked(ids, grads, chunk):
     """:func:`sparse_aggregate` in the summation order of the CUDA kernels: the rows of each id
     summed left to right in chunks of ``chunk`` occurrences, then the chunk sums left to right.
     Equal to :func:`sparse_aggregate` for ids seen at most ``chunk`` times."""
-    uniq, out = sparse_aggregate(ids, grads)  # checks the arguments
     ids, grads = C.ids_int64(ids), C.float32_input("grads", grads)
+    uniq, out = sparse_aggregate(ids, grads)  # checks the shapes; right for ids seen <= chunk times
     order = np.argsort(ids, kind="stable")
     starts = np.searchsorted(ids[order], uniq)
     ends = np.append(starts[1:], ids.size)
