@@ -156,6 +156,17 @@ void put_block(void* blk) {
   delete b;
 }
 
+// A new C-contiguous array over a pooled block; the block returns to the pool when the last
+// array viewing it is freed.
+template <typename T>
+py::array_t<T> pooled_array(std::vector<py::ssize_t> shape) {
+  size_t bytes = sizeof(T);
+  for (py::ssize_t d : shape) bytes *= static_cast<size_t>(d);
+  Block* blk = get_block(bytes);
+  py::capsule owner(blk, [](void* b) { put_block(b); });
+  return py::array_t<T>(std::move(shape), static_cast<T*>(blk->p), owner);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(elasticdl_native, m) {
@@ -179,13 +190,9 @@ PYBIND11_MODULE(elasticdl_native, m) {
     }
     const int64_t u = ranks ? ranks->num_unique() : d->num_unique();
     py::array_t<int64_t> out_ids(u);
-    // Rows start on a 64-byte boundary so the kernel can write whole lines with streaming
-    // stores; the block returns to the pool when the last array viewing it is freed.
-    Block* blk = get_block(static_cast<size_t>(u) * dim * sizeof(float));
-    py::capsule owner(blk, [](void* b) { put_block(b); });
-    float* og = static_cast<float*>(blk->p);
-    py::array_t<float> out({u, dim}, {dim * static_cast<int64_t>(sizeof(float)), static_cast<int64_t>(sizeof(float))},
-                           og, owner);
+    // Rows start on a 64-byte boundary, so the kernel can write whole lines with streaming stores.
+    py::array_t<float> out = pooled_array<float>({u, dim});
+    float* og = out.mutable_data();
     int64_t* oi = out_ids.mutable_data();
     {
       py::gil_scoped_release nogil;
@@ -209,9 +216,7 @@ PYBIND11_MODULE(elasticdl_native, m) {
   // and dropped every step (lookups) then skip the page faults of fresh memory.
   m.def("pooled_bytes", [](int64_t nbytes) {
     if (nbytes < 0) throw py::value_error("pooled_bytes: nbytes must be >= 0");
-    Block* blk = get_block(static_cast<size_t>(nbytes));
-    py::capsule owner(blk, [](void* b) { put_block(b); });
-    return py::array_t<uint8_t>({nbytes}, {int64_t{1}}, static_cast<uint8_t*>(blk->p), owner);
+    return pooled_array<uint8_t>({nbytes});
   });
 
   // The embedding tables' id -> row map (elasticdl/ps/id_index.py).

@@ -108,14 +108,14 @@ std::unique_ptr<RangeRank> RangeRank::build(const int64_t* ids, int64_t n) {
   const int threads = n >= kParallelMin ? std::min(omp_get_max_threads(), kMaxThreads) : 1;
   if (words > (kWordsPerId * static_cast<uint64_t>(n) + kSlackWords) / static_cast<uint64_t>(threads)) return nullptr;
   std::unique_ptr<RangeRank> r(
-      new RangeRank(ScratchPool<RangeRankScratch>::acquire(), ids, n, lo, words, threads));
+      new RangeRank(ScratchPool<RangeRankScratch>::acquire(), ids, n, lo, hi, words, threads));
   r->mark_and_merge();
   return r;
 }
 
-RangeRank::RangeRank(RangeRankScratch* s, const int64_t* ids, int64_t n, int64_t min_id, uint64_t words,
-                     int threads)
-    : s_(s), ids_(ids), n_(n), min_id_(min_id), words_(words), threads_(threads) {}
+RangeRank::RangeRank(RangeRankScratch* s, const int64_t* ids, int64_t n, int64_t min_id, int64_t max_id,
+                     uint64_t words, int threads)
+    : s_(s), ids_(ids), n_(n), min_id_(min_id), max_id_(max_id), words_(words), threads_(threads) {}
 
 RangeRank::~RangeRank() { ScratchPool<RangeRankScratch>::release(s_); }
 
@@ -204,12 +204,12 @@ int32_t* RangeRank::begin_counting(int t) {
 }
 
 void RangeRank::group_positions(int t, int team, int64_t per_thread) {
-  const int32_t D = num_groups();
-  const size_t stride = static_cast<size_t>(D) + 1;
+  const int32_t G = num_groups();
+  const size_t stride = static_cast<size_t>(G) + 1;
   // Group r starts after all smaller groups; inside it thread 0's positions come first, then
   // thread 1's, ...: with each thread's positions ascending, the groups come out stable.
   int32_t r0, r1;
-  share<int32_t>(D, t, team, &r0, &r1);
+  share<int32_t>(G, t, team, &r0, &r1);
   int32_t sum = 0;
   for (int32_t r = r0; r < r1; ++r)
     for (int q = 0; q < team; ++q) sum += counts_[stride * q + r];
@@ -226,7 +226,7 @@ void RangeRank::group_positions(int t, int team, int64_t per_thread) {
       at += k;
     }
   }
-  if (t == team - 1) group_begin_[D] = at;
+  if (t == team - 1) group_begin_[G] = at;
 #pragma omp barrier
   int32_t* fill = counts_ + stride * t;
   const int64_t i0 = std::min(n_, per_thread * t), i1 = std::min(n_, i0 + per_thread);

@@ -41,7 +41,8 @@ class RangeRank {
   const int64_t* ids() const { return ids_; }
   int64_t n() const { return n_; }
   int64_t num_unique() const { return num_unique_; }
-  int32_t num_repeated() const { return num_repeated_; }
+  int64_t min_id() const { return min_id_; }
+  int64_t max_id() const { return max_id_; }
   // The team size for the passes that follow: the bitmaps' team, fewer when the groups are
   // so many that per-thread group counters would outweigh the positions (many-core hosts).
   int threads() const { return threads_; }
@@ -85,13 +86,14 @@ class RangeRank {
   float* float_buffer(int64_t floats);
 
  private:
-  RangeRank(RangeRankScratch* s, const int64_t* ids, int64_t n, int64_t min_id, uint64_t words, int threads);
+  RangeRank(RangeRankScratch* s, const int64_t* ids, int64_t n, int64_t min_id, int64_t max_id, uint64_t words,
+            int threads);
   uint64_t key(int64_t id) const { return static_cast<uint64_t>(id) - static_cast<uint64_t>(min_id_); }
   void mark_and_merge();
 
   RangeRankScratch* s_;
   const int64_t* ids_;
-  int64_t n_, min_id_;
+  int64_t n_, min_id_, max_id_;
   uint64_t words_;
   int threads_;
   int64_t num_unique_ = 0;

@@ -162,8 +162,8 @@ EDL_MULTIVERSION void sparse_part(const OptParams& prm, float* table, int64_t di
 // only repeated ids are grouped, the same pass hands the row of every id seen once straight to
 // the sink (sequential reads of the gradients). The grouped positions are then sorted by group,
 // in order, and each group is summed left to right in a row buffer and handed over once.
-// A sink says where a finished row goes: `single(i, id, row)` for an id seen once at position
-// i, `group(g, id, row)` for group g, and `prefetch(i, id)` for a row about to come.
+// A sink says where a finished row goes: `single(id, row)` for an id seen once, `group(g, id,
+// row)` for group g, and `prefetch(id)` for the row of an id seen once, about to come.
 namespace {
 // Grouped positions per dynamically scheduled block of the group sums.
 constexpr int64_t kGroupBlock = 2048;
@@ -177,10 +177,10 @@ struct ToOutput {
   float* out;
   int64_t dim;
   bool stream;
-  void prefetch(int64_t, int64_t id) const {
+  void prefetch(int64_t id) const {
     if (!stream) prefetch_rows(out + rr.rank(id) * dim, dim, 1);
   }
-  void single(int64_t, int64_t id, const float* row) const { put(rr.rank(id), row); }
+  void single(int64_t id, const float* row) const { put(rr.rank(id), row); }
   void group(int32_t g, int64_t, const float* row) const { put(rr.group_row(g), row); }
   void put(int64_t r, const float* row) const {
     copy_row(reinterpret_cast<char*>(out + r * dim), reinterpret_cast<const char*>(row),
@@ -195,8 +195,8 @@ struct ToTable {
   float* table;
   const OptSlots& s;
   int64_t dim;
-  void prefetch(int64_t, int64_t id) const { prefetch_update_rows(table, s, id * dim, dim); }
-  void single(int64_t, int64_t id, const float* row) const { apply_row<K>(p, table, s, id * dim, row, dim); }
+  void prefetch(int64_t id) const { prefetch_update_rows(table, s, id * dim, dim); }
+  void single(int64_t id, const float* row) const { apply_row<K>(p, table, s, id * dim, row, dim); }
   void group(int32_t, int64_t id, const float* row) const { apply_row<K>(p, table, s, id * dim, row, dim); }
 };
 
@@ -216,11 +216,11 @@ EDL_MULTIVERSION void key_positions(RangeRank& rr, int64_t lo, int64_t hi, const
   for (int64_t i = lo; i < hi; ++i) {
     if (i + kRowsAhead < hi && !rr.repeated(ids[i + kRowsAhead])) {
       prefetch_rows(grads + (i + kRowsAhead) * dim, dim, 0);
-      sink.prefetch(i + kRowsAhead, ids[i + kRowsAhead]);
+      sink.prefetch(ids[i + kRowsAhead]);
     }
     const int64_t id = ids[i];
     if (!rr.repeated(id)) {
-      sink.single(i, id, grads + i * dim);
+      sink.single(id, grads + i * dim);
       key[i] = -1;
     } else {
       const int32_t g = rr.group_of(id);
@@ -342,15 +342,17 @@ void aggregate_rows(Dedup& d, const float* grads, int64_t dim, int64_t* out_ids,
 int64_t sparse_update(const OptParams& p, float* table, int64_t rows, int64_t dim, const int64_t* ids,
                       int64_t n, const float* grads, const OptSlots& s) {
   follow_load();
-  const int64_t bad = first_bad_id(ids, n, rows);
-  if (bad >= 0) return bad;
   if (auto rr = RangeRank::build(ids, n)) {  // ids are rows: a narrow range unless the table is sparse
+    // The bitmaps measured the ids' range: the pass that finds a bad id runs only if one exists.
+    if (rr->min_id() < 0 || rr->max_id() >= rows) return first_bad_id(ids, n, rows);
     dispatch_kind(p.kind, [&](auto kc) {
       constexpr int K = decltype(kc)::value;
       ranked_rows(*rr, grads, dim, nullptr, ToTable<K>{p, table, s, dim});
     });
     return -1;
   }
+  const int64_t bad = first_bad_id(ids, n, rows);
+  if (bad >= 0) return bad;
   Dedup d(ids, n);
   float* buf = d.float_buffer(n * dim);  // rows used only by repeated ids (pages touched lazily)
   const int P = d.parts();
