@@ -34,8 +34,7 @@ from elasticdl.client.backend import JobBackend, JobHandle
 from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
 from elasticdl.client.job_status import JobPhase, JobStatus, ReplicaStatus
 from elasticdl.common import args as job_args
-from elasticdl.common.cluster_spec import ClusterSpec
-from elasticdl.common.k8s_client import (
+from elasticdl.k8s.client import (
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
     LABEL_STATUS,
@@ -50,6 +49,7 @@ from elasticdl.common.k8s_client import (
     pod_name,
     to_dict,
 )
+from elasticdl.k8s.cluster_spec import ClusterSpec
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class KubernetesBackend(JobBackend):
     # ---- submit --------------------------------------------------------------------------
     def build_master_pod(self, args: argparse.Namespace, service_account: str = ""):
         """The master pod for validated job ``args`` (no API calls)."""
-        from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod
+        from elasticdl.k8s.pods import PodTemplate, build_pod
 
         if not getattr(args, "image_name", ""):
             raise ClientError(

@@ -622,7 +622,8 @@ def validate_job_args(args: argparse.Namespace, check_local_paths: bool | None =
     ``check_local_paths`` (default: on for the local platform) also checks that the model zoo,
     the model file and local data paths exist on this machine.
     """
-    from elasticdl.common import k8s_resource, k8s_volume
+    from elasticdl.k8s import resources as k8s_resource
+    from elasticdl.k8s import volumes as k8s_volume
 
     validate_job_name(getattr(args, "job_name", ""))
     platform = getattr(args, "platform", None) or PLATFORM_LOCAL

@@ -3,7 +3,7 @@
 * PS ``i`` -> pod ``elasticdl-<job>-ps-<i>`` + headless service of the same name; worker
   ``i`` -> pod ``elasticdl-<job>-worker-<i>`` (a service too if it listens on a port). All are
   owned by the master pod (``ownerReferences``), so deleting the master pod deletes the job.
-* Pod objects come from :mod:`elasticdl.platform.kubernetes_pods` (resources, volumes,
+* Pod objects come from :mod:`elasticdl.k8s.pods` (resources, volumes,
   priorities, image pull policy, restart policy ``Never``, ``MY_POD_IP``, ``--envs``,
   cluster spec).
 * One watch thread (label ``elasticdl-job-name=<job>``) turns pod changes into
@@ -34,7 +34,7 @@ import logging
 import os
 import threading
 
-from elasticdl.common.k8s_client import (
+from elasticdl.k8s.client import (
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
     LABEL_STATUS,
@@ -45,6 +45,7 @@ from elasticdl.common.k8s_client import (
     job_selector,
     master_pod_name,
 )
+from elasticdl.k8s.pods import PodTemplate, build_pod, build_service
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
     Platform,
@@ -55,7 +56,6 @@ from elasticdl.platform.base import (
     ReplicaType,
     replica_name,
 )
-from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod, build_service
 
 logger = logging.getLogger(__name__)
 

@@ -96,7 +96,7 @@ def served_namespace(namespace, kubelet):
 
 @pytest.fixture
 def k8s(k8s_cluster, namespace):
-    """An admin :class:`elasticdl.common.k8s_client.K8sClient` for the test's namespace."""
-    from elasticdl.common.k8s_client import K8sClient
+    """An admin :class:`elasticdl.k8s.client.K8sClient` for the test's namespace."""
+    from elasticdl.k8s.client import K8sClient
 
     return K8sClient(namespace, api_client=k8s_cluster.api_client())

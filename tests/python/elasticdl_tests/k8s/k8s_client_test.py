@@ -1,4 +1,4 @@
-"""elasticdl.common.k8s_client against a real kube-apiserver (no kubelet involved)."""
+"""elasticdl.k8s.client against a real kube-apiserver (no kubelet involved)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from elasticdl.common.k8s_client import (
+from elasticdl.k8s.client import (
     K8sApiError,
     K8sClient,
     K8sConfigError,
@@ -15,7 +15,7 @@ from elasticdl.common.k8s_client import (
     load_api_client,
     to_dict,
 )
-from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod, build_service
+from elasticdl.k8s.pods import PodTemplate, build_pod, build_service
 
 
 def _pod(namespace, name, replica_type="worker", replica_id=0, owner=None):

@@ -13,7 +13,8 @@ import threading
 import time
 
 import pytest
-from elasticdl.common.k8s_client import LABEL_STATUS, K8sClient, master_pod_name, to_dict
+from elasticdl.k8s.client import LABEL_STATUS, K8sClient, master_pod_name, to_dict
+from elasticdl.k8s.pods import PodTemplate, build_pod
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
     PlatformError,
@@ -22,7 +23,6 @@ from elasticdl.platform.base import (
     ReplicaType,
 )
 from elasticdl.platform.kubernetes import NETWORK_HOST, KubernetesPlatform
-from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod
 
 JOB = "plat"
 SLEEPER = "elasticdl_tests.k8s.sleeper"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from elasticdl.common.k8s_client import K8sApiError, K8sClient, master_pod_name, to_model
+from elasticdl.k8s.client import K8sApiError, K8sClient, master_pod_name, to_model
+from elasticdl.k8s.pods import PodTemplate, build_pod
 from elasticdl.platform.base import ReplicaSpec, ReplicaType
 from elasticdl.platform.kubernetes import KubernetesPlatform
-from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod
 
 
 def _manifest() -> Path:

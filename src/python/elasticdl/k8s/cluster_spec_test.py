@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from elasticdl.common.cluster_spec import ClusterSpec, ClusterSpecError  # noqa: E402
-from elasticdl.common.k8s_client import to_dict  # noqa: E402
-from elasticdl.platform.kubernetes_pods import PodTemplate, build_pod, build_service  # noqa: E402
+from elasticdl.k8s.client import to_dict  # noqa: E402
+from elasticdl.k8s.cluster_spec import ClusterSpec, ClusterSpecError  # noqa: E402
+from elasticdl.k8s.pods import PodTemplate, build_pod, build_service  # noqa: E402
 
 # A --cluster_spec file as users write them (the on-prem tutorial's example, plus an attempt
 # to overwrite ElasticDL's own labels, which must not succeed).

@@ -14,9 +14,9 @@ Every pod:
   relaunches replicas itself);
 * gets ``MY_POD_IP`` / ``MY_POD_NAME`` / ``MY_POD_NAMESPACE`` from the downward API, then the
   ``--envs`` variables, then the replica's own variables;
-* carries resource requests/limits from ``elasticdl.common.k8s_resource`` (``gpu`` ->
+* carries resource requests/limits from ``elasticdl.k8s.resources`` (``gpu`` ->
   ``nvidia.com/gpu``; the limit defaults to the request), volumes from
-  ``elasticdl.common.k8s_volume``, an optional PriorityClass, and an owner reference to the
+  ``elasticdl.k8s.volumes``, an optional PriorityClass, and an owner reference to the
   master pod for replicas (deleting the master deletes the job).
 
 Services are headless (``clusterIP: None``) and select exactly one replica by its labels, so
@@ -28,9 +28,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from elasticdl.common import k8s_resource, k8s_volume
-from elasticdl.common.cluster_spec import ClusterSpec
-from elasticdl.common.k8s_client import job_labels, to_model
+from elasticdl.k8s import resources, volumes
+from elasticdl.k8s.cluster_spec import ClusterSpec
+from elasticdl.k8s.client import job_labels, to_model
 
 CONTAINER_NAME = "main"
 DOWNWARD_ENV = {
@@ -70,8 +70,8 @@ def resource_requirements(request: str, limit: str = ""):
     """``V1ResourceRequirements`` from resource strings; the limit defaults to the request."""
     from kubernetes import client
 
-    requests = k8s_resource.parse_resource(request)
-    limits = k8s_resource.parse_resource(limit) if limit else dict(requests)
+    requests = resources.parse_resource(request)
+    limits = resources.parse_resource(limit) if limit else dict(requests)
     if not requests and not limits:
         return None
     return client.V1ResourceRequirements(requests=requests or None, limits=limits or None)
@@ -110,8 +110,8 @@ def build_pod(
     env_vars = [e for e in env_vars if e.name not in merged]
     env_vars += [client.V1EnvVar(name=k, value=str(v)) for k, v in merged.items()]
 
-    volumes, mounts = (
-        k8s_volume.volumes_and_mounts(template.volume) if template.volume else ([], [])
+    pod_volumes, mounts = (
+        volumes.volumes_and_mounts(template.volume) if template.volume else ([], [])
     )
     container = client.V1Container(
         name=CONTAINER_NAME,
@@ -136,7 +136,7 @@ def build_pod(
             containers=[container],
             restart_policy=template.restart_policy,
             priority_class_name=priority_class or None,
-            volumes=[to_model(v.to_dict(), "V1Volume") for v in volumes] or None,
+            volumes=[to_model(v.to_dict(), "V1Volume") for v in pod_volumes] or None,
             service_account_name=template.service_account or None,
         ),
     )

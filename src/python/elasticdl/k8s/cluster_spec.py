@@ -37,7 +37,7 @@ import json
 import os
 from typing import Any
 
-from elasticdl.common.k8s_client import LABEL_JOB, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE, to_model
+from elasticdl.k8s.client import LABEL_JOB, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE, to_model
 
 IMAGE_CLUSTER_SPEC_DIR = "/cluster_spec"
 POD_KEYS = ("labels", "annotations", "node_selector", "affinity", "tolerations", "env")

@@ -1,7 +1,7 @@
 """Volume-string parsing, mirroring the original k8s_volume_test behaviours."""
 
 import pytest
-from elasticdl.common.k8s_volume import VolumeError, parse_volumes, volumes_and_mounts
+from elasticdl.k8s.volumes import VolumeError, parse_volumes, volumes_and_mounts
 
 
 def test_claim_volume():
