@@ -5,11 +5,13 @@ master creates (worker/PS pods and services, all owned by the master pod).
   --platform=kubernetes``; resources, priority, volumes, ``--envs``, cluster spec,
   ``MY_POD_IP`` from the downward API) and creates it — or, with ``--yaml FILE``, only writes
   its manifest (no cluster access at all). Everything is built and checked before the first
-  API call, so bad input creates nothing. If the namespace has a ServiceAccount named
+  API call, so bad input creates nothing. If the namespace has the ServiceAccount
   ``elasticdl`` (``deploy/k8s/rbac.yaml``), the master runs under it.
 * ``status``/``list_jobs`` read the master pod: its phase, the ``status`` label the master
   sets when it ends, the JSON progress the master publishes in the ``elasticdl-status``
-  annotation (:data:`STATUS_ANNOTATION`), and the job's replica pods.
+  annotation (:data:`STATUS_ANNOTATION`), and the job's replica pods. Exit codes and causes
+  come from :func:`elasticdl.k8s.termination.read_termination`, the reading the master's
+  platform acts on, so ``elasticdl status`` tells what the master saw.
 * ``logs`` reads pod logs through the API server. Where the cluster cannot serve logs (a node
   without a reachable kubelet, e.g. the process kubelet of the test harness), set
   ``ELASTICDL_K8S_POD_LOG_DIR`` to a directory holding ``<namespace>/<pod>.log`` files (a
@@ -34,27 +36,29 @@ from elasticdl.client.backend import JobBackend, JobHandle
 from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
 from elasticdl.client.job_status import JobPhase, JobStatus, ReplicaStatus
 from elasticdl.common import args as job_args
-from elasticdl.k8s.client import (
+from elasticdl.k8s.client import K8sApiError, K8sClient, K8sConfigError, KubeConfig, to_dict
+from elasticdl.k8s.cluster_spec import ClusterSpec
+from elasticdl.k8s.names import (
+    LABEL_JOB,
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
     LABEL_STATUS,
     MASTER_TYPE,
+    PS_TYPE,
+    SERVICE_ACCOUNT,
     STATUS_ANNOTATION,
-    K8sApiError,
-    K8sClient,
-    K8sConfigError,
-    KubeConfig,
+    WORKER_TYPE,
     job_selector,
     master_pod_name,
+    masters_selector,
     pod_name,
-    to_dict,
+    replicas_selector,
 )
-from elasticdl.k8s.cluster_spec import ClusterSpec
+from elasticdl.k8s.termination import FAILED, RUNNING, SUCCEEDED, PodTermination, read_termination
 
 logger = logging.getLogger(__name__)
 
 MASTER_MODULE = "elasticdl.master.main"
-SERVICE_ACCOUNT = "elasticdl"
 POD_LOG_DIR_ENV = "ELASTICDL_K8S_POD_LOG_DIR"
 _CANCEL_WAIT_SECONDS = 60.0
 _FINAL_LABELS = {JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED}
@@ -182,10 +186,10 @@ class KubernetesBackend(JobBackend):
     def _job_service_account(self) -> str:
         """``elasticdl`` if that ServiceAccount exists here (rbac.yaml), else the default."""
         try:
-            self.k8s.core.read_namespaced_service_account(SERVICE_ACCOUNT, self.namespace)
-            return SERVICE_ACCOUNT
-        except Exception:  # absent, or we may not read service accounts: use the default
+            found = self.k8s.get_service_account(SERVICE_ACCOUNT) is not None
+        except Exception:  # we may not read service accounts: use the default
             return ""
+        return SERVICE_ACCOUNT if found else ""
 
     # ---- status --------------------------------------------------------------------------
     def _get_pod(self, name: str):
@@ -207,7 +211,7 @@ class KubernetesBackend(JobBackend):
 
     def list_jobs(self) -> list[JobStatus]:
         try:
-            masters = self.k8s.list_pods(f"{LABEL_REPLICA_TYPE}={MASTER_TYPE}")
+            masters = self.k8s.list_pods(masters_selector())
         except K8sApiError as e:
             raise ClientError(str(e)) from None
         jobs = [self._status_of(p) for p in masters]
@@ -215,7 +219,7 @@ class KubernetesBackend(JobBackend):
 
     def _status_of(self, master, with_replicas: bool = False) -> JobStatus:
         labels = master.metadata.labels or {}
-        job_name = labels.get("elasticdl-job-name") or master.metadata.name
+        job_name = labels.get(LABEL_JOB) or master.metadata.name
         published: dict = {}
         raw = (master.metadata.annotations or {}).get(STATUS_ANNOTATION)
         if raw:
@@ -227,15 +231,11 @@ class KubernetesBackend(JobBackend):
                     STATUS_ANNOTATION,
                     master.metadata.name,
                 )
-        pod_phase = master.status.phase if master.status else None
-        phase = _job_phase(labels.get(LABEL_STATUS, ""), pod_phase, published.get("phase", ""))
+        reading = read_termination(master)
+        phase = _job_phase(labels.get(LABEL_STATUS, ""), reading.phase, published.get("phase", ""))
         message = published.get("message", "") or ""
         if phase == JobPhase.FAILED and not message:
-            exit_code, reason, detail = _container_termination(master)
-            if exit_code is not None:
-                message = f"master exited with {exit_code}" + (f" ({reason})" if reason else "")
-            elif detail:
-                message = detail
+            message = _master_failure(reading)
         created = (
             master.metadata.creation_timestamp.timestamp()
             if master.metadata.creation_timestamp
@@ -256,9 +256,7 @@ class KubernetesBackend(JobBackend):
 
     def _replicas(self, job_name: str) -> list[ReplicaStatus]:
         try:
-            pods = self.k8s.list_pods(
-                job_selector(job_name) + f",{LABEL_REPLICA_TYPE} in (ps,worker)"
-            )
+            pods = self.k8s.list_pods(replicas_selector(job_name))
         except K8sApiError:
             return []
         replicas = []
@@ -268,16 +266,16 @@ class KubernetesBackend(JobBackend):
                 replica_id = int(labels.get(LABEL_REPLICA_INDEX, "0"))
             except ValueError:
                 continue
-            exit_code, reason, _ = _container_termination(pod)
+            reading = read_termination(pod)
             rtype = labels.get(LABEL_REPLICA_TYPE, "")
             replicas.append(
                 ReplicaStatus(
                     name=f"{rtype}-{replica_id}",
                     type=rtype,
                     id=replica_id,
-                    phase=(pod.status.phase if pod.status else "") or "",
-                    exit_code=exit_code,
-                    message=reason,
+                    phase=reading.phase,
+                    exit_code=reading.exit_code,
+                    message=reading.reason,
                 )
             )
         return sorted(replicas, key=lambda r: (r.type, r.id))
@@ -287,7 +285,7 @@ class KubernetesBackend(JobBackend):
         if replica in ("", MASTER_TYPE):
             return master_pod_name(name)
         rtype, _, rid = replica.rpartition("-")
-        if rtype not in ("worker", "ps") or not rid.isdigit():
+        if rtype not in (WORKER_TYPE, PS_TYPE) or not rid.isdigit():
             raise ClientError(f"replica {replica!r} is invalid; use master, worker-<i> or ps-<i>")
         return pod_name(name, rtype, int(rid))
 
@@ -315,22 +313,14 @@ class KubernetesBackend(JobBackend):
             current = self._get_pod(pod)
             if current is None:
                 raise ClientError(f"no pod {pod} in namespace {self.namespace}")
-            if current.status and current.status.phase in ("Running", "Succeeded", "Failed"):
+            if read_termination(current).phase in (RUNNING, SUCCEEDED, FAILED):
                 break
             time.sleep(0.5)
         try:
-            response = self.k8s.core.read_namespaced_pod_log(
-                pod, self.namespace, follow=True, _preload_content=False
-            )
-        except Exception as e:
-            raise ClientError(
-                f"logs of {pod} are not available: {getattr(e, 'reason', e)}"
-            ) from None
-        try:
-            for chunk in response.stream(4096):
-                yield chunk.decode("utf-8", errors="replace")
-        finally:
-            response.release_conn()
+            chunks = self.k8s.follow_pod_log(pod)
+        except Exception as e:  # K8sApiError, or the server unreachable
+            raise ClientError(f"logs of {pod} are not available: {e}") from None
+        yield from chunks
 
     def _file_logs(self, name: str, pod: str, path: Path, follow: bool) -> Iterator[str]:
         offset = 0
@@ -347,9 +337,7 @@ class KubernetesBackend(JobBackend):
                     raise ClientError(f"no log file {path} for pod {pod}")
                 return
             current = self._get_pod(pod)
-            if current is None or (
-                current.status and current.status.phase in ("Succeeded", "Failed")
-            ):
+            if current is None or read_termination(current).is_terminal:
                 # One last read for output written just before the end.
                 if path.exists() and path.stat().st_size > offset:
                     continue
@@ -424,12 +412,9 @@ def _job_phase(label: str, pod_phase: str | None, published: str) -> str:
     return JobPhase.PENDING
 
 
-def _container_termination(pod) -> tuple[int | None, str, str]:
-    status = pod.status
-    if status is None:
-        return None, "", ""
-    for cs in status.container_statuses or []:
-        terminated = cs.state.terminated if cs.state is not None else None
-        if terminated is not None:
-            return terminated.exit_code, terminated.reason or "", terminated.message or ""
-    return None, status.reason or "", status.message or ""
+def _master_failure(reading: PodTermination) -> str:
+    """Why the master pod failed, for a master that could not say so itself."""
+    if reading.exit_code is not None:
+        cause = f" ({reading.reason})" if reading.reason else ""
+        return f"master exited with {reading.exit_code}{cause}"
+    return ": ".join(part for part in (reading.reason, reading.message) if part)

@@ -1,18 +1,18 @@
 """The one place ElasticDL talks to the Kubernetes API.
 
-Everything Kubernetes-related in ElasticDL (the client's ``KubernetesBackend``, the master's
+Every API call of ElasticDL (the client's ``KubernetesBackend``, the master's
 ``KubernetesPlatform``, the test harness) goes through :class:`K8sClient`, a thin wrapper of
 the official ``kubernetes`` Python client that
 
 * loads credentials the way users expect (in-cluster service account when running inside a
   pod, else ``~/.kube/config`` / ``$KUBECONFIG`` with an optional context;
   ``--force_use_kube_config_file`` prefers the file even inside a pod);
-* names and labels ElasticDL objects consistently (:func:`pod_name`, :data:`LABEL_JOB`, ...);
 * turns "not found" into ``None`` / ``False`` instead of exceptions where callers only care
   whether something exists, and every other API failure into :class:`K8sApiError` with a
   one-line message;
-* hides differences between the supported ``kubernetes`` client versions (29.x, the pinned
-  one, and newer pydantic-based releases) and API-server quirks: Kubernetes 1.20 answers
+* hides differences between the generations of the ``kubernetes`` client (the
+  openapi-generator models of 29.x and the pydantic-based models of later releases, such as
+  the pinned 37.x) and API-server quirks: Kubernetes 1.20 answers
   ``DELETE service`` and ``POST pods/binding`` with a ``Status`` object, which the generated
   client fails to deserialize although the call succeeded, so those calls skip
   deserialization;
@@ -25,6 +25,7 @@ this module is cheap.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import logging
@@ -34,42 +35,6 @@ import time
 from typing import Any, Iterator
 
 logger = logging.getLogger(__name__)
-
-# ---- names and labels ------------------------------------------------------------------------
-LABEL_JOB = "elasticdl-job-name"
-LABEL_REPLICA_TYPE = "elasticdl-replica-type"
-LABEL_REPLICA_INDEX = "elasticdl-replica-index"
-# Set on the master pod when the job ends: "Succeeded", "Failed", "Cancelled"... (``status``
-# is the label key the original ElasticDL used, so existing dashboards keep working).
-LABEL_STATUS = "status"
-# JSON status snapshot the master publishes on its pod (progress, replicas) for the client.
-STATUS_ANNOTATION = "elasticdl-status"
-APP_LABEL = "app"
-APP_NAME = "elasticdl"
-MASTER_TYPE = "master"
-
-
-def master_pod_name(job_name: str) -> str:
-    return f"elasticdl-{job_name}-master"
-
-
-def pod_name(job_name: str, replica_type: str, replica_id: int) -> str:
-    """``elasticdl-<job>-<type>-<id>``; also the name of the replica's headless service."""
-    return f"elasticdl-{job_name}-{replica_type}-{replica_id}"
-
-
-def job_labels(job_name: str, replica_type: str, replica_id: int | None = None) -> dict[str, str]:
-    labels = {APP_LABEL: APP_NAME, LABEL_JOB: job_name, LABEL_REPLICA_TYPE: str(replica_type)}
-    if replica_id is not None:
-        labels[LABEL_REPLICA_INDEX] = str(replica_id)
-    return labels
-
-
-def job_selector(job_name: str, replica_type: str | None = None) -> str:
-    selector = f"{LABEL_JOB}={job_name}"
-    if replica_type:
-        selector += f",{LABEL_REPLICA_TYPE}={replica_type}"
-    return selector
 
 
 # ---- errors ----------------------------------------------------------------------------------
@@ -132,10 +97,11 @@ class KubeConfig:
 
     @classmethod
     def from_args(cls, args) -> "KubeConfig":
+        """From the job's ``kube_context`` and ``force_use_kube_config_file`` flags (the file
+        itself comes from ``$KUBECONFIG``: there is no flag for it)."""
         return cls(
-            kubeconfig=getattr(args, "kubeconfig", "") or "",
-            context=getattr(args, "kube_context", "") or "",
-            force_use_kube_config_file=bool(getattr(args, "force_use_kube_config_file", False)),
+            context=args.kube_context or "",
+            force_use_kube_config_file=bool(args.force_use_kube_config_file),
         )
 
 
@@ -306,6 +272,18 @@ class K8sClient:
             {"metadata": {"labels": labels}},
         )
 
+    def annotate_pod(self, name: str, annotations: dict[str, str]) -> bool:
+        """Merge ``annotations`` into the pod's; False if the pod does not exist."""
+        result = self._call(
+            f"annotate pod {name}",
+            self.core.patch_namespaced_pod,
+            name,
+            self.namespace,
+            {"metadata": {"annotations": annotations}},
+            missing_ok=True,
+        )
+        return result is not None
+
     def patch_pod_status(self, name: str, status: dict, missing_ok: bool = True):
         return self._call(
             f"update status of pod {name}",
@@ -353,6 +331,45 @@ class K8sClient:
                 return None
             raise _wrap(e, f"read log of pod {name}") from None
         return response.data.decode("utf-8", errors="replace")
+
+    def follow_pod_log(self, name: str) -> Iterator[str]:
+        """The pod's log text as it is written, until its container ends. The request is made
+        here (errors raise :class:`K8sApiError` now); the text comes as the result is iterated."""
+        response = self._call(
+            f"follow log of pod {name}",
+            self.core.read_namespaced_pod_log,
+            name,
+            self.namespace,
+            follow=True,
+            _preload_content=False,
+        )
+
+        def chunks() -> Iterator[str]:
+            # Incremental: a character split between two chunks is decoded whole.
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            try:
+                for chunk in response.stream(4096):
+                    text = decoder.decode(chunk)
+                    if text:
+                        yield text
+                tail = decoder.decode(b"", final=True)
+                if tail:
+                    yield tail
+            finally:
+                response.release_conn()
+
+        return chunks()
+
+    # -- service accounts --
+    def get_service_account(self, name: str):
+        """The ServiceAccount, or ``None`` if it does not exist."""
+        return self._call(
+            f"get service account {name}",
+            self.core.read_namespaced_service_account,
+            name,
+            self.namespace,
+            missing_ok=True,
+        )
 
     # -- services --
     def create_service(self, service):
@@ -489,24 +506,12 @@ class K8sClient:
 
 
 __all__ = [
-    "APP_LABEL",
-    "APP_NAME",
     "K8sApiError",
     "K8sClient",
     "K8sConfigError",
     "KubeConfig",
-    "LABEL_JOB",
-    "LABEL_REPLICA_INDEX",
-    "LABEL_REPLICA_TYPE",
-    "LABEL_STATUS",
-    "MASTER_TYPE",
-    "STATUS_ANNOTATION",
     "in_cluster",
-    "job_labels",
-    "job_selector",
     "load_api_client",
-    "master_pod_name",
-    "pod_name",
     "to_dict",
     "to_model",
 ]

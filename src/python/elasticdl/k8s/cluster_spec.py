@@ -37,14 +37,13 @@ import json
 import os
 from typing import Any
 
-from elasticdl.k8s.client import LABEL_JOB, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE, to_model
+from elasticdl.k8s.client import to_model
+from elasticdl.k8s.names import PROTECTED_LABELS
 
 IMAGE_CLUSTER_SPEC_DIR = "/cluster_spec"
 POD_KEYS = ("labels", "annotations", "node_selector", "affinity", "tolerations", "env")
 SERVICE_KEYS = ("labels", "annotations")
 TOP_KEYS = ("pod_spec", "service_spec", "master_pod_spec", "worker_pod_spec", "ps_pod_spec")
-REPLICA_TYPES = ("master", "worker", "ps")
-_PROTECTED_LABELS = (LABEL_JOB, LABEL_REPLICA_TYPE, LABEL_REPLICA_INDEX)
 
 
 class ClusterSpecError(ValueError):
@@ -76,9 +75,8 @@ class ClusterSpec:
 
     @classmethod
     def from_args(cls, args) -> "ClusterSpec":
-        return cls.load(
-            getattr(args, "cluster_spec", "") or "", getattr(args, "cluster_spec_json", "") or ""
-        )
+        """From the job's ``cluster_spec`` and ``cluster_spec_json`` flags."""
+        return cls.load(args.cluster_spec or "", args.cluster_spec_json or "")
 
     @classmethod
     def from_python_file(cls, path: str) -> "ClusterSpec":
@@ -139,7 +137,7 @@ class ClusterSpec:
     def patch_pod(self, pod, replica_type: str):
         """Apply the additions for a pod of ``replica_type`` (master, worker or ps); returns
         the pod to create."""
-        protected = {k: v for k, v in (pod.metadata.labels or {}).items() if k in _PROTECTED_LABELS}
+        protected = {k: v for k, v in (pod.metadata.labels or {}).items() if k in PROTECTED_LABELS}
         for key in ("pod_spec", f"{replica_type}_pod_spec"):
             if key in self._json:
                 _apply_pod_patch(pod, self._json[key], key)

@@ -6,9 +6,8 @@ job gets the same image policy, volumes, environment and cluster-specific additi
 
 Every pod:
 
-* is named ``elasticdl-<job>-<type>-<id>`` (master: ``elasticdl-<job>-master``) and labelled
-  ``app=elasticdl``, ``elasticdl-job-name``, ``elasticdl-replica-type``,
-  ``elasticdl-replica-index``;
+* is named and labelled as :mod:`elasticdl.k8s.names` says (``elasticdl-<job>-<type>-<id>``,
+  the master ``elasticdl-<job>-master``; :func:`~elasticdl.k8s.names.job_labels`);
 * has one container ``main`` running ``python -m <module> <args>`` directly (no shell, so no
   quoting issues), restart policy from ``--restart_policy`` (default ``Never``: ElasticDL
   relaunches replicas itself);
@@ -29,15 +28,9 @@ import dataclasses
 from typing import Any
 
 from elasticdl.k8s import resources, volumes
+from elasticdl.k8s.client import to_model
 from elasticdl.k8s.cluster_spec import ClusterSpec
-from elasticdl.k8s.client import job_labels, to_model
-
-CONTAINER_NAME = "main"
-DOWNWARD_ENV = {
-    "MY_POD_IP": "status.podIP",
-    "MY_POD_NAME": "metadata.name",
-    "MY_POD_NAMESPACE": "metadata.namespace",
-}
+from elasticdl.k8s.names import CONTAINER_NAME, DOWNWARD_ENV, PORT_NAME, job_labels
 
 
 @dataclasses.dataclass
@@ -54,14 +47,16 @@ class PodTemplate:
 
     @classmethod
     def from_args(cls, args, cluster_spec: ClusterSpec | None = None) -> "PodTemplate":
+        """From the job's flags: ``namespace``, ``image_pull_policy``, ``restart_policy``,
+        ``volume``, ``envs`` (and the cluster spec flags unless ``cluster_spec`` is given)."""
         from elasticdl.common.args import parse_envs
 
         return cls(
-            namespace=getattr(args, "namespace", "default") or "default",
-            image_pull_policy=getattr(args, "image_pull_policy", "Always") or "Always",
-            restart_policy=getattr(args, "restart_policy", "Never") or "Never",
-            volume=getattr(args, "volume", "") or "",
-            envs=parse_envs(getattr(args, "envs", "") or ""),
+            namespace=args.namespace or "default",
+            image_pull_policy=args.image_pull_policy or "Always",
+            restart_policy=args.restart_policy or "Never",
+            volume=args.volume or "",
+            envs=parse_envs(args.envs or ""),
             cluster_spec=cluster_spec if cluster_spec is not None else ClusterSpec.from_args(args),
         )
 
@@ -121,7 +116,7 @@ def build_pod(
         env=env_vars,
         resources=resource_requirements(resource_request, resource_limit),
         volume_mounts=[to_model(m.to_dict(), "V1VolumeMount") for m in mounts] or None,
-        ports=[client.V1ContainerPort(container_port=int(port), name="grpc")] if port else None,
+        ports=[client.V1ContainerPort(container_port=int(port), name=PORT_NAME)] if port else None,
     )
     pod = client.V1Pod(
         api_version="v1",
@@ -169,7 +164,7 @@ def build_service(
         spec=client.V1ServiceSpec(
             cluster_ip="None",
             selector=labels,
-            ports=[client.V1ServicePort(name="grpc", port=int(port), target_port=int(port))],
+            ports=[client.V1ServicePort(name=PORT_NAME, port=int(port), target_port=int(port))],
             # A restarting PS must be resolvable before it is ready, or workers cannot reconnect.
             publish_not_ready_addresses=True,
         ),

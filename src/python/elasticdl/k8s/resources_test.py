@@ -1,4 +1,4 @@
-"""Resource-string parsing, mirroring the original k8s_resource_test behaviours."""
+"""Resource strings: accepted forms, canonical names (gpu -> nvidia.com/gpu), one-line errors."""
 
 from decimal import Decimal
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from elasticdl.k8s.names import volume_name
+
 _KEYS = ("claim_name", "host_path", "mount_path", "sub_path", "type", "read_only")
 HOST_PATH_TYPES = (
     "",
@@ -156,29 +158,28 @@ def parse_volumes(volume: str) -> list[VolumeSpec]:
 def volumes_and_mounts(volume: str) -> tuple[list[Volume], list[VolumeMount]]:
     """Pod volumes and container mounts for a ``--volume`` value; entries with the same claim
     or host path share one volume (named ``volume-0``, ``volume-1``, ...)."""
-    volumes: list[Volume] = []
+    by_source: dict[tuple[str, str], Volume] = {}
     mounts: list[VolumeMount] = []
-    names: dict[tuple[str, str], str] = {}
     for spec in parse_volumes(volume):
-        name = names.get(spec.source_key)
-        if name is None:
-            name = f"volume-{len(volumes)}"
-            names[spec.source_key] = name
-            volumes.append(
-                Volume(
-                    name=name, claim_name=spec.claim_name, host_path=spec.host_path, type=spec.type
-                )
+        shared = by_source.get(spec.source_key)
+        if shared is None:
+            shared = Volume(
+                name=volume_name(len(by_source)),
+                claim_name=spec.claim_name,
+                host_path=spec.host_path,
+                type=spec.type,
             )
-        elif spec.host_path and spec.type and volumes[int(name.split("-")[1])].type != spec.type:
+            by_source[spec.source_key] = shared
+        elif spec.host_path and spec.type and shared.type != spec.type:
             raise VolumeError(
                 f"host_path {spec.host_path!r} is given with two different types; use one"
             )
         mounts.append(
             VolumeMount(
-                name=name,
+                name=shared.name,
                 mount_path=spec.mount_path,
                 sub_path=spec.sub_path,
                 read_only=spec.read_only,
             )
         )
-    return volumes, mounts
+    return list(by_source.values()), mounts

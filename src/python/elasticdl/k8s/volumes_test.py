@@ -1,4 +1,4 @@
-"""Volume-string parsing, mirroring the original k8s_volume_test behaviours."""
+"""--volume strings: claims and host paths, shared volumes, one-line errors."""
 
 import pytest
 from elasticdl.k8s.volumes import VolumeError, parse_volumes, volumes_and_mounts

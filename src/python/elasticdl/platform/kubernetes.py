@@ -1,18 +1,19 @@
 """Runs the replicas of a job as Kubernetes pods (the master's side of ElasticDL on k8s).
 
 * PS ``i`` -> pod ``elasticdl-<job>-ps-<i>`` + headless service of the same name; worker
-  ``i`` -> pod ``elasticdl-<job>-worker-<i>`` (a service too if it listens on a port). All are
-  owned by the master pod (``ownerReferences``), so deleting the master pod deletes the job.
-* Pod objects come from :mod:`elasticdl.k8s.pods` (resources, volumes,
-  priorities, image pull policy, restart policy ``Never``, ``MY_POD_IP``, ``--envs``,
-  cluster spec).
-* One watch thread (label ``elasticdl-job-name=<job>``) turns pod changes into
-  :class:`~elasticdl.platform.base.ReplicaEvent` s, one terminal event per pod:
-  ``Failed`` carries the container's exit code and reason (``OOMKilled``, ``Error``,
-  ``Evicted``...; exit 137 with a reason other than OOMKilled is the preemption signature
-  the master relaunches on), a pod deleted by :meth:`delete` reports ``Deleted`` /
-  ``DeletedByMaster``, a pod deleted by anyone else reports ``Deleted`` with the pod's
-  status reason (empty if none) once it is gone.
+  ``i`` -> pod ``elasticdl-<job>-worker-<i>`` (a service too if it listens on a port), named
+  and labelled by :mod:`elasticdl.k8s.names`. All are owned by the master pod
+  (``ownerReferences``), so deleting the master pod deletes the job.
+* Pod objects come from :mod:`elasticdl.k8s.pods` (resources, volumes, priorities, image
+  pull policy, restart policy ``Never``, ``MY_POD_IP``, ``--envs``, cluster spec).
+* One watch thread (the job's PS and worker pods) turns pod changes into
+  :class:`~elasticdl.platform.base.ReplicaEvent` s, one terminal event per pod, read by
+  :func:`elasticdl.k8s.termination.read_termination` (the reading ``elasticdl status`` shows
+  too): ``Failed`` carries the container's exit code and the cause (``OOMKilled``,
+  ``Preempted``, ``Evicted``, ``Error``...; exit 137 without OOMKilled is the preemption
+  signature the master relaunches on), a pod deleted by :meth:`delete` reports ``Deleted`` /
+  ``DeletedByMaster``, a pod deleted by anyone else reports ``Deleted`` with the cause the
+  reading finds (``Deleted`` if none) once it is gone.
 
 Addresses (``address(type, id)``), chosen by ``network``:
 
@@ -30,22 +31,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import threading
 
-from elasticdl.k8s.client import (
+from elasticdl.k8s.client import K8sApiError, K8sClient, KubeConfig
+from elasticdl.k8s.names import (
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
     LABEL_STATUS,
+    POD_IP_ENV,
     STATUS_ANNOTATION,
-    K8sApiError,
-    K8sClient,
-    KubeConfig,
-    job_selector,
     master_pod_name,
+    pod_name,
+    replicas_selector,
+    service_host,
 )
 from elasticdl.k8s.pods import PodTemplate, build_pod, build_service
+from elasticdl.k8s.termination import read_termination
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
     Platform,
@@ -54,7 +58,6 @@ from elasticdl.platform.base import (
     ReplicaPhase,
     ReplicaSpec,
     ReplicaType,
-    replica_name,
 )
 
 logger = logging.getLogger(__name__)
@@ -63,11 +66,10 @@ NETWORK_ENV = "ELASTICDL_K8S_NETWORK"
 NETWORK_POD = "pod"
 NETWORK_HOST = "host"
 DEFAULT_PORTS = {ReplicaType.PS: 2222, ReplicaType.WORKER: 3333}
+# How long launch() waits for a previous pod of the same name to go.
 _RELAUNCH_WAIT_SECONDS = 60.0
-_UNPUBLISHED_STATUS_KEYS = (
-    "evaluation_history",
-    "records_trained_per_epoch",
-)  # how long launch() waits for a previous pod of the same name to go
+# Status fields too bulky for the master pod's annotation (they grow with the job).
+_UNPUBLISHED_STATUS_KEYS = ("evaluation_history", "records_trained_per_epoch")
 
 
 @dataclasses.dataclass
@@ -102,7 +104,7 @@ class KubernetesPlatform(Platform):
         self.image = image
         self.template = template or PodTemplate(namespace=k8s.namespace)
         self.network = network
-        self.master_host = master_host or os.environ.get("MY_POD_IP") or "127.0.0.1"
+        self.master_host = master_host or os.environ.get(POD_IP_ENV) or "127.0.0.1"
         self._lock = threading.RLock()
         self._ports: dict[tuple[ReplicaType, int], int] = {}
         self._states: dict[str, _PodState] = {}  # pod uid -> state
@@ -120,10 +122,11 @@ class KubernetesPlatform(Platform):
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "KubernetesPlatform":
-        k8s = K8sClient(
-            getattr(args, "namespace", "default") or "default", config=KubeConfig.from_args(args)
-        )
-        image = getattr(args, "worker_image", "") or getattr(args, "image_name", "")
+        """From the job's flags: ``job_name``, ``namespace``, ``worker_image`` /
+        ``image_name``, the kubeconfig flags and the pod template flags
+        (:meth:`PodTemplate.from_args`)."""
+        k8s = K8sClient(args.namespace or "default", config=KubeConfig.from_args(args))
+        image = args.worker_image or args.image_name
         if not image:
             raise PlatformError("--image_name is required on Kubernetes")
         return cls(
@@ -158,6 +161,9 @@ class KubernetesPlatform(Platform):
         free one as on the local platform."""
         return self.network == NETWORK_HOST
 
+    def _pod_name(self, replica_type: ReplicaType | str, replica_id: int) -> str:
+        return pod_name(self.job_name, ReplicaType(replica_type).value, replica_id)
+
     # ---- addresses -----------------------------------------------------------------------
     def _port(self, key: tuple[ReplicaType, int]) -> int:
         with self._lock:
@@ -181,19 +187,19 @@ class KubernetesPlatform(Platform):
         port = self._port(key)
         if self.network == NETWORK_HOST:
             return f"{self.master_host}:{port}"
-        return f"{replica_name(self.job_name, key[0], replica_id)}.{self.namespace}.svc:{port}"
+        return f"{service_host(self.job_name, key[0].value, replica_id, self.namespace)}:{port}"
 
     def master_address(self, port: int) -> str:
         return f"{self.master_host}:{port}"
 
     def log_location(self, replica_type: ReplicaType, replica_id: int) -> str:
-        name = replica_name(self.job_name, replica_type, replica_id)
+        name = self._pod_name(replica_type, replica_id)
         return f"kubectl logs -n {self.namespace} {name}"
 
     # ---- lifecycle -----------------------------------------------------------------------
     def launch(self, spec: ReplicaSpec) -> None:
         key = (spec.replica_type, spec.replica_id)
-        name = replica_name(self.job_name, *key)
+        name = self._pod_name(*key)
         with self._lock:
             if self._closed:
                 raise PlatformError("platform is shut down; cannot launch more replicas")
@@ -231,12 +237,12 @@ class KubernetesPlatform(Platform):
         old = self.k8s.get_pod(name)
         if old is None:
             return
-        phase = old.status.phase if old.status else None
-        if not old.metadata.deletion_timestamp and phase not in ("Succeeded", "Failed"):
+        reading = read_termination(old)
+        if not reading.terminating and not reading.is_terminal:
             raise PlatformError(
-                f"{name} is still {phase or 'there'}; delete it before launching it again"
+                f"{name} is still {reading.phase}; delete it before launching it again"
             )
-        if not old.metadata.deletion_timestamp:
+        if not reading.terminating:
             self.k8s.delete_pod(name, grace_seconds=0)
         if not self.k8s.wait_pod_gone(name, _RELAUNCH_WAIT_SECONDS):
             raise PlatformError(
@@ -262,7 +268,7 @@ class KubernetesPlatform(Platform):
     def delete(
         self, replica_type: ReplicaType, replica_id: int, grace_seconds: float = 10.0
     ) -> None:
-        name = replica_name(self.job_name, ReplicaType(replica_type), replica_id)
+        name = self._pod_name(replica_type, replica_id)
         try:
             pod = self.k8s.get_pod(name)
             if pod is None:
@@ -292,21 +298,14 @@ class KubernetesPlatform(Platform):
         locally) as JSON in the master pod's ``elasticdl-status`` annotation, where
         ``elasticdl status`` reads it. Bulky history fields are left out to keep the pod
         object small. False if there is no master pod or the update failed."""
-        import json
-
         slim = {k: v for k, v in status.items() if k not in _UNPUBLISHED_STATUS_KEYS}
         name = master_pod_name(self.job_name)
-        body = {
-            "metadata": {
-                "annotations": {STATUS_ANNOTATION: json.dumps(slim, default=str, sort_keys=True)}
-            }
-        }
+        text = json.dumps(slim, default=str, sort_keys=True)
         try:
-            self.k8s.core.patch_namespaced_pod(name, self.namespace, body)
-        except Exception as e:  # absent master pod (404) or API trouble: status is best effort
+            return self.k8s.annotate_pod(name, {STATUS_ANNOTATION: text})
+        except Exception as e:  # API trouble, unreachable server: status is best effort
             logger.debug("cannot publish status on %s: %s", name, e)
             return False
-        return True
 
     def shutdown(self, delete_all: bool = True) -> None:
         with self._lock:
@@ -314,7 +313,7 @@ class KubernetesPlatform(Platform):
                 return
             self._closed = True
         if delete_all:
-            selector = job_selector(self.job_name) + f",{LABEL_REPLICA_TYPE} in (ps,worker)"
+            selector = replicas_selector(self.job_name)
             try:
                 for pod in self.k8s.list_pods(selector):
                     with self._lock:
@@ -329,9 +328,8 @@ class KubernetesPlatform(Platform):
 
     # ---- events --------------------------------------------------------------------------
     def _watch(self) -> None:
-        selector = job_selector(self.job_name) + f",{LABEL_REPLICA_TYPE} in (ps,worker)"
         for kind, pod in self.k8s.watch_pods(
-            selector, self._stop, timeout_seconds=self._watch_timeout
+            replicas_selector(self.job_name), self._stop, timeout_seconds=self._watch_timeout
         ):
             try:
                 event = self._translate(kind, pod)
@@ -352,16 +350,16 @@ class KubernetesPlatform(Platform):
         except ValueError:
             return None
         uid = pod.metadata.uid
+        gone = kind == "DELETED"
         with self._lock:
             state = self._states.setdefault(uid, _PodState(replica_type, replica_id))
             if state.terminal:
-                if kind == "DELETED":
+                if gone:
                     self._states.pop(uid, None)
                     self._deleted_by_master.discard(uid)
                 return None
-            exit_code, reason, message = _termination(pod)
-            if kind == "DELETED":
-                state.terminal = True
+            reading = read_termination(pod, gone=gone)
+            if gone:
                 self._states.pop(uid, None)
                 by_master = uid in self._deleted_by_master
                 self._deleted_by_master.discard(uid)
@@ -369,17 +367,18 @@ class KubernetesPlatform(Platform):
                     replica_type,
                     replica_id,
                     ReplicaPhase.DELETED,
-                    exit_code=exit_code,
-                    reason=REASON_DELETED_BY_MASTER
-                    if by_master
-                    else (pod.status.reason or "" if pod.status else ""),
-                    message=message
+                    exit_code=reading.exit_code,
+                    reason=REASON_DELETED_BY_MASTER if by_master else reading.reason,
+                    message=reading.message
                     or ("pod deleted by the master" if by_master else "pod deleted"),
                 )
-            phase = _phase(pod)
-            if phase is None or phase == state.phase:
+            try:
+                phase = ReplicaPhase(reading.phase)
+            except ValueError:  # "Unknown": node lost; wait for a definite answer
                 return None
-            if phase.is_terminal and pod.metadata.deletion_timestamp:
+            if phase == state.phase:
+                return None
+            if phase.is_terminal and reading.terminating:
                 # Being deleted: the final word is the DELETED event (one terminal event per pod).
                 return None
             state.phase = phase
@@ -389,35 +388,8 @@ class KubernetesPlatform(Platform):
                     replica_type,
                     replica_id,
                     phase,
-                    exit_code=exit_code,
-                    reason=reason,
-                    message=message,
+                    exit_code=reading.exit_code,
+                    reason=reading.reason,
+                    message=reading.message,
                 )
             return ReplicaEvent(replica_type, replica_id, phase)
-
-
-def _phase(pod) -> ReplicaPhase | None:
-    phase = pod.status.phase if pod.status else None
-    try:
-        return ReplicaPhase(phase or "Pending")
-    except ValueError:  # "Unknown": node lost; wait for a definite answer
-        return None
-
-
-def _termination(pod) -> tuple[int | None, str, str]:
-    """(exit code, reason, message) of the pod's first container, else the pod's own."""
-    status = pod.status
-    if status is None:
-        return None, "", ""
-    for cs in status.container_statuses or []:
-        state = cs.state
-        terminated = state.terminated if state is not None else None
-        if terminated is None and cs.last_state is not None:
-            terminated = cs.last_state.terminated
-        if terminated is not None:
-            return (
-                terminated.exit_code,
-                terminated.reason or status.reason or "",
-                terminated.message or status.message or "",
-            )
-    return None, status.reason or "", status.message or ""

@@ -17,7 +17,8 @@ from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundEr
 from elasticdl.client.job_status import JobPhase
 from elasticdl.client.k8s_backend import STATUS_ANNOTATION, KubernetesBackend
 from elasticdl.common import args as job_args
-from elasticdl.k8s.client import K8sClient, master_pod_name, to_dict
+from elasticdl.k8s.client import K8sClient, to_dict
+from elasticdl.k8s.names import master_pod_name
 from elasticdl.k8s.pods import PodTemplate, build_pod, build_service
 
 

@@ -13,7 +13,8 @@ import threading
 import time
 
 import pytest
-from elasticdl.k8s.client import LABEL_STATUS, K8sClient, master_pod_name, to_dict
+from elasticdl.k8s.client import K8sClient, to_dict
+from elasticdl.k8s.names import LABEL_STATUS, master_pod_name
 from elasticdl.k8s.pods import PodTemplate, build_pod
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,

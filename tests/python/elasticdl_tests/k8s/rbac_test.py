@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from elasticdl.k8s.client import K8sApiError, K8sClient, master_pod_name, to_model
+from elasticdl.k8s.client import K8sApiError, K8sClient, to_model
+from elasticdl.k8s.names import master_pod_name
 from elasticdl.k8s.pods import PodTemplate, build_pod
 from elasticdl.platform.base import ReplicaSpec, ReplicaType
 from elasticdl.platform.kubernetes import KubernetesPlatform

@@ -1,0 +1,212 @@
+"""KubernetesPlatform's replica events and the client's job status, read from the same pods
+through a fake API (the real API server: tests/python/elasticdl_tests/k8s/)."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+
+pytest.importorskip("kubernetes")
+
+from elasticdl.client.k8s_backend import KubernetesBackend  # noqa: E402
+from elasticdl.k8s import names  # noqa: E402
+from elasticdl.k8s import termination  # noqa: E402
+from elasticdl.k8s.client import to_model  # noqa: E402
+from elasticdl.platform import base  # noqa: E402
+from elasticdl.platform.base import ReplicaPhase, ReplicaType  # noqa: E402
+from elasticdl.platform.kubernetes import KubernetesPlatform  # noqa: E402
+
+JOB = "ev"
+W = ReplicaType.WORKER
+
+
+class _FakeK8s:
+    """The part of K8sClient the platform and the backend use, over a dict of pods."""
+
+    namespace = "ns"
+
+    def __init__(self) -> None:
+        self.pods: dict[str, object] = {}
+        self.deleted: list[str] = []
+
+    def get_pod(self, name):
+        return self.pods.get(name)
+
+    def list_pods(self, label_selector: str = ""):
+        return [p for p in self.pods.values() if _matches(label_selector, p.metadata.labels)]
+
+    def delete_pod(self, name, grace_seconds=None, propagation=None):
+        self.deleted.append(name)
+        return name in self.pods
+
+    def watch_pods(self, label_selector, stop: threading.Event, timeout_seconds=30):
+        stop.wait()  # events are fed to _translate by the tests
+        return
+        yield
+
+
+def _matches(selector: str, labels: dict) -> bool:
+    for key, values in re.findall(r"([\w.-]+) in \(([^)]*)\)", selector):
+        if labels.get(key) not in values.split(","):
+            return False
+    for key, value in re.findall(r"([\w.-]+)=([\w.-]+)", selector):
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+def _pod(replica_type, replica_id, phase, state=None, uid=None, reason="", conditions=(), **meta):
+    name = (
+        names.master_pod_name(JOB)
+        if replica_type == names.MASTER_TYPE
+        else names.pod_name(JOB, replica_type, replica_id)
+    )
+    status = {"phase": phase}
+    if reason:
+        status["reason"] = reason
+    if conditions:
+        status["conditions"] = list(conditions)
+    if state:
+        status["containerStatuses"] = [
+            {"name": "main", "image": "img", "imageID": "", "ready": False, "restartCount": 0}
+            | {"state": state}
+        ]
+    data = {
+        "metadata": {
+            "name": name,
+            "uid": uid or f"uid-{name}",
+            "labels": names.job_labels(JOB, replica_type, replica_id),
+            **meta,
+        },
+        "status": status,
+    }
+    return to_model(data, "V1Pod")
+
+
+def _exited(code, reason):
+    return {"terminated": {"exitCode": code, "reason": reason}}
+
+
+RUNNING = {"running": {}}
+DELETING = {"deletionTimestamp": "2026-01-01T00:00:00Z"}
+PREEMPTED = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+
+
+@pytest.fixture
+def k8s():
+    return _FakeK8s()
+
+
+@pytest.fixture
+def platform(k8s):
+    platform = KubernetesPlatform(JOB, k8s, image="img")
+    try:
+        yield platform
+    finally:
+        platform.shutdown(delete_all=False)
+
+
+def _events(platform, *changes):
+    events = [platform._translate(kind, pod) for kind, pod in changes]
+    return [e for e in events if e is not None]
+
+
+def test_lifecycle_one_terminal_event(platform):
+    events = _events(
+        platform,
+        ("ADDED", _pod("worker", 0, "Pending")),
+        ("MODIFIED", _pod("worker", 0, "Pending")),
+        ("MODIFIED", _pod("worker", 0, "Running", RUNNING)),
+        ("MODIFIED", _pod("worker", 0, "Failed", _exited(137, "OOMKilled"))),
+        ("DELETED", _pod("worker", 0, "Failed", _exited(137, "OOMKilled"))),
+    )
+    assert [e.phase for e in events] == [ReplicaPhase.PENDING, ReplicaPhase.RUNNING, "Failed"]
+    oom = events[-1]
+    assert (oom.exit_code, oom.reason, oom.looks_preempted) == (137, "OOMKilled", False)
+
+
+def test_sigkill_without_oom_looks_preempted(platform):
+    (failed,) = _events(platform, ("MODIFIED", _pod("worker", 1, "Failed", _exited(137, "Error"))))
+    assert (failed.phase, failed.exit_code, failed.reason) == ("Failed", 137, "Error")
+    assert failed.looks_preempted
+
+
+def test_unknown_phase_waits(platform):
+    assert _events(platform, ("MODIFIED", _pod("worker", 0, "Unknown", RUNNING))) == []
+
+
+def test_deleted_by_someone_else_and_by_the_master(platform, k8s):
+    # kubectl delete: the pod fails with SIGTERM while it is being deleted; one Deleted event.
+    (deleted,) = _events(
+        platform,
+        ("MODIFIED", _pod("worker", 0, "Failed", _exited(143, "Error"), **DELETING)),
+        ("DELETED", _pod("worker", 0, "Failed", _exited(143, "Error"), **DELETING)),
+    )
+    assert (deleted.phase, deleted.exit_code, deleted.reason) == ("Deleted", 143, "Deleted")
+    assert not deleted.looks_preempted
+    # The scheduler preempting the pod for a higher-priority one.
+    (preempted,) = _events(
+        platform,
+        ("DELETED", _pod("worker", 1, "Running", RUNNING, conditions=[PREEMPTED], **DELETING)),
+    )
+    assert (preempted.phase, preempted.reason) == ("Deleted", "Preempted")
+    assert preempted.looks_preempted
+    # The master's own delete().
+    k8s.pods[names.pod_name(JOB, "worker", 2)] = _pod("worker", 2, "Running", RUNNING)
+    platform.delete(W, 2)
+    (by_master,) = _events(platform, ("DELETED", _pod("worker", 2, "Running", RUNNING)))
+    assert by_master.reason == base.REASON_DELETED_BY_MASTER
+
+
+# Terminal replica pods: the event the master acts on and what `elasticdl status` shows agree.
+AGREEMENT = [
+    ("Succeeded", _exited(0, "Completed"), "", ()),
+    ("Failed", _exited(1, "Error"), "", ()),
+    ("Failed", _exited(137, "OOMKilled"), "", ()),
+    ("Failed", _exited(137, "Error"), "", ()),
+    ("Failed", _exited(137, "Error"), "Evicted", ()),
+    ("Failed", None, "Evicted", ()),
+    ("Failed", _exited(137, "Error"), "", [PREEMPTED]),
+]
+
+
+def test_client_and_master_read_the_same(k8s, platform):
+    events = {}
+    for i, (phase, state, reason, conditions) in enumerate(AGREEMENT):
+        pod = _pod("worker", i, phase, state, reason=reason, conditions=conditions)
+        k8s.pods[pod.metadata.name] = pod
+        (events[i],) = _events(platform, ("MODIFIED", pod))
+    replicas = KubernetesBackend(namespace="ns", k8s=k8s)._replicas(JOB)
+    assert [(r.id, r.phase, r.exit_code, r.message) for r in replicas] == [
+        (i, str(e.phase), e.exit_code, e.reason) for i, e in sorted(events.items())
+    ]
+    assert [e.reason for _, e in sorted(events.items())] == [
+        "Completed",
+        "Error",
+        "OOMKilled",
+        "Error",
+        "Evicted",
+        "Evicted",
+        "Preempted",
+    ]
+
+
+def test_master_failure_message(k8s):
+    backend = KubernetesBackend(namespace="ns", k8s=k8s)
+    k8s.pods[names.master_pod_name(JOB)] = _pod("master", 0, "Failed", _exited(137, "OOMKilled"))
+    status = backend.status(JOB)
+    assert (status.phase, status.message) == ("Failed", "master exited with 137 (OOMKilled)")
+    k8s.pods[names.master_pod_name(JOB)] = _pod(
+        "master", 0, "Failed", reason="Evicted", conditions=()
+    )
+    k8s.pods[names.master_pod_name(JOB)].status.message = "The node was low on resource: memory."
+    assert backend.status(JOB).message == "Evicted: The node was low on resource: memory."
+
+
+def test_reasons_are_the_platform_contracts():
+    """The causes the master acts on are spelled as the platform contract spells them."""
+    assert termination.REASON_OOM_KILLED == base.REASON_OOM_KILLED
+    assert termination.REASON_PREEMPTED == base.REASON_PREEMPTED
+    assert termination.REASON_ERROR == base.REASON_ERROR
