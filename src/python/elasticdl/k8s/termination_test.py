@@ -15,7 +15,13 @@ def _pod(phase=None, state=None, last_state=None, reason="", message="", conditi
     if conditions:
         status["conditions"] = list(conditions)
     if state is not None or last_state is not None:
-        container = {"name": "main", "image": "img", "imageID": "", "ready": False, "restartCount": 0}
+        container = {
+            "name": "main",
+            "image": "img",
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+        }
         if state is not None:
             container["state"] = state
         if last_state is not None:
@@ -211,9 +217,8 @@ def test_reading(pod, gone, expected):
 
 
 def test_terminal_phases():
-    assert [
-        read_termination(_pod(p)).is_terminal for p in ("Pending", "Running", "Unknown")
-    ] == [False, False, False]
+    for phase in ("Pending", "Running", "Unknown"):
+        assert not read_termination(_pod(phase)).is_terminal
     assert read_termination(_pod("Succeeded")).is_terminal
     assert read_termination(_pod("Failed")).is_terminal
     assert read_termination(_pod("Running"), gone=True).is_terminal
@@ -245,4 +250,3 @@ def test_models_read_like_their_json():
     for case, pod, gone, expected in TABLE:
         model = to_model(pod, "V1Pod")
         assert read_termination(model, gone=gone) == expected, case
-
