@@ -22,26 +22,24 @@ MODEL_ZOO = str(Path(__file__).resolve().parents[2] / "model_zoo")
 
 
 def run_job(data_dir: str, workers: int, epochs: int, minibatch: int, job_dir: str) -> dict:
-    from elasticdl.common.args import parse_master_args
+    from elasticdl.common.job_spec import JobSpec
     from elasticdl.master.job import Job
 
-    args = parse_master_args(
-        [
-            f"--job_name=bench-allreduce-{workers}",
-            f"--model_zoo={MODEL_ZOO}",
-            "--model_def=mnist.mnist_functional_api.custom_model",
-            f"--training_data={data_dir}/train",
-            f"--minibatch_size={minibatch}",
-            "--num_minibatches_per_task=4",
-            f"--num_epochs={epochs}",
-            f"--num_workers={workers}",
-            "--distribution_strategy=AllreduceStrategy",
-            "--platform=local",
-            f"--job_dir={job_dir}",
-            "--log_level=WARNING",
-        ]
-    )
-    job = Job(args)
+    spec, _ = JobSpec(
+        job_name=f"bench-allreduce-{workers}",
+        model_zoo=MODEL_ZOO,
+        model_def="mnist.mnist_functional_api.custom_model",
+        training_data=f"{data_dir}/train",
+        minibatch_size=minibatch,
+        num_minibatches_per_task=4,
+        num_epochs=epochs,
+        num_workers=workers,
+        distribution_strategy="AllreduceStrategy",
+        platform="local",
+        job_dir=job_dir,
+        log_level="WARNING",
+    ).resolve()
+    job = Job(spec)
     marks: dict = {}
 
     def watch():

@@ -1,4 +1,5 @@
-"""Python API mirroring the ``elasticdl`` command line.
+"""The Python SDK: submit and manage jobs (the ``elasticdl`` command line is a thin layer
+over the same calls).
 
     from elasticdl import api
 
@@ -12,19 +13,19 @@
     final = api.wait(job.job_name)
     print(final.phase, final.evaluation_metrics)
 
-Keyword arguments are named like the command-line flags (``num_workers`` for
-``--num_workers``); values may be strings, numbers or booleans. They go through the same
-parser, config file, defaults and validation as the CLI, so an invalid value raises the same
-``ValueError`` (one-line message) and creates nothing. Unlike ``elasticdl train``, the API
-never follows the job: it returns after submitting (use :func:`wait` / :func:`logs`).
+Keyword arguments are the fields of :class:`JobSpec` with their types (``num_workers=2``, not
+``"2"``); a spec built beforehand can be passed instead (``api.train(spec)``). The spec is
+completed from the config file and checked exactly like the command line's, so a bad value
+raises the same ``ValueError`` (one-line message) and creates nothing. Unlike
+``elasticdl train``, the API never follows the job: it returns after submitting (use
+:func:`wait` / :func:`logs`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterator
 
-from elasticdl.client.backend import JobBackend, JobHandle, get_backend
-from elasticdl.client.config import apply_config, load_config
+from elasticdl.client.backend import JobBackend, JobHandle, backend_for_target
 from elasticdl.client.errors import (
     ArgumentError,
     ClientError,
@@ -32,22 +33,29 @@ from elasticdl.client.errors import (
     JobNotFoundError,
     WaitTimeout,
 )
-from elasticdl.client.job_status import JobPhase, JobStatus, ReplicaStatus
 from elasticdl.client.version import __version__
+from elasticdl.common.job_spec import JobSpec
+from elasticdl.common.job_status import JobStatus, ReplicaStatus
+from elasticdl.common.types import JobPhase, JobType, PlatformName, Strategy
 
 __all__ = [
     "train",
     "evaluate",
     "predict",
+    "submit",
     "status",
     "wait",
     "cancel",
     "list_jobs",
     "logs",
+    "JobSpec",
     "JobHandle",
     "JobStatus",
     "ReplicaStatus",
     "JobPhase",
+    "JobType",
+    "PlatformName",
+    "Strategy",
     "ArgumentError",
     "ClientError",
     "JobNotFoundError",
@@ -57,70 +65,49 @@ __all__ = [
 ]
 
 
-def _to_argv(kwargs: dict[str, Any]) -> list[str]:
-    argv = []
-    for key, value in kwargs.items():
-        if value is None:
-            continue
-        if key.startswith("-"):
+def _submit(command: str, spec: JobSpec | None, values: dict[str, Any]) -> JobHandle:
+    from elasticdl.client import submit as submitting
+
+    if spec is not None:
+        if values:
             raise ArgumentError(
-                f"pass {key!r} as {key.lstrip('-')}=... (keyword arguments are named like the flags)"
+                "pass either a JobSpec or keyword arguments, not both "
+                "(use spec.replace(...) to change a spec)"
             )
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        argv.append(f"--{key}={value}")
-    return argv
-
-
-def _submit(command: str, kwargs: dict[str, Any]) -> JobHandle:
-    from elasticdl.client.job_commands import job_parser
-    from elasticdl.client.submit import prepare_job, submit_job
-
-    if "detach" in kwargs:
-        raise ArgumentError(
-            "detach is not an API argument: the API always returns after submitting"
-        )
-    argv = _to_argv(kwargs)
-    args = job_parser(command).parse_args(argv)
-    prepare_job(args, argv)
-    _, handle = submit_job(args)
+        values = {k: v for k, v in spec.to_dict(only_changed=True).items()}
+    resolved, _ = submitting.spec_from_values(command, values)
+    _, handle = submitting.submit(resolved)
     return handle
 
 
-def train(**kwargs: Any) -> JobHandle:
+def train(spec: JobSpec | None = None, /, **values: Any) -> JobHandle:
     """Submit a training job (``elasticdl train --detach``)."""
-    return _submit("train", kwargs)
+    return _submit("train", spec, values)
 
 
-def evaluate(**kwargs: Any) -> JobHandle:
+def evaluate(spec: JobSpec | None = None, /, **values: Any) -> JobHandle:
     """Submit an evaluation job (``elasticdl evaluate --detach``)."""
-    return _submit("evaluate", kwargs)
+    return _submit("evaluate", spec, values)
 
 
-def predict(**kwargs: Any) -> JobHandle:
+def predict(spec: JobSpec | None = None, /, **values: Any) -> JobHandle:
     """Submit a prediction job (``elasticdl predict --detach``)."""
-    return _submit("predict", kwargs)
+    return _submit("predict", spec, values)
+
+
+def submit(spec: JobSpec) -> JobHandle:
+    """Submit a job whose spec says what it does (``job_type``; else derived from its data)."""
+    from elasticdl.client import submit as submitting
+    from elasticdl.client.config import load_config, with_config
+
+    values = with_config(spec.to_dict(only_changed=True), load_config())
+    resolved, _ = JobSpec.from_dict(values).resolve()
+    _, handle = submitting.submit(resolved)
+    return handle
 
 
 def _backend(platform: str | None, namespace: str | None, kube_context: str | None) -> JobBackend:
-    class _Target:  # the same defaulting as the CLI: explicit > config file > built-in
-        pass
-
-    target = _Target()
-    target.platform = platform or "local"
-    target.namespace = namespace or "default"
-    target.kube_context = kube_context or ""
-    given = [
-        f"--{k}"
-        for k, v in (
-            ("platform", platform),
-            ("namespace", namespace),
-            ("kube_context", kube_context),
-        )
-        if v
-    ]
-    apply_config(target, given, load_config())
-    return get_backend(target.platform, target.namespace, target.kube_context)
+    return backend_for_target(platform, namespace, kube_context)
 
 
 def status(

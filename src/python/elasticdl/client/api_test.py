@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from elasticdl import api
+from elasticdl.common.job_spec import JobSpec
 
 FAKE_MASTER = Path(__file__).parent / "testdata" / "fake_master.py"
 
@@ -36,14 +37,20 @@ def test_train_wait_status_list(zoo):
     assert api.status("api-job").phase == "Succeeded"
     assert [j.job_name for j in api.list_jobs()] == ["api-job"]
     assert "job succeeded" in "".join(api.logs("api-job"))
-    sent = (zoo / "home" / "jobs" / "api-job" / "argv.json").read_text()
-    assert '"--use_async=true"' in sent and '"--num_workers=1"' in sent
+    sent = JobSpec.from_json((zoo / "home" / "jobs" / "api-job" / "job_spec.json").read_text())
+    assert sent.use_async is True and sent.num_workers == 1
     assert api.cancel("api-job").phase == "Succeeded"  # already finished: unchanged
 
 
 def test_bad_kwargs_raise_value_errors(zoo):
-    with pytest.raises(api.ArgumentError, match="unrecognized arguments: --num_worker=1"):
+    with pytest.raises(
+        api.ArgumentError, match="num_worker is not a job parameter; did you mean num_workers"
+    ):
         api.train(job_name="x", num_worker=1)
+    with pytest.raises(api.ArgumentError, match="num_workers must be an integer, got str '1'"):
+        api.train(job_name="x", num_workers="1")
+    with pytest.raises(api.ArgumentError, match="num_epochs is not a parameter of 'evaluate' jobs"):
+        api.evaluate(job_name="x", num_epochs=2)
     with pytest.raises(ValueError, match="--checkpoint_dir_for_init is required to evaluate"):
         api.evaluate(
             job_name="x",
@@ -54,3 +61,19 @@ def test_bad_kwargs_raise_value_errors(zoo):
     with pytest.raises(api.JobNotFoundError):
         api.status("nope")
     assert not (zoo / "home" / "jobs").exists()
+
+
+def test_a_spec_built_beforehand(zoo):
+    spec = api.JobSpec(
+        job_name="spec-job",
+        model_zoo=str(zoo / "zoo"),
+        model_def="m.model.custom_model",
+        training_data=str(zoo / "data"),
+        minibatch_size=16,
+    )
+    handle = api.train(spec)
+    assert api.wait(handle.job_name, timeout=30, poll_interval=0.1).phase == "Succeeded"
+    sent = JobSpec.from_json((zoo / "home" / "jobs" / "spec-job" / "job_spec.json").read_text())
+    assert sent.minibatch_size == 16 and sent.job_type == api.JobType.TRAINING_ONLY
+    with pytest.raises(api.ArgumentError, match="either a JobSpec or keyword arguments"):
+        api.train(spec, num_workers=3)

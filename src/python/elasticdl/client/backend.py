@@ -9,14 +9,16 @@ this interface, so every command works the same on both.
 from __future__ import annotations
 
 import abc
-import argparse
 import dataclasses
 import time
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from elasticdl.client.errors import ClientError, WaitTimeout
-from elasticdl.client.job_status import JobStatus
-from elasticdl.common.args import PLATFORM_KUBERNETES, PLATFORM_LOCAL, PLATFORMS
+from elasticdl.common.job_status import JobStatus
+from elasticdl.common.types import PlatformName
+
+if TYPE_CHECKING:
+    from elasticdl.common.job_spec import JobSpec
 
 
 @dataclasses.dataclass
@@ -42,8 +44,9 @@ class JobBackend(abc.ABC):
     platform: str = ""
 
     @abc.abstractmethod
-    def submit(self, args: argparse.Namespace) -> JobHandle:
-        """Start the job described by validated, normalised job args (``common.args``)."""
+    def submit(self, spec: "JobSpec", yaml_path: str = "") -> JobHandle:
+        """Start the job of a resolved spec (``JobSpec.resolve``). ``yaml_path``: only write
+        the job's manifest there (platforms that have one)."""
 
     @abc.abstractmethod
     def list_jobs(self) -> list[JobStatus]:
@@ -86,12 +89,12 @@ def get_backend(
 ) -> JobBackend:
     """The backend for ``platform`` (None/"" = local). Kubernetes support is imported only
     here, so a laptop user never loads the Kubernetes SDK."""
-    platform = platform or PLATFORM_LOCAL
-    if platform == PLATFORM_LOCAL:
+    platform = platform or PlatformName.LOCAL
+    if platform == PlatformName.LOCAL:
         from elasticdl.client.local_backend import LocalBackend
 
         return LocalBackend()
-    if platform == PLATFORM_KUBERNETES:
+    if platform == PlatformName.KUBERNETES:
         try:
             from elasticdl.client.k8s_backend import KubernetesBackend
         except ImportError as e:
@@ -100,4 +103,30 @@ def get_backend(
                 "or use --platform=local"
             ) from None
         return KubernetesBackend(namespace=namespace or "default", kube_context=kube_context or "")
-    raise ClientError(f"--platform {platform!r} is invalid; use one of {', '.join(PLATFORMS)}")
+    raise ClientError(
+        f"--platform {platform!r} is invalid; use one of {', '.join(p.value for p in PlatformName)}"
+    )
+
+
+def backend_for_target(
+    platform: str | None = None, namespace: str | None = None, kube_context: str | None = None
+) -> JobBackend:
+    """The backend that manages existing jobs: what is given, else the config file, else
+    local / default / the current kubeconfig context."""
+    from elasticdl.client.config import load_config, with_config
+
+    given = {
+        k: v
+        for k, v in (
+            ("platform", platform),
+            ("namespace", namespace),
+            ("kube_context", kube_context),
+        )
+        if v
+    }
+    target = with_config(given, load_config())
+    return get_backend(
+        target.get("platform") or PlatformName.LOCAL,
+        target.get("namespace") or "default",
+        target.get("kube_context") or "",
+    )

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 from elasticdl.client.errors import ClientError
-from elasticdl.common.args import PLATFORMS, elasticdl_home
+from elasticdl.common.job_spec import elasticdl_home
+from elasticdl.common.types import PlatformName
 
 ENV_CONFIG = "ELASTICDL_CONFIG"
 
@@ -71,9 +73,10 @@ def load_config(path: str | None = None) -> ClientConfig:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{path}: {key} must be a non-empty string, got {value!r}")
         values[key] = value.strip()
-    if "platform" in values and values["platform"] not in PLATFORMS:
+    platforms = [p.value for p in PlatformName]
+    if "platform" in values and values["platform"] not in platforms:
         raise ConfigError(
-            f"{path}: platform {values['platform']!r} is invalid; use one of {', '.join(PLATFORMS)}"
+            f"{path}: platform {values['platform']!r} is invalid; use one of {', '.join(platforms)}"
         )
     return ClientConfig(path=path, **values)
 
@@ -93,19 +96,16 @@ def apply_registry(image: str, registry: str) -> str:
     return f"{registry.rstrip('/')}/{image}"
 
 
-def flag_given(argv: list[str], flag: str) -> bool:
-    """Whether ``--flag`` or ``--flag=...`` appears on the command line (abbreviations are
-    rejected by the parser, so this is exact)."""
-    return any(a == flag or a.startswith(flag + "=") for a in argv)
-
-
-def apply_config(args, argv: list[str], config: ClientConfig) -> None:
-    """Fill flags not given on the command line from the config file (in place)."""
+def with_config(values: dict[str, Any], config: ClientConfig) -> dict[str, Any]:
+    """``values`` (what the user gave) completed from the config file: the file's namespace,
+    kube_context and platform where the user gave none, its registry prefixed to images."""
+    result = dict(values)
     for key in ("namespace", "kube_context", "platform"):
         value = getattr(config, key)
-        if value and hasattr(args, key) and not flag_given(argv, f"--{key}"):
-            setattr(args, key, value)
+        if value and key not in result:
+            result[key] = value
     if config.registry:
         for key in ("image_name", "worker_image"):
-            if getattr(args, key, ""):
-                setattr(args, key, apply_registry(getattr(args, key), config.registry))
+            if result.get(key):
+                result[key] = apply_registry(str(result[key]), config.registry)
+    return result

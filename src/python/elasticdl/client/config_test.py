@@ -1,14 +1,12 @@
 """The client config file (~/.elasticdl/config.yaml)."""
 
-import argparse
-
 import pytest
 from elasticdl.client.config import (
     ConfigError,
-    apply_config,
     apply_registry,
     has_registry,
     load_config,
+    with_config,
 )
 
 
@@ -86,13 +84,7 @@ def test_command_line_flags_win(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("namespace: team\nregistry: reg.io\nplatform: kubernetes\n")
     config = load_config(str(path))
-    args = argparse.Namespace(
-        namespace="mine", platform=None, image_name="m:1", worker_image="", kube_context=""
-    )
-    apply_config(args, ["--namespace=mine"], config)
-    assert (
-        args.namespace == "mine"
-        and args.platform == "kubernetes"
-        and args.image_name == "reg.io/m:1"
-    )
-    assert args.worker_image == ""
+    given = {"namespace": "mine", "image_name": "m:1"}
+    values = with_config(given, config)
+    assert values == {"namespace": "mine", "platform": "kubernetes", "image_name": "reg.io/m:1"}
+    assert given == {"namespace": "mine", "image_name": "m:1"}  # the caller's dict is kept

@@ -1,6 +1,9 @@
 """Errors the client reports to users as one line (``elasticdl: error: ...``, exit 2)."""
 
-from elasticdl.common.args import ArgumentError
+from elasticdl.common.spec_codec import SpecError
+
+# The API's name for a bad job parameter or flag.
+ArgumentError = SpecError
 
 
 class ClientError(ValueError):

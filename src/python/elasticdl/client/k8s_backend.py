@@ -24,7 +24,6 @@ The ``kubernetes`` package is imported only when this backend is used.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -34,8 +33,9 @@ from typing import Iterator
 
 from elasticdl.client.backend import JobBackend, JobHandle
 from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
-from elasticdl.client.job_status import JobPhase, JobStatus, ReplicaStatus
-from elasticdl.common import args as job_args
+from elasticdl.common.job_spec import JobSpec
+from elasticdl.common.job_status import JobStatus, ReplicaStatus
+from elasticdl.common.types import JobPhase, PlatformName
 from elasticdl.k8s.client import K8sApiError, K8sClient, K8sConfigError, KubeConfig, to_dict
 from elasticdl.k8s.cluster_spec import ClusterSpec
 from elasticdl.k8s.names import (
@@ -65,7 +65,7 @@ _FINAL_LABELS = {JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED}
 
 
 class KubernetesBackend(JobBackend):
-    platform = job_args.PLATFORM_KUBERNETES
+    platform = PlatformName.KUBERNETES
 
     def __init__(
         self,
@@ -90,8 +90,8 @@ class KubernetesBackend(JobBackend):
         return self._k8s
 
     # ---- submit --------------------------------------------------------------------------
-    def build_master_pod(self, args: argparse.Namespace, service_account: str = ""):
-        """The master pod for validated job ``args`` (no API calls)."""
+    def build_master_pod(self, args: JobSpec, service_account: str = ""):
+        """The master pod for a resolved job spec (no API calls)."""
         from elasticdl.k8s.pods import PodTemplate, build_pod
 
         if not getattr(args, "image_name", ""):
@@ -107,19 +107,10 @@ class KubernetesBackend(JobBackend):
         template.service_account = service_account
         # The master never restarts on its own: a restarted master would lose the task queue.
         template.restart_policy = "Never"
-        # Only flags the master understands (the CLI namespace also holds client-only keys).
-        known = {a.dest for a in job_args.master_parser()._actions}
-        unknown = [k for k in vars(args) if k not in known]
-        master_args = job_args.build_arguments_from_parsed_result(
-            args, filter_args=["platform", *unknown]
-        )
-        command = [
-            "python",
-            "-m",
-            MASTER_MODULE,
-            *master_args,
-            f"--platform={job_args.PLATFORM_KUBERNETES}",
-        ]
+        # The whole job in one argument; only the fields that differ from their defaults, so
+        # the manifest stays readable.
+        job = args.replace(platform=PlatformName.KUBERNETES, namespace=self.namespace)
+        command = ["python", "-m", MASTER_MODULE, f"--job_spec={job.to_json(only_changed=True)}"]
         try:
             return build_pod(
                 template,
@@ -132,13 +123,12 @@ class KubernetesBackend(JobBackend):
                 resource_request=getattr(args, "master_resource_request", ""),
                 resource_limit=getattr(args, "master_resource_limit", ""),
                 priority_class=getattr(args, "master_pod_priority", ""),
-                port=getattr(args, "port", None) or job_args.DEFAULT_MASTER_PORT,
+                port=args.port,
             )
         except ValueError as e:
             raise ClientError(str(e)) from None
 
-    def submit(self, args: argparse.Namespace) -> JobHandle:
-        yaml_path = getattr(args, "yaml", "") or ""
+    def submit(self, args: JobSpec, yaml_path: str = "") -> JobHandle:
         if yaml_path:
             pod = self.build_master_pod(args)
             write_manifest(pod, yaml_path)

@@ -2,7 +2,8 @@
 
 Layout of a job directory (default ``~/.elasticdl/jobs/<job_name>``)::
 
-    job.json        written by the client at submit: name, platform, master argv, pid, times
+    job.json        written by the client at submit: name, platform, master command, pid, times
+    job_spec.json   the resolved job spec the master runs (``JobSpec.to_json``)
     status.json     written by the master while it runs (see ``job_status.JobStatus``)
     exit_code       the master's exit status, written by the wrapper shell when it ends
     cancelled       present once ``cancel`` was requested (time stamp inside)
@@ -16,7 +17,6 @@ symlink ``~/.elasticdl/jobs/<job_name>`` -> ``job_dir``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -29,13 +29,16 @@ from typing import Iterator
 
 from elasticdl.client.backend import JobBackend, JobHandle
 from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError, WaitTimeout
-from elasticdl.client.job_status import JobPhase, JobStatus
 from elasticdl.client.master_runtime import MasterRuntime, resolve_master_runtime
-from elasticdl.common.args import PLATFORM_LOCAL, build_arguments_from_parsed_result, jobs_root
+from elasticdl.common.job_spec import JobSpec, jobs_root
+from elasticdl.common.job_status import JobStatus
+from elasticdl.common.spec_codec import SpecError
+from elasticdl.common.types import JobPhase, PlatformName
 
 logger = logging.getLogger(__name__)
 
 JOB_FILE = "job.json"
+JOB_SPEC_FILE = "job_spec.json"
 STATUS_FILE = "status.json"
 EXIT_CODE_FILE = "exit_code"
 CANCELLED_FILE = "cancelled"
@@ -47,10 +50,14 @@ _WRAPPER = '"$@"; code=$?; echo "$code" > "$0"; exit "$code"'
 _POLL_SECONDS = 0.2
 
 
-def _write_json_atomic(path: Path, data: dict) -> None:
+def _write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    _write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def _read_json(path: Path) -> dict | None:
@@ -133,7 +140,7 @@ def _last_line(path: Path, limit: int = 200) -> str:
 
 
 class LocalBackend(JobBackend):
-    platform = PLATFORM_LOCAL
+    platform = PlatformName.LOCAL
 
     def __init__(
         self,
@@ -164,9 +171,11 @@ class LocalBackend(JobBackend):
         return directory, job
 
     # ---- submit --------------------------------------------------------------------------
-    def submit(self, args: argparse.Namespace) -> JobHandle:
-        name = args.job_name
-        directory = Path(args.job_dir or self.root / name).expanduser().absolute()
+    def submit(self, spec: JobSpec, yaml_path: str = "") -> JobHandle:
+        if yaml_path:
+            raise SpecError("--yaml writes a Kubernetes manifest; local jobs have none")
+        name = spec.job_name
+        directory = Path(spec.job_dir or self.root / name).expanduser().absolute()
         link = self.root / name
         runtime = self._runtime or resolve_master_runtime()  # fail before touching any file
 
@@ -193,15 +202,15 @@ class LocalBackend(JobBackend):
             self.root.mkdir(parents=True, exist_ok=True)
             link.symlink_to(directory, target_is_directory=True)
 
-        master_args = build_arguments_from_parsed_result(args, filter_args=("job_dir", "platform"))
-        master_args += [f"--platform={PLATFORM_LOCAL}", f"--job_dir={directory}"]
-        command = runtime.command(master_args)
+        spec = spec.replace(platform=PlatformName.LOCAL, job_dir=str(directory))
+        spec_path = directory / JOB_SPEC_FILE
+        _write_text_atomic(spec_path, spec.to_json(only_changed=False))
+        command = runtime.command([f"--job_spec_file={spec_path}"])
         created_at = time.time()
         job = {
             "job_name": name,
-            "platform": PLATFORM_LOCAL,
+            "platform": PlatformName.LOCAL.value,
             "job_dir": str(directory),
-            "args": master_args,
             "command": command,
             "runtime": runtime.description,
             "created_at": created_at,
@@ -229,7 +238,7 @@ class LocalBackend(JobBackend):
         logger.info("Started master of job %s (pid %d): %s", name, proc.pid, " ".join(command))
         return JobHandle(
             job_name=name,
-            platform=PLATFORM_LOCAL,
+            platform=PlatformName.LOCAL,
             created_at=created_at,
             job_dir=str(directory),
             pid=proc.pid,
@@ -258,7 +267,7 @@ class LocalBackend(JobBackend):
         status = JobStatus.from_dict(
             data,
             job_name=job.get("job_name"),
-            platform=PLATFORM_LOCAL,
+            platform=PlatformName.LOCAL,
             job_dir=str(directory),
             created_at=job.get("created_at"),
         )

@@ -18,6 +18,7 @@ import pytest
 from elasticdl.client.errors import JobConflictError, JobNotFoundError, WaitTimeout
 from elasticdl.client.local_backend import LocalBackend, pid_alive
 from elasticdl.client.main import main
+from elasticdl.common.job_spec import JobSpec
 
 FAKE_MASTER = Path(__file__).parent / "testdata" / "fake_master.py"
 
@@ -36,6 +37,10 @@ def env(tmp_path, monkeypatch):
     data.mkdir()
     monkeypatch.chdir(tmp_path)
     return home
+
+
+def _sent_spec(job_dir) -> JobSpec:
+    return JobSpec.from_json((job_dir / "job_spec.json").read_text())
 
 
 def job_argv(name="job-a", *extra):
@@ -58,11 +63,12 @@ def test_train_follows_the_job_and_returns_its_status(env, capsys):
     job_dir = env / "jobs" / "job-a"
     job = json.loads((job_dir / "job.json").read_text())
     assert job["platform"] == "local" and not pid_alive(job["pid"])
-    sent = json.loads((job_dir / "argv.json").read_text())
-    assert f"--job_dir={job_dir}" in sent and "--platform=local" in sent
-    assert "--num_ps_pods=1" in sent and "--job_type=training_only" in sent
-    assert f"--model_zoo={env.parent / 'zoo'}" in sent  # made absolute for the master
-    assert not any(a.startswith("--detach") for a in sent)
+    argv = json.loads((job_dir / "argv.json").read_text())
+    assert argv == [f"--job_spec_file={job_dir / 'job_spec.json'}"]
+    sent = _sent_spec(job_dir)
+    assert sent.job_dir == str(job_dir) and sent.platform == "local"
+    assert sent.num_ps_pods == 1 and sent.job_type == "training_only"
+    assert sent.model_zoo == str(env.parent / "zoo")  # made absolute for the master
 
 
 def test_failed_job_exits_1(env, capsys, monkeypatch):
@@ -234,11 +240,9 @@ def test_config_file_applies_and_flags_win(env, tmp_path, monkeypatch, capsys):
     config.write_text("namespace: team-a\n")
     monkeypatch.setenv("ELASTICDL_CONFIG", str(config))
     assert main(job_argv("job-n")) == 0
-    sent = json.loads((env / "jobs" / "job-n" / "argv.json").read_text())
-    assert "--namespace=team-a" in sent
+    assert _sent_spec(env / "jobs" / "job-n").namespace == "team-a"
     assert main(job_argv("job-m", "--namespace=mine")) == 0
-    sent = json.loads((env / "jobs" / "job-m" / "argv.json").read_text())
-    assert "--namespace=mine" in sent
+    assert _sent_spec(env / "jobs" / "job-m").namespace == "mine"
     config.write_text("namespce: x\n")
     assert main(["list"]) == 2
     assert "unknown key 'namespce'" in capsys.readouterr().err
@@ -276,12 +280,10 @@ def test_conflict_error_type(env, monkeypatch):
     backend = LocalBackend()
     try:
         from elasticdl.client.job_commands import job_parser
-        from elasticdl.client.submit import prepare_job
+        from elasticdl.client.submit import spec_from_flags
 
-        argv = job_argv("job-y")[1:]
-        args = job_parser("train").parse_args(argv)
-        prepare_job(args, argv)
+        spec, _ = spec_from_flags("train", job_parser("train").parse_args(job_argv("job-y")[1:]))
         with pytest.raises(JobConflictError):
-            backend.submit(args)
+            backend.submit(spec)
     finally:
         backend.cancel("job-y")

@@ -16,9 +16,11 @@ import logging
 import sys
 from typing import Sequence
 
+from elasticdl.client.cli_parser import StrictArgumentParser
 from elasticdl.client.errors import WaitTimeout
 from elasticdl.client.version import __version__
-from elasticdl.common.args import PLATFORMS, ArgumentError, StrictArgumentParser
+from elasticdl.common.spec_codec import SpecError as ArgumentError
+from elasticdl.common.types import JobPhase, PlatformName
 
 PROG = "elasticdl"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -36,11 +38,12 @@ def _err(message: str) -> None:
 
 
 def _run_job(args: argparse.Namespace) -> int:
-    from elasticdl.client.submit import prepare_job, submit_job
+    from elasticdl.client.submit import spec_from_flags, submit
 
-    for notice in prepare_job(args, args._argv):
+    spec, notices = spec_from_flags(args.command, args)
+    for notice in notices:
         _err(notice)
-    backend, handle = submit_job(args)
+    backend, handle = submit(spec, yaml_path=args.yaml)
     if handle.yaml_path:
         _err(
             f"wrote the master pod manifest of job {handle.job_name} to {handle.yaml_path} (nothing submitted)"
@@ -49,7 +52,7 @@ def _run_job(args: argparse.Namespace) -> int:
     where = (
         f"job dir {handle.job_dir}"
         if handle.job_dir
-        else f"namespace {handle.namespace or args.namespace}"
+        else f"namespace {handle.namespace or spec.namespace}"
     )
     _err(f"submitted job {handle.job_name} ({handle.platform}, {where})")
     if args.detach:
@@ -84,15 +87,16 @@ def _follow(backend, name: str) -> int:
 def _report_final(status) -> int:
     message = f": {status.message}" if status.message else ""
     _err(f"job {status.job_name} {status.phase}{message}")
-    return EXIT_OK if status.phase == "Succeeded" else EXIT_FAILED
+    return EXIT_OK if status.phase == JobPhase.SUCCEEDED else EXIT_FAILED
 
 
 def _backend_for(args: argparse.Namespace):
-    from elasticdl.client.backend import get_backend
-    from elasticdl.client.config import apply_config, load_config
+    from elasticdl.client.backend import backend_for_target
 
-    apply_config(args, args._argv, load_config())
-    return get_backend(args.platform, args.namespace, args.kube_context)
+    given = {
+        k: getattr(args, k) for k in ("platform", "namespace", "kube_context") if hasattr(args, k)
+    }
+    return backend_for_target(**given)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -207,17 +211,22 @@ def _add_command(subparsers, name: str, func, help: str, **kwargs) -> StrictArgu
 
 def _add_target_params(parser: argparse.ArgumentParser) -> None:
     """Where to look for jobs (list/status/logs/wait/cancel)."""
+    # Not given -> absent (SUPPRESS), so the config file can fill it in.
     parser.add_argument(
         "--platform",
-        choices=PLATFORMS,
-        default="local",
+        choices=[p.value for p in PlatformName],
+        default=argparse.SUPPRESS,
         help="Where the jobs run (default: local, or the config file)",
     )
     parser.add_argument(
-        "--namespace", default="default", help="Kubernetes namespace (default: default)"
+        "--namespace",
+        default=argparse.SUPPRESS,
+        help="Kubernetes namespace (default: default, or the config file)",
     )
     parser.add_argument(
-        "--kube_context", default="", help="kubeconfig context (default: the current one)"
+        "--kube_context",
+        default=argparse.SUPPRESS,
+        help="kubeconfig context (default: the current one, or the config file)",
     )
 
 
@@ -245,7 +254,7 @@ def build_parser() -> StrictArgumentParser:
         dest="command", metavar="COMMAND", parser_class=StrictArgumentParser
     )
 
-    for command, (_, help_text) in JOB_COMMANDS.items():
+    for command, help_text in JOB_COMMANDS.items():
         job = _add_command(sub, command, _run_job, help_text, usage=USAGES[command])
         add_job_command_params(command, job)
 
@@ -346,7 +355,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             target = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]
         target.print_help()
         return EXIT_USAGE if getattr(args, "command", None) else EXIT_OK
-    args._argv = argv
     try:
         return int(func(args) or 0)
     except KeyboardInterrupt:

@@ -66,7 +66,7 @@ def test_unknown_command(capsys):
 
 def test_missing_required_flag(capsys):
     assert main(["train"]) == 2
-    assert "the following arguments are required: --job_name" in capsys.readouterr().err
+    assert "--job_name is required" in capsys.readouterr().err
 
 
 def test_no_command_prints_help(capsys):

@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Iterable, Sequence
 
-from elasticdl.client.job_status import JobStatus, format_age
+from elasticdl.common.job_status import JobStatus
 
 OUTPUT_FORMATS = ("table", "json", "yaml")
+
+
+def format_age(since: float | None, now: float | None = None) -> str:
+    """kubectl-style age: 45s, 3m, 2h, 5d."""
+    if since is None:
+        return "-"
+    seconds = max(0, int((now if now is not None else time.time()) - since))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 2 * 3600:
+        return f"{seconds // 60}m"
+    if seconds < 2 * 86400:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -1,43 +1,44 @@
-"""Turning ``train``/``evaluate``/``predict`` flags into a submitted job (CLI and API share it)."""
+"""From what a user gave (flags or keyword arguments) to a submitted job: the CLI and the API
+share this, so both build, complete and check the job spec the same way."""
 
 from __future__ import annotations
 
 import argparse
-import os
+from typing import Any, Mapping
 
 from elasticdl.client.backend import JobBackend, JobHandle, get_backend
-from elasticdl.client.config import ClientConfig, apply_config, load_config
-from elasticdl.common import args as job_args
-
-# Flags holding paths on this machine; on the local platform they are made absolute so the
-# job does not depend on the directory the master happens to start in.
-_DATA_FLAGS = ("training_data", "validation_data", "prediction_data", "checkpoint_dir_for_init")
-_OUTPUT_FLAGS = ("model_zoo", "checkpoint_dir", "output", "log_file_path", "cluster_spec")
+from elasticdl.client.config import ClientConfig, load_config, with_config
+from elasticdl.common import job_spec
+from elasticdl.common.job_spec import JobSpec
+from elasticdl.common.spec_codec import SpecError
+from elasticdl.common.types import PlatformName
 
 
-def _absolutize_local_paths(args: argparse.Namespace) -> None:
-    for flag in _DATA_FLAGS + _OUTPUT_FLAGS:
-        value = getattr(args, flag, "")
-        if not value or "://" in value:
-            continue
-        expanded = os.path.expanduser(value)
-        if flag in _OUTPUT_FLAGS or os.path.exists(expanded):
-            setattr(args, flag, os.path.abspath(expanded))
+def spec_from_flags(
+    command: str, namespace: argparse.Namespace, config: ClientConfig | None = None
+) -> tuple[JobSpec, list[str]]:
+    """The resolved spec of ``elasticdl <command> <flags>`` and notices for the user. Raises
+    ``ValueError`` subclasses; nothing is created on disk or in a cluster."""
+    values = with_config(
+        job_spec.given_values(namespace), config if config is not None else load_config()
+    )
+    return job_spec.spec_from_text(command, values).resolve()
 
 
-def prepare_job(
-    args: argparse.Namespace, argv: list[str], config: ClientConfig | None = None
-) -> list[str]:
-    """Apply the config file, fill derived defaults and validate (in place). Returns notices
-    for the user. Raises ``ValueError`` subclasses; nothing is created on disk or in a cluster."""
-    apply_config(args, argv, config if config is not None else load_config())
-    notices = job_args.normalize_job_args(args)
-    job_args.validate_job_args(args)
-    if args.platform == job_args.PLATFORM_LOCAL:
-        _absolutize_local_paths(args)
-    return notices
+def spec_from_values(
+    command: str, values: Mapping[str, Any], config: ClientConfig | None = None
+) -> tuple[JobSpec, list[str]]:
+    """The resolved spec from typed keyword arguments (``elasticdl.api.train(...)``)."""
+    values = with_config(dict(values), config if config is not None else load_config())
+    return job_spec.spec_from_values(command, values).resolve()
 
 
-def submit_job(args: argparse.Namespace) -> tuple[JobBackend, JobHandle]:
-    backend = get_backend(args.platform, args.namespace, getattr(args, "kube_context", ""))
-    return backend, backend.submit(args)
+def submit(spec: JobSpec, yaml_path: str = "") -> tuple[JobBackend, JobHandle]:
+    """Start the job of a resolved spec; with ``yaml_path`` (Kubernetes) only write the
+    master pod's manifest there."""
+    if yaml_path and spec.platform != PlatformName.KUBERNETES:
+        raise SpecError(
+            "--yaml writes a Kubernetes manifest; use it with --platform=kubernetes and --image_name"
+        )
+    backend = get_backend(spec.platform, spec.namespace, spec.kube_context)
+    return backend, backend.submit(spec, yaml_path=yaml_path)

@@ -49,7 +49,7 @@ class PodTemplate:
     def from_args(cls, args, cluster_spec: ClusterSpec | None = None) -> "PodTemplate":
         """From the job's flags: ``namespace``, ``image_pull_policy``, ``restart_policy``,
         ``volume``, ``envs`` (and the cluster spec flags unless ``cluster_spec`` is given)."""
-        from elasticdl.common.args import parse_envs
+        from elasticdl.common.job_spec import parse_envs
 
         return cls(
             namespace=args.namespace or "default",

@@ -4,17 +4,19 @@ reports the outcome (``status.json``, the final log summary, the exit code)."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import threading
 import time
 from pathlib import Path
 
+from elasticdl.common.job_spec import JobSpec
+from elasticdl.common.job_status import JobStatus, ReplicaStatus
+from elasticdl.common.types import JobPhase, JobType, PlatformName
 from elasticdl.master import job_status
 from elasticdl.master.evaluation_service import FINAL_VERSION, EvaluationService
-from elasticdl.master.replica_commands import ReplicaCommandConfig, ReplicaCommands, replica_env
 from elasticdl.master.replica_manager import ReplicaManager, ReplicaManagerConfig
+from elasticdl.master.replica_specs import Checkpointing, ReplicaContext, ReplicaSpecs, replica_env
 from elasticdl.master.server import MasterServerError, create_master_server
 from elasticdl.master.servicer import MasterServicer
 from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
@@ -22,100 +24,69 @@ from elasticdl.platform.base import Platform
 
 logger = logging.getLogger(__name__)
 
-TRAINING_ONLY = "training_only"
-TRAINING_WITH_EVALUATION = "training_with_evaluation"
-EVALUATION_ONLY = "evaluation_only"
-PREDICTION_ONLY = "prediction_only"
-
 # Local training jobs without --checkpoint_steps: PS checkpoints kept for recovery only.
 RECOVERY_CHECKPOINT_STEPS = 100
 RECOVERY_CHECKPOINTS_KEPT = 2
-ALLREDUCE = "AllreduceStrategy"
 
 
 class JobConfigError(ValueError):
     """The job cannot start as configured; the message names the flag and the fix."""
 
 
-def create_platform(args: argparse.Namespace) -> Platform:
-    if args.platform == "local":
+def create_platform(spec: JobSpec) -> Platform:
+    if spec.platform == PlatformName.LOCAL:
         from elasticdl.platform.local import LocalProcessPlatform
 
-        return LocalProcessPlatform.from_args(args)
-    if args.platform == "kubernetes":
+        return LocalProcessPlatform.from_spec(spec)
+    if spec.platform == PlatformName.KUBERNETES:
         from elasticdl.platform.kubernetes import KubernetesPlatform  # kubernetes client: lazy
 
-        return KubernetesPlatform.from_args(args)
-    raise JobConfigError(f"--platform {args.platform!r} is not supported; use local or kubernetes")
-
-
-def _aux_params(value: str) -> set[str]:
-    return {p.strip() for p in (value or "").replace(";", ",").split(",") if p.strip()}
+        return KubernetesPlatform.from_spec(spec)
+    raise JobConfigError(f"--platform {spec.platform!r} is not supported; use local or kubernetes")
 
 
 class Job:
-    def __init__(self, args: argparse.Namespace, platform: Platform | None = None) -> None:
-        self.args = args
-        self.name = args.job_name
-        self.job_dir = Path(args.job_dir) if getattr(args, "job_dir", "") else None
+    def __init__(self, spec: JobSpec, platform: Platform | None = None) -> None:
+        """``spec`` is resolved (``JobSpec.resolve``): platform, job type and PS count set."""
+        if spec.platform is None or spec.job_type is None:
+            raise JobConfigError("the job spec is not resolved; call JobSpec.resolve() first")
+        self.job_spec = spec
+        self.name = spec.job_name
+        self.job_dir = Path(spec.job_dir) if spec.job_dir else None
         self.started_at = time.time()
-        self.phase = job_status.PENDING
+        self.phase = JobPhase.PENDING
         self.message = ""
         self._cancel = threading.Event()
         self._platform = platform
         self._server = None
         self.worker_exit_grace_s = 60.0
         self.poll_interval_s = 1.0
-        self._validate()
         self._prepare()
 
     # ---- setup ---------------------------------------------------------------------------
-    def _validate(self) -> None:
-        a = self.args
-        if getattr(a, "job_command", ""):
-            raise JobConfigError(
-                "--job_command is not supported by this master; run model-zoo jobs with --model_def"
-            )
-        if a.distribution_strategy == ALLREDUCE:
-            if a.num_ps_pods != 0:
-                raise JobConfigError(
-                    f"--num_ps_pods={a.num_ps_pods} with AllreduceStrategy: workers allreduce "
-                    "gradients among themselves; drop --num_ps_pods (or set it to 0)"
-                )
-            return
-        if a.distribution_strategy != "ParameterServerStrategy":
-            raise JobConfigError(
-                f"--distribution_strategy={a.distribution_strategy} is not supported by this master; "
-                "use ParameterServerStrategy or AllreduceStrategy"
-            )
-        if a.num_ps_pods < 1:
-            raise JobConfigError("--num_ps_pods must be >= 1 for ParameterServerStrategy")
-
     @property
     def allreduce(self) -> bool:
-        return self.args.distribution_strategy == ALLREDUCE
+        return self.job_spec.allreduce
 
     @property
-    def job_type(self) -> str:
-        return self.args.job_type
+    def job_type(self) -> JobType:
+        return self.job_spec.job_type
 
     @property
     def trains(self) -> bool:
-        return self.job_type in (TRAINING_ONLY, TRAINING_WITH_EVALUATION)
+        return self.job_type.trains
 
     @property
     def evaluates(self) -> bool:
-        return self.job_type in (TRAINING_WITH_EVALUATION, EVALUATION_ONLY) and bool(
-            self.args.validation_data
-        )
+        return self.job_type.evaluates and bool(self.job_spec.validation_data)
 
     def _prepare(self) -> None:
         from elasticdl.common.model_utils import get_optimizer_info, load_model_spec
 
-        a = self.args
+        a = self.job_spec
         if self.job_dir is not None:
             (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.spec = load_model_spec(
+        self.model_spec = load_model_spec(
             a.model_zoo,
             a.model_def,
             feed=a.feed,
@@ -128,11 +99,11 @@ class Job:
             require_feed=False,
             require_eval_metrics_fn=self.evaluates,
         )
-        records_per_task = a.minibatch_size * a.num_minibatches_per_task
+        records_per_task = a.records_per_task
         self.records_per_task = records_per_task
         training = self._shards(a.training_data) if self.trains else []
         validation = self._shards(a.validation_data) if self.evaluates else []
-        prediction = self._shards(a.prediction_data) if self.job_type == PREDICTION_ONLY else []
+        prediction = self._shards(a.prediction_data) if self.job_type.predicts else []
         if self.trains and not training:
             raise JobConfigError(f"--training_data {a.training_data!r} holds no records")
         self.tm = TaskManager(
@@ -149,14 +120,14 @@ class Job:
         )
         self.es = (
             EvaluationService(
-                self.tm, self.spec.eval_metrics_fn, evaluation_steps=a.evaluation_steps
+                self.tm, self.model_spec.eval_metrics_fn, evaluation_steps=a.evaluation_steps
             )
             if self.evaluates
             else None
         )
         opt_type, opt_args = "SGD", "learning_rate=0.1;"
         if self.trains:
-            opt_type, opt_args = get_optimizer_info(self.spec.optimizer())
+            opt_type, opt_args = get_optimizer_info(self.model_spec.optimizer())
         self.opt_type, self.opt_args = opt_type, opt_args
 
         self.platform = self._platform or create_platform(a)
@@ -173,34 +144,31 @@ class Job:
             self.rendezvous.config.store_host = master_addr.rpartition(":")[0]
             # Workers that end leave the communication group at once (before any relaunch).
             self.platform.add_event_listener(self.rendezvous.on_replica_event)
-        ckpt_dir, ckpt_steps, ckpt_keep = self._ps_checkpointing()
-        commands = ReplicaCommands(
+        replicas = ReplicaSpecs(
             a,
             self.platform,
-            ReplicaCommandConfig(
+            ReplicaContext(
                 master_addr=master_addr,
                 opt_type=opt_type,
                 opt_args=opt_args,
-                checkpoint_dir=ckpt_dir,
-                checkpoint_steps=ckpt_steps,
-                keep_checkpoint_max=ckpt_keep,
+                checkpointing=self._ps_checkpointing(),
                 env=replica_env(a),
             ),
         )
-        self.commands = commands
+        self.replica_specs = replicas
         self.rm = ReplicaManager(
             self.platform,
             ReplicaManagerConfig(
                 num_ps=a.num_ps_pods,
                 num_workers=a.num_workers,
                 relaunch_on_worker_failure=a.relaunch_on_worker_failure,
-                disable_relaunch="disable_relaunch" in _aux_params(a.aux_params),
+                disable_relaunch="disable_relaunch" in a.aux_param_set(),
                 relaunch_timeout_worker=a.relaunch_timeout_worker,
                 worker_priority=a.worker_pod_priority,
                 ps_priority=a.ps_pod_priority,
             ),
-            worker_spec=commands.worker_spec,
-            ps_spec=commands.ps_spec,
+            worker_spec=replicas.worker,
+            ps_spec=replicas.ps,
             task_manager=self.tm,
         )
         self.status_writer = job_status.StatusWriter(
@@ -222,8 +190,8 @@ class Job:
             master_addr,
         )
 
-    def _ps_checkpointing(self) -> tuple[str, int | None, int | None]:
-        """Where and how often the PS checkpoint: (dir, steps, keep); None keeps the job flag.
+    def _ps_checkpointing(self) -> Checkpointing:
+        """Where and how often the PS checkpoint.
 
         With --checkpoint_steps=0 and no --checkpoint_dir, a local training job still writes
         recovery checkpoints under its job directory (every RECOVERY_CHECKPOINT_STEPS
@@ -231,10 +199,15 @@ class Job:
         from its last one with embedding tables and optimizer state. Elsewhere the job
         directory is not shared with the PS pods: checkpointing stays off, as the flags say.
         """
-        a = self.args
+        a = self.job_spec
+        asked = Checkpointing(a.checkpoint_dir, a.checkpoint_steps, a.keep_checkpoint_max)
         if a.checkpoint_steps or not self.trains or self.allreduce:
-            return a.checkpoint_dir, None, None
-        if not a.checkpoint_dir and a.platform == "local" and self.job_dir is not None:
+            return asked
+        if (
+            not a.checkpoint_dir
+            and self.platform.traits.shared_job_dir
+            and self.job_dir is not None
+        ):
             recovery = str(self.job_dir / "recovery-checkpoints")
             logger.info(
                 "PS recovery checkpoints every %d versions in %s (--checkpoint_steps=0; set "
@@ -242,21 +215,21 @@ class Job:
                 RECOVERY_CHECKPOINT_STEPS,
                 recovery,
             )
-            return recovery, RECOVERY_CHECKPOINT_STEPS, RECOVERY_CHECKPOINTS_KEPT
+            return Checkpointing(recovery, RECOVERY_CHECKPOINT_STEPS, RECOVERY_CHECKPOINTS_KEPT)
         logger.info(
             "Checkpointing is off (--checkpoint_steps=0): a relaunched PS gets the dense model "
             "back from the workers, but embedding tables and optimizer state are lost; set "
             "--checkpoint_steps and --checkpoint_dir to make PS recovery exact"
         )
-        return a.checkpoint_dir, None, None
+        return asked
 
     def _shards(self, data_origin: str) -> list:
         from elasticdl.data.reader import create_data_reader, parse_data_reader_params
 
-        params = parse_data_reader_params(self.args.data_reader_params)
-        rpt = self.args.minibatch_size * self.args.num_minibatches_per_task
-        if self.spec.custom_data_reader is not None:
-            reader = self.spec.custom_data_reader(data_origin, rpt, **params)
+        params = parse_data_reader_params(self.job_spec.data_reader_params)
+        rpt = self.job_spec.records_per_task
+        if self.model_spec.custom_data_reader is not None:
+            reader = self.model_spec.custom_data_reader(data_origin, rpt, **params)
         else:
             reader = create_data_reader(data_origin, rpt, **params)
         return list(reader.create_shards())
@@ -266,22 +239,19 @@ class Job:
         (hosted here so it outlives any worker; torch is imported only for these jobs)."""
         from elasticdl.master.rendezvous import Rendezvous, RendezvousConfig, RendezvousStore
 
-        host = "127.0.0.1" if self.args.platform == "local" else "0.0.0.0"
-        self._store = RendezvousStore(host)
+        self._store = RendezvousStore(self.platform.traits.bind_host)
         return Rendezvous(RendezvousConfig(store_port=self._store.port))
 
     def _start_server(self):
-        local = self.args.platform == "local"
-        host = "127.0.0.1" if local else "0.0.0.0"
+        traits = self.platform.traits
+        port = self.job_spec.port
         try:
-            return create_master_server(self.servicer, self.args.port, host)
+            return create_master_server(self.servicer, port, traits.bind_host)
         except MasterServerError:
-            # Several jobs may share one host (local processes, or pods on the host network):
-            # any free port will do there. A dedicated pod must get the port it was given.
-            if not (local or getattr(self.platform, "shares_host_network", False)):
+            if not traits.port_may_be_taken:
                 raise
-            logger.info("Port %d is busy; the master uses a free port instead", self.args.port)
-            return create_master_server(self.servicer, 0, host)
+            logger.info("Port %d is busy; the master uses a free port instead", port)
+            return create_master_server(self.servicer, 0, traits.bind_host)
 
     # ---- running -------------------------------------------------------------------------
     def cancel(self) -> None:
@@ -292,15 +262,15 @@ class Job:
         self.status_writer.write()
         self.status_writer.start()
         try:
-            if self.job_type == EVALUATION_ONLY and self.es is not None:
+            if self.job_type == JobType.EVALUATION_ONLY and self.es is not None:
                 self.es.start_evaluation(FINAL_VERSION)
             self.rm.start()
-            self.phase = job_status.RUNNING
+            self.phase = JobPhase.RUNNING
             self.tm.start_timeout_monitor(self.rm.on_worker_timeout)
             self._wait_for_end()
         except Exception as e:  # never leave replicas behind
             logger.exception("Master error")
-            self.phase, self.message = job_status.FAILED, f"master error: {type(e).__name__}: {e}"
+            self.phase, self.message = JobPhase.FAILED, f"master error: {type(e).__name__}: {e}"
         finally:
             self.tm.stop()
             self.rm.stop(delete_all=True)
@@ -315,19 +285,19 @@ class Job:
             except Exception as e:  # best effort: the outcome is also in the log and exit code
                 logger.warning("Cannot record the final phase on the platform: %s", e)
         self._log_summary()
-        return 0 if self.phase == job_status.SUCCEEDED else 1
+        return 0 if self.phase == JobPhase.SUCCEEDED else 1
 
     def _wait_for_end(self) -> None:
         while True:
             if self._cancel.is_set():
                 self.phase, self.message = (
-                    job_status.CANCELLED,
+                    JobPhase.CANCELLED,
                     "cancelled (the master was asked to stop)",
                 )
                 return
             failed = self.tm.failed_message or self.rm.failed_message
             if failed:
-                self.phase, self.message = job_status.FAILED, failed
+                self.phase, self.message = JobPhase.FAILED, failed
                 return
             if self.tm.finished and not (self.es is not None and self.es.busy):
                 # Workers ask for a task, get "no more tasks" and exit on their own.
@@ -342,76 +312,70 @@ class Job:
     def _final_verdict(self) -> tuple[str, str]:
         s = self.tm.summary()
         if self.trains and s.records_trained != s.records_expected:
-            return job_status.FAILED, (
+            return JobPhase.FAILED, (
                 f"accounting mismatch: trained {s.records_trained} records, expected {s.records_expected}"
             )
-        return job_status.SUCCEEDED, ""
+        return JobPhase.SUCCEEDED, ""
 
     # ---- reporting -----------------------------------------------------------------------
-    def snapshot(self) -> dict:
+    def snapshot(self) -> JobStatus:
         s = self.tm.summary()
         latest = self.es.latest if self.es is not None else None
-        replicas = []
-        for r in self.rm.replicas():
-            pid = None
-            if hasattr(self.platform, "pid"):
-                pid = self.platform.pid(r.replica_type, r.replica_id)
-            replicas.append(
-                {
-                    "name": f"{r.replica_type}-{r.replica_id}",
-                    "type": str(r.replica_type),
-                    "id": r.replica_id,
-                    "phase": str(r.phase),
-                    "exit_code": r.exit_code,
-                    "restarts": r.relaunch_count,
-                    "pid": pid,
-                    "message": r.reason,
-                    "replaced_by": r.replaced_by,
-                    "log": r.log,
-                }
+        replicas = [
+            ReplicaStatus(
+                name=f"{r.replica_type}-{r.replica_id}",
+                type=str(r.replica_type),
+                id=r.replica_id,
+                phase=str(r.phase),
+                exit_code=r.exit_code,
+                restarts=r.relaunch_count,
+                pid=self.platform.replica_pid(r.replica_type, r.replica_id),
+                message=r.reason,
+                replaced_by=r.replaced_by,
+                log=r.log,
             )
-        return {
-            "job_name": self.name,
-            "platform": self.args.platform,
-            "job_type": self.job_type,
-            "phase": self.phase,
-            "message": self.message or s.failed_message or self.rm.failed_message,
-            "model_version": self.servicer.model_version,
-            "tasks_todo": s.tasks_todo,
-            "tasks_doing": s.tasks_doing,
-            "tasks_done": s.tasks_done,
-            "tasks_retried": s.tasks_retried,
-            "tasks_recovered": s.tasks_recovered,
-            "tasks_failed": s.tasks_failed,
-            "stale_reports": s.stale_reports,
-            "records_trained": s.records_trained,
-            "records_expected": s.records_expected,
-            "records_trained_per_epoch": {
-                str(k): v for k, v in s.records_trained_per_epoch.items()
-            },
-            "records_predicted": s.records_predicted,
-            "epoch": s.epoch,
-            "num_epochs": self.args.num_epochs if self.trains else 0,
-            "evaluation_metrics": dict(latest.metrics) if latest else {},
-            "evaluation_history": [
+            for r in self.rm.replicas()
+        ]
+        return JobStatus(
+            job_name=self.name,
+            platform=str(self.job_spec.platform),
+            job_type=str(self.job_type),
+            phase=self.phase,
+            message=self.message or s.failed_message or self.rm.failed_message,
+            model_version=self.servicer.model_version,
+            tasks_todo=s.tasks_todo,
+            tasks_doing=s.tasks_doing,
+            tasks_done=s.tasks_done,
+            tasks_retried=s.tasks_retried,
+            tasks_recovered=s.tasks_recovered,
+            tasks_failed=s.tasks_failed,
+            stale_reports=s.stale_reports,
+            records_trained=s.records_trained,
+            records_expected=s.records_expected,
+            records_trained_per_epoch={str(k): v for k, v in s.records_trained_per_epoch.items()},
+            records_predicted=s.records_predicted,
+            epoch=s.epoch,
+            num_epochs=self.job_spec.num_epochs if self.trains else 0,
+            evaluation_metrics=dict(latest.metrics) if latest else {},
+            evaluation_history=[
                 {"model_version": r.model_version, "metrics": r.metrics}
                 for r in (self.es.history if self.es else [])
             ],
-            "replicas": replicas,
-            "rendezvous": (
+            replicas=replicas,
+            rendezvous=(
                 {"generation": self.rendezvous.generation, "members": self.rendezvous.members()}
                 if self.rendezvous is not None
                 else None
             ),
-            "master": {"pid": os.getpid(), "port": self.port},
-            "created_at": self.started_at,
-            "job_dir": str(self.job_dir) if self.job_dir else "",
-        }
+            master={"pid": os.getpid(), "port": self.port},
+            created_at=self.started_at,
+            job_dir=str(self.job_dir) if self.job_dir else "",
+        )
 
     def _log_summary(self) -> None:
         s = self.tm.summary()
         elapsed = time.time() - self.started_at
-        verb = {job_status.SUCCEEDED: "succeeded", job_status.FAILED: "failed"}.get(
+        verb = {JobPhase.SUCCEEDED: "succeeded", JobPhase.FAILED: "failed"}.get(
             self.phase, self.phase.lower()
         )
         parts = []
@@ -425,7 +389,7 @@ class Job:
                 + (f" [{per_epoch}]" if per_epoch else "")
             )
             parts.append(f"model version {self.servicer.model_version}")
-        elif self.job_type == PREDICTION_ONLY:
+        elif self.job_type.predicts:
             parts.append(f"predicted {s.records_predicted} records in {s.tasks_done} tasks")
         else:
             parts.append(f"{s.tasks_done} evaluation tasks")
@@ -440,4 +404,4 @@ class Job:
         line = f"Job {self.name} {verb}: " + ", ".join(parts)
         if self.message:
             line += f". {self.message}"
-        (logger.info if self.phase == job_status.SUCCEEDED else logger.error)(line)
+        (logger.info if self.phase == JobPhase.SUCCEEDED else logger.error)(line)

@@ -1,9 +1,9 @@
-"""The job's status as the master sees it: ``<job_dir>/status.json`` and the ``get_job_status``
-RPC are both built from one snapshot (see ``elasticdl.client.job_status`` for the reader)."""
+"""Where the master puts its job's status: ``<job_dir>/status.json``, the platform (a pod
+annotation on Kubernetes) and the ``get_job_status`` RPC, all from one
+:class:`~elasticdl.common.job_status.JobStatus` snapshot (the type the client reads back)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -11,53 +11,45 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from elasticdl.common.job_status import JobStatus
+
 logger = logging.getLogger(__name__)
 
-PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = (
-    "Pending",
-    "Running",
-    "Succeeded",
-    "Failed",
-    "Cancelled",
-)
-FINAL_PHASES = (SUCCEEDED, FAILED, CANCELLED)
 
-
-def write_json_atomically(path: Path, data: dict) -> None:
+def write_text_atomically(path: Path, text: str) -> None:
     """Readers never see a half-written file: write a temp file, then rename over."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
+        f.write(text + "\n")
     os.replace(tmp, path)
 
 
-def to_pb(status: dict):
-    """Snapshot dict -> ``elasticdl.JobStatus`` message."""
+def to_pb(status: JobStatus):
+    """-> the ``elasticdl.JobStatus`` message of the ``get_job_status`` RPC."""
     from elasticdl.proto import elasticdl_pb2 as pb
 
     msg = pb.JobStatus(
-        job_name=status.get("job_name", ""),
-        phase=status.get("phase", ""),
-        model_version=int(status.get("model_version", 0)),
-        tasks_done=int(status.get("tasks_done", 0)),
-        tasks_todo=int(status.get("tasks_todo", 0)),
-        tasks_doing=int(status.get("tasks_doing", 0)),
-        tasks_retried=int(status.get("tasks_retried", 0)),
-        records_trained=int(status.get("records_trained", 0)),
-        records_expected=int(status.get("records_expected", 0)),
-        epoch=int(status.get("epoch", 0)),
-        message=status.get("message", ""),
+        job_name=status.job_name,
+        phase=status.phase,
+        model_version=status.model_version,
+        tasks_done=status.tasks_done,
+        tasks_todo=status.tasks_todo,
+        tasks_doing=status.tasks_doing,
+        tasks_retried=status.tasks_retried,
+        records_trained=status.records_trained,
+        records_expected=status.records_expected,
+        epoch=status.epoch,
+        message=status.message,
     )
-    for k, v in (status.get("evaluation_metrics") or {}).items():
+    for k, v in status.evaluation_metrics.items():
         msg.evaluation_metrics[k] = float(v)
-    for r in status.get("replicas", []):
+    for r in status.replicas:
         msg.replicas.add(
-            type=r.get("type", ""),
-            id=int(r.get("id", 0)),
-            phase=r.get("phase", ""),
-            relaunch_count=int(r.get("restarts", 0)),
-            exit_code=int(r["exit_code"]) if r.get("exit_code") is not None else 0,
+            type=r.type,
+            id=r.id,
+            phase=r.phase,
+            relaunch_count=r.restarts,
+            exit_code=r.exit_code if r.exit_code is not None else 0,
         )
     return msg
 
@@ -68,9 +60,9 @@ class StatusWriter:
     def __init__(
         self,
         path: Path | None,
-        snapshot: Callable[[], dict],
+        snapshot: Callable[[], JobStatus],
         interval_s: float = 2.0,
-        publish: Callable[[dict], object] | None = None,
+        publish: Callable[[JobStatus], object] | None = None,
     ) -> None:
         self.path = path
         self._snapshot = snapshot
@@ -80,13 +72,13 @@ class StatusWriter:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def write(self) -> dict:
+    def write(self) -> JobStatus:
         status = self._snapshot()
-        status["updated_at"] = time.time()
+        status.updated_at = time.time()
         if self.path is not None:
             with self._lock:
                 try:
-                    write_json_atomically(self.path, status)
+                    write_text_atomically(self.path, status.to_json())
                 except OSError as e:  # status is best-effort; never kill the job for it
                     logger.warning("Cannot write %s: %s", self.path, e)
         if self._publish is not None:

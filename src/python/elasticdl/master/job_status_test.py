@@ -1,5 +1,6 @@
 import json
 
+from elasticdl.common.job_status import JobStatus, ReplicaStatus
 from elasticdl.master.job_status import StatusWriter, to_pb
 
 
@@ -9,7 +10,7 @@ def test_writer_writes_json_and_publishes(tmp_path):
 
     def snapshot():
         counter["n"] += 1
-        return {"job_name": "j", "phase": "Running", "tasks_done": counter["n"]}
+        return JobStatus(job_name="j", phase="Running", tasks_done=counter["n"])
 
     path = tmp_path / "status.json"
     writer = StatusWriter(path, snapshot, publish=published.append)
@@ -17,7 +18,8 @@ def test_writer_writes_json_and_publishes(tmp_path):
     writer.write()
     data = json.loads(path.read_text())
     assert data["tasks_done"] == 2 and data["updated_at"] > 0
-    assert [p["tasks_done"] for p in published] == [1, 2]
+    assert [p.tasks_done for p in published] == [1, 2]
+    assert JobStatus.from_json(path.read_text()) == published[-1]
     assert [p.name for p in tmp_path.iterdir()] == ["status.json"]  # no temp files left
 
 
@@ -25,24 +27,24 @@ def test_publish_failure_does_not_break_the_writer(tmp_path):
     def boom(status):
         raise RuntimeError("api down")
 
-    writer = StatusWriter(tmp_path / "s.json", lambda: {"phase": "Running"}, publish=boom)
-    assert writer.write()["phase"] == "Running"
+    writer = StatusWriter(tmp_path / "s.json", lambda: JobStatus(phase="Running"), publish=boom)
+    assert writer.write().phase == "Running"
 
 
 def test_to_pb():
     msg = to_pb(
-        {
-            "job_name": "j",
-            "phase": "Succeeded",
-            "model_version": 7,
-            "records_trained": 10,
-            "records_expected": 10,
-            "evaluation_metrics": {"accuracy": 0.5},
-            "replicas": [
-                {"type": "worker", "id": 2, "phase": "Failed", "restarts": 1, "exit_code": 137},
-                {"type": "ps", "id": 0, "phase": "Running", "exit_code": None},
+        JobStatus(
+            job_name="j",
+            phase="Succeeded",
+            model_version=7,
+            records_trained=10,
+            records_expected=10,
+            evaluation_metrics={"accuracy": 0.5},
+            replicas=[
+                ReplicaStatus(type="worker", id=2, phase="Failed", restarts=1, exit_code=137),
+                ReplicaStatus(type="ps", id=0, phase="Running", exit_code=None),
             ],
-        }
+        )
     )
     assert (msg.job_name, msg.phase, msg.model_version, msg.records_trained) == (
         "j",

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from elasticdl.common.args import parse_master_args
+from elasticdl.common.job_spec import JobSpec
 from elasticdl.data.example_codec import encode_example, float_feature, int64_feature
 from elasticdl.data.recordio import Writer
 from elasticdl.master.job import Job
@@ -31,8 +31,8 @@ def _write_data(directory: Path, files: int, per_file: int, seed: int) -> str:
     return str(directory)
 
 
-def _args(tmp_path, **overrides):
-    flags = {
+def _spec(tmp_path, **overrides) -> JobSpec:
+    values = {
         "job_name": "e2e",
         "model_zoo": ZOO,
         "model_def": "tiny.linear.custom_model",
@@ -48,13 +48,13 @@ def _args(tmp_path, **overrides):
         "job_dir": str(tmp_path / "job"),
         "log_level": "INFO",
     }
-    flags.update(overrides)
-    return [f"--{k}={v}" for k, v in flags.items()]
+    values.update(overrides)
+    spec, _ = JobSpec(**values).resolve()
+    return spec
 
 
 def test_training_job_survives_worker_sigkill(tmp_path):
-    args = parse_master_args(_args(tmp_path))
-    job = Job(args)
+    job = Job(_spec(tmp_path))
     job.worker_exit_grace_s = 60
     killed = {}
 
@@ -63,7 +63,7 @@ def test_training_job_survives_worker_sigkill(tmp_path):
         deadline = time.monotonic() + 200
         while time.monotonic() < deadline and job.phase != "Succeeded":
             if job.tm.summary().tasks_done >= 2:
-                pid = job.platform.pid(ReplicaType.WORKER, 0)
+                pid = job.platform.replica_pid(ReplicaType.WORKER, 0)
                 if pid is not None:
                     os.kill(pid, signal.SIGKILL)
                     killed["pid"] = pid
@@ -93,18 +93,36 @@ def test_training_job_survives_worker_sigkill(tmp_path):
     assert (tmp_path / "job" / "logs" / "worker-1.log").exists()
 
 
-def test_bad_flags_exit_2(tmp_path, capsys):
-    assert (
-        main(
-            [
-                "--job_name=x",
-                "--model_zoo=" + ZOO,
-                "--model_def=tiny.linear.nope",
-                "--training_data=" + str(tmp_path),
-                "--platform=local",
-                "--job_dir=" + str(tmp_path / "j"),
-            ]
-        )
-        == 2
+def test_bad_model_exits_2(tmp_path, capsys):
+    spec = JobSpec(
+        job_name="x",
+        model_zoo=ZOO,
+        model_def="tiny.linear.nope",
+        training_data=str(tmp_path),
+        platform="local",
+        job_dir=str(tmp_path / "j"),
     )
+    assert main([f"--job_spec={spec.to_json()}"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_bad_job_spec_exits_2_with_one_line(tmp_path, capsys):
+    for argv, message in (
+        (["--job_spec={not json"], "job spec is not valid JSON"),
+        (['--job_spec={"job_name": "x", "minibatch_size": 0}'], "--minibatch_size must be > 0"),
+        (['--job_spec={"job_name": "x", "num_wokers": 1}'], "unknown field(s) num_wokers"),
+        ([f"--job_spec_file={tmp_path / 'missing.json'}"], "--job_spec_file: cannot read"),
+        ([], "one of the arguments --job_spec --job_spec_file is required"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+
+
+def test_master_reads_the_spec_file_the_client_writes(tmp_path):
+    from elasticdl.master.main import read_job_spec
+
+    spec = _spec(tmp_path, minibatch_size=8)
+    path = tmp_path / "job_spec.json"
+    path.write_text(spec.to_json(only_changed=False))
+    assert read_job_spec([f"--job_spec_file={path}"]) == spec

@@ -1,16 +1,24 @@
-"""Entry point of the master: ``python -m elasticdl.master.main <job flags>``.
+"""Entry point of the master: ``python -m elasticdl.master.main --job_spec=JSON`` (or
+``--job_spec_file=PATH``), the job spec the client resolved (``JobSpec.to_json``).
 
-Exit status: 0 when the job succeeded, 1 when it failed or was cancelled, 2 when the flags or
-the model definition are unusable (one-line error on stderr).
+Exit status: 0 when the job succeeded, 1 when it failed or was cancelled, 2 when the spec or
+the model definition is unusable (one-line error on stderr).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import sys
 
 LOG_FORMAT = "[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] %(message)s"
+PROG = "elasticdl master"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise ValueError(message)
 
 
 def _setup_logging(level: str, log_file: str = "") -> None:
@@ -20,24 +28,42 @@ def _setup_logging(level: str, log_file: str = "") -> None:
     logging.basicConfig(level=level, format=LOG_FORMAT, handlers=handlers, force=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from elasticdl.common.args import parse_master_args
+def read_job_spec(argv: list[str] | None = None):
+    """The resolved job spec from ``--job_spec`` or ``--job_spec_file``; ValueError if bad."""
+    from elasticdl.common.job_spec import JobSpec
 
+    parser = _Parser(prog=PROG, allow_abbrev=False)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--job_spec", help="The job spec as JSON")
+    source.add_argument("--job_spec_file", help="A file holding the job spec as JSON")
+    args = parser.parse_args(argv)
+    text = args.job_spec
+    if args.job_spec_file:
+        try:
+            with open(args.job_spec_file) as f:
+                text = f.read()
+        except OSError as e:
+            raise ValueError(f"--job_spec_file: cannot read {args.job_spec_file}: {e.strerror}")
+    spec, _ = JobSpec.from_json(text).resolve(check_local_paths=False)
+    return spec
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
-        args = parse_master_args(argv)
+        spec = read_job_spec(argv)
     except ValueError as e:
-        print(f"elasticdl master: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    _setup_logging(args.log_level, args.log_file_path)
+    _setup_logging(spec.log_level, spec.log_file_path)
     logger = logging.getLogger("elasticdl.master.main")
 
     from elasticdl.master.job import Job
 
     try:
-        job = Job(args)
-    except ValueError as e:  # bad flags, model definition or data: the user's to fix
-        print(f"elasticdl master: error: {e}", file=sys.stderr)
-        logger.error("Job %s cannot start: %s", args.job_name, e)
+        job = Job(spec)
+    except ValueError as e:  # bad model definition or data: the user's to fix
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        logger.error("Job %s cannot start: %s", spec.job_name, e)
         return 2
 
     def on_signal(signum, frame):

@@ -35,7 +35,7 @@ class FakePlatform(Platform):
         self.closed = False
 
     @classmethod
-    def from_args(cls, args):
+    def from_spec(cls, spec):
         return cls()
 
     def launch(self, spec):
@@ -214,9 +214,9 @@ def test_local_processes_sigkill_relaunch_and_budget(tmp_path):
     )
     try:
         rm.start()
-        _wait(lambda: platform.pid(W, 0) is not None)
+        _wait(lambda: platform.replica_pid(W, 0) is not None)
         task = tm.get(0)
-        os.kill(platform.pid(W, 0), signal.SIGKILL)
+        os.kill(platform.replica_pid(W, 0), signal.SIGKILL)
         _wait(lambda: 2 in {s.replica_id for s in rm.replicas() if s.replica_type == W})
         flag.touch()  # now worker 1 fails
         _wait(lambda: {2, 3} <= {s.replica_id for s in rm.replicas() if s.replica_type == W})
@@ -231,9 +231,9 @@ def test_local_processes_sigkill_relaunch_and_budget(tmp_path):
         assert "no worker left" in rm.failed_message
         assert tm.get(5).type == TaskType.NONE and task.task_id == 1
         # The PS is still up; killing it brings it back under the same id.
-        ps_pid = platform.pid(PS, 0)
+        ps_pid = platform.replica_pid(PS, 0)
         os.kill(ps_pid, signal.SIGKILL)
-        _wait(lambda: platform.pid(PS, 0) not in (None, ps_pid))
+        _wait(lambda: platform.replica_pid(PS, 0) not in (None, ps_pid))
     finally:
         rm.stop()
-    assert platform.pid(PS, 0) is None
+    assert platform.replica_pid(PS, 0) is None

@@ -39,6 +39,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+from elasticdl.common.types import Shard
+
 logger = logging.getLogger(__name__)
 
 
@@ -53,35 +55,22 @@ class TaskType(enum.IntEnum):
     TRAIN_END_CALLBACK = 5
 
 
-@dataclasses.dataclass(frozen=True)
-class ShardRange:
-    """Records ``[start, end)`` of data source ``name``."""
-
-    name: str
-    start: int
-    end: int
-
-    @property
-    def num_records(self) -> int:
-        return self.end - self.start
-
-
-def as_shard(obj: Any) -> ShardRange:
-    """Accept a ShardRange, any object with ``name/start/end`` (what data readers'
+def as_shard(obj: Any) -> Shard:
+    """Accept a Shard, any object with ``name/start/end`` (what data readers'
     ``create_shards()`` return) or a ``(name, start, end)`` tuple."""
-    if isinstance(obj, ShardRange):
+    if isinstance(obj, Shard):
         return obj
     if hasattr(obj, "name") and hasattr(obj, "start") and hasattr(obj, "end"):
-        shard = ShardRange(str(obj.name), int(obj.start), int(obj.end))
+        shard = Shard(str(obj.name), int(obj.start), int(obj.end))
     else:
         name, start, end = obj
-        shard = ShardRange(str(name), int(start), int(end))
+        shard = Shard(str(name), int(start), int(end))
     if shard.start < 0 or shard.end < shard.start:
         raise ValueError(f"invalid shard {shard}: need 0 <= start <= end")
     return shard
 
 
-def split_shards(shards: Iterable[Any], records_per_task: int) -> list[ShardRange]:
+def split_shards(shards: Iterable[Any], records_per_task: int) -> list[Shard]:
     """Cut each shard into ranges of at most ``records_per_task`` records (last one shorter).
 
     ``("f1", 0, 10)`` with 3 records per task -> ``[0,3), [3,6), [6,9), [9,10)``.
@@ -95,7 +84,7 @@ def split_shards(shards: Iterable[Any], records_per_task: int) -> list[ShardRang
     for obj in shards:
         shard = as_shard(obj)
         for start in range(shard.start, shard.end, records_per_task):
-            out.append(ShardRange(shard.name, start, min(start + records_per_task, shard.end)))
+            out.append(Shard(shard.name, start, min(start + records_per_task, shard.end)))
     return out
 
 
@@ -103,7 +92,7 @@ def split_shards(shards: Iterable[Any], records_per_task: int) -> list[ShardRang
 class Task:
     task_id: int
     type: TaskType
-    shard: ShardRange = ShardRange("", 0, 0)
+    shard: Shard = Shard("", 0, 0)
     epoch: int = 0  # 1-based for training tasks; 0 for others
     model_version: int = -1  # evaluation tasks: the version to evaluate (-1 = latest)
     extended_config: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -311,7 +300,7 @@ class TaskManager:
             return self._training_finished_locked()
 
     # ---- task creation -------------------------------------------------------------------
-    def _new_task(self, type_: TaskType, shard: ShardRange, **kw) -> Task:
+    def _new_task(self, type_: TaskType, shard: Shard, **kw) -> Task:
         task = Task(task_id=self._next_id, type=type_, shard=shard, **kw)
         self._next_id += 1
         return task
@@ -364,7 +353,7 @@ class TaskManager:
                     self._train_end_state = "issued"
                     task = self._new_task(
                         TaskType.TRAIN_END_CALLBACK,
-                        ShardRange("", 0, 0),
+                        Shard("", 0, 0),
                         extended_config={"saved_model_path": self.config.saved_model_path},
                     )
             if task is None:

@@ -1,7 +1,7 @@
 import pytest
+from elasticdl.common.types import Shard
 from elasticdl.master.task_manager import (
     NO_MORE_TASKS,
-    ShardRange,
     TaskManager,
     TaskManagerConfig,
     TaskType,
@@ -56,7 +56,7 @@ def test_non_zero_shard_start_and_shard_objects():
             self.name, self.start, self.end = name, start, end
 
     ranges = split_shards([S("f2", 5, 12), ("f3", 0, 2)], 4)
-    assert ranges == [ShardRange("f2", 5, 9), ShardRange("f2", 9, 12), ShardRange("f3", 0, 2)]
+    assert ranges == [Shard("f2", 5, 9), Shard("f2", 9, 12), Shard("f3", 0, 2)]
     with pytest.raises(ValueError, match="records_per_task"):
         split_shards([("f", 0, 1)], 0)
     with pytest.raises(ValueError, match="invalid shard"):
@@ -218,7 +218,7 @@ def test_evaluation_tasks_first_and_final_evaluation_hook():
     assert (e1.type, e1.model_version, e2.shard) == (
         TaskType.EVALUATION,
         50,
-        ShardRange("val", 5, 7),
+        Shard("val", 5, 7),
     )
     tm.report(e1.task_id, False, 1)
     assert tm.get(1).task_id == e1.task_id  # failed eval task back in the eval queue

@@ -29,33 +29,26 @@ Contract every platform keeps:
 from __future__ import annotations
 
 import abc
-import argparse
 import dataclasses
-import enum
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
+from elasticdl.common.types import ReplicaPhase, ReplicaType, replica_name
 
-class ReplicaType(str, enum.Enum):
-    PS = "ps"
-    WORKER = "worker"
+if TYPE_CHECKING:
+    from elasticdl.common.job_spec import JobSpec
+    from elasticdl.common.job_status import JobStatus
 
-    def __str__(self) -> str:  # "ps", not "ReplicaType.PS", in names and logs
-        return self.value
-
-
-class ReplicaPhase(str, enum.Enum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    DELETED = "Deleted"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (ReplicaPhase.SUCCEEDED, ReplicaPhase.FAILED, ReplicaPhase.DELETED)
+__all__ = [
+    "EventListener",
+    "Platform",
+    "PlatformError",
+    "PlatformTraits",
+    "ReplicaEvent",
+    "ReplicaPhase",
+    "ReplicaSpec",
+    "ReplicaType",
+    "replica_name",
+]
 
 
 # Exit code of a process killed by SIGKILL as reported by container runtimes (128 + 9). With
@@ -65,12 +58,6 @@ REASON_OOM_KILLED = "OOMKilled"
 REASON_PREEMPTED = "Preempted"
 REASON_ERROR = "Error"
 REASON_DELETED_BY_MASTER = "DeletedByMaster"
-
-
-def replica_name(job_name: str, replica_type: ReplicaType | str, replica_id: int) -> str:
-    """Name of a replica, e.g. ``elasticdl-test-mnist-worker-0`` (pod name on Kubernetes, log
-    file stem locally)."""
-    return f"elasticdl-{job_name}-{ReplicaType(replica_type).value}-{replica_id}"
 
 
 @dataclasses.dataclass
@@ -130,6 +117,24 @@ class ReplicaEvent:
 EventListener = Callable[[ReplicaEvent], None]
 
 
+@dataclasses.dataclass(frozen=True)
+class PlatformTraits:
+    """What the master may assume about where its replicas run; it asks instead of testing
+    which platform it has."""
+
+    # Address the master's and the PS's servers listen on: loopback when every replica is a
+    # process on this host (nothing else should reach them), all interfaces in pods.
+    bind_host: str = "0.0.0.0"
+    # Replicas run on the master's host: they share its CPUs (each worker sizes its thread
+    # pools for its share) and its file system (local paths mean the same to them).
+    shared_host: bool = False
+    # Replicas can read and write the master's job directory (recovery checkpoints go there).
+    shared_job_dir: bool = False
+    # Other jobs' servers may hold the master's port (same host or host network): any free
+    # port will do. A dedicated pod must get the port it was given.
+    port_may_be_taken: bool = False
+
+
 class PlatformError(RuntimeError):
     """A platform operation failed (process could not start, API call refused, ...)."""
 
@@ -144,9 +149,13 @@ class Platform(abc.ABC):
     # ---- construction --------------------------------------------------------------------
     @classmethod
     @abc.abstractmethod
-    def from_args(cls, args: argparse.Namespace) -> "Platform":
-        """Build the platform from the master's parsed flags (``job_name``, ``job_dir``,
-        ``namespace``, images, volumes, ...)."""
+    def from_spec(cls, spec: "JobSpec") -> "Platform":
+        """Build the platform for the job (``job_name``, ``job_dir``, ``namespace``, images,
+        volumes, ...)."""
+
+    @property
+    def traits(self) -> PlatformTraits:
+        return PlatformTraits()
 
     # ---- events --------------------------------------------------------------------------
     def add_event_listener(self, listener: EventListener) -> None:
@@ -182,13 +191,17 @@ class Platform(abc.ABC):
     def master_address(self, port: int) -> str:
         """``host:port`` under which replicas reach the master's gRPC server on ``port``."""
 
+    def replica_pid(self, replica_type: ReplicaType, replica_id: int) -> int | None:
+        """The process id of a replica running on this host, where that means something."""
+        return None
+
     def log_location(self, replica_type: ReplicaType, replica_id: int) -> str:
         """Where a human finds this replica's output (a file path, or a ``kubectl logs``
         command); shown in job status."""
         return ""
 
-    def publish_status(self, status: dict) -> bool:
-        """Make the job's status snapshot (the dict the master writes to ``status.json``)
+    def publish_status(self, status: "JobStatus") -> bool:
+        """Make the job's status snapshot (what the master writes to ``status.json``)
         visible where this platform's users look (e.g. an annotation of the master pod).
         Called every few seconds; best effort. Returns whether it was published."""
         return False

@@ -29,12 +29,12 @@ Addresses (``address(type, id)``), chosen by ``network``:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
 import os
 import threading
+from typing import TYPE_CHECKING
 
 from elasticdl.k8s.client import K8sApiError, K8sClient, KubeConfig
 from elasticdl.k8s.names import (
@@ -54,11 +54,16 @@ from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
     Platform,
     PlatformError,
+    PlatformTraits,
     ReplicaEvent,
     ReplicaPhase,
     ReplicaSpec,
     ReplicaType,
 )
+
+if TYPE_CHECKING:
+    from elasticdl.common.job_spec import JobSpec
+    from elasticdl.common.job_status import JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +126,7 @@ class KubernetesPlatform(Platform):
         self._watcher.start()
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "KubernetesPlatform":
+    def from_spec(cls, args: "JobSpec") -> "KubernetesPlatform":
         """From the job's flags: ``job_name``, ``namespace``, ``worker_image`` /
         ``image_name``, the kubeconfig flags and the pod template flags
         (:meth:`PodTemplate.from_args`)."""
@@ -156,10 +161,13 @@ class KubernetesPlatform(Platform):
 
     @property
     def shares_host_network(self) -> bool:
-        """True when all pods share one network namespace (``host`` mode): the master's own
-        port may then be taken by another process on the node, and it should fall back to a
-        free one as on the local platform."""
+        """True when all pods share one network namespace (``host`` mode)."""
         return self.network == NETWORK_HOST
+
+    @property
+    def traits(self) -> PlatformTraits:
+        # On the host network the master's port may be taken by another process on the node.
+        return PlatformTraits(bind_host="0.0.0.0", port_may_be_taken=self.shares_host_network)
 
     def _pod_name(self, replica_type: ReplicaType | str, replica_id: int) -> str:
         return pod_name(self.job_name, ReplicaType(replica_type).value, replica_id)
@@ -293,12 +301,12 @@ class KubernetesPlatform(Platform):
             return False
         return True
 
-    def publish_status(self, status: dict) -> bool:
+    def publish_status(self, status: "JobStatus") -> bool:
         """Store the job's status snapshot (the dict the master writes to ``status.json``
         locally) as JSON in the master pod's ``elasticdl-status`` annotation, where
         ``elasticdl status`` reads it. Bulky history fields are left out to keep the pod
         object small. False if there is no master pod or the update failed."""
-        slim = {k: v for k, v in status.items() if k not in _UNPUBLISHED_STATUS_KEYS}
+        slim = {k: v for k, v in status.to_dict().items() if k not in _UNPUBLISHED_STATUS_KEYS}
         name = master_pod_name(self.job_name)
         text = json.dumps(slim, default=str, sort_keys=True)
         try:

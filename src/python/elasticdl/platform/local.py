@@ -11,7 +11,6 @@ Children are started with the master's own interpreter and ``PYTHONPATH`` set to
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import os
@@ -24,11 +23,13 @@ import threading
 import time
 from pathlib import Path
 
+from elasticdl.common.job_spec import JobSpec, default_job_dir
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
     REASON_ERROR,
     Platform,
     PlatformError,
+    PlatformTraits,
     ReplicaEvent,
     ReplicaPhase,
     ReplicaSpec,
@@ -106,11 +107,14 @@ class LocalProcessPlatform(Platform):
         self._dispatcher.start()
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "LocalProcessPlatform":
-        job_dir = getattr(args, "job_dir", "") or os.path.join(
-            os.path.expanduser("~"), ".elasticdl", "jobs", args.job_name
+    def from_spec(cls, spec: JobSpec) -> "LocalProcessPlatform":
+        return cls(job_name=spec.job_name, job_dir=spec.job_dir or default_job_dir(spec.job_name))
+
+    @property
+    def traits(self) -> PlatformTraits:
+        return PlatformTraits(
+            bind_host=self.host, shared_host=True, shared_job_dir=True, port_may_be_taken=True
         )
-        return cls(job_name=args.job_name, job_dir=job_dir)
 
     # ---- addresses -----------------------------------------------------------------------
     def address(self, replica_type: ReplicaType, replica_id: int) -> str:
@@ -191,7 +195,7 @@ class LocalProcessPlatform(Platform):
                 log_path,
             )
 
-    def pid(self, replica_type: ReplicaType, replica_id: int) -> int | None:
+    def replica_pid(self, replica_type: ReplicaType, replica_id: int) -> int | None:
         """Process id of the live replica, or None (handy for tests and debugging)."""
         with self._lock:
             child = self._children.get((ReplicaType(replica_type), replica_id))

@@ -70,9 +70,9 @@ def test_exit_codes_and_logs(platform):
 def test_sigkill_from_outside_is_137_and_preemption(platform):
     platform.launch(_spec("worker", 2, "import time; time.sleep(60)"))
     deadline = time.monotonic() + 10
-    while platform.pid("worker", 2) is None and time.monotonic() < deadline:
+    while platform.replica_pid("worker", 2) is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.kill(platform.pid("worker", 2), signal.SIGKILL)
+    os.kill(platform.replica_pid("worker", 2), signal.SIGKILL)
     ev, _ = _until_terminal(platform.events)
     assert (ev.phase, ev.exit_code, ev.reason) == (ReplicaPhase.FAILED, 137, "SIGKILL")
     assert ev.looks_preempted

@@ -12,6 +12,7 @@ from concurrent import futures
 from dataclasses import dataclass
 
 import grpc
+from elasticdl.common.replica_spec import PSSpec
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps import checkpoint
 from elasticdl.ps.checkpointer import CheckpointConfig, Checkpointer
@@ -49,6 +50,30 @@ class PSConfig:
     opt_args: str = ""
     log_every_versions: int = 100
     grpc_threads: int = 64
+
+    @classmethod
+    def from_spec(cls, spec: PSSpec) -> "PSConfig":
+        return cls(
+            ps_id=spec.ps_id,
+            num_ps_pods=spec.num_ps_pods,
+            port=spec.port,
+            bind_host=spec.bind_host,
+            master_addr=spec.master_addr,
+            job_name=spec.job_name,
+            use_async=spec.use_async,
+            grads_to_wait=spec.grads_to_wait,
+            lr_staleness_modulation=spec.lr_staleness_modulation,
+            sync_version_tolerance=spec.sync_version_tolerance,
+            evaluation_steps=spec.evaluation_steps,
+            checkpoint_dir=spec.checkpoint_dir,
+            checkpoint_steps=spec.checkpoint_steps,
+            keep_checkpoint_max=spec.keep_checkpoint_max,
+            checkpoint_dir_for_init=spec.checkpoint_dir_for_init,
+            num_workers=spec.num_workers,
+            opt_type=spec.opt_type,
+            opt_args=spec.opt_args,
+            log_every_versions=spec.log_every_versions,
+        )
 
     def __post_init__(self):
         if self.num_ps_pods < 1:

@@ -28,7 +28,6 @@ holds more than the two tasks described above. A result that no look-ahead picks
 """
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import threading
@@ -41,23 +40,13 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 from elasticdl.common.model_utils import Mode, ModelSpec
+from elasticdl.common.types import JobType
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.master_client import MasterClient
 from elasticdl.worker.task_data_service import TaskDataService
 from elasticdl.worker.trainer import PSTrainer  # or an AllreduceTrainer (same interface)
 
 logger = logging.getLogger(__name__)
-
-
-class JobType(str, enum.Enum):
-    TRAINING_ONLY = "training_only"
-    TRAINING_WITH_EVALUATION = "training_with_evaluation"
-    EVALUATION_ONLY = "evaluation_only"
-    PREDICTION_ONLY = "prediction_only"
-
-    @property
-    def trains(self) -> bool:
-        return self in (JobType.TRAINING_ONLY, JobType.TRAINING_WITH_EVALUATION)
 
 
 @dataclass

@@ -86,24 +86,20 @@ def test_worker_loop_callbacks_max_steps_and_export(tmp_path):
 
 
 def test_main_rejects_bad_flags_with_exit_2(tmp_path, capsys):
-    code = main(
-        [
-            "--worker_id",
-            "0",
-            "--master_addr",
-            "127.0.0.1:1",
-            "--ps_addrs",
-            "",
-            "--job_type",
-            "training_only",
-            "--model_zoo",
-            str(tmp_path),
-            "--model_def",
-            "a.b.custom_model",
-        ]
+    from elasticdl.common import replica_spec
+    from elasticdl.common.job_spec import JobSpec
+
+    job, _ = JobSpec(
+        job_name="j", model_zoo=str(tmp_path), model_def="a.b.custom_model", training_data="/d"
+    ).resolve(check_local_paths=False)
+    spec = replica_spec.derive(
+        replica_spec.WorkerSpec, job, worker_id=0, master_addr="127.0.0.1:1", ps_addrs=("p:1",)
     )
-    assert code == 2
-    assert "--ps_addrs" in capsys.readouterr().err
+    argv = replica_spec.to_argv(spec)
+    assert main(argv + ["--ps_addrs="]) == 2
+    assert "--ps_addrs is empty" in capsys.readouterr().err
+    assert main(argv + ["--minibatch_size=-1"]) == 2
+    assert "--minibatch_size must be > 0" in capsys.readouterr().err
 
 
 def test_reports_run_on_the_look_ahead_thread_in_order_and_count_once(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import elasticdl.worker.main  # noqa: F401  (run by the worker processes; tells the build)
 import pytest
-from elasticdl.common.args import parse_master_args
+from elasticdl.common.job_spec import JobSpec
 from elasticdl.data.datasets import prepare
 from elasticdl.data.datasets.errors import DatasetError
 from elasticdl.master.job import Job
@@ -33,25 +33,23 @@ def fashion_mnist(tmp_path_factory):
 
 def test_allreduce_job_survives_worker_kill_and_regroups(tmp_path, fashion_mnist):
     data = fashion_mnist.output_dir
-    args = parse_master_args(
-        [
-            "--job_name=allreduce-e2e",
-            f"--model_zoo={MODEL_ZOO}",
-            "--model_def=mnist.mnist_functional_api.custom_model",
-            f"--training_data={data}/train",
-            f"--validation_data={data}/test",
-            "--minibatch_size=64",
-            "--num_minibatches_per_task=2",
-            "--num_epochs=4",
-            "--num_workers=2",
-            "--evaluation_steps=0",
-            "--distribution_strategy=AllreduceStrategy",
-            "--platform=local",
-            f"--job_dir={tmp_path / 'job'}",
-            "--log_level=INFO",
-        ]
-    )
-    job = Job(args)
+    spec, _ = JobSpec(
+        job_name="allreduce-e2e",
+        model_zoo=MODEL_ZOO,
+        model_def="mnist.mnist_functional_api.custom_model",
+        training_data=f"{data}/train",
+        validation_data=f"{data}/test",
+        minibatch_size=64,
+        num_minibatches_per_task=2,
+        num_epochs=4,
+        num_workers=2,
+        evaluation_steps=0,
+        distribution_strategy="AllreduceStrategy",
+        platform="local",
+        job_dir=str(tmp_path / "job"),
+        log_level="INFO",
+    ).resolve()
+    job = Job(spec)
     killed = {}
 
     def killer():
@@ -60,7 +58,7 @@ def test_allreduce_job_survives_worker_kill_and_regroups(tmp_path, fashion_mnist
         while time.monotonic() < deadline and job.phase != "Succeeded":
             history = job.rendezvous.history
             if job.tm.summary().tasks_done >= 4 and history and len(history[-1][1]) == 2:
-                pid = job.platform.pid(ReplicaType.WORKER, 0)
+                pid = job.platform.replica_pid(ReplicaType.WORKER, 0)
                 if pid is not None:
                     os.kill(pid, signal.SIGKILL)
                     killed["pid"] = pid

@@ -13,19 +13,21 @@ import time
 
 import pytest
 import yaml
+from elasticdl.client.config import ClientConfig
 from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
-from elasticdl.client.job_status import JobPhase
+from elasticdl.client.job_commands import job_parser
 from elasticdl.client.k8s_backend import STATUS_ANNOTATION, KubernetesBackend
-from elasticdl.common import args as job_args
+from elasticdl.client.submit import spec_from_flags
+from elasticdl.common.job_spec import JobSpec
+from elasticdl.common.types import JobPhase
 from elasticdl.k8s.client import K8sClient, to_dict
 from elasticdl.k8s.names import master_pod_name
 from elasticdl.k8s.pods import PodTemplate, build_pod, build_service
 
 
-def _args(namespace: str, *extra: str, job: str = "sub"):
-    parser = job_args.StrictArgumentParser(prog="elasticdl train")
-    job_args.add_train_params(parser)
-    args = parser.parse_args(
+def _args(namespace: str, *extra: str, job: str = "sub") -> JobSpec:
+    """The spec `elasticdl train <flags>` submits (without a config file)."""
+    args = job_parser("train").parse_args(
         [
             f"--job_name={job}",
             "--image_name=local/elasticdl:test",
@@ -42,10 +44,8 @@ def _args(namespace: str, *extra: str, job: str = "sub"):
             *extra,
         ]
     )
-    job_args.normalize_job_args(args)
-    job_args.validate_job_args(args)
-    args.yaml = getattr(args, "yaml", "")
-    return args
+    spec, _ = spec_from_flags("train", args, ClientConfig())
+    return spec
 
 
 def test_submit_status_list_cancel(k8s, namespace):
@@ -68,15 +68,14 @@ def test_submit_status_list_cancel(k8s, namespace):
     container = pod["spec"]["containers"][0]
     command = container["command"]
     assert command[:3] == ["python", "-m", "elasticdl.master.main"]
-    assert command[-1] == "--platform=kubernetes"
-    # The master parses exactly what the client sent.
-    master_args = job_args.parse_master_args(command[3:])
-    assert (
-        master_args.job_name == "sub"
-        and master_args.num_workers == 2
-        and master_args.envs == "EDL_A=1,EDL_B=x,y"
-    )
-    assert master_args.namespace == namespace
+    # The master reads exactly the spec the client resolved, in one argument.
+    from elasticdl.master.main import read_job_spec
+
+    assert len(command) == 4 and command[3].startswith("--job_spec={")
+    assert read_job_spec(command[3:]) == args.replace(namespace=namespace)
+    sent = read_job_spec(command[3:])
+    assert sent.job_name == "sub" and sent.num_workers == 2 and sent.envs == "EDL_A=1,EDL_B=x,y"
+    assert sent.platform == "kubernetes" and sent.namespace == namespace
     env = {e["name"]: e for e in container["env"]}
     assert env["MY_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert env["EDL_B"]["value"] == "x,y"
@@ -159,8 +158,7 @@ def test_yaml_writes_manifest_and_creates_nothing(k8s, namespace, tmp_path):
     args = _args(
         namespace, "--cluster_spec_json", '{"master_pod_spec": {"labels": {"team": "ml"}}}'
     )
-    args.yaml = str(out)
-    handle = backend.submit(args)
+    handle = backend.submit(args, yaml_path=str(out))
     assert handle.yaml_path == str(out)
     manifest = yaml.safe_load(out.read_text())
     assert manifest["kind"] == "Pod" and manifest["metadata"]["name"] == "elasticdl-sub-master"
@@ -195,11 +193,8 @@ def test_invalid_input_is_one_line_error_and_creates_nothing(k8s, namespace, ext
 
 
 def test_bad_resources_are_rejected_before_the_cluster(k8s, namespace):
-    backend = KubernetesBackend(namespace=namespace, k8s=k8s)
-    args = _args(namespace)
-    args.master_resource_request = "cpu=1,memory=lots"
-    with pytest.raises(ClientError, match="memory=lots"):
-        backend.submit(args)
+    with pytest.raises(ValueError, match="memory=lots"):
+        _args(namespace, "--master_resource_request=cpu=1,memory=lots")
     assert k8s.list_pods() == []
 
 

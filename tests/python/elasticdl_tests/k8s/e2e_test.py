@@ -65,7 +65,7 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
     import mnist.mnist_functional_api
     from elasticdl.client.backend import get_backend
     from elasticdl.client.main import build_parser, main
-    from elasticdl.client.submit import prepare_job
+    from elasticdl.client.submit import spec_from_flags
     from elasticdl.platform.local import pick_free_port
 
     zoo = Path(mnist.mnist_functional_api.__file__).resolve().parent.parent
@@ -102,13 +102,10 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
     ]
     # What `elasticdl train` does, plus one thing it cannot: every pod of the process kubelet
     # shares this host's ports, where the master's default port 50001 may be taken by other
-    # jobs, so the (master-only) --port flag is set to a free port.
-    args = build_parser().parse_args(argv)
-    args._argv = argv
-    prepare_job(args, argv)
-    args.port = pick_free_port()
+    # jobs, so the spec's port (no flag: the client's default) is set to a free port.
+    spec, _ = spec_from_flags("train", build_parser().parse_args(argv))
     backend = get_backend("kubernetes", ns)
-    backend.submit(args)
+    backend.submit(spec.replace(port=pick_free_port()))
     worker0 = f"elasticdl-{JOB}-worker-0"
 
     def diagnose() -> str:

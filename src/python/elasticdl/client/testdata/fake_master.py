@@ -1,7 +1,7 @@
 """A FAKE ElasticDL master for the client tests (the real one needs TensorFlow and minutes).
 
-It takes the master's flags, reads --job_name and --job_dir, and acts out a job the way the
-real master reports it: status.json (atomically replaced) and logs/<replica>.log files.
+It takes the master's arguments (--job_spec_file), reads the job name and directory, and acts
+out a job the way the real master reports it: status.json (atomically replaced) and logs/<replica>.log files.
 Behaviour is chosen with $FAKE_MASTER_MODE:
   succeed (default)  Running -> Succeeded, exit 0
   fail               Running -> Failed (message "worker-0 failed"), exit 1
@@ -21,28 +21,19 @@ import sys
 import time
 from pathlib import Path
 
-
-def flag(name, default=""):
-    prefix = f"--{name}="
-    for arg in sys.argv[1:]:
-        if arg.startswith(prefix):
-            return arg[len(prefix):]
-    return default
-
-
-# Parse with the real master's parser, so a flag the client sends that the master would
-# reject fails these tests too (exit 2 and a one-line error, like the real master).
+# Read the spec with the real master's reader, so a spec the client writes that the master
+# would reject fails these tests too (exit 2 and a one-line error, like the real master).
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from elasticdl.common.args import parse_master_args  # noqa: E402
+from elasticdl.master.main import read_job_spec  # noqa: E402
 
 try:
-    parse_master_args(sys.argv[1:])
+    spec = read_job_spec(sys.argv[1:])
 except ValueError as e:
     print(f"elasticdl master: error: {e}", file=sys.stderr)
     sys.exit(2)
 
-job_name = flag("job_name")
-job_dir = flag("job_dir")
+job_name = spec.job_name
+job_dir = spec.job_dir
 mode = os.environ.get("FAKE_MASTER_MODE", "succeed")
 steps = int(os.environ.get("FAKE_MASTER_STEPS", "5"))
 os.makedirs(os.path.join(job_dir, "logs"), exist_ok=True)

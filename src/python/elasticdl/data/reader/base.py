@@ -13,22 +13,14 @@ import abc
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence
 
+from elasticdl.common import spec_codec
+from elasticdl.common.types import Shard
+
+__all__ = ["AbstractDataReader", "DataReaderError", "Metadata", "Shard"]
+
 
 class DataReaderError(ValueError):
     """Bad reader configuration or unreadable data; the message is one line naming the fix."""
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Records ``[start, end)`` of the data unit called ``name`` (usually a file path)."""
-
-    name: str
-    start: int
-    end: int
-
-    @property
-    def num_records(self) -> int:
-        return self.end - self.start
 
 
 @dataclass(frozen=True)
@@ -75,17 +67,15 @@ def split_range(name: str, start: int, end: int, size: Optional[int]) -> List[Sh
 
 def parse_bool(name: str, value, allow_auto: bool = False):
     """Reader params come from a command line: accept true/false/1/0/yes/no (and 'auto')."""
-    if isinstance(value, bool) or value is None:
+    if value is None:
         return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "y", "on"):
-        return True
-    if text in ("false", "0", "no", "n", "off"):
-        return False
-    if allow_auto and text == "auto":
+    if allow_auto and str(value).strip().lower() == "auto":
         return None
-    choices = "true, false" + (", auto" if allow_auto else "")
-    raise DataReaderError(f"{name}: expected one of {choices}, got {value!r}")
+    try:
+        return spec_codec.parse_bool(value)
+    except ValueError:
+        choices = "true, false" + (", auto" if allow_auto else "")
+        raise DataReaderError(f"{name}: expected one of {choices}, got {value!r}") from None
 
 
 def parse_list(name: str, value) -> Optional[List[str]]:

@@ -1,0 +1,143 @@
+"""A job's status: one type for the master that writes it and the clients that read it.
+
+The master builds a :class:`JobStatus` from its task manager and replica manager, writes it as
+JSON to ``<job_dir>/status.json`` (local platform) or publishes it in an annotation of its pod
+(Kubernetes), and answers ``get_job_status`` from it. The client reads it back with
+:meth:`JobStatus.from_json` / :meth:`JobStatus.from_dict`. Reading is tolerant: unknown keys
+are ignored and missing keys get defaults, so a newer master and an older client (or the
+reverse) still understand each other. Standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any
+
+from elasticdl.common.types import FINAL_JOB_PHASES, JobPhase
+
+
+@dataclasses.dataclass
+class ReplicaStatus:
+    """One PS or worker as the master sees it."""
+
+    name: str = ""  # "worker-0", "ps-0"
+    type: str = ""  # "worker", "ps"
+    id: int = 0
+    phase: str = ""
+    exit_code: int | None = None
+    restarts: int = 0
+    pid: int | None = None  # where replicas are processes on the master's host
+    message: str = ""
+    replaced_by: int | None = None  # the id of the worker that took over from this one
+    log: str = ""  # where its output is (a file, or a kubectl command)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ReplicaStatus":
+        replica = cls(**_known(cls, data))
+        if not replica.name and replica.type:
+            replica.name = f"{replica.type}-{replica.id}"
+        return replica
+
+
+@dataclasses.dataclass
+class JobStatus:
+    job_name: str = ""
+    platform: str = ""
+    job_type: str = ""
+    phase: str = JobPhase.PENDING
+    message: str = ""
+    model_version: int = 0
+    tasks_todo: int = 0
+    tasks_doing: int = 0
+    tasks_done: int = 0
+    tasks_retried: int = 0
+    tasks_recovered: int = 0
+    tasks_failed: int = 0
+    stale_reports: int = 0
+    records_trained: int = 0
+    records_expected: int = 0
+    records_trained_per_epoch: dict[str, int] = dataclasses.field(default_factory=dict)
+    records_predicted: int = 0
+    epoch: int = 0
+    num_epochs: int = 0
+    evaluation_metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # [{"model_version": V, "metrics": {...}}, ...], oldest first
+    evaluation_history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    replicas: list[ReplicaStatus] = dataclasses.field(default_factory=list)
+    # AllreduceStrategy: {"generation": G, "members": [worker ids]}
+    rendezvous: dict[str, Any] | None = None
+    master: dict[str, Any] = dataclasses.field(default_factory=dict)  # {"pid", "port"}
+    created_at: float | None = None  # seconds since the epoch
+    updated_at: float | None = None
+    namespace: str = ""
+    job_dir: str = ""
+
+    # ---- reading -----------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], **overrides: Any) -> "JobStatus":
+        values = {k: v for k, v in _known(cls, data).items() if v is not None}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        values["replicas"] = [
+            r if isinstance(r, ReplicaStatus) else ReplicaStatus.from_dict(r)
+            for r in values.get("replicas") or []
+            if isinstance(r, (dict, ReplicaStatus))
+        ]
+        for key in ("evaluation_metrics", "records_trained_per_epoch", "master"):
+            if not isinstance(values.get(key, {}), dict):
+                values[key] = {}
+        if not isinstance(values.get("evaluation_history", []), list):
+            values["evaluation_history"] = []
+        for key in ("created_at", "updated_at"):
+            if key in values and not isinstance(values[key], (int, float)):
+                values[key] = _parse_time(values[key])
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str, **overrides: Any) -> "JobStatus":
+        data = json.loads(text)
+        return cls.from_dict(data if isinstance(data, dict) else {}, **overrides)
+
+    # ---- writing -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON/YAML values (phases and types as their strings)."""
+        return dataclasses.asdict(self, dict_factory=_plain_dict)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True, default=str)
+
+    # ---- derived -----------------------------------------------------------------------
+    @property
+    def is_final(self) -> bool:
+        return self.phase in FINAL_JOB_PHASES
+
+    @property
+    def progress(self) -> str:
+        """``"42%"`` from records (or tasks when records are unknown); ``"-"`` if unknown."""
+        if self.records_expected > 0:
+            return f"{min(100, 100 * self.records_trained // self.records_expected)}%"
+        total = self.tasks_todo + self.tasks_doing + self.tasks_done
+        if total > 0:
+            return f"{100 * self.tasks_done // total}%"
+        return "100%" if self.phase == JobPhase.SUCCEEDED else "-"
+
+
+def _plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {k: (v.value if isinstance(v, enum.Enum) else v) for k, v in items}
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _parse_time(value: Any) -> float | None:
+    if isinstance(value, str):
+        from datetime import datetime
+
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None

@@ -1,0 +1,58 @@
+"""The one status type: what the master writes is what the client reads."""
+
+import json
+
+from elasticdl.common.job_status import JobStatus, ReplicaStatus
+from elasticdl.common.types import JobPhase
+
+
+def _written_by_a_master() -> JobStatus:
+    return JobStatus(
+        job_name="a",
+        platform="local",
+        job_type="training_with_evaluation",
+        phase=JobPhase.RUNNING,
+        tasks_done=3,
+        records_trained=192,
+        records_expected=640,
+        records_trained_per_epoch={"1": 192},
+        evaluation_metrics={"accuracy": 0.5},
+        evaluation_history=[{"model_version": 10, "metrics": {"accuracy": 0.5}}],
+        replicas=[ReplicaStatus("worker-0", "worker", 0, "Failed", 137, 0, 12, "Preempted", 2)],
+        master={"pid": 1, "port": 50001},
+        created_at=1.0,
+    )
+
+
+def test_round_trip_is_lossless():
+    written = _written_by_a_master()
+    text = written.to_json()
+    assert json.loads(text)["phase"] == "Running"  # plain strings, not enum reprs
+    assert JobStatus.from_json(text) == written
+
+
+def test_from_dict_ignores_unknown_and_fills_missing():
+    status = JobStatus.from_dict(
+        {
+            "job_name": "a",
+            "phase": "Running",
+            "tasks_done": 3,
+            "field_of_a_newer_master": 1,
+            "replicas": [{"type": "worker", "id": 2, "phase": "Running", "restarts": 1, "x": 0}],
+            "updated_at": "2024-01-01T00:00:00Z",
+            "evaluation_metrics": None,
+        },
+        platform="local",
+    )
+    assert status.phase == "Running" and status.tasks_done == 3 and status.platform == "local"
+    assert status.replicas[0].name == "worker-2" and status.replicas[0].restarts == 1
+    assert status.updated_at == 1704067200.0
+    assert status.evaluation_metrics == {} and status.records_trained_per_epoch == {}
+    assert not status.is_final and JobStatus.from_dict({"phase": "Cancelled"}).is_final
+
+
+def test_progress():
+    assert JobStatus("a", records_trained=50, records_expected=200).progress == "25%"
+    assert JobStatus("a", tasks_done=1, tasks_todo=2, tasks_doing=1).progress == "25%"
+    assert JobStatus("a").progress == "-"
+    assert JobStatus("a", phase=JobPhase.SUCCEEDED).progress == "100%"
