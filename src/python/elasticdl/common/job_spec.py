@@ -238,6 +238,12 @@ class JobSpec:
         "ParameterServerStrategy (at least one PS) or AllreduceStrategy (workers only)",
         "model",
     )
+    allreduce_backend: str = _field(
+        "auto",
+        "AllreduceStrategy: torch.distributed backend (auto: NCCL where workers see a GPU, else Gloo)",
+        "model",
+        choices=("auto", "gloo", "nccl"),
+    )
     checkpoint_steps: int = _field(
         0, "Checkpoint every N model versions (0: off)", "model", check=_non_negative
     )

@@ -47,12 +47,11 @@ class WorkerSpec:
     log_loss_steps: int
     output: str
     log_level: str
+    allreduce_backend: str
     # Seconds to keep retrying an unreachable master or PS before giving up.
     retry_timeout: float = 120.0
     # AllreduceStrategy: re-form the group and retry a failed allreduce this often.
     allreduce_retries: int = 5
-    # AllreduceStrategy: torch.distributed backend (auto: NCCL with a GPU, else Gloo).
-    allreduce_backend: str = "auto"
 
     def __post_init__(self) -> None:
         spec_codec.check_types(self)

@@ -159,3 +159,15 @@ def _argv_of_a_worker() -> list[str]:
         WorkerSpec, _job(), worker_id=0, master_addr="m:1", ps_addrs=("p:2",)
     )
     return replica_spec.to_argv(spec)
+
+
+def test_a_job_field_reaches_the_worker_by_its_name(tmp_path):
+    # --allreduce_backend is one JobSpec field; nothing else names it on its way to the worker.
+    platform = LocalProcessPlatform("j", tmp_path)
+    try:
+        job = _job(distribution_strategy="AllreduceStrategy", allreduce_backend="gloo")
+        argv = _specs(platform, job).worker(0).args
+        assert "--allreduce_backend=gloo" in argv
+        assert replica_spec.worker_spec_from_argv(argv).allreduce_backend == "gloo"
+    finally:
+        platform.shutdown()
