@@ -204,7 +204,7 @@ class LocalBackend(JobBackend):
 
         spec = spec.replace(platform=PlatformName.LOCAL, job_dir=str(directory))
         spec_path = directory / JOB_SPEC_FILE
-        _write_text_atomic(spec_path, spec.to_json(only_changed=False))
+        _write_text_atomic(spec_path, spec.to_json(only_changed=False, indent=2) + "\n")
         command = runtime.command([f"--job_spec_file={spec_path}"])
         created_at = time.time()
         job = {

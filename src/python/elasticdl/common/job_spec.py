@@ -470,8 +470,8 @@ class JobSpec:
     def to_dict(self, only_changed: bool = False) -> dict[str, Any]:
         return spec_codec.to_dict(self, only_changed)
 
-    def to_json(self, only_changed: bool = True) -> str:
-        return spec_codec.to_json(self, only_changed)
+    def to_json(self, only_changed: bool = True, indent: int | None = None) -> str:
+        return spec_codec.to_json(self, only_changed, indent)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
@@ -832,8 +832,6 @@ def add_job_flags(parser: argparse.ArgumentParser, command: str) -> None:
             if f.metadata["required"]
             else (f" (default: {default})" if default else "")
         )
-        if choices:
-            help_text += f"; one of {', '.join(choices)}"
         g.add_argument(
             f"--{f.name}",
             default=argparse.SUPPRESS,

@@ -172,8 +172,11 @@ def from_dict(cls: type, data: dict[str, Any], what: str = "spec") -> Any:
     return cls(**{k: coerce(k, v, ftypes[k]) for k, v in data.items()})
 
 
-def to_json(spec: Any, only_changed: bool = False) -> str:
-    return json.dumps(to_dict(spec, only_changed), sort_keys=True, separators=(",", ":"))
+def to_json(spec: Any, only_changed: bool = False, indent: int | None = None) -> str:
+    separators = (",", ": ") if indent is not None else (",", ":")
+    return json.dumps(
+        to_dict(spec, only_changed), sort_keys=True, indent=indent, separators=separators
+    )
 
 
 def from_json(cls: type, text: str, what: str = "spec") -> Any:
