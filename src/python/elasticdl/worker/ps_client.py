@@ -10,6 +10,10 @@ Message sizes: read-only pulls of embedding rows are cut into messages of at mos
 or of gradients are *one* message per PS on purpose: the PS applies a gradient message
 atomically and bumps its version once per message, so cutting one would change the training
 semantics (and its version counting in sync mode).
+
+Pushes go through one `PSLink` per PS (elasticdl.worker.ps_links): on the same host the dense
+gradients travel through shared memory and the push over a local channel, with a fallback to
+messages per PS; this module fans a push out over the links and assembles the result.
 """
 from __future__ import annotations
 
@@ -20,7 +24,6 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
-from elasticdl.common import local_channel as lc
 from elasticdl.common import shared_memory as shm
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.common.tensor_utils import (
@@ -32,15 +35,17 @@ from elasticdl.common.tensor_utils import (
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.worker.grpc_utils import Backoff, build_channel, is_retryable
+from elasticdl.worker.ps_links import (  # noqa: F401  (the attach schedule, re-exported)
+    ATTACH_MAX_DOUBLINGS,
+    ATTACH_RETRY_PUSHES,
+    PSLink,
+    PushPart,
+    dense_to_message,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-# A PS that refused a shared-memory region (another host, no model yet) is asked again after
-# this many pushes, doubling with each refusal (to ~100k pushes): a PS that came back with a
-# model is picked up soon, while one on another host costs a region's allocation rarely.
-ATTACH_RETRY_PUSHES = 100
-ATTACH_MAX_DOUBLINGS = 10
 
 
 class PSUnavailableError(RuntimeError):
@@ -90,21 +95,6 @@ class PackedGradients:
 
     layout: PackedLayout
     blocks: Dict[int, np.ndarray]
-
-
-@dataclass
-class SharedDenseRegion:
-    """A region this worker attached with one PS, and the id that PS gave it."""
-
-    region: shm.SharedRegion
-    region_id: int
-    # The PS's local push channel, when it offers one and this worker could connect.
-    channel: Optional[lc.LocalChannelClient] = None
-
-    def close(self) -> None:
-        if self.channel is not None:
-            self.channel.close()
-        self.region.close()
 
 
 @dataclass
@@ -162,30 +152,25 @@ class PSClient:
         self.max_message_bytes = int(max_message_bytes)
         self._channels = [build_channel(a) for a in self.addrs]
         self._stubs = [pb_grpc.PserverStub(c) for c in self._channels]
+        self._links = [
+            PSLink(i, addr, stub, self.worker_id, rpc_timeout)
+            for i, (addr, stub) in enumerate(zip(self.addrs, self._stubs))
+        ]
         self.ps_versions: List[int] = [-1] * self.num_ps  # -1: never pulled
         self._table_dims: Dict[str, int] = {}
         # Same-host fast path for dense tensors (elasticdl.common.shared_memory): on unless
         # ELASTICDL_SHARED_MEMORY=0 or the host has no /dev/shm; used with each PS that can map
-        # this worker's region, the others get messages as before.
+        # this worker's region, the others get messages.
         if shared_memory is None:
             shared_memory = shm.enabled() and shm.default_directory() is not None
         self.shared_memory = bool(shared_memory)
         self._dense_layout: Optional[Dict[str, Tuple[np.dtype, Tuple[int, ...]]]] = None
-        self._regions: List[Optional[SharedDenseRegion]] = [None] * self.num_ps
-        self._attach_countdown: List[int] = [0] * self.num_ps  # pushes until the next attempt
-        self._attach_refusals: List[int] = [0] * self.num_ps
+        # Per PS, the tensors of the dense layout it holds: what a region with it is made for.
+        self._dense_layout_of: List[Dict[str, Tuple[np.dtype, Tuple[int, ...]]]] = []
 
     def close(self) -> None:
-        for ps_id, link in enumerate(self._regions):
-            if link is not None:
-                self._regions[ps_id] = None
-                try:
-                    self._stubs[ps_id].detach_shared_memory(
-                        pb.DetachSharedMemoryRequest(region_id=link.region_id), timeout=2.0
-                    )
-                except grpc.RpcError:
-                    pass  # the PS is gone or old; it unmaps idle regions itself
-                link.close()
+        for link in self._links:
+            link.close()
         for c in self._channels:
             c.close()
 
@@ -195,7 +180,11 @@ class PSClient:
         the shared-memory path with each PS that holds some of them."""
         arrays = {name: np.asarray(v) for name, v in params.items()}
         self._dense_layout = {name: (a.dtype, a.shape) for name, a in arrays.items()}
-        self._attach_countdown = [0] * self.num_ps
+        self._dense_layout_of = [dict() for _ in range(self.num_ps)]
+        for name, spec in self._dense_layout.items():
+            self._dense_layout_of[self.ps_of_param(name)][name] = spec
+        for link in self._links:
+            link.attach_countdown = 0
 
     def packed_layout(self) -> Optional[PackedLayout]:
         """The layout of the flat blocks when every dense parameter goes through a packed
@@ -203,13 +192,13 @@ class PSClient:
         if self._dense_layout is None:
             return None
         entries, covered = [], 0
-        for ps_id, link in enumerate(self._regions):
-            if link is None:
+        for link in self._links:
+            if link.shared is None:
                 continue
-            packed = link.region.packed()
+            packed = link.shared.region.packed()
             if packed is None:
                 return None
-            entries.append((ps_id, packed.entries))
+            entries.append((link.ps_id, packed.entries))
             covered += len(packed.entries)
         if covered != len(self._dense_layout):
             return None
@@ -217,72 +206,17 @@ class PSClient:
 
     def shared_memory_ps(self) -> List[int]:
         """The PS this worker currently exchanges dense tensors with through shared memory."""
-        return [i for i, link in enumerate(self._regions) if link is not None]
+        return [link.ps_id for link in self._links if link.shared is not None]
 
-    def _maybe_attach(self, ps_id: int) -> None:
-        """Attach a region with PS `ps_id` unless attached, refused recently, or switched off."""
-        if not self.shared_memory or self._dense_layout is None or self._regions[ps_id]:
-            return
-        if self._attach_countdown[ps_id] > 0:
-            self._attach_countdown[ps_id] -= 1
-            return
-        refusals = self._attach_refusals[ps_id]
-        self._attach_countdown[ps_id] = ATTACH_RETRY_PUSHES << min(refusals, ATTACH_MAX_DOUBLINGS)
-        tensors = {
-            n: spec for n, spec in self._dense_layout.items() if self.ps_of_param(n) == ps_id
-        }
-        if not tensors:
+    def _maybe_attach(self, link: PSLink) -> None:
+        """Let `link` attach a region when due, unless the fast path is off or has no layout."""
+        if not self.shared_memory or self._dense_layout is None:
             return
         try:
-            region = shm.SharedRegion.create(tensors, tag=f"w{self.worker_id}-ps{ps_id}")
+            link.maybe_attach(self._dense_layout_of[link.ps_id])
         except shm.SharedMemoryError as e:
             logger.info("shared memory unavailable (%s): dense tensors travel in messages", e)
             self.shared_memory = False
-            return
-        try:
-            req = pb.AttachSharedMemoryRequest(
-                worker_id=self.worker_id, path=region.path, size=region.size, token=region.token
-            )
-            shm.slots_to_pb(region.slots.values(), req.slots)
-            try:
-                resp = self._stubs[ps_id].attach_shared_memory(req, timeout=self.rpc_timeout)
-            except grpc.RpcError as err:
-                if is_retryable(err):
-                    region.close()
-                    self._attach_countdown[ps_id] = 0  # the PS is restarting: try next push
-                    return
-                resp = pb.AttachSharedMemoryResponse(attached=False, reason=err.details() or "")
-        finally:
-            region.unlink()  # both ends have mapped it (or never will): drop the name
-        if resp.attached:
-            channel = None
-            if resp.local_channel:
-                try:
-                    channel = lc.LocalChannelClient(
-                        resp.local_channel, resp.region_id, region.token, self.rpc_timeout
-                    )
-                except (OSError, grpc.RpcError) as e:
-                    logger.info("PS %d: no local push channel (%s): pushes use gRPC", ps_id, e)
-            self._regions[ps_id] = SharedDenseRegion(region, resp.region_id, channel)
-            self._attach_refusals[ps_id] = 0
-            logger.info(
-                "PS %d (%s): dense gradients and parameters go through shared memory%s",
-                ps_id,
-                self.addrs[ps_id],
-                ", pushes through a local channel" if channel is not None else "",
-            )
-        else:
-            region.close()
-            self._attach_refusals[ps_id] += 1
-            logger.log(
-                logging.INFO if refusals == 0 else logging.DEBUG,
-                "PS %d (%s) cannot share memory with this worker (%s): dense tensors travel "
-                "in messages (asking again in %d pushes)",
-                ps_id,
-                self.addrs[ps_id],
-                resp.reason,
-                self._attach_countdown[ps_id],
-            )
 
     # ------------------------------------------------------------------ fan-out with retries
     def _fan_out(
@@ -304,8 +238,8 @@ class PSClient:
         backoff = Backoff(self.retry_timeout)
         while pending:
             if len(pending) == 1:
-                # One call (one PS): a blocking call skips the future's extra hand-off thread,
-                # a few ms per call on a busy machine.
+                # One call (one PS): a blocking call skips the future's extra hand-off thread
+                # (its cost: benchmarks/runtime/README.md).
                 i = pending[0]
                 try:
                     results[i] = getattr(self._stubs[requests[i][0]], method)(
@@ -445,11 +379,11 @@ class PSClient:
                 self.ps_versions[ps_id] = -1
                 continue
             if resp.parameters_in_shared_memory:
-                link = self._regions[ps_id]
-                if link is None:  # cannot happen: only a push naming a region gets this answer
+                shared = self._links[ps_id].shared
+                if shared is None:  # cannot happen: only a push naming a region gets this answer
                     raise RuntimeError(f"PS {ps_id} answered in shared memory this worker lacks")
-                params.update(link.region.parameters())
-                packed = link.region.packed()
+                params.update(shared.region.parameters())
+                packed = shared.region.packed()
                 if blocks is not None and packed is not None:
                     blocks[ps_id] = packed.parameters
                 else:
@@ -545,113 +479,11 @@ class PSClient:
         PS to answer with its parameters newer than that version as well (`PushResult.pulled`),
         saving the separate pull of the next step.
         """
-        models = [pb.Model(version=max(v, 0)) for v in self.ps_versions]
-        packed_blocks: Dict[int, Tuple[np.ndarray, tuple]] = {}
-        if isinstance(dense_grads, PackedGradients):
-            dense_parts = [dict() for _ in range(self.num_ps)]
-            entries_of = dict(dense_grads.layout.entries)
-            for ps_id, block in dense_grads.blocks.items():
-                dense_parts[ps_id] = dense_grads.layout.unpack(ps_id, block)
-                packed_blocks[ps_id] = (block, entries_of[ps_id])
-        else:
-            dense_parts = self.partition_dense(dense_grads)
-        for name, (values, ids) in (embedding_grads or {}).items():
-            values, ids = deduplicate_indexed_rows(values, ids)
-            owner = ids % self.num_ps
-            for ps_id in range(self.num_ps):
-                mask = owner == ps_id
-                if mask.any():
-                    indexed_rows_to_pb(
-                        IndexedRows(values[mask], ids[mask]),
-                        models[ps_id].embedding_tables[name],
-                    )
-        reqs = []
-        for ps_id in range(self.num_ps):
-            req = pb.PushGradientsRequest(
-                gradients=models[ps_id],
-                learning_rate=float(learning_rate),
-                worker_id=self.worker_id,
-                pull_dense_parameters=pull_dense,
-            )
-            self._maybe_attach(ps_id)
-            link = self._regions[ps_id]
-            packed = link.region.packed() if link is not None else None
-            if (
-                ps_id in packed_blocks
-                and packed is not None
-                and packed.entries == packed_blocks[ps_id][1]
-            ):
-                np.copyto(packed.gradients, packed_blocks[ps_id][0])  # every slot in one copy
-                req.shared_memory_region = link.region_id
-            elif link is not None and dense_parts[ps_id].keys() <= link.region.slots.keys():
-                missing = link.region.write_gradients(dense_parts[ps_id])
-                req.shared_memory_region = link.region_id
-                req.shared_memory_missing.extend(missing)
-            else:
-                self._dense_to_message(dense_parts[ps_id], req)
-            reqs.append((ps_id, req))
-
-        def in_message(ps_id, req):
-            # The PS lost the region (relaunched) or its channel broke: send this push the
-            # ordinary way and attach again next time. Only this PS's call is repeated; the
-            # others were applied.
-            link, self._regions[ps_id] = self._regions[ps_id], None
-            if link is not None:
-                link.close()
-            self._attach_countdown[ps_id] = 0
-            again = pb.PushGradientsRequest()
-            again.CopyFrom(req)
-            again.shared_memory_region = 0
-            del again.shared_memory_missing[:]
-            self._dense_to_message(dense_parts[ps_id], again)
-            return again
-
-        def resend_in_message(ps_id, req, err):
-            if err.code() != grpc.StatusCode.FAILED_PRECONDITION or not req.shared_memory_region:
-                return None
-            logger.warning("PS %d lost this worker's shared memory: %s", ps_id, err.details())
-            return in_message(ps_id, req)
-
-        # Pushes with a local channel are sent first, the gRPC ones run meanwhile, then the
-        # channel answers are read: every PS works on its push at the same time.
-        on_channel = [
-            i
-            for i, (ps_id, req) in enumerate(reqs)
-            if req.shared_memory_region and self._regions[ps_id].channel is not None
-        ]
-        sent, retry = [], []
-        for i in on_channel:
-            ps_id, req = reqs[i]
-            try:
-                self._regions[ps_id].channel.send(lc.PUSH, req.SerializeToString())
-                sent.append(i)
-            except lc.LocalChannelError:
-                retry.append(i)
-        responses = [None] * len(reqs)
-        grpc_idx = [i for i in range(len(reqs)) if i not in on_channel]
-        for i, resp in zip(
-            grpc_idx,
-            self._fan_out("push_gradients", [reqs[i] for i in grpc_idx], reissue=resend_in_message),
-        ):
-            responses[i] = resp
-        for i in sent:
-            ps_id, req = reqs[i]
-            try:
-                responses[i] = pb.PushGradientsResponse.FromString(
-                    self._regions[ps_id].channel.receive()
-                )
-            except lc.LocalChannelError as err:
-                if err.code() not in (
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    grpc.StatusCode.UNAVAILABLE,
-                ):
-                    raise
-                logger.warning("PS %d local channel: %s; sending in a message", ps_id, err)
-                retry.append(i)
-        if retry:
-            again = [(reqs[i][0], in_message(*reqs[i])) for i in retry]
-            for i, resp in zip(retry, self._fan_out("push_gradients", again)):
-                responses[i] = resp
+        parts = self._push_parts(dense_grads, embedding_grads, learning_rate, pull_dense)
+        for link, part in zip(self._links, parts):
+            self._maybe_attach(link)
+            link.prepare_push(part)
+        responses = self._send_pushes()
         pulled = None
         if pull_dense and all(r.HasField("dense_parameters") for r in responses):
             pulled = self._pull_result([r.dense_parameters for r in responses])
@@ -661,10 +493,86 @@ class PSClient:
             pulled=pulled,
         )
 
-    @staticmethod
-    def _dense_to_message(grads: Mapping[str, np.ndarray], req: pb.PushGradientsRequest) -> None:
-        for name, grad in grads.items():
-            ndarray_to_pb(np.asarray(grad), req.gradients.dense_parameters[name])
+    def _push_parts(
+        self,
+        dense_grads: Mapping[str, np.ndarray],
+        embedding_grads: Optional[Mapping[str, Tuple[np.ndarray, np.ndarray]]],
+        learning_rate: float,
+        pull_dense: bool,
+    ) -> List[PushPart]:
+        """Every PS's share of a push: its request (all but the dense gradients) and its dense
+        gradients, which its link routes."""
+        packed = dense_grads if isinstance(dense_grads, PackedGradients) else None
+        if packed is None:
+            by_name = self.partition_dense(dense_grads)
+        else:
+            entries_of = dict(packed.layout.entries)
+        parts = []
+        for ps_id, version in enumerate(self.ps_versions):
+            req = pb.PushGradientsRequest(
+                gradients=pb.Model(version=max(version, 0)),
+                learning_rate=float(learning_rate),
+                worker_id=self.worker_id,
+                pull_dense_parameters=pull_dense,
+            )
+            if packed is None:
+                parts.append(PushPart(req, dense=by_name[ps_id]))
+            elif ps_id in packed.blocks:
+                block = packed.blocks[ps_id]
+                parts.append(PushPart(req, block=block, entries=entries_of[ps_id]))
+            else:
+                parts.append(PushPart(req, dense={}))
+        for name, (values, ids) in (embedding_grads or {}).items():
+            values, ids = deduplicate_indexed_rows(values, ids)
+            owner = ids % self.num_ps
+            for ps_id in range(self.num_ps):
+                mask = owner == ps_id
+                if mask.any():
+                    indexed_rows_to_pb(
+                        IndexedRows(values[mask], ids[mask]),
+                        parts[ps_id].request.gradients.embedding_tables[name],
+                    )
+        return parts
+
+    def _send_pushes(self) -> List[pb.PushGradientsResponse]:
+        """Send every link's prepared push and collect the answers, in PS order.
+
+        Pushes on a local channel are sent first, the gRPC ones run meanwhile, then the channel
+        answers are read: every PS works on its push at the same time. A push whose region or
+        channel failed is sent once more, in a message, to that PS alone (the link decides).
+        """
+        responses: List[Optional[pb.PushGradientsResponse]] = [None] * self.num_ps
+        try:
+            on_channel = [link for link in self._links if link.on_channel]
+            for link in on_channel:
+                link.send()
+            by_grpc = [link for link in self._links if not link.on_channel]
+            if by_grpc:
+                answers = self._fan_out(
+                    "push_gradients",
+                    [(link.ps_id, link.request) for link in by_grpc],
+                    reissue=self._reissue_push,
+                )
+                for link, resp in zip(by_grpc, answers):
+                    responses[link.ps_id] = resp
+            again = [link for link in on_channel if not link.sent]
+            for link in on_channel:
+                if link.sent:
+                    resp = link.receive()
+                    if resp is None:
+                        again.append(link)
+                    responses[link.ps_id] = resp
+            if again:
+                requests = [(link.ps_id, link.in_message()) for link in again]
+                for link, resp in zip(again, self._fan_out("push_gradients", requests)):
+                    responses[link.ps_id] = resp
+        finally:
+            for link in self._links:
+                link.end_push()
+        return responses
+
+    def _reissue_push(self, ps_id: int, req, err: grpc.RpcError):
+        return self._links[ps_id].reissue(req, err)
 
     def save_checkpoint(self, checkpoint_dir: str = "") -> List[pb.SaveCheckpointResponse]:
         reqs = [

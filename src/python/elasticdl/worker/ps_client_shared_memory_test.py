@@ -151,7 +151,7 @@ def test_pushes_go_through_the_local_channel_not_grpc(ps_cluster, monkeypatch):
     fast, slow = _client(cluster, True), _client(twin, False)
     _train_both(fast, slow, steps=4, seed=1)
     holders = fast.shared_memory_ps()
-    assert holders and all(fast._regions[i].channel is not None for i in holders)
+    assert holders and all(fast._links[i].shared.channel is not None for i in holders)
     # Only the twin's message pushes (and the fast client's pushes to a PS holding no dense
     # parameter, if any) went through gRPC: none named a region.
     assert grpc_pushes and not any(grpc_pushes)
@@ -164,7 +164,7 @@ def test_a_broken_channel_falls_back_to_grpc_once_and_reconnects(ps_cluster):
     client = _client(cluster, True)
     grads = {n: np.ones_like(v) for n, v in PARAMS.items()}
     client.push_gradients(grads, learning_rate=0.1, pull_dense=True)
-    first = client._regions[0].channel.name
+    first = client._links[0].shared.channel.name
     cluster.servers[0].servicer._local_channel.close()  # the PS side of the channel goes away
     cluster.servers[0].servicer._local_channel = None
     result = client.push_gradients(grads, learning_rate=0.1, pull_dense=True)
@@ -172,7 +172,8 @@ def test_a_broken_channel_falls_back_to_grpc_once_and_reconnects(ps_cluster):
     for name, value in PARAMS.items():
         np.testing.assert_allclose(result.pulled.parameters[name], value - 0.2, rtol=1e-6)
     client.push_gradients(grads, learning_rate=0.1, pull_dense=True)  # attaches again
-    assert client._regions[0].channel is not None and client._regions[0].channel.name != first
+    channel = client._links[0].shared.channel
+    assert channel is not None and channel.name != first
     assert cluster.servers[0].params.version == 3
     client.close()
 
@@ -185,7 +186,7 @@ def test_the_channel_admits_only_the_holder_of_the_region(ps_cluster):
     cluster = ps_cluster(1)
     client = _client(cluster, True)
     client.push_gradients({n: np.ones_like(v) for n, v in PARAMS.items()}, learning_rate=0.1)
-    link = client._regions[0]
+    link = client._links[0].shared
     name = link.channel.name
     with pytest.raises(lc.LocalChannelError) as bad_token:
         lc.LocalChannelClient(name, link.region_id, b"\0" * 16, timeout=5)

@@ -1,0 +1,267 @@
+"""The push path to one PS: where a push's dense gradients go, how it is sent, and what happens
+when that way fails.
+
+A worker keeps one `PSLink` per PS. The link holds the PS's gRPC stub and, while the PS has
+this worker's shared-memory region mapped, a `SharedMemoryLink` (the region, the id the PS gave
+it, and the PS's local push channel when it offers one). A push goes one of three ways:
+
+    in a message        the dense gradients inside the gRPC request
+    region + gRPC       the gradients written into the region, the gRPC request names it
+    region + channel    the same request over the local channel (elasticdl.common.local_channel)
+
+A push that took a region falls back to a message in exactly two cases, and then only this PS's
+push is sent again, once: the others may have been applied already, and a PS applies every
+message it gets.
+
+  * The PS answers FAILED_PRECONDITION to a gRPC push naming the region: it was relaunched and
+    knows no region.
+  * The local channel breaks: the send fails, or the answer is UNAVAILABLE (connection gone) or
+    FAILED_PRECONDITION (region gone).
+
+Either way the link drops the region and attaches again at the next push. A PS that refuses a
+region (on another host, a model that differs) keeps getting messages and is asked again after
+ATTACH_RETRY_PUSHES pushes, then twice as many after each further refusal.
+
+A link sends only: the caller (`PSClient.push_gradients`) sends every PS's push before it waits
+for any answer, so that all PS work at once, and runs the gRPC calls of all links as one
+fan-out with one retry budget. One push per PS is in flight at a time, so the link keeps that
+push's state (`prepare_push` to `receive` / `in_message`) itself.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Mapping, Optional, Tuple
+
+import grpc
+import numpy as np
+from elasticdl.common import local_channel as lc
+from elasticdl.common import shared_memory as shm
+from elasticdl.common.tensor_utils import ndarray_to_pb
+from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.worker.grpc_utils import is_retryable
+
+logger = logging.getLogger(__name__)
+
+# A PS that refused a shared-memory region (another host, no model yet) is asked again after
+# this many pushes, doubling with each refusal (to ~100k pushes): a PS that came back with a
+# model is picked up soon, while one on another host costs a region's allocation rarely.
+ATTACH_RETRY_PUSHES = 100
+ATTACH_MAX_DOUBLINGS = 10
+
+# Answers on the local channel after which the push is sent again by gRPC: the connection is
+# gone (UNAVAILABLE) or the PS no longer knows the region (FAILED_PRECONDITION). Any other error
+# is the PS's verdict on the push itself and would be the same by gRPC.
+CHANNEL_FALLBACK_CODES = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE)
+
+Entries = Tuple[Tuple[str, int, int, Tuple[int, ...]], ...]
+
+
+@dataclass
+class PushPart:
+    """One PS's share of a push: its request without the dense gradients, and those gradients,
+    either by name or as one flat block laid out by `entries` (from the packed step)."""
+
+    request: pb.PushGradientsRequest
+    dense: Optional[Mapping[str, np.ndarray]] = None
+    block: Optional[np.ndarray] = None
+    entries: Entries = ()
+
+    def dense_by_name(self) -> Mapping[str, np.ndarray]:
+        if self.dense is None:
+            self.dense = shm.unpack_block(self.entries, self.block)
+        return self.dense
+
+
+def dense_to_message(grads: Mapping[str, np.ndarray], req: pb.PushGradientsRequest) -> None:
+    for name, grad in grads.items():
+        ndarray_to_pb(np.asarray(grad), req.gradients.dense_parameters[name])
+
+
+@dataclass
+class SharedMemoryLink:
+    """A region this worker attached with one PS, the id that PS gave it, and the PS's local push
+    channel when it offers one and this worker could connect."""
+
+    region: shm.SharedRegion
+    region_id: int
+    channel: Optional[lc.LocalChannelClient] = None
+
+    def write(self, part: PushPart, req: pb.PushGradientsRequest) -> bool:
+        """Put `part`'s dense gradients into the region and name it in `req`; False (nothing
+        written) when the region has no slot for one of them."""
+        packed = self.region.packed()
+        if part.block is not None and packed is not None and packed.entries == part.entries:
+            np.copyto(packed.gradients, part.block)  # every slot in one copy
+            req.shared_memory_region = self.region_id
+            return True
+        dense = part.dense_by_name()
+        if dense.keys() <= self.region.slots.keys():
+            missing = self.region.write_gradients(dense)
+            req.shared_memory_region = self.region_id
+            req.shared_memory_missing.extend(missing)
+            return True
+        return False
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+        self.region.close()
+
+
+class PSLink:
+    """The worker's push path to one PS: its gRPC stub, the shared-memory link while attached,
+    when to ask for one next, and the push in flight."""
+
+    def __init__(self, ps_id: int, addr: str, stub, worker_id: int, rpc_timeout: float):
+        self.ps_id = ps_id
+        self.addr = addr
+        self.stub = stub
+        self.worker_id = worker_id
+        self.rpc_timeout = rpc_timeout
+        self.shared: Optional[SharedMemoryLink] = None
+        self.attach_countdown = 0  # pushes until the next attach attempt
+        self.attach_refusals = 0
+        # The push in flight.
+        self.request: Optional[pb.PushGradientsRequest] = None
+        self._part: Optional[PushPart] = None
+        self.on_channel = False
+        self.sent = False
+
+    # ------------------------------------------------------------------ attaching
+    def maybe_attach(self, tensors: Mapping[str, Tuple[np.dtype, Tuple[int, ...]]]) -> None:
+        """Attach a region for `tensors` (this PS's dense parameters) unless attached or refused
+        recently. Raises shm.SharedMemoryError when this host cannot create regions at all."""
+        if self.shared is not None:
+            return
+        if self.attach_countdown > 0:
+            self.attach_countdown -= 1
+            return
+        refusals = self.attach_refusals
+        self.attach_countdown = ATTACH_RETRY_PUSHES << min(refusals, ATTACH_MAX_DOUBLINGS)
+        if not tensors:
+            return
+        region = shm.SharedRegion.create(tensors, tag=f"w{self.worker_id}-ps{self.ps_id}")
+        try:
+            req = pb.AttachSharedMemoryRequest(
+                worker_id=self.worker_id, path=region.path, size=region.size, token=region.token
+            )
+            shm.slots_to_pb(region.slots.values(), req.slots)
+            try:
+                resp = self.stub.attach_shared_memory(req, timeout=self.rpc_timeout)
+            except grpc.RpcError as err:
+                if is_retryable(err):
+                    region.close()
+                    self.attach_countdown = 0  # the PS is restarting: try next push
+                    return
+                resp = pb.AttachSharedMemoryResponse(attached=False, reason=err.details() or "")
+        finally:
+            region.unlink()  # both ends have mapped it (or never will): drop the name
+        if resp.attached:
+            channel = None
+            if resp.local_channel:
+                try:
+                    channel = lc.LocalChannelClient(
+                        resp.local_channel, resp.region_id, region.token, self.rpc_timeout
+                    )
+                except (OSError, grpc.RpcError) as e:
+                    logger.info("PS %d: no local push channel (%s): pushes use gRPC", self.ps_id, e)
+            self.shared = SharedMemoryLink(region, resp.region_id, channel)
+            self.attach_refusals = 0
+            logger.info(
+                "PS %d (%s): dense gradients and parameters go through shared memory%s",
+                self.ps_id,
+                self.addr,
+                ", pushes through a local channel" if channel is not None else "",
+            )
+        else:
+            region.close()
+            self.attach_refusals += 1
+            logger.log(
+                logging.INFO if refusals == 0 else logging.DEBUG,
+                "PS %d (%s) cannot share memory with this worker (%s): dense tensors travel "
+                "in messages (asking again in %d pushes)",
+                self.ps_id,
+                self.addr,
+                resp.reason,
+                self.attach_countdown,
+            )
+
+    def drop_shared(self) -> None:
+        """Forget the region (the PS lost it or its channel broke) and attach at the next push."""
+        shared, self.shared = self.shared, None
+        if shared is not None:
+            shared.close()
+        self.attach_countdown = 0
+
+    def close(self) -> None:
+        """Detach the region, if any; the gRPC channel belongs to the caller."""
+        shared, self.shared = self.shared, None
+        if shared is None:
+            return
+        try:
+            self.stub.detach_shared_memory(
+                pb.DetachSharedMemoryRequest(region_id=shared.region_id), timeout=2.0
+            )
+        except grpc.RpcError:
+            pass  # the PS is gone or old; it unmaps idle regions itself
+        shared.close()
+
+    # ------------------------------------------------------------------ one push
+    def prepare_push(self, part: PushPart) -> pb.PushGradientsRequest:
+        """Route `part`'s dense gradients (the region when it fits them, else the message) and
+        make its request this link's push in flight."""
+        req = part.request
+        shared = self.shared
+        if shared is None or not shared.write(part, req):
+            dense_to_message(part.dense_by_name(), req)
+        self.request, self._part = req, part
+        self.on_channel = bool(req.shared_memory_region) and shared.channel is not None
+        self.sent = False
+        return req
+
+    def send(self) -> None:
+        """Send the push on the local channel (only when `on_channel`); a channel that cannot
+        take it leaves `sent` False, and the push goes by gRPC in a message instead."""
+        try:
+            self.shared.channel.send(lc.PUSH, self.request.SerializeToString())
+            self.sent = True
+        except lc.LocalChannelError:
+            self.sent = False
+
+    def receive(self) -> Optional[pb.PushGradientsResponse]:
+        """The answer to the push `send` put on the channel; None when it must be sent again in a
+        message (`in_message`). Other errors are the PS's answer and propagate."""
+        try:
+            return pb.PushGradientsResponse.FromString(self.shared.channel.receive())
+        except lc.LocalChannelError as err:
+            if err.code() not in CHANNEL_FALLBACK_CODES:
+                raise
+            logger.warning("PS %d local channel: %s; sending in a message", self.ps_id, err)
+            return None
+
+    def reissue(
+        self, req: pb.PushGradientsRequest, err: grpc.RpcError
+    ) -> Optional[pb.PushGradientsRequest]:
+        """After gRPC call `req` of this push failed with `err` (not UNAVAILABLE): the request to
+        send instead, or None to raise `err`. Only a PS that lost the region gets one."""
+        if err.code() != grpc.StatusCode.FAILED_PRECONDITION or not req.shared_memory_region:
+            return None
+        logger.warning("PS %d lost this worker's shared memory: %s", self.ps_id, err.details())
+        return self.in_message()
+
+    def in_message(self) -> pb.PushGradientsRequest:
+        """The push in flight as a plain message, after its region or channel failed; the region
+        is dropped and attached again at the next push."""
+        self.drop_shared()
+        req = self.request
+        req.ClearField("shared_memory_region")
+        del req.shared_memory_missing[:]
+        dense_to_message(self._part.dense_by_name(), req)
+        self.on_channel = False
+        return req
+
+    def end_push(self) -> None:
+        """Forget the push in flight: its request may be large."""
+        self.request = self._part = None
+        self.on_channel = self.sent = False
