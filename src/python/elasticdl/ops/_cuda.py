@@ -1,4 +1,5 @@
-"""GPU arrays (``__cuda_array_interface__``: CuPy, PyTorch CUDA tensors) -> CUDA kernels.
+"""GPU arrays (``__cuda_array_interface__``: CuPy, PyTorch CUDA tensors) -> CUDA kernels
+(:class:`CudaBackend`).
 
 Zero-copy: kernels read and write the caller's device memory. They run on the legacy
 default stream, which orders itself after work queued on the frameworks' ordinary (blocking)
@@ -14,8 +15,8 @@ import numpy as np
 from elasticdl.ops import _backend
 from elasticdl.ops import _checks as C
 from elasticdl.ops.errors import IdOutOfRangeError, OpsError, OpsTypeError
+from elasticdl.ops.interface import OpsBackend, OptKind, adam_lr_t, slot_count_error
 
-SGD, MOMENTUM, ADAM, ADAGRAD = 0, 1, 2, 3
 COMBINER_CODE = {"sum": 0, "mean": 1, "sqrtn": 2}
 _DTYPE_CODE = {"<f4": 0, "<f2": 1}
 
@@ -31,10 +32,6 @@ def on_gpu(x) -> bool:
     return hasattr(x, "__cuda_array_interface__")
 
 
-def any_on_gpu(arrays) -> bool:
-    return any(on_gpu(a) for a in arrays)
-
-
 def _native():
     if not _backend.cuda_built():
         raise OpsError(
@@ -48,8 +45,8 @@ class _Dev:
     """A view of one GPU array: address, shape, dtype string, contiguity, framework.
 
     PyTorch tensors and CuPy arrays are read through their own attributes: torch builds its
-    ``__cuda_array_interface__`` dict in Python on every access (several microseconds, paid
-    by every array of every call); other arrays go through the interface."""
+    ``__cuda_array_interface__`` dict in Python on every access, a cost every array of every
+    call would pay; other arrays go through the interface."""
 
     def __init__(self, name: str, x):
         self.obj = x
@@ -280,21 +277,30 @@ def dense_accumulate(out, grads, scale=1.0):
     return out
 
 
-def _dense(
-    kind, param, grad, slots, lr, mu=0.0, nesterov=False, b1=0.0, b2=0.0, eps=0.0, ams=False
-):
+def _slot_ptrs(spec, slots, shape, like):
+    """Device addresses of the slot arrays (0 for unused ones), checked like the parameter."""
+    names = spec.slot_args
+    if len(slots) != len(names):
+        raise slot_count_error(spec, slots, like)
+    ptrs = [0, 0, 0]
+    for k, s in enumerate(slots):
+        if s is None:
+            raise slot_count_error(spec, slots, like)
+        ptrs[k] = _inplace(names[k], s, shape).ptr
+    return ptrs
+
+
+def dense_update(spec, param, grad, slots, lr, step=1):
     N = _native()
     p = _inplace("param", param)
     g = _input("grad", param, grad, "<f4", "float32", p.shape)
-    ptrs = [_inplace(n, s, p.shape).ptr for n, s in slots] + [0] * (3 - len(slots))
-    N.cuda_dense_update(
-        kind, lr, mu, bool(nesterov), b1, b2, eps, bool(ams), p.ptr, g.ptr, *ptrs, p.size
-    )
+    s0, s1, s2 = _slot_ptrs(spec, slots, p.shape, "param")
+    if spec.kind is OptKind.ADAM:
+        lr = adam_lr_t(lr, spec.beta_1, spec.beta_2, C.positive_step(step))
+    N.cuda_dense_update(spec.kind, lr, *spec.native_scalars, p.ptr, g.ptr, s0, s1, s2, p.size)
 
 
-def _sparse(
-    kind, table, ids, grads, slots, lr, mu=0.0, nesterov=False, b1=0.0, b2=0.0, eps=0.0, ams=False
-):
+def sparse_update(spec, table, ids, grads, slots, lr, step=1):
     N = _native()
     t = _inplace("table", table)
     if len(t.shape) != 2:
@@ -302,98 +308,23 @@ def _sparse(
     rows, dim = t.shape
     i = _input("ids", table, ids, "<i8", "int64")
     g = _input("grads", table, grads, "<f4", "float32", (i.size, dim))
-    ptrs = [_inplace(n, s, t.shape).ptr for n, s in slots] + [0] * (3 - len(slots))
+    s0, s1, s2 = _slot_ptrs(spec, slots, t.shape, "table")
+    if spec.kind is OptKind.ADAM:
+        lr = adam_lr_t(lr, spec.beta_1, spec.beta_2, C.positive_step(step))
     bad = N.cuda_sparse_update(
-        kind,
-        lr,
-        mu,
-        bool(nesterov),
-        b1,
-        b2,
-        eps,
-        bool(ams),
-        t.ptr,
-        rows,
-        dim,
-        i.ptr,
-        i.size,
-        g.ptr,
-        *ptrs,
+        spec.kind, lr, *spec.native_scalars, t.ptr, rows, dim, i.ptr, i.size, g.ptr, s0, s1, s2
     )
     _bad(bad, i, rows)
 
 
-def _adam_slots(m, v, amsgrad, max_v, what):
-    slots = [("m", m), ("v", v)]
-    if amsgrad:
-        if max_v is None:
-            raise OpsError(
-                f"max_v: required when amsgrad=True (a zero-initialised array like {what})"
-            )
-        slots.append(("max_v", max_v))
-    return slots
+class CudaBackend(OpsBackend):
+    """GPU arrays -> the CUDA kernels (an OpsError when the extension has none)."""
 
-
-def _lr_t(lr, beta1, beta2, step):
-    from elasticdl.ops.reference import adam_lr_t
-
-    return adam_lr_t(lr, beta1, beta2, C.positive_step(step))
-
-
-def sgd(param, grad, lr):
-    _dense(SGD, param, grad, [], lr)
-
-
-def momentum(param, grad, velocity, lr, momentum, nesterov=False):
-    _dense(MOMENTUM, param, grad, [("velocity", velocity)], lr, mu=momentum, nesterov=nesterov)
-
-
-def adam(param, grad, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None):
-    slots = _adam_slots(m, v, amsgrad, max_v, "param")
-    _dense(
-        ADAM,
-        param,
-        grad,
-        slots,
-        _lr_t(lr, beta1, beta2, step),
-        b1=beta1,
-        b2=beta2,
-        eps=epsilon,
-        ams=amsgrad,
-    )
-
-
-def adagrad(param, grad, accumulator, lr, epsilon):
-    _dense(ADAGRAD, param, grad, [("accumulator", accumulator)], lr, eps=epsilon)
-
-
-def sparse_sgd(table, ids, grads, lr):
-    _sparse(SGD, table, ids, grads, [], lr)
-
-
-def sparse_momentum(table, ids, grads, velocity, lr, momentum, nesterov=False):
-    _sparse(
-        MOMENTUM, table, ids, grads, [("velocity", velocity)], lr, mu=momentum, nesterov=nesterov
-    )
-
-
-def sparse_adam(
-    table, ids, grads, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None
-):
-    slots = _adam_slots(m, v, amsgrad, max_v, "table")
-    _sparse(
-        ADAM,
-        table,
-        ids,
-        grads,
-        slots,
-        _lr_t(lr, beta1, beta2, step),
-        b1=beta1,
-        b2=beta2,
-        eps=epsilon,
-        ams=amsgrad,
-    )
-
-
-def sparse_adagrad(table, ids, grads, accumulator, lr, epsilon):
-    _sparse(ADAGRAD, table, ids, grads, [("accumulator", accumulator)], lr, eps=epsilon)
+    name = "cuda"
+    # The functions reach the extension and on_gpu through this module's globals, so a test
+    # without a GPU can stand in for both by patching the module (cuda_glue_test.py).
+    embedding_lookup = staticmethod(embedding_lookup)
+    sparse_aggregate = staticmethod(sparse_aggregate)
+    dense_accumulate = staticmethod(dense_accumulate)
+    dense_update = staticmethod(dense_update)
+    sparse_update = staticmethod(sparse_update)

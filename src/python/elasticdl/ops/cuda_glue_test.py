@@ -14,6 +14,7 @@ import elasticdl.ops as ops
 import numpy as np
 import pytest
 from elasticdl.ops import _backend, _cuda
+from elasticdl.ops import interface as B
 from elasticdl.ops import reference as R
 
 torch = pytest.importorskip("torch")
@@ -117,6 +118,35 @@ def test_sparse_and_dense_updates_reach_the_kernels(fake_gpu):
     np.testing.assert_array_equal(m.numpy(), rm)
     ops.sgd(table, torch.ones_like(table), 0.5)
     np.testing.assert_array_equal(table.numpy(), ref - np.float32(0.5))
+    assert fake_gpu.calls == ["cuda_sparse_update", "cuda_dense_update"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        B.OptimizerSpec("sgd"),
+        B.OptimizerSpec("momentum", momentum=0.9, nesterov=True),
+        B.OptimizerSpec("adam", amsgrad=True),
+        B.OptimizerSpec("adagrad"),
+    ],
+    ids=lambda s: s.kind.label,
+)
+def test_every_optimizer_kind_through_the_interface(fake_gpu, spec):
+    """The registered CUDA backend takes the same spec and slots as the reference."""
+    cuda, k = B.get("cuda"), len(spec.slot_names)
+    table, ref = _table(), _table().numpy()
+    slots = [torch.full_like(table, 0.5) for _ in range(k)]
+    ref_slots = [np.full_like(ref, 0.5) for _ in range(k)]
+    ids = np.array([4, 9, 4, 0])
+    grads = np.random.default_rng(2).standard_normal((4, 16), np.float32)
+    cuda.sparse_update(spec, table, ids, torch.from_numpy(grads), slots, 0.1, 2)
+    R.sparse_update(spec, ref, ids, grads, ref_slots, 0.1, 2)
+    g = np.ones_like(ref)
+    cuda.dense_update(spec, table, torch.from_numpy(g), slots, 0.1, 3)
+    R.dense_update(spec, ref, g, ref_slots, 0.1, 3)
+    np.testing.assert_array_equal(table.numpy(), ref)
+    for a, b in zip(slots, ref_slots):
+        np.testing.assert_array_equal(a.numpy(), b)
     assert fake_gpu.calls == ["cuda_sparse_update", "cuda_dense_update"]
 
 

@@ -1,18 +1,31 @@
 """Plain NumPy reference of every ``elasticdl.ops`` kernel.
 
 This is the test oracle for the native CPU and CUDA kernels and the fallback
-backend when the native extension is not importable. It favours obviously-right
-code over speed, but follows the exact float32 operation order of the native
-kernels (scalars rounded to float32, Adam's ``lr_t`` computed in double) so the
-two agree bit for bit on element-wise updates.
+backend when the native extension is not importable (:class:`ReferenceBackend`). It
+favours obviously-right code over speed, but follows the exact float32 operation order
+of the native kernels (scalars rounded to float32, Adam's ``lr_t`` computed in double)
+so the two agree bit for bit on element-wise updates.
+
+Besides the interface (``dense_update``/``sparse_update`` with an
+:class:`~elasticdl.ops.interface.OptimizerSpec`), the module has the per-optimizer functions
+of :mod:`elasticdl.ops` with the same signatures (``sgd``, ``sparse_adam``, ...), so a test
+can call either module the same way.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from elasticdl.ops import _checks as C
+from elasticdl.ops.interface import (
+    SGD_SPEC,
+    OpsBackend,
+    OptKind,
+    adagrad_spec,
+    adam_lr_t,
+    adam_spec,
+    momentum_spec,
+    slot_count_error,
+)
 
 _F32 = np.float32
 
@@ -128,7 +141,7 @@ def dense_accumulate(out, grads, scale=1.0):
 
 # ------------------------------------------------------------ element-wise updates
 # Each ``_*_rows`` works on matching float32 arrays (rows of a table or a whole param)
-# and is shared by the dense and sparse variants.
+# and is shared by the dense and sparse updates.
 def _sgd_rows(p, g, lr):
     p -= _F32(lr) * g
 
@@ -141,11 +154,6 @@ def _momentum_rows(p, g, v, lr, mu, nesterov):
         p -= lr * (g + mu * v)
     else:
         p -= lr * v
-
-
-def adam_lr_t(lr, beta1, beta2, step):
-    """Bias-corrected step size, computed in double like the original kernels."""
-    return float(lr) * math.sqrt(1.0 - float(beta2) ** step) / (1.0 - float(beta1) ** step)
 
 
 def _adam_rows(p, g, m, v, lr_t, b1, b2, eps, max_v):
@@ -167,90 +175,101 @@ def _adagrad_rows(p, g, acc, lr, eps):
     p -= _F32(lr) * g / (np.sqrt(acc) + _F32(eps))
 
 
-def _check_dense(param, grad, *slots):
+def _apply_rows(spec, p, g, slots, lr, step):
+    """The update of ``spec`` on rows ``p`` by gradient rows ``g``; ``slots`` match ``p``."""
+    kind = spec.kind
+    if kind is OptKind.SGD:
+        _sgd_rows(p, g, lr)
+    elif kind is OptKind.MOMENTUM:
+        _momentum_rows(p, g, slots[0], lr, spec.momentum, spec.nesterov)
+    elif kind is OptKind.ADAM:
+        lr_t = adam_lr_t(lr, spec.beta_1, spec.beta_2, step)
+        max_v = slots[2] if spec.amsgrad else None
+        _adam_rows(p, g, slots[0], slots[1], lr_t, spec.beta_1, spec.beta_2, spec.epsilon, max_v)
+    else:
+        _adagrad_rows(p, g, slots[0], lr, spec.epsilon)
+
+
+def _slot_arrays(spec, slots, shape, like):
+    names = spec.slot_args
+    if len(slots) != len(names) or any(s is None for s in slots):
+        raise slot_count_error(spec, slots, like)
+    return [C.float32_inplace(n, s, shape) for n, s in zip(names, slots)]
+
+
+def dense_update(spec, param, grad, slots, lr, step=1):
+    """One step of optimizer ``spec`` on ``param`` (see :class:`OpsBackend`)."""
     param = C.float32_inplace("param", param)
     grad = C.float32_input("grad", grad, param.shape)
-    out = [C.float32_inplace(n, s, param.shape) for n, s in slots]
-    return param, grad, out
+    s = _slot_arrays(spec, slots, param.shape, "param")
+    if spec.kind is OptKind.ADAM:
+        step = C.positive_step(step)
+    _apply_rows(spec, param, grad, s, lr, step)
 
 
-def sgd(param, grad, lr):
-    param, grad, _ = _check_dense(param, grad)
-    _sgd_rows(param, grad, lr)
-
-
-def momentum(param, grad, velocity, lr, momentum, nesterov=False):
-    param, grad, (v,) = _check_dense(param, grad, ("velocity", velocity))
-    _momentum_rows(param, grad, v, lr, momentum, bool(nesterov))
-
-
-def adam(param, grad, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None):
-    slots = [("m", m), ("v", v)]
-    if amsgrad:
-        if max_v is None:
-            raise C.OpsError(
-                "max_v: required when amsgrad=True (a zero-initialised array like param)"
-            )
-        slots.append(("max_v", max_v))
-    param, grad, s = _check_dense(param, grad, *slots)
-    lr_t = adam_lr_t(lr, beta1, beta2, C.positive_step(step))
-    _adam_rows(param, grad, s[0], s[1], lr_t, beta1, beta2, epsilon, s[2] if amsgrad else None)
-
-
-def adagrad(param, grad, accumulator, lr, epsilon):
-    param, grad, (acc,) = _check_dense(param, grad, ("accumulator", accumulator))
-    _adagrad_rows(param, grad, acc, lr, epsilon)
-
-
-# ------------------------------------------------------------------ sparse updates
-def _check_sparse(table, ids, grads, *slots):
+def sparse_update(spec, table, ids, grads, slots, lr, step=1):
+    """One step of optimizer ``spec`` on rows ``ids`` of ``table``: duplicates are summed
+    (:func:`sparse_aggregate`), then each unique row is updated once."""
     table = C.float32_inplace("table", table)
     if table.ndim != 2:
         raise C.OpsError(f"table: expected a 2-D (rows, dim) table, got shape {table.shape}")
     ids = C.ids_int64(ids)
     grads = C.float32_input("grads", grads, (ids.size, table.shape[1]))
-    out = [C.float32_inplace(n, s, table.shape) for n, s in slots]
+    s = _slot_arrays(spec, slots, table.shape, "table")
     C.check_id_range(ids, table.shape[0])
-    uniq, summed = sparse_aggregate(ids, grads)
-    return table, uniq, summed, out
+    if spec.kind is OptKind.ADAM:
+        step = C.positive_step(step)
+    uniq, g = sparse_aggregate(ids, grads)
+    p, rows = table[uniq], [x[uniq] for x in s]
+    _apply_rows(spec, p, g, rows, lr, step)
+    table[uniq] = p
+    for x, r in zip(s, rows):
+        x[uniq] = r
+
+
+class ReferenceBackend(OpsBackend):
+    """The NumPy oracle as an :class:`~elasticdl.ops.interface.OpsBackend`."""
+
+    name = "reference"
+    embedding_lookup = staticmethod(embedding_lookup)
+    sparse_aggregate = staticmethod(sparse_aggregate)
+    dense_accumulate = staticmethod(dense_accumulate)
+    dense_update = staticmethod(dense_update)
+    sparse_update = staticmethod(sparse_update)
+
+
+# ------------------------------------------- the per-optimizer functions of elasticdl.ops
+def sgd(param, grad, lr):
+    dense_update(SGD_SPEC, param, grad, (), lr)
+
+
+def momentum(param, grad, velocity, lr, momentum, nesterov=False):
+    dense_update(momentum_spec(momentum, nesterov), param, grad, (velocity,), lr)
+
+
+def adam(param, grad, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None):
+    slots = (m, v, max_v) if amsgrad else (m, v)
+    dense_update(adam_spec(beta1, beta2, epsilon, amsgrad), param, grad, slots, lr, step)
+
+
+def adagrad(param, grad, accumulator, lr, epsilon):
+    dense_update(adagrad_spec(epsilon), param, grad, (accumulator,), lr)
 
 
 def sparse_sgd(table, ids, grads, lr):
-    table, uniq, g, _ = _check_sparse(table, ids, grads)
-    p = table[uniq]
-    _sgd_rows(p, g, lr)
-    table[uniq] = p
+    sparse_update(SGD_SPEC, table, ids, grads, (), lr)
 
 
 def sparse_momentum(table, ids, grads, velocity, lr, momentum, nesterov=False):
-    table, uniq, g, (vel,) = _check_sparse(table, ids, grads, ("velocity", velocity))
-    p, v = table[uniq], vel[uniq]
-    _momentum_rows(p, g, v, lr, momentum, bool(nesterov))
-    table[uniq], vel[uniq] = p, v
+    sparse_update(momentum_spec(momentum, nesterov), table, ids, grads, (velocity,), lr)
 
 
 def sparse_adam(
     table, ids, grads, m, v, lr, beta1, beta2, epsilon, step, amsgrad=False, max_v=None
 ):
-    slots = [("m", m), ("v", v)]
-    if amsgrad:
-        if max_v is None:
-            raise C.OpsError(
-                "max_v: required when amsgrad=True (a zero-initialised array like table)"
-            )
-        slots.append(("max_v", max_v))
-    table, uniq, g, s = _check_sparse(table, ids, grads, *slots)
-    lr_t = adam_lr_t(lr, beta1, beta2, C.positive_step(step))
-    p, mr, vr = table[uniq], s[0][uniq], s[1][uniq]
-    mx = s[2][uniq] if amsgrad else None
-    _adam_rows(p, g, mr, vr, lr_t, beta1, beta2, epsilon, mx)
-    table[uniq], s[0][uniq], s[1][uniq] = p, mr, vr
-    if amsgrad:
-        s[2][uniq] = mx
+    slots = (m, v, max_v) if amsgrad else (m, v)
+    sparse_update(adam_spec(beta1, beta2, epsilon, amsgrad), table, ids, grads, slots, lr, step)
 
 
 def sparse_adagrad(table, ids, grads, accumulator, lr, epsilon):
-    table, uniq, g, (acc,) = _check_sparse(table, ids, grads, ("accumulator", accumulator))
-    p, a = table[uniq], acc[uniq]
-    _adagrad_rows(p, g, a, lr, epsilon)
-    table[uniq], acc[uniq] = p, a
+    sparse_update(adagrad_spec(epsilon), table, ids, grads, (accumulator,), lr)
