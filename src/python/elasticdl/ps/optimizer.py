@@ -2,8 +2,8 @@
 
 Configured from the PS flags `--opt_type` (SGD | Momentum | Adam | Adagrad, case-insensitive)
 and `--opt_args` ("learning_rate=0.1;momentum=0.9;nesterov=true;" -- the original syntax). The
-math runs in `elasticdl.ops` kernels (C++ when built, NumPy otherwise); this module only chooses
-the kernel and its slots:
+math runs in `elasticdl.ops` kernels (C++ when built, NumPy otherwise): the config becomes an
+`elasticdl.ops.OptimizerSpec` once, and this module keeps the slots the spec names:
 
   SGD       p -= lr g
   Momentum  v = mu v + g; p -= lr v             (Nesterov: p -= lr (g + mu v))
@@ -21,13 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from elasticdl import ops
+from elasticdl.ops import OptimizerSpec, OptKind
 from elasticdl.ps.embedding_table import EmbeddingTable
 from elasticdl.ps.errors import PSError
 from elasticdl.ps.parameters import Parameters
 
 logger = logging.getLogger(__name__)
-
-OPT_TYPES = {"sgd": "SGD", "momentum": "Momentum", "adam": "Adam", "adagrad": "Adagrad"}
 
 
 class OptimizerConfigError(PSError):
@@ -47,13 +46,14 @@ class OptimizerConfig:
     initial_accumulator_value: float = 0.0
 
     def __post_init__(self):
-        canonical = OPT_TYPES.get(str(self.opt_type).strip().lower())
-        if canonical is None:
+        try:
+            kind = OptKind.parse(self.opt_type)
+        except ops.OpsError:
             raise OptimizerConfigError(
                 f"--opt_type {self.opt_type!r} is not supported; use one of "
-                f"{', '.join(OPT_TYPES.values())}"
-            )
-        self.opt_type = canonical
+                f"{', '.join(k.label for k in OptKind)}"
+            ) from None
+        self.opt_type = kind.label
         if self.learning_rate < 0:
             raise OptimizerConfigError(f"learning_rate must be >= 0, got {self.learning_rate}")
         if not 0.0 <= self.momentum < 1.0 + 1e-12:
@@ -68,15 +68,24 @@ class OptimizerConfig:
                 f"initial_accumulator_value must be >= 0, got {self.initial_accumulator_value}"
             )
 
+    @property
+    def kind(self) -> OptKind:
+        return OptKind.parse(self.opt_type)
 
-# Which opt_args keys each optimizer reads; others are accepted (the master may send a superset)
-# but logged, since they usually reveal a mismatch between --opt_type and --opt_args.
-_USED_KEYS = {
-    "SGD": {"learning_rate"},
-    "Momentum": {"learning_rate", "momentum", "nesterov"},
-    "Adam": {"learning_rate", "beta_1", "beta_2", "epsilon", "amsgrad"},
-    "Adagrad": {"learning_rate", "epsilon", "initial_accumulator_value"},
-}
+    def used_keys(self) -> set[str]:
+        """The fields this optimizer reads: the learning rate, the hyperparameters of its
+        kernels, and Adagrad's start value of the accumulator slot (set by the PS)."""
+        kind = self.kind
+        keys = {"learning_rate", *kind.hyperparameters}
+        if kind is OptKind.ADAGRAD:
+            keys.add("initial_accumulator_value")
+        return keys
+
+    def spec(self) -> OptimizerSpec:
+        """The kernels' view of this optimizer: its kind and fixed hyperparameters."""
+        return OptimizerSpec.create(self.kind, **dataclasses.asdict(self))
+
+
 _ALIASES = {"lr": "learning_rate", "beta1": "beta_1", "beta2": "beta_2"}
 _TRUE = {"true", "t", "yes", "y", "1"}
 _FALSE = {"false", "f", "no", "n", "0"}
@@ -118,7 +127,9 @@ def parse_optimizer_config(opt_type: str, opt_args: str) -> OptimizerConfig:
                     f"opt_args key {key!r}: {raw!r} is not a number"
                 ) from None
     config = OptimizerConfig(opt_type=opt_type, **values)
-    unused = set(values) - _USED_KEYS[config.opt_type]
+    # Other keys are accepted (the master may send a superset) but logged, since they usually
+    # reveal a mismatch between --opt_type and --opt_args.
+    unused = set(values) - config.used_keys()
     if unused:
         logger.warning("opt_args keys %s are ignored by %s", sorted(unused), config.opt_type)
     return config
@@ -133,46 +144,20 @@ class Optimizer:
 
     def __init__(self, config: OptimizerConfig):
         self.config = config
+        # Built once: every update hands the kernels this same spec and slot list.
+        self.spec = config.spec()
+        init = config.initial_accumulator_value
+        self._slots = tuple((s, init if s == "accumulator" else 0.0) for s in self.spec.slot_names)
 
     @property
     def slot_names(self) -> tuple[str, ...]:
-        c = self.config
-        if c.opt_type == "Momentum":
-            return ("momentum",)
-        if c.opt_type == "Adam":
-            return ("m", "v", "max_v") if c.amsgrad else ("m", "v")
-        if c.opt_type == "Adagrad":
-            return ("accumulator",)
-        return ()
-
-    def _slot_init(self, slot: str) -> float:
-        return self.config.initial_accumulator_value if slot == "accumulator" else 0.0
+        return self.spec.slot_names
 
     def apply_dense(self, params: Parameters, grads: dict[str, np.ndarray], lr: float, step: int):
-        c = self.config
+        spec, slot_inits = self.spec, self._slots
         for name, grad in grads.items():
-            p = params.dense[name]
-            slots = [params.dense_slot(s, name, self._slot_init(s)) for s in self.slot_names]
-            if c.opt_type == "SGD":
-                ops.sgd(p, grad, lr)
-            elif c.opt_type == "Momentum":
-                ops.momentum(p, grad, slots[0], lr, c.momentum, c.nesterov)
-            elif c.opt_type == "Adam":
-                ops.adam(
-                    p,
-                    grad,
-                    slots[0],
-                    slots[1],
-                    lr,
-                    c.beta_1,
-                    c.beta_2,
-                    c.epsilon,
-                    step,
-                    amsgrad=c.amsgrad,
-                    max_v=slots[2] if c.amsgrad else None,
-                )
-            else:
-                ops.adagrad(p, grad, slots[0], lr, c.epsilon)
+            slots = [params.dense_slot(s, name, init) for s, init in slot_inits]
+            ops.dense_update(spec, params.dense[name], grad, slots, lr, step)
 
     def apply_sparse(
         self, table: EmbeddingTable, ids: np.ndarray, grads: np.ndarray, lr: float, step: int
@@ -181,28 +166,6 @@ class Optimizer:
         block row numbers, not ids, so table and slots are plain contiguous 2-D arrays."""
         if ids.size == 0:
             return
-        c = self.config
         rows = table.rows(ids)  # creates rows never pulled (e.g. after a PS restart)
-        slots = [table.slot(s, self._slot_init(s)) for s in self.slot_names]
-        values = table.values
-        if c.opt_type == "SGD":
-            ops.sparse_sgd(values, rows, grads, lr)
-        elif c.opt_type == "Momentum":
-            ops.sparse_momentum(values, rows, grads, slots[0], lr, c.momentum, c.nesterov)
-        elif c.opt_type == "Adam":
-            ops.sparse_adam(
-                values,
-                rows,
-                grads,
-                slots[0],
-                slots[1],
-                lr,
-                c.beta_1,
-                c.beta_2,
-                c.epsilon,
-                step,
-                amsgrad=c.amsgrad,
-                max_v=slots[2] if c.amsgrad else None,
-            )
-        else:
-            ops.sparse_adagrad(values, rows, grads, slots[0], lr, c.epsilon)
+        slots = [table.slot(s, init) for s, init in self._slots]
+        ops.sparse_update(self.spec, table.values, rows, grads, slots, lr, step)

@@ -118,3 +118,26 @@ def test_parse_opt_args():
         parse_optimizer_config("Adam", "beta_1=1.5")
     with pytest.raises(OptimizerConfigError, match="key=value"):
         parse_optimizer_config("SGD", "learning_rate")
+
+
+def test_the_kind_becomes_one_ops_spec(monkeypatch, caplog):
+    """--opt_type/--opt_args become an ops OptimizerSpec once; every update passes that spec."""
+    from elasticdl import ops
+
+    config = parse_optimizer_config("ADAM", "lr=0.1;momentum=0.9;beta_1=0.5;amsgrad=true")
+    assert "opt_args keys ['momentum'] are ignored by Adam" in caplog.text
+    opt = Optimizer(config)
+    assert opt.spec == ops.OptimizerSpec(ops.OptKind.ADAM, beta_1=0.5, amsgrad=True)
+    assert opt.slot_names == ("m", "v", "max_v")
+    seen = []
+    monkeypatch.setattr(ops, "dense_update", lambda spec, *args: seen.append(spec))
+    monkeypatch.setattr(ops, "sparse_update", lambda spec, *args: seen.append(spec))
+    params = Parameters()
+    params.dense["w"] = np.zeros(3, np.float32)
+    opt.apply_dense(params, {"w": np.ones(3, np.float32)}, 0.1, 1)
+    opt.apply_sparse(
+        EmbeddingTable("t", 2, "zeros"), np.array([1]), np.ones((1, 2), np.float32), 0.1, 1
+    )
+    assert len(seen) == 2 and all(s is opt.spec for s in seen)
+    adagrad = Optimizer(parse_optimizer_config("adagrad", "initial_accumulator_value=0.3"))
+    assert adagrad.spec.kind is ops.OptKind.ADAGRAD and adagrad.slot_names == ("accumulator",)
