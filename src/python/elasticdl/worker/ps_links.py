@@ -127,6 +127,7 @@ class PSLink:
         self._part: Optional[PushPart] = None
         self.on_channel = False
         self.sent = False
+        self._answer_unread = False
 
     # ------------------------------------------------------------------ attaching
     def maybe_attach(self, tensors: Mapping[str, Tuple[np.dtype, Tuple[int, ...]]]) -> None:
@@ -225,13 +226,14 @@ class PSLink:
         take it leaves `sent` False, and the push goes by gRPC in a message instead."""
         try:
             self.shared.channel.send(lc.PUSH, self.request.SerializeToString())
-            self.sent = True
+            self.sent = self._answer_unread = True
         except lc.LocalChannelError:
             self.sent = False
 
     def receive(self) -> Optional[pb.PushGradientsResponse]:
         """The answer to the push `send` put on the channel; None when it must be sent again in a
         message (`in_message`). Other errors are the PS's answer and propagate."""
+        self._answer_unread = False
         try:
             return pb.PushGradientsResponse.FromString(self.shared.channel.receive())
         except lc.LocalChannelError as err:
@@ -262,6 +264,13 @@ class PSLink:
         return req
 
     def end_push(self) -> None:
-        """Forget the push in flight: its request may be large."""
+        """Forget the push in flight (its request may be large). When an error elsewhere cut
+        the push short before its answer was read off the channel, that answer would be taken
+        for the next push's while the PS still works in the region: the region and channel are
+        dropped instead, and attached again at the next push."""
+        if self._answer_unread:
+            logger.warning("PS %d: push abandoned on the local channel; attaching anew", self.ps_id)
+            self._answer_unread = False
+            self.drop_shared()
         self.request = self._part = None
         self.on_channel = self.sent = False

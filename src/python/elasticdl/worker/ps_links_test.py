@@ -404,6 +404,19 @@ def test_packed_gradients_reach_each_ps_region_through_its_link():
     client.close()
 
 
+def test_a_push_cut_short_by_another_ps_does_not_leave_an_answer_unread():
+    # PS 0's push went out on its channel; PS 1 fails it before PS 0's answer is read. Reading
+    # that answer at the next push would pair it with the wrong push: PS 0 attaches anew.
+    stubs = [FakeStub(), FakeStub(push=_raise(_error(grpc.StatusCode.INVALID_ARGUMENT, "bad")))]
+    channel = FakeChannel()
+    client = _client_with_fakes(stubs, [channel, None])
+    with pytest.raises(grpc.RpcError, match="bad"):
+        client.push_gradients({})
+    assert len(channel.sent) == 1 and channel.closed and client.shared_memory_ps() == []
+    assert client._links[0].request is None  # nothing of the push is kept
+    client.close()
+
+
 def test_a_finished_push_keeps_its_channel_and_nothing_of_the_push():
     channel = FakeChannel()
     client = _client_with_fakes([FakeStub()], [channel])
