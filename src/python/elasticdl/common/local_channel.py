@@ -2,9 +2,10 @@
 socket in the abstract namespace.
 
 Why: once the dense model travels through shared memory (elasticdl.common.shared_memory), a
-push is a message of a few hundred bytes, and most of its ~1 ms round trip through grpcio is
-grpc's own Python layer (a poller thread handing the call to a pool thread, HTTP/2 framing).
-A Unix socket round trip is ~50 us, and the PS answers on the connection's own thread.
+push is a message of a few hundred bytes, and most of its round trip through grpcio is grpc's
+own Python layer (a poller thread handing the call to a pool thread, HTTP/2 framing). A Unix
+socket round trip costs a fraction of that, and the PS answers on the connection's own thread
+(figures: benchmarks/runtime/README.md).
 
 The PS offers the channel in its answer to `attach_shared_memory`; the worker connects and
 proves it holds the region (its id and token in the first frame). Only pushes naming that

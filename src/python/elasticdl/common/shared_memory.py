@@ -4,7 +4,7 @@ Why: in a sync PS job every minibatch moves the whole dense model twice (gradien
 parameters back). Through gRPC that is a serialisation, a copy into HTTP/2 frames, a copy out
 and a parse on each side; on one host (the local platform) both processes can simply map the
 same memory. The control messages still go through gRPC (`attach_shared_memory`, then pushes
-that name the region), so ordering, errors, retries and a PS relaunch behave as before.
+that name the region), so ordering, errors, retries and a PS relaunch behave as with messages.
 
 Layout of a region (a file in /dev/shm): a 64-byte header whose first 16 bytes are a random
 token (the PS checks it to be sure it mapped the worker's file, not a namesake on another
