@@ -97,8 +97,8 @@ std::vector<const float*> ptr_list(const std::vector<uintptr_t>& v) {
         });
 
 // Result blocks of cpu_aggregate and pooled_bytes, reused once NumPy frees the arrays that
-// viewed them. A fresh 24 MB result costs ~1 ms of page faults (the kernel zeroes every page)
-// before a byte is written; a PS that aggregates or looks up every step and drops the previous
+// viewed them. A fresh result pays a page fault per page (the kernel zeroes every page) before
+// a byte is written; a PS that aggregates or looks up every step and drops the previous
 // result then writes into pages that are already mapped. At most kPoolBlocks blocks /
 // kPoolBytes are kept.
 constexpr size_t kPoolBlocks = 4;

@@ -67,10 +67,10 @@ int num_threads() { return g_max_threads; }
 void follow_load() {
   // Unless the user chose (OMP_DYNAMIC set), size each team by the CPUs that are actually
   // free. On an oversubscribed host a second thread only adds a wake-up that waits for a time
-  // slice (measured: 10-50 ms per parallel region at load 8 on 2 cores) to a kernel that takes
-  // a few ms. libgomp's own dynamic mode (used before) subtracts the 15-MINUTE load average
-  // rounded up from 0.9, so on 2 CPUs it ran one thread for a quarter of an hour after any
-  // burst and at a steady load of 1 (one CPU idle): 2 threads are 1.3-1.9x faster there.
+  // slice, longer than the kernel itself. libgomp's own dynamic mode is no substitute: it
+  // subtracts the 15-MINUTE load average, rounded up, so on a small host it keeps one thread
+  // long after a burst and at a steady load that leaves a CPU idle (measurements:
+  // benchmarks/ops/RESULTS.md, "Notes moved out of the sources").
   // nthreads-var is per calling thread, hence set on every entry (a thread-local store).
   static const bool user_set = std::getenv("OMP_DYNAMIC") != nullptr;
   if (user_set) return;
@@ -215,11 +215,11 @@ void accumulate_chunk(float* __restrict out, const float* const* grads, int num_
 }
 
 // Elementwise dense kernels (optimizer updates, gradient accumulation) go parallel only above
-// this many touched floats (Adam: 1M parameters, ~0.3 ms on one thread). Below it a second
-// thread saves at most tens of microseconds, and costs more than that where it matters: after
-// every parallel region libgomp's idle team thread spins waiting for the next one, so a PS
-// applying a small model (the README CNN: 225k parameters, 8 tensors, one push every ~10 ms)
-// kept a core ~25% busy spinning, on a 2-CPU host where the worker's step wanted that core.
+// this many touched floats (Adam: 1M parameters). Below it a second thread saves little, and
+// costs more than that where it matters: after every parallel region libgomp's idle team
+// thread spins waiting for the next one, so a PS applying a small model push after push keeps
+// a core busy spinning, a core the worker's step on the same host wants (RESULTS.md, "Notes
+// moved out of the sources").
 constexpr int64_t kElementwiseParallelMin = int64_t{1} << 22;
 
 // Splits [0, n) into one contiguous chunk per thread (aligned to 16 floats).

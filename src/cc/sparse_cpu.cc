@@ -167,8 +167,8 @@ EDL_MULTIVERSION void sparse_part(const OptParams& prm, float* table, int64_t di
 namespace {
 // Grouped positions per dynamically scheduled block of the group sums.
 constexpr int64_t kGroupBlock = 2048;
-// Positions ahead whose rows the group sums prefetch. Their reads are random; with cold rows
-// (Zipf ids) anything from 8 to 64 measured within noise, 96 slower.
+// Positions ahead whose rows the group sums prefetch: their reads are random, so enough rows
+// must be in flight to cover memory latency, but not so many that they evict each other.
 constexpr int32_t kGroupRowsAhead = 32;
 
 // Aggregation: row -> out[rank of the id], written once (streaming stores when whole lines).
@@ -308,21 +308,19 @@ void aggregate_rows(Dedup& d, const float* grads, int64_t dim, int64_t* out_ids,
   const int P = d.parts();
   const bool stream = stream_rows(out, dim, d.num_unique());  // rows land at random places
   if (P == 1 || omp_get_max_threads() == 1) {
-    // One thread: one sequential sweep of all positions (the hardware prefetcher follows it;
-    // measured 2x faster than walking the partitions one by one for Zipf ids).
+    // One thread: one sequential sweep of all positions, which the hardware prefetcher follows
+    // (walking the partitions one by one reads the rows in a random order).
     aggregate_sweep(d, grads, dim, rank, out, stream);
 #if defined(__SSE2__)
     if (stream) _mm_sfence();
 #endif
     return;
   }
-  // Several threads: partitions taken dynamically. (Each thread sweeping all positions for
-  // the partitions it owns was slower with 2 threads: the rows are interleaved row by row
-  // and each core's prefetcher also fetched the other's.)
+  // Several threads: partitions taken dynamically, not a sweep of all positions per thread
+  // (the threads' rows interleave row by row, and each core's prefetcher fetches the other's).
   // Mostly distinct ids (at least half the positions unique): the rows of ids seen once need
-  // no order, so they are copied in contiguous blocks of positions (sequential reads, 3.0 ->
-  // 2.4 ms for 100k uniform ids) and only repeated ids go by partition. Skewed batches (few
-  // singletons) skip the extra sweep.
+  // no order, so they are copied in contiguous blocks of positions (sequential reads) and only
+  // repeated ids go by partition. Skewed batches (few singletons) skip the extra sweep.
   const int64_t n = d.n();
   const bool split = 2 * d.num_unique() >= n;
   const int64_t blocks = split ? (n + kSingleBlock - 1) / kSingleBlock : 0;
