@@ -19,6 +19,8 @@ this module without the ``kubernetes`` SDK.
 
 from __future__ import annotations
 
+from elasticdl.common.types import ReplicaType, replica_name
+
 NAME_PREFIX = "elasticdl"
 
 # ---- labels ----------------------------------------------------------------------------------
@@ -38,9 +40,9 @@ PROTECTED_LABELS = (LABEL_JOB, LABEL_REPLICA_TYPE, LABEL_REPLICA_INDEX)
 STATUS_ANNOTATION = "elasticdl-status"
 
 # ---- replica types (values of LABEL_REPLICA_TYPE) --------------------------------------------
-MASTER_TYPE = "master"
-PS_TYPE = "ps"
-WORKER_TYPE = "worker"
+MASTER_TYPE = ReplicaType.MASTER.value
+PS_TYPE = ReplicaType.PS.value
+WORKER_TYPE = ReplicaType.WORKER.value
 REPLICA_TYPES = (PS_TYPE, WORKER_TYPE)  # what the master creates
 
 # ---- inside the pods -------------------------------------------------------------------------
@@ -65,8 +67,9 @@ def master_pod_name(job_name: str) -> str:
 
 
 def pod_name(job_name: str, replica_type: str, replica_id: int) -> str:
-    """``elasticdl-<job>-<type>-<id>``; also the name of the replica's headless service."""
-    return f"{NAME_PREFIX}-{job_name}-{replica_type}-{replica_id}"
+    """``elasticdl-<job>-<type>-<id>``; also the name of the replica's headless service and,
+    on the local platform, of its log file (one spelling: ``common.types.replica_name``)."""
+    return replica_name(job_name, replica_type, replica_id)
 
 
 def service_host(job_name: str, replica_type: str, replica_id: int, namespace: str) -> str:
