@@ -11,11 +11,9 @@ divided by the number of workers), which caps the figure the same way.
 computes the next task's minibatches (reading and parsing records in a tf.data pipeline) while
 the compiled step trains on the current ones. Both used to get every CPU, and on a small host
 they preempted each other: a step's parallel op waits for its slowest shard, so a core taken by
-the parser for one time slice stalls the whole op while the other core idles (measured on
-2 CPUs, README model, 1 PS + 1 worker: ~25% of the CPU time idle during training, the step
-~12 ms instead of ~9). Giving each its own share removes that: half the CPUs (at least one)
-for the data pipeline, the rest for the step's intra-op pool. On 2 CPUs, 4 A/B pairs in one
-window: 4,901 vs 4,556 samples/s median (every pair faster). A user's own
+the parser for one time slice stalls the whole op while the other core idles. Giving each its
+own share removes that: half the CPUs (at least one) for the data pipeline, the rest for the
+step's intra-op pool (measurements: benchmarks/runtime/README.md). A user's own
 `TF_NUM_INTRAOP_THREADS` is kept.
 """
 from __future__ import annotations

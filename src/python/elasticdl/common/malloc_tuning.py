@@ -5,8 +5,8 @@ of the largest block freed so far) with a fresh `mmap`, and returns it to the ke
 Every megabyte-sized buffer of a gRPC message, a protobuf `bytes` field or a NumPy copy then
 costs 256 page faults and the kernel's zeroing of those pages, each time. The PS and the workers
 allocate and free several such buffers per minibatch (the dense model and its gradients travel
-whole), and measured on the README model (0.9 MB each way), one push-with-pull round trip took
-~8 ms with glibc's defaults and ~4.5 ms with the settings below.
+whole), which nearly doubled a push-with-pull round trip of the README model (figures:
+benchmarks/runtime/README.md).
 
 `tune_malloc()` raises the mmap threshold to 64 MiB (fixed: no dynamic adjustment), so buffers up
 to that size are recycled from the heap, and lets up to 256 MiB of free heap stay mapped before

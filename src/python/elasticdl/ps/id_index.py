@@ -2,8 +2,8 @@
 
 Embedding lookups arrive as batches of thousands of ids; a Python dict would cost one
 interpreter round trip per id. With the native ops backend the map is ``elasticdl_native.IdMap``
-(C++ open addressing, prefetched and multi-threaded lookups: a 100k-id batch in ~1 ms instead of
-~4 ms); otherwise, or with ``ELASTICDL_OPS_BACKEND=reference``, the NumPy table below, which
+(C++ open addressing, prefetched and multi-threaded lookups; figures in benchmarks/ops/RESULTS.md);
+otherwise, or with ``ELASTICDL_OPS_BACKEND=reference``, the NumPy table below, which
 resolves a batch with a handful of vectorised passes (linear probing, multiplicative hashing,
 load factor <= 1/2) and inserts in O(batch) rather than O(table) as a sorted-array index would.
 Both give the same answers; the tests run each.

@@ -46,9 +46,7 @@ class TaskDataService:
         # Training pipelines run beside the compiled step (the worker's look-ahead computes the
         # next task's minibatches while the current one trains): on a thread pool of their own
         # with their share of the CPUs (elasticdl.common.cpu_budget), so the step keeps the
-        # rest. Measured on 2 CPUs (README model, 1 PS + 1 worker, 5 A/B pairs in one window):
-        # one pipeline thread instead of tf.data's shared pool trained faster in 4 of 5 pairs,
-        # median +7%.
+        # rest instead of competing with tf.data's shared pool.
         self.training_threads = training_threads or split_for_training(available_cpus()).data
 
     def reader_for(self, shard_name: str):
@@ -74,8 +72,8 @@ class TaskDataService:
         Two costs dominate small tasks, and both are paid once per (file, mode) instead of
         once per task:
 
-        * Building a pipeline traces ``feed``'s functions (about 100 ms, longer than training
-          a two-minibatch task, and it holds the GIL the training step needs): one pipeline
+        * Building a pipeline traces ``feed``'s functions (longer than training a
+          two-minibatch task, and it holds the GIL the training step needs): one pipeline
           per (mode, kind of file) is built once and re-run for every task; its source yields
           the records of the shard most recently asked for, all as one tensor (one Python
           call per task instead of one per record), split into records again. Files of one
@@ -136,8 +134,8 @@ class TaskDataService:
     ) -> tf.data.Dataset:
         """`stream`: iterated chunk by chunk (a task of several chunks), so the next chunk is
         computed ahead while the worker trains on one; otherwise computed in one call, where a
-        prefetch would only add a hand-off to its own thread (~0.7 ms of the ~7 ms of CPU per
-        128-record task measured for the README model)."""
+        prefetch would only add a hand-off to its own thread (a tenth of the task's CPU time
+        on the README model)."""
         reader = self.reader_for(shard_name)
         out_type = self._out_type(reader)
 

@@ -86,10 +86,9 @@ def _lower_this_threads_priority(delta: int) -> None:
 
     Why: the look-ahead only has to finish before the current task does, while everything
     waits for the training step and the PS's answer. At equal priority the scheduler shares
-    the cores evenly between them; a few ms of parsing then delay every step it overlaps.
-    Measured on 2 CPUs (README model, 1 PS + 1 worker, two series of 4 A/B pairs): nice +10
-    trained 5,448 vs 5,259 and 5,510 vs 5,233 samples/s (median), +5 in between. A thread
-    that is the only one runnable still gets the whole CPU, whatever its nice value."""
+    the cores evenly between them, and parsing then delays every step it overlaps (the A/B
+    figures are in benchmarks/runtime/README.md). A thread that is the only one runnable
+    still gets the whole CPU, whatever its nice value."""
     if delta <= 0 or not hasattr(os, "setpriority"):
         return
     try:
