@@ -33,7 +33,7 @@ from typing import Iterator
 
 from elasticdl.client.backend import JobBackend, JobHandle
 from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
-from elasticdl.common.job_spec import JobSpec
+from elasticdl.common.job_spec import JobSpec, master_argv
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
 from elasticdl.common.types import JobPhase, PlatformName
 from elasticdl.k8s.client import K8sApiError, K8sClient, K8sConfigError, KubeConfig, to_dict
@@ -90,17 +90,17 @@ class KubernetesBackend(JobBackend):
         return self._k8s
 
     # ---- submit --------------------------------------------------------------------------
-    def build_master_pod(self, args: JobSpec, service_account: str = ""):
+    def build_master_pod(self, job: JobSpec, service_account: str = ""):
         """The master pod for a resolved job spec (no API calls)."""
         from elasticdl.k8s.pods import PodTemplate, build_pod
 
-        if not getattr(args, "image_name", ""):
+        if not job.image_name:
             raise ClientError(
                 "--image_name is required on Kubernetes; build one with 'elasticdl zoo build'"
             )
         try:
-            spec = ClusterSpec.from_args(args)
-            template = PodTemplate.from_args(args, cluster_spec=spec)
+            cluster_spec = ClusterSpec.from_spec(job)
+            template = PodTemplate.from_spec(job, cluster_spec=cluster_spec)
         except ValueError as e:
             raise ClientError(str(e)) from None
         template.namespace = self.namespace
@@ -109,38 +109,38 @@ class KubernetesBackend(JobBackend):
         template.restart_policy = "Never"
         # The whole job in one argument; only the fields that differ from their defaults, so
         # the manifest stays readable.
-        job = args.replace(platform=PlatformName.KUBERNETES, namespace=self.namespace)
-        command = ["python", "-m", MASTER_MODULE, f"--job_spec={job.to_json(only_changed=True)}"]
+        sent = job.replace(platform=PlatformName.KUBERNETES, namespace=self.namespace)
+        command = ["python", "-m", MASTER_MODULE, *master_argv(spec=sent)]
         try:
             return build_pod(
                 template,
-                name=master_pod_name(args.job_name),
-                job_name=args.job_name,
+                name=master_pod_name(job.job_name),
+                job_name=job.job_name,
                 replica_type=MASTER_TYPE,
                 replica_id=0,
-                image=args.image_name,
+                image=job.image_name,
                 command=command,
-                resource_request=getattr(args, "master_resource_request", ""),
-                resource_limit=getattr(args, "master_resource_limit", ""),
-                priority_class=getattr(args, "master_pod_priority", ""),
-                port=args.port,
+                resource_request=job.master_resource_request,
+                resource_limit=job.master_resource_limit,
+                priority_class=job.master_pod_priority,
+                port=job.port,
             )
         except ValueError as e:
             raise ClientError(str(e)) from None
 
-    def submit(self, args: JobSpec, yaml_path: str = "") -> JobHandle:
+    def submit(self, job: JobSpec, yaml_path: str = "") -> JobHandle:
         if yaml_path:
-            pod = self.build_master_pod(args)
+            pod = self.build_master_pod(job)
             write_manifest(pod, yaml_path)
             return JobHandle(
-                job_name=args.job_name,
+                job_name=job.job_name,
                 platform=self.platform,
                 created_at=time.time(),
                 namespace=self.namespace,
                 master=pod.metadata.name,
                 yaml_path=yaml_path,
             )
-        pod = self.build_master_pod(args)  # validate everything before touching the cluster
+        pod = self.build_master_pod(job)  # validate everything before touching the cluster
         service_account = self._job_service_account()
         if service_account:
             pod.spec.service_account_name = pod.spec.service_account_name or service_account
@@ -148,25 +148,25 @@ class KubernetesBackend(JobBackend):
         if existing is not None:
             status = self._status_of(existing)
             raise JobConflictError(
-                f"job {args.job_name} already exists in namespace {self.namespace} "
+                f"job {job.job_name} already exists in namespace {self.namespace} "
                 f"({status.phase}); "
-                f"remove it with 'elasticdl cancel {args.job_name}' or use another --job_name"
+                f"remove it with 'elasticdl cancel {job.job_name}' or use another --job_name"
             )
         try:
             created = self.k8s.create_pod(pod)
         except K8sApiError as e:
             if e.status == 409:
                 raise JobConflictError(
-                    f"job {args.job_name} already exists in namespace {self.namespace}"
+                    f"job {job.job_name} already exists in namespace {self.namespace}"
                 ) from None
-            raise ClientError(f"cannot submit job {args.job_name}: {e}") from None
+            raise ClientError(f"cannot submit job {job.job_name}: {e}") from None
         created_at = (
             created.metadata.creation_timestamp.timestamp()
             if created.metadata.creation_timestamp
             else time.time()
         )
         return JobHandle(
-            job_name=args.job_name,
+            job_name=job.job_name,
             platform=self.platform,
             created_at=created_at,
             namespace=self.namespace,

@@ -30,7 +30,7 @@ from typing import Iterator
 from elasticdl.client.backend import JobBackend, JobHandle
 from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError, WaitTimeout
 from elasticdl.client.master_runtime import MasterRuntime, resolve_master_runtime
-from elasticdl.common.job_spec import JobSpec, jobs_root
+from elasticdl.common.job_spec import JobSpec, jobs_root, master_argv
 from elasticdl.common.job_status import JobStatus
 from elasticdl.common.spec_codec import SpecError
 from elasticdl.common.types import JobPhase, PlatformName
@@ -205,7 +205,7 @@ class LocalBackend(JobBackend):
         spec = spec.replace(platform=PlatformName.LOCAL, job_dir=str(directory))
         spec_path = directory / JOB_SPEC_FILE
         _write_text_atomic(spec_path, spec.to_json(only_changed=False, indent=2) + "\n")
-        command = runtime.command([f"--job_spec_file={spec_path}"])
+        command = runtime.command(master_argv(spec_file=str(spec_path)))
         created_at = time.time()
         job = {
             "job_name": name,

@@ -32,7 +32,10 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from elasticdl.common.job_spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
@@ -96,12 +99,11 @@ class KubeConfig:
     force_use_kube_config_file: bool = False
 
     @classmethod
-    def from_args(cls, args) -> "KubeConfig":
-        """From the job's ``kube_context`` and ``force_use_kube_config_file`` flags (the file
-        itself comes from ``$KUBECONFIG``: there is no flag for it)."""
+    def from_spec(cls, job: "JobSpec") -> "KubeConfig":
+        """From the job's ``kube_context`` and ``force_use_kube_config_file`` (the file itself
+        comes from ``$KUBECONFIG``: there is no flag for it)."""
         return cls(
-            context=args.kube_context or "",
-            force_use_kube_config_file=bool(args.force_use_kube_config_file),
+            context=job.kube_context, force_use_kube_config_file=job.force_use_kube_config_file
         )
 
 

@@ -35,10 +35,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elasticdl.k8s.client import to_model
 from elasticdl.k8s.names import PROTECTED_LABELS
+
+if TYPE_CHECKING:
+    from elasticdl.common.job_spec import JobSpec
 
 IMAGE_CLUSTER_SPEC_DIR = "/cluster_spec"
 POD_KEYS = ("labels", "annotations", "node_selector", "affinity", "tolerations", "env")
@@ -74,9 +77,9 @@ class ClusterSpec:
         return cls()
 
     @classmethod
-    def from_args(cls, args) -> "ClusterSpec":
-        """From the job's ``cluster_spec`` and ``cluster_spec_json`` flags."""
-        return cls.load(args.cluster_spec or "", args.cluster_spec_json or "")
+    def from_spec(cls, job: "JobSpec") -> "ClusterSpec":
+        """From the job's ``cluster_spec`` and ``cluster_spec_json``."""
+        return cls.load(job.cluster_spec, job.cluster_spec_json)
 
     @classmethod
     def from_python_file(cls, path: str) -> "ClusterSpec":

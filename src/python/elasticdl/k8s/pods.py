@@ -25,12 +25,15 @@ a relaunched PS keeps its DNS name ``elasticdl-<job>-ps-<i>.<namespace>.svc``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elasticdl.k8s import resources, volumes
 from elasticdl.k8s.client import to_model
 from elasticdl.k8s.cluster_spec import ClusterSpec
 from elasticdl.k8s.names import CONTAINER_NAME, DOWNWARD_ENV, PORT_NAME, job_labels
+
+if TYPE_CHECKING:
+    from elasticdl.common.job_spec import JobSpec
 
 
 @dataclasses.dataclass
@@ -46,18 +49,16 @@ class PodTemplate:
     service_account: str = ""  # "" = the namespace's default service account
 
     @classmethod
-    def from_args(cls, args, cluster_spec: ClusterSpec | None = None) -> "PodTemplate":
-        """From the job's flags: ``namespace``, ``image_pull_policy``, ``restart_policy``,
-        ``volume``, ``envs`` (and the cluster spec flags unless ``cluster_spec`` is given)."""
-        from elasticdl.common.job_spec import parse_envs
-
+    def from_spec(cls, job: "JobSpec", cluster_spec: ClusterSpec | None = None) -> "PodTemplate":
+        """From the job's ``namespace``, ``image_pull_policy``, ``restart_policy``, ``volume``,
+        ``envs`` (and its cluster spec unless ``cluster_spec`` is given)."""
         return cls(
-            namespace=args.namespace or "default",
-            image_pull_policy=args.image_pull_policy or "Always",
-            restart_policy=args.restart_policy or "Never",
-            volume=args.volume or "",
-            envs=parse_envs(args.envs or ""),
-            cluster_spec=cluster_spec if cluster_spec is not None else ClusterSpec.from_args(args),
+            namespace=job.namespace or "default",
+            image_pull_policy=job.image_pull_policy,
+            restart_policy=job.restart_policy,
+            volume=job.volume,
+            envs=job.env_vars(),
+            cluster_spec=cluster_spec if cluster_spec is not None else ClusterSpec.from_spec(job),
         )
 
 

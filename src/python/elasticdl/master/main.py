@@ -7,18 +7,12 @@ the model definition is unusable (one-line error on stderr).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import sys
 
 LOG_FORMAT = "[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] %(message)s"
 PROG = "elasticdl master"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
-        raise ValueError(message)
 
 
 def _setup_logging(level: str, log_file: str = "") -> None:
@@ -30,22 +24,9 @@ def _setup_logging(level: str, log_file: str = "") -> None:
 
 def read_job_spec(argv: list[str] | None = None):
     """The resolved job spec from ``--job_spec`` or ``--job_spec_file``; ValueError if bad."""
-    from elasticdl.common.job_spec import JobSpec
+    from elasticdl.common.job_spec import spec_from_master_argv
 
-    parser = _Parser(prog=PROG, allow_abbrev=False)
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--job_spec", help="The job spec as JSON")
-    source.add_argument("--job_spec_file", help="A file holding the job spec as JSON")
-    args = parser.parse_args(argv)
-    text = args.job_spec
-    if args.job_spec_file:
-        try:
-            with open(args.job_spec_file) as f:
-                text = f.read()
-        except OSError as e:
-            raise ValueError(f"--job_spec_file: cannot read {args.job_spec_file}: {e.strerror}")
-    spec, _ = JobSpec.from_json(text).resolve(check_local_paths=False)
-    return spec
+    return spec_from_master_argv(sys.argv[1:] if argv is None else argv)
 
 
 def main(argv: list[str] | None = None) -> int:

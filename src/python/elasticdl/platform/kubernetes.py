@@ -126,19 +126,18 @@ class KubernetesPlatform(Platform):
         self._watcher.start()
 
     @classmethod
-    def from_spec(cls, args: "JobSpec") -> "KubernetesPlatform":
-        """From the job's flags: ``job_name``, ``namespace``, ``worker_image`` /
-        ``image_name``, the kubeconfig flags and the pod template flags
-        (:meth:`PodTemplate.from_args`)."""
-        k8s = K8sClient(args.namespace or "default", config=KubeConfig.from_args(args))
-        image = args.worker_image or args.image_name
+    def from_spec(cls, job: "JobSpec") -> "KubernetesPlatform":
+        """From the job's ``job_name``, ``namespace``, ``worker_image`` / ``image_name``, its
+        kubeconfig fields and its pod template fields (:meth:`PodTemplate.from_spec`)."""
+        k8s = K8sClient(job.namespace or "default", config=KubeConfig.from_spec(job))
+        image = job.worker_image or job.image_name
         if not image:
             raise PlatformError("--image_name is required on Kubernetes")
         return cls(
-            job_name=args.job_name,
+            job_name=job.job_name,
             k8s=k8s,
             image=image,
-            template=PodTemplate.from_args(args),
+            template=PodTemplate.from_spec(job),
             network=os.environ.get(NETWORK_ENV, NETWORK_POD) or NETWORK_POD,
         )
 

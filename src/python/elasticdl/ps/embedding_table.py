@@ -113,8 +113,8 @@ class EmbeddingTable:
     def get(self, ids: np.ndarray) -> np.ndarray:
         """Copy of the rows for `ids` (n, dim), creating unseen rows lazily."""
         rows = self.rows(ids)
-        # The lookup kernel: a prefetched, multi-threaded gather into pooled memory (100k rows
-        # of 64 floats: ~1.8 ms, where NumPy's fancy indexing takes ~4.7 ms).
+        # The lookup kernel: a prefetched, multi-threaded gather into pooled memory, faster than
+        # NumPy's fancy indexing (benchmarks/ops/RESULTS.md).
         return ops.embedding_lookup(self._values, rows)
 
     def set(self, ids: np.ndarray, values: np.ndarray, slot: str | None = None) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from elasticdl import ops
+from elasticdl.common import spec_codec
 from elasticdl.ops import OptimizerSpec, OptKind
 from elasticdl.ps.embedding_table import EmbeddingTable
 from elasticdl.ps.errors import PSError
@@ -87,17 +88,15 @@ class OptimizerConfig:
 
 
 _ALIASES = {"lr": "learning_rate", "beta1": "beta_1", "beta2": "beta_2"}
-_TRUE = {"true", "t", "yes", "y", "1"}
-_FALSE = {"false", "f", "no", "n", "0"}
 
 
 def parse_bool(text: str, key: str) -> bool:
-    value = str(text).strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise OptimizerConfigError(f"opt_args key {key!r}: {text!r} is not a boolean (true/false)")
+    try:
+        return spec_codec.parse_bool(text)
+    except ValueError:
+        raise OptimizerConfigError(
+            f"opt_args key {key!r}: {text!r} is not a boolean (true/false)"
+        ) from None
 
 
 def parse_optimizer_config(opt_type: str, opt_args: str) -> OptimizerConfig:

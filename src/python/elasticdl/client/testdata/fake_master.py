@@ -24,10 +24,10 @@ from pathlib import Path
 # Read the spec with the real master's reader, so a spec the client writes that the master
 # would reject fails these tests too (exit 2 and a one-line error, like the real master).
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from elasticdl.master.main import read_job_spec  # noqa: E402
+from elasticdl.common.job_spec import spec_from_master_argv  # noqa: E402
 
 try:
-    spec = read_job_spec(sys.argv[1:])
+    spec = spec_from_master_argv(sys.argv[1:])
 except ValueError as e:
     print(f"elasticdl master: error: {e}", file=sys.stderr)
     sys.exit(2)
