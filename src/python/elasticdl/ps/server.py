@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import grpc
 from elasticdl.common.replica_spec import PSSpec
@@ -28,54 +28,19 @@ logger = logging.getLogger(__name__)
 GRPC_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 
-@dataclass
-class PSConfig:
-    ps_id: int = 0
-    num_ps_pods: int = 1
-    port: int = 2222  # 0: pick a free port (logged)
-    bind_host: str = "0.0.0.0"
-    master_addr: str = ""  # "" disables report_version
-    job_name: str = ""
-    use_async: bool = False
-    grads_to_wait: int = 1
-    lr_staleness_modulation: bool = False
-    sync_version_tolerance: int = 0
-    evaluation_steps: int = 0
-    checkpoint_dir: str = ""
-    checkpoint_steps: int = 0
-    keep_checkpoint_max: int = 0
-    checkpoint_dir_for_init: str = ""
-    num_workers: int = 0
-    opt_type: str = "SGD"
-    opt_args: str = ""
-    log_every_versions: int = 100
+@dataclass(frozen=True)
+class PSConfig(PSSpec):
+    """A PS server's configuration: the spec the master derived (see ``PSSpec`` for each
+    field) plus what only the process hosting the server chooses."""
+
     grpc_threads: int = 64
 
     @classmethod
-    def from_spec(cls, spec: PSSpec) -> "PSConfig":
-        return cls(
-            ps_id=spec.ps_id,
-            num_ps_pods=spec.num_ps_pods,
-            port=spec.port,
-            bind_host=spec.bind_host,
-            master_addr=spec.master_addr,
-            job_name=spec.job_name,
-            use_async=spec.use_async,
-            grads_to_wait=spec.grads_to_wait,
-            lr_staleness_modulation=spec.lr_staleness_modulation,
-            sync_version_tolerance=spec.sync_version_tolerance,
-            evaluation_steps=spec.evaluation_steps,
-            checkpoint_dir=spec.checkpoint_dir,
-            checkpoint_steps=spec.checkpoint_steps,
-            keep_checkpoint_max=spec.keep_checkpoint_max,
-            checkpoint_dir_for_init=spec.checkpoint_dir_for_init,
-            num_workers=spec.num_workers,
-            opt_type=spec.opt_type,
-            opt_args=spec.opt_args,
-            log_every_versions=spec.log_every_versions,
-        )
+    def from_spec(cls, spec: PSSpec, **extra) -> "PSConfig":
+        return cls(**{f.name: getattr(spec, f.name) for f in fields(spec)}, **extra)
 
     def __post_init__(self):
+        super().__post_init__()
         if self.num_ps_pods < 1:
             raise PSError(f"--num_ps_pods must be >= 1, got {self.num_ps_pods}")
         if not 0 <= self.ps_id < self.num_ps_pods:
