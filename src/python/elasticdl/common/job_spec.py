@@ -136,6 +136,13 @@ def _aux_params(name: str, value: str) -> None:
         raise SpecError(f"--{name}: unknown {', '.join(unknown)}; known: {', '.join(AUX_PARAMS)}")
 
 
+def _params(name: str, value: str) -> None:
+    for item in (value or "").split(";"):
+        key = item.split("=", 1)[0].strip()
+        if item.strip() and ("=" not in item or not key):
+            raise SpecError(f"--{name}: {item.strip()!r} is not key=value; use 'k1=v1; k2=v2'")
+
+
 def _worker_priority(name: str, value: str) -> None:
     if not value or value in ("high", "low"):
         return
@@ -200,6 +207,18 @@ class JobSpec:
     )
     minibatch_size: int = _field(64, "Records per minibatch", "model", check=_positive)
     feed: str = _field("feed", "Name of the feed (dataset) function in the model file", "model")
+    dataset_fn: str = _field(
+        "",
+        "The original ElasticDL's name of --feed (default: 'feed', else 'dataset_fn' when the "
+        "model file defines no 'feed')",
+        "model",
+    )
+    model_params: str = _field(
+        "",
+        "Keyword arguments of the model function, 'k1=v1; k2=v2' (values as Python literals)",
+        "model",
+        check=_params,
+    )
     loss: str = _field("loss", "Name of the loss function in the model file", "model")
     optimizer: str = _field(
         "optimizer", "Name of the optimizer function in the model file", "model"

@@ -243,6 +243,7 @@ def test_a_spec_is_frozen_and_typed():
         (["--task_fault_tolerance=false"], "--task_fault_tolerance=false was removed"),
         (["--need_elasticdl_job_service=no"], "--need_elasticdl_job_service=false was removed"),
         (["--job_command=python x.py"], "--job_command=python x.py was removed"),
+        (["--model_params=units"], "--model_params: 'units' is not key=value"),
     ],
 )
 def test_validation_messages(extra, message):
@@ -304,3 +305,16 @@ def test_local_paths_are_checked(tmp_path):
 def test_parse_envs_keeps_commas_in_values():
     assert job_spec.parse_envs("A=1,B=x,y,C=") == {"A": "1", "B": "x,y", "C": ""}
     assert job_spec.parse_envs("") == {}
+
+
+def test_original_model_flags_reach_the_worker_by_name():
+    # v0.2's --dataset_fn and --model_params: JobSpec fields, copied into the worker spec.
+    from elasticdl.common import replica_spec
+
+    spec = _spec(MINIMAL + ["--dataset_fn=input_fn", "--model_params=units=16; name='w'"])
+    assert (spec.dataset_fn, spec.model_params) == ("input_fn", "units=16; name='w'")
+    worker = replica_spec.derive(
+        replica_spec.WorkerSpec, spec, worker_id=0, master_addr="m:1", ps_addrs=("p:2",)
+    )
+    back = replica_spec.worker_spec_from_argv(replica_spec.to_argv(worker))
+    assert (back.dataset_fn, back.model_params) == ("input_fn", "units=16; name='w'")

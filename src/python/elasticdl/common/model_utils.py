@@ -5,11 +5,20 @@ or class plus `feed`, `loss`, `optimizer`, `eval_metrics_fn` and optionally `cal
 `custom_data_reader` and `PredictionOutputsProcessor` (names overridable by CLI flags). The
 master and the workers both load the spec, so loading must not build the model or touch TF
 beyond importing the user's module.
+
+Model files written for the original ElasticDL load unchanged: `dataset_fn` (v0.2's name of
+`feed`, also with v0.1's two arguments `(dataset, mode)`) is found when there is no `feed`;
+`--model_params "k1=v1; k2=v2"` become keyword arguments of the model function; and the zoo is
+importable as the package `model_zoo` (`from model_zoo.cifar10.data_parser import ...`), as the
+original's images made it by placing the zoo at `/model_zoo`.
 """
 from __future__ import annotations
 
 import enum
+import functools
+import importlib.machinery
 import importlib.util
+import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -65,6 +74,22 @@ def get_module_file_path(model_zoo: str, model_def: str) -> str:
     return os.path.join(model_zoo, *parts[:-1]) + ".py"
 
 
+ZOO_PACKAGE = "model_zoo"
+
+
+def _register_zoo_package(model_zoo: str) -> None:
+    """Make `import model_zoo.<dir>...` find the files of `model_zoo` (an absolute directory),
+    whatever the directory is called."""
+    current = sys.modules.get(ZOO_PACKAGE)
+    if current is not None and list(getattr(current, "__path__", []) or []) == [model_zoo]:
+        return
+    for name in [n for n in sys.modules if n.startswith(ZOO_PACKAGE + ".")]:
+        del sys.modules[name]  # modules of another zoo loaded earlier in this process
+    spec = importlib.machinery.ModuleSpec(ZOO_PACKAGE, None, is_package=True)
+    spec.submodule_search_locations = [model_zoo]
+    sys.modules[ZOO_PACKAGE] = importlib.util.module_from_spec(spec)
+
+
 def _import_model_module(model_zoo: str, model_def: str) -> Tuple[ModuleType, str]:
     if not model_zoo:
         raise ModelSpecError("--model_zoo is empty: pass the directory that holds the model files")
@@ -80,6 +105,7 @@ def _import_model_module(model_zoo: str, model_def: str) -> Tuple[ModuleType, st
     # importable; import through the package path so relative imports inside the zoo work too.
     if model_zoo not in sys.path:
         sys.path.insert(0, model_zoo)
+    _register_zoo_package(model_zoo)
     module_name = ".".join(model_def.split(".")[:-1])
     try:
         module = importlib.import_module(module_name)
@@ -110,6 +136,77 @@ def _get(module: ModuleType, path: str, name: str, flag: str, required: bool):
     return obj
 
 
+def _positional_arity(fn: Callable[..., Any]) -> Optional[int]:
+    """How many positional arguments `fn` takes; None when it takes any number."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    positional = 0
+    for p in params:
+        if p.kind == p.VAR_POSITIONAL:
+            return None
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            positional += 1
+    return positional
+
+
+def _resolve_feed(module, path, feed: str, dataset_fn: str, required: bool):
+    """The feed function: `--dataset_fn` (v0.2's flag) or `--feed`; a model file of v0.2 that
+    defines `dataset_fn` and no `feed` needs neither flag. A v0.1 `dataset_fn(dataset, mode)`
+    is called without the reader's metadata."""
+    flag = "--feed"
+    if dataset_fn:
+        if feed not in ("feed", dataset_fn):
+            raise ModelSpecError(
+                f"--feed={feed} and --dataset_fn={dataset_fn} name different functions; "
+                "pass only one (--dataset_fn is the original ElasticDL's name of --feed)"
+            )
+        feed, flag = dataset_fn, "--dataset_fn"
+    elif feed == "feed" and getattr(module, "feed", None) is None:
+        if getattr(module, "dataset_fn", None) is not None:
+            feed, flag = "dataset_fn", "--dataset_fn"
+    fn = _get(module, path, feed, flag, required=required)
+    if fn is not None and _positional_arity(fn) == 2:
+        original = fn
+
+        @functools.wraps(original)
+        def fn(dataset, mode, metadata=None):
+            return original(dataset, mode)
+
+    return fn
+
+
+def _bind_model_params(model_fn, model_name: str, path: str, model_params: str):
+    """`--model_params "k1=v1; k2=v2"` -> the model function with those keyword arguments."""
+    if not model_params:
+        return model_fn
+    try:
+        params = get_dict_from_params_str(model_params)
+    except ModelSpecError as e:
+        raise ModelSpecError(f"--model_params: {e}") from None
+    try:
+        target = model_fn.__init__ if inspect.isclass(model_fn) else model_fn
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        signature = None
+    if signature is not None:
+        accepted = signature.parameters
+        takes_any = any(p.kind == p.VAR_KEYWORD for p in accepted.values())
+        unknown = sorted(k for k in params if k not in accepted and not takes_any)
+        if unknown:
+            names = [
+                n
+                for n, p in accepted.items()
+                if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            ]
+            raise ModelSpecError(
+                f"--model_params: {model_name} in {path} takes no parameter "
+                f"{', '.join(repr(k) for k in unknown)} (it takes: {', '.join(names) or 'none'})"
+            )
+    return functools.partial(model_fn, **params)
+
+
 def load_model_spec(
     model_zoo: str,
     model_def: str,
@@ -122,23 +219,28 @@ def load_model_spec(
     prediction_outputs_processor: str = "PredictionOutputsProcessor",
     require_feed: bool = True,
     require_eval_metrics_fn: bool = True,
+    dataset_fn: str = "",
+    model_params: str = "",
 ) -> ModelSpec:
     """Import the model file and collect its entry points; missing required ones -> ModelSpecError.
 
     `require_feed=False` is for jobs whose data reader supplies a default feed (ODPS-style
     tables); `require_eval_metrics_fn=False` for jobs that never evaluate (prediction).
+    `dataset_fn` names the feed function as the original's `--dataset_fn` did; `model_params`
+    ("k1=v1; k2=v2") are bound as keyword arguments of the model function.
     """
     module, path = _import_model_module(model_zoo, model_def)
     model_name = model_def.split(".")[-1]
     model_fn = _get(module, path, model_name, "--model_def", required=True)
     if not callable(model_fn):
         raise ModelSpecError(f"--model_def: {model_name!r} in {path} is not a function or class")
+    model_fn = _bind_model_params(model_fn, model_name, path, model_params)
     return ModelSpec(
         module=module,
         model_fn=model_fn,
         loss=_get(module, path, loss, "--loss", required=True),
         optimizer=_get(module, path, optimizer, "--optimizer", required=True),
-        feed=_get(module, path, feed, "--feed", required=require_feed),
+        feed=_resolve_feed(module, path, feed, dataset_fn, required=require_feed),
         eval_metrics_fn=_get(
             module, path, eval_metrics_fn, "--eval_metrics_fn", required=require_eval_metrics_fn
         ),

@@ -103,3 +103,77 @@ def test_get_optimizer_info():
     )
     with pytest.raises(UnsupportedOptimizerError, match="SGD, Adam, Adagrad"):
         get_optimizer_info(keras.optimizers.RMSprop())
+
+
+# ---- model files written for the original ElasticDL -----------------------------------------
+
+
+def test_v02_dataset_fn_is_the_feed_when_there_is_no_feed(tmp_path):
+    zoo = _write_zoo(tmp_path, "zoo_v02", _MODEL.replace("def feed", "def dataset_fn"))
+    spec = load_model_spec(zoo, "zoo_v02.model_a.custom_model")
+    assert spec.feed.__name__ == "dataset_fn"
+    assert spec.feed("ds", Mode.TRAINING, None) == "ds"
+    # --dataset_fn names it explicitly; a different --feed as well is an error.
+    renamed = _write_zoo(tmp_path, "zoo_v02b", _MODEL.replace("def feed", "def my_input"))
+    spec = load_model_spec(renamed, "zoo_v02b.model_a.custom_model", dataset_fn="my_input")
+    assert spec.feed("ds", Mode.TRAINING, None) == "ds"
+    with pytest.raises(ModelSpecError, match="--dataset_fn") as e:
+        load_model_spec(renamed, "zoo_v02b.model_a.custom_model", feed="x", dataset_fn="my_input")
+    assert "\n" not in str(e.value)
+    with pytest.raises(ModelSpecError, match="--dataset_fn: 'nope'"):
+        load_model_spec(renamed, "zoo_v02b.model_a.custom_model", dataset_fn="nope")
+
+
+def test_v01_two_argument_dataset_fn_gets_no_metadata(tmp_path):
+    body = _MODEL.replace(
+        "def feed(dataset, mode, metadata):\n    return dataset",
+        "def dataset_fn(dataset, mode):\n    return (dataset, mode)",
+    )
+    zoo = _write_zoo(tmp_path, "zoo_v01", body)
+    spec = load_model_spec(zoo, "zoo_v01.model_a.custom_model")
+    assert spec.feed("ds", Mode.EVALUATION, {"columns": []}) == ("ds", Mode.EVALUATION)
+
+
+def test_model_params_are_keyword_arguments_of_the_model(tmp_path):
+    body = _MODEL.replace(
+        'def custom_model():\n    return "model"',
+        "def custom_model(units=4, name='m', dims=(1,)):\n    return (units, name, dims)",
+    )
+    zoo = _write_zoo(tmp_path, "zoo_params", body)
+    spec = load_model_spec(
+        zoo, "zoo_params.model_a.custom_model", model_params="units=16; name=wide; dims=[2, 3]"
+    )
+    assert spec.build_model() == (16, "wide", [2, 3])
+    assert spec.model_fn() == (16, "wide", [2, 3])
+    with pytest.raises(ModelSpecError) as e:
+        load_model_spec(zoo, "zoo_params.model_a.custom_model", model_params="unit=16")
+    msg = str(e.value)
+    assert "--model_params" in msg and "'unit'" in msg and "units, name, dims" in msg
+    with pytest.raises(ModelSpecError, match="--model_params"):
+        load_model_spec(zoo, "zoo_params.model_a.custom_model", model_params="units")
+
+
+def test_model_params_of_a_model_class(tmp_path):
+    body = _MODEL.replace(
+        'def custom_model():\n    return "model"',
+        "class CustomModel:\n    def __init__(self, channel_last=True):\n"
+        "        self.channel_last = channel_last",
+    )
+    zoo = _write_zoo(tmp_path, "zoo_cls", body)
+    spec = load_model_spec(zoo, "zoo_cls.model_a.CustomModel", model_params="channel_last=False")
+    assert spec.build_model().channel_last is False
+
+
+def test_zoo_is_importable_as_model_zoo(tmp_path):
+    zoo_dir = tmp_path / "my_zoo"
+    zoo_dir.mkdir()
+    zoo = _write_zoo(zoo_dir, "pkg", "from model_zoo.pkg.helpers import VALUE\n" + _MODEL)
+    (zoo_dir / "pkg" / "helpers.py").write_text("VALUE = 42\n")
+    spec = load_model_spec(zoo, "pkg.model_a.custom_model")
+    assert spec.module.VALUE == 42
+    # Another zoo loaded later in the same process gets its own `model_zoo`.
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other = _write_zoo(other_dir, "pkg2", "from model_zoo.pkg2.helpers import VALUE\n" + _MODEL)
+    (other_dir / "pkg2" / "helpers.py").write_text("VALUE = 7\n")
+    assert load_model_spec(other, "pkg2.model_a.custom_model").module.VALUE == 7

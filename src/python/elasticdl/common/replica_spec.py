@@ -52,6 +52,9 @@ class WorkerSpec:
     retry_timeout: float = 120.0
     # AllreduceStrategy: re-form the group and retry a failed allreduce this often.
     allreduce_retries: int = 5
+    # The original ElasticDL's model-file conventions (see common.model_utils.load_model_spec).
+    dataset_fn: str = ""
+    model_params: str = ""
 
     def __post_init__(self) -> None:
         spec_codec.check_types(self)

@@ -96,6 +96,8 @@ class Job:
             callbacks=a.callbacks,
             custom_data_reader=a.custom_data_reader,
             prediction_outputs_processor=a.prediction_outputs_processor,
+            dataset_fn=a.dataset_fn,
+            model_params=a.model_params,
             require_feed=False,
             require_eval_metrics_fn=self.evaluates,
         )

@@ -43,6 +43,8 @@ def main(argv=None) -> int:
             callbacks=spec.callbacks,
             custom_data_reader=spec.custom_data_reader,
             prediction_outputs_processor=spec.prediction_outputs_processor,
+            dataset_fn=spec.dataset_fn,
+            model_params=spec.model_params,
             require_eval_metrics_fn=False,
         )
         reader_params = get_dict_from_params_str(spec.data_reader_params)

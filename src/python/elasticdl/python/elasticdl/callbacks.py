@@ -1,0 +1,5 @@
+"""``elasticdl.python.elasticdl.callbacks``: the callbacks the worker runs
+(:mod:`elasticdl.worker.callbacks`)."""
+from elasticdl.worker.callbacks import LearningRateScheduler, MaxStepsStopping
+
+__all__ = ["LearningRateScheduler", "MaxStepsStopping"]
