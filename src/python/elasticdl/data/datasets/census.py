@@ -32,6 +32,65 @@ def _string_entry(feature: str):
     return lambda v: feature_entry(feature, bytes_feature([(v or "").strip()]))
 
 
+# The original generator's features (census_recordio_gen): numeric ones as float_list,
+# categorical ones as bytes_list, with the UCI file's column names; feature -> the source
+# column names (normalised) it may come from.
+ORIGINAL_NUMERIC = {
+    "age": ("age",),
+    "capital-gain": ("capital_gain",),
+    "capital-loss": ("capital_loss",),
+    "hours-per-week": ("hours_per_week",),
+}
+ORIGINAL_CATEGORICAL = {
+    "workclass": ("workclass",),
+    "education": ("education",),
+    "marital-status": ("marital_status",),
+    "occupation": ("occupation",),
+    "relationship": ("relationship",),
+    "race": ("race",),
+    "sex": ("sex", "gender"),
+    "native-country": ("native_country",),
+}
+
+
+def _labels(table, label_col) -> List[int]:
+    return [
+        1 if v is not None and str(v).strip().startswith(">50K") else 0
+        for v in tabular.column_values(table, label_col)
+    ]
+
+
+def build_original(inputs: Inputs, limit: Optional[int]) -> Dict[str, Split]:
+    """Records as the original ElasticDL's census generator wrote them: the 12 features of
+    ORIGINAL_NUMERIC and ORIGINAL_CATEGORICAL under the UCI names, and ``label`` int64."""
+    table = tabular.load_table(inputs)
+    names = table.column_names
+    wanted = {"income label": tabular.pick_column(names, LABEL_CANDIDATES)}
+    for feature, candidates in {**ORIGINAL_NUMERIC, **ORIGINAL_CATEGORICAL}.items():
+        wanted[feature] = tabular.pick_column(names, candidates)
+    tabular.check_columns(tabular.source_name(inputs), wanted, names)
+    labels = _labels(table, wanted.pop("income label"))
+    label_entries = [feature_entry("label", int64_feature([k])) for k in (0, 1)]
+    columns: List[list] = []
+    for feature, source in wanted.items():
+        make = _numeric_entry(feature) if feature in ORIGINAL_NUMERIC else _string_entry(feature)
+        cache: dict = {}
+        entries = []
+        for v in tabular.column_values(table, source):
+            if feature in ORIGINAL_CATEGORICAL and v is not None and not isinstance(v, str):
+                v = str(v)
+            e = cache.get(v)
+            if e is None:
+                e = cache[v] = make(v)
+            entries.append(e)
+        columns.append(entries)
+
+    def row(i: int) -> List[bytes]:
+        return [c[i] for c in columns] + [label_entries[labels[i]]]
+
+    return tabular.split_records(table.num_rows, limit, row)
+
+
 def build(inputs: Inputs, limit: Optional[int]) -> Dict[str, Split]:
     import pyarrow.types as pat
 
@@ -40,10 +99,7 @@ def build(inputs: Inputs, limit: Optional[int]) -> Dict[str, Split]:
     label_col = tabular.pick_column(names, LABEL_CANDIDATES)
     tabular.check_columns(tabular.source_name(inputs), {"income label": label_col}, names)
     label_entries = [feature_entry("label", int64_feature([k])) for k in (0, 1)]
-    labels = [
-        1 if v is not None and str(v).strip().startswith(">50K") else 0
-        for v in tabular.column_values(table, label_col)
-    ]
+    labels = _labels(table, label_col)
     # Per column: the encoded map entry of every row. Values repeat a lot (ages, categories),
     # so entries are cached per distinct value.
     columns: List[list] = []
@@ -82,4 +138,5 @@ SPEC = DatasetSpec(
     schema_version=1,
     locate=locate,
     build=build,
+    build_original=build_original,
 )

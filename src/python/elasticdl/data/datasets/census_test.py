@@ -80,3 +80,43 @@ def test_parses_with_tensorflow(tmp_path, table):
     parsed = tf.io.parse_example(recs, spec)
     assert parsed["age"].shape == (10,)
     assert set(parsed["label"].numpy().tolist()) <= {0, 1}
+
+
+ORIGINAL_FLOAT = ["age", "capital-gain", "capital-loss", "hours-per-week"]
+ORIGINAL_BYTES = [
+    "workclass",
+    "education",
+    "marital-status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "native-country",
+]
+
+
+def test_original_schema_has_the_original_column_names(tmp_path, table):
+    tf = pytest.importorskip("tensorflow")
+    result = prepare("census", str(tmp_path / "o"), limit=500, progress=False, schema="original")
+    default = prepare("census", str(tmp_path / "d"), limit=500, progress=False)
+    ex = _records(result, "test")
+    assert sorted(ex[0]) == sorted(ORIGINAL_FLOAT + ORIGINAL_BYTES + ["label"])
+    # The same rows, in the same split, as the default schema under the new names.
+    same = {"sex": "gender"}
+    for o, d in zip(ex, _records(default, "test")):
+        for c in ORIGINAL_FLOAT + ORIGINAL_BYTES + ["label"]:
+            assert o[c] == d[same.get(c, c.replace("-", "_"))]
+    # What the original census models' feed parses.
+    spec = {c: tf.io.FixedLenFeature([], tf.float32) for c in ORIGINAL_FLOAT}
+    spec.update({c: tf.io.FixedLenFeature([], tf.string) for c in ORIGINAL_BYTES})
+    spec["label"] = tf.io.FixedLenFeature([], tf.int64)
+    recs = [r for p in result.files["test"] for r in recordio.Scanner(p)]
+    parsed = tf.io.parse_example(recs, spec)
+    assert parsed["sex"].numpy()[0] in (b"Male", b"Female")
+
+
+def test_movielens_has_no_original_schema(tmp_path):
+    from elasticdl.data.datasets import DatasetError
+
+    with pytest.raises(DatasetError, match="no movielens schema; use --schema default"):
+        prepare("movielens", str(tmp_path / "m"), schema="original")

@@ -95,7 +95,24 @@ def _records(images: np.ndarray, labels: np.ndarray) -> Iterator[bytes]:
         )
 
 
+def _original_records(images: np.ndarray, labels: np.ndarray) -> Iterator[bytes]:
+    """The original generators' schema: ``image`` a float_list of the 784 pixel values
+    (0..255, row-major), ``label`` an int64_list of one value."""
+    label_entries = [feature_entry("label", int64_feature([k])) for k in range(256)]
+    for img, lab in zip(images, labels.tolist()):
+        pixels = img.reshape(-1).astype(np.float32)  # a float32 array encodes as a float_list
+        yield example_from_entries((feature_entry("image", pixels), label_entries[lab]))
+
+
 def build(inputs: Inputs, limit: Optional[int]) -> Dict[str, Split]:
+    return _build(inputs, limit, _records)
+
+
+def build_original(inputs: Inputs, limit: Optional[int]) -> Dict[str, Split]:
+    return _build(inputs, limit, _original_records)
+
+
+def _build(inputs: Inputs, limit: Optional[int], records) -> Dict[str, Split]:
     paths = inputs.extra["paths"]
     out = {}
     for split in ("train", "test"):
@@ -110,7 +127,7 @@ def build(inputs: Inputs, limit: Optional[int]) -> Dict[str, Split]:
             raise DatasetError(f"{paths[(split, 'labels')]}: label {labels.max()} outside 0..9")
         if limit is not None:
             images, labels = images[:limit], labels[:limit]
-        out[split] = Split(len(labels), _records(images, labels))
+        out[split] = Split(len(labels), records(images, labels))
     return out
 
 
@@ -121,4 +138,5 @@ SPEC = DatasetSpec(
     schema_version=1,
     locate=locate,
     build=build,
+    build_original=build_original,
 )

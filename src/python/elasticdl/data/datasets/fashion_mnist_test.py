@@ -91,3 +91,42 @@ def test_source_dir_and_bad_idx(tmp_path, prepared):
     bad.write_bytes(b"\x00\x00\x0d\x03" + b"\x00" * 12)
     with pytest.raises(DatasetError, match="not a uint8 IDX file with 3 dimensions"):
         fashion_mnist.read_idx(str(bad), 3)
+
+
+def test_original_schema_is_what_the_original_models_parse(tmp_path):
+    # --schema original: `image` 784 floats 0..255, `label` int64 [1] (the original generators').
+    tf = pytest.importorskip("tensorflow")
+    try:
+        result = prepare(
+            "fashion_mnist", str(tmp_path / "o"), progress=False, limit=64, schema="original"
+        )
+    except SourceUnavailableError as e:
+        pytest.skip(f"Fashion-MNIST raw data unavailable here (apt?): {e}")
+    inputs = fashion_mnist.locate(None)
+    images = fashion_mnist.read_idx(inputs.extra["paths"][("test", "images")], 3)
+    labels = fashion_mnist.read_idx(inputs.extra["paths"][("test", "labels")], 1)
+    recs = list(recordio.Scanner(result.files["test"][0]))
+    assert len(recs) == 64
+    parsed = tf.io.parse_example(
+        recs,
+        {
+            "image": tf.io.FixedLenFeature([28, 28], tf.float32),
+            "label": tf.io.FixedLenFeature([1], tf.int64),
+        },
+    )
+    np.testing.assert_array_equal(parsed["image"].numpy(), images[:64].astype(np.float32))
+    np.testing.assert_array_equal(parsed["label"].numpy()[:, 0], labels[:64])
+    # Not the default schema's output: its own identity, so a default run re-prepares.
+    again = prepare("fashion_mnist", str(tmp_path / "o"), progress=False, limit=64)
+    assert not again.skipped
+    assert (
+        len(decode_example_values(next(iter(recordio.Scanner(again.files["test"][0]))))["image"])
+        == 1
+    )
+
+
+def test_unknown_schema_is_one_line(tmp_path):
+    with pytest.raises(
+        DatasetError, match="--schema 'v1' is invalid; use one of default, original"
+    ):
+        prepare("fashion_mnist", str(tmp_path / "x"), schema="v1")

@@ -35,6 +35,9 @@ class DatasetSpec:
     schema_version: int
     locate: Callable[[Optional[str]], Inputs]
     build: Callable[[Inputs, Optional[int]], Dict[str, Split]]
+    # The records in the schema the original ElasticDL's data generators wrote (what model
+    # files written for it parse); None: the dataset has no such schema.
+    build_original: Optional[Callable[[Inputs, Optional[int]], Dict[str, Split]]] = None
 
 
 SPLIT_SEED = 20200101
