@@ -84,6 +84,10 @@ class AllreduceTrainer:
     def model_version(self) -> int:
         return self.steps
 
+    def learning_rate_may_have_changed(self) -> None:
+        """The worker calls this after callbacks ran (LearningRateScheduler); the Keras
+        optimizer here reads its learning rate at each step, so nothing is cached to drop."""
+
     def ensure_model(self, features, model: Optional[keras.Model] = None) -> keras.Model:
         if self.model is not None:
             return self.model

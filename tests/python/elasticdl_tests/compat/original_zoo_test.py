@@ -1,0 +1,89 @@
+"""Model files in the original ElasticDL's style (testdata/model_zoo, written here: its import
+paths, `dataset_fn`, `--model_params`, `import model_zoo.<dir>`, tf.keras idioms) trained by
+short local jobs (master in this process, PS and workers as processes) on a real
+Fashion-MNIST subset prepared in the original generators' schema (`--schema original`)."""
+import json
+from pathlib import Path
+
+import elasticdl.worker.main  # noqa: F401  (run by the worker processes; tells the build)
+import pytest
+from elasticdl.common.job_spec import spec_from_text
+from elasticdl.data.datasets import prepare
+from elasticdl.data.datasets.errors import DatasetError
+from elasticdl.master.job import Job
+
+ZOO = str(Path(__file__).resolve().parent / "testdata" / "model_zoo")
+
+
+@pytest.fixture(scope="module")
+def original_fashion_mnist(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fashion_mnist_original")
+    try:
+        return prepare(
+            "fashion_mnist",
+            str(out),
+            progress=False,
+            limit=4096,
+            records_per_shard=1024,
+            schema="original",
+        )
+    except DatasetError as e:  # no network and no cached copy of the Debian package
+        pytest.skip(f"Fashion-MNIST unavailable: {e}")
+
+
+def _train(tmp_path, data, **flags):
+    """A job as `elasticdl train --flag=value ...` submits it (flag text, as typed)."""
+    values = {
+        "job_name": "compat",
+        "model_zoo": ZOO,
+        "training_data": f"{data.output_dir}/train",
+        "validation_data": f"{data.output_dir}/test",
+        "minibatch_size": "64",
+        "num_minibatches_per_task": "4",
+        "num_epochs": "2",
+        "num_workers": "1",
+        "platform": "local",
+        "job_dir": str(tmp_path / "job"),
+        **flags,
+    }
+    spec, _ = spec_from_text("train", values).resolve()
+    code = Job(spec).run()
+    status = json.loads((tmp_path / "job" / "status.json").read_text())
+    assert code == 0, status["message"]
+    print(values["model_def"], status["evaluation_metrics"])
+    assert status["records_trained"] == status["records_expected"] == 2 * 4096
+    return status
+
+
+def test_v02_functional_model_with_dataset_fn(tmp_path, original_fashion_mnist):
+    # dataset_fn (no feed), BatchNormalization and Dropout, tf.optimizers.SGD, a PS.
+    status = _train(
+        tmp_path, original_fashion_mnist, model_def="mnist.mnist_functional_api.custom_model"
+    )
+    assert status["evaluation_metrics"]["accuracy"] > 0.6, status["evaluation_metrics"]
+
+
+def test_subclass_model_with_model_params_and_zoo_imports(tmp_path, original_fashion_mnist):
+    # A Keras Model subclass built with --model_params; its feed imports a sibling through
+    # `model_zoo.mnist...`; a LearningRateScheduler from the original's callbacks module.
+    status = _train(
+        tmp_path,
+        original_fashion_mnist,
+        model_def="mnist.mnist_subclass.CustomModel",
+        model_params="channel_last=True; hidden_units=64",
+    )
+    assert status["evaluation_metrics"]["accuracy"] > 0.6, status["evaluation_metrics"]
+
+
+def test_cifar10_style_model_with_allreduce(tmp_path, original_fashion_mnist):
+    # `from model_zoo.fashion.data_parser import parse_data`, the original's callbacks, logger,
+    # ODPS helpers and prediction outputs processor base class; AllreduceStrategy, 2 workers.
+    status = _train(
+        tmp_path,
+        original_fashion_mnist,
+        model_def="fashion.fashion_functional_api.custom_model",
+        model_params="filters=16",
+        distribution_strategy="AllreduceStrategy",
+        num_workers="2",
+    )
+    assert status["evaluation_metrics"]["accuracy"] > 0.6, status["evaluation_metrics"]
