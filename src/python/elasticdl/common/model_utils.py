@@ -108,19 +108,38 @@ def _import_model_module(model_zoo: str, model_def: str) -> Tuple[ModuleType, st
     _register_zoo_package(model_zoo)
     module_name = ".".join(model_def.split(".")[:-1])
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError:
-        # A directory without __init__.py that clashes with an installed package: load the file.
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    if os.path.abspath(getattr(module, "__file__", "") or "") != path:
-        # An installed package shadows the zoo's module name: load the zoo's file explicitly.
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            # A directory without __init__.py that clashes with an installed package: load the
+            # file.
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+        if os.path.abspath(getattr(module, "__file__", "") or "") != path:
+            # An installed package shadows the zoo's module name: load the zoo's file explicitly.
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+    except ImportError as e:
+        raise ModelSpecError(_import_error_message(model_def, path, e)) from None
     return module, path
+
+
+def _import_error_message(model_def: str, path: str, error: ImportError) -> str:
+    missing = error.name or ""
+    if missing.startswith("elasticdl."):
+        fix = (
+            f"{missing} of the original ElasticDL has no counterpart here (README: "
+            "'Coming from ElasticDL 0.x' lists what there is)"
+        )
+    else:
+        fix = (
+            "install it where the job runs (list it in the model zoo's requirements.txt and "
+            "build the image with 'elasticdl zoo build')"
+        )
+    return f"--model_def {model_def!r}: importing {path} failed: {error}; {fix}"
 
 
 def _get(module: ModuleType, path: str, name: str, flag: str, required: bool):

@@ -177,3 +177,15 @@ def test_zoo_is_importable_as_model_zoo(tmp_path):
     other = _write_zoo(other_dir, "pkg2", "from model_zoo.pkg2.helpers import VALUE\n" + _MODEL)
     (other_dir / "pkg2" / "helpers.py").write_text("VALUE = 7\n")
     assert load_model_spec(other, "pkg2.model_a.custom_model").module.VALUE == 7
+
+
+def test_a_missing_import_is_one_line_naming_the_package(tmp_path):
+    zoo = _write_zoo(tmp_path, "zoo_pil", "import PIL_not_installed.Image\n" + _MODEL)
+    with pytest.raises(ModelSpecError) as e:
+        load_model_spec(zoo, "zoo_pil.model_a.custom_model")
+    msg = str(e.value)
+    assert "--model_def 'zoo_pil.model_a.custom_model'" in msg and "PIL_not_installed" in msg
+    assert "requirements.txt" in msg and "\n" not in msg
+    zoo = _write_zoo(tmp_path, "zoo_odd", "import elasticdl.python.no_such\n" + _MODEL)
+    with pytest.raises(ModelSpecError, match="elasticdl.python.no_such of the original"):
+        load_model_spec(zoo, "zoo_odd.model_a.custom_model")
