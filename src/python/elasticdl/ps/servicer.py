@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 
 import grpc
@@ -30,6 +31,28 @@ MAX_STREAM_MESSAGE_BYTES = 4 * 1024 * 1024
 def default_rows_per_message(dim: int) -> int:
     """Rows per streamed IndexedSlices so that one message stays under 4 MiB."""
     return max(1, (MAX_STREAM_MESSAGE_BYTES - 1024) // (dim * 4 + 8))
+
+
+def checkpoint_dir_within(requested: str, job_dir: str) -> str | None:
+    """The directory a save_checkpoint request may write to: the job's checkpoint directory
+    or one below it (None: the job's own). Any caller that reaches the PS could otherwise
+    make it write (and, with keep_checkpoint_max, delete version directories) anywhere the
+    PS can."""
+    if not requested:
+        return None
+    if not job_dir:
+        raise PSError(
+            "save_checkpoint: this PS has no --checkpoint_dir, so it takes no directory from "
+            "the request; start the PS with --checkpoint_dir"
+        )
+    root = os.path.realpath(job_dir)
+    target = os.path.realpath(os.path.join(root, requested))
+    if os.path.commonpath([root, target]) != root:
+        raise PSError(
+            f"save_checkpoint: {requested!r} is outside the job's checkpoint directory "
+            f"{job_dir}; give a directory inside it (or none)"
+        )
+    return target
 
 
 def _status_for(error: Exception) -> grpc.StatusCode:
@@ -180,6 +203,9 @@ class PserverServicer(pb_grpc.PserverServicer):
     def save_checkpoint(self, request: pb.SaveCheckpointRequest, context):
         if self.checkpointer is None:
             raise PSError("this PS has no checkpointer configured")
+        directory = checkpoint_dir_within(
+            request.checkpoint_dir, self.checkpointer.config.checkpoint_dir
+        )
         model = self.ps.snapshot()
-        path = self.checkpointer.save(model, request.checkpoint_dir or None)
+        path = self.checkpointer.save(model, directory)
         return pb.SaveCheckpointResponse(version=model.version, path=path)

@@ -250,3 +250,33 @@ def test_push_with_pull_on_an_uninitialised_ps_says_so():
     finally:
         channel.close()
         server.stop(0)
+
+
+def test_save_checkpoint_only_inside_the_jobs_checkpoint_dir(ps, tmp_path):
+    _, stub, _, ckpt_dir = ps
+    stub.push_model(model_pb())
+    outside = tmp_path / "elsewhere"
+    for bad in (str(outside), str(ckpt_dir / ".." / "elsewhere"), "../elsewhere"):
+        with pytest.raises(grpc.RpcError) as e:
+            stub.save_checkpoint(pb.SaveCheckpointRequest(checkpoint_dir=bad))
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "outside the job's checkpoint directory" in e.value.details()
+    assert not outside.exists()
+    inside = stub.save_checkpoint(pb.SaveCheckpointRequest(checkpoint_dir=str(ckpt_dir / "sub")))
+    assert inside.path.startswith(str(ckpt_dir / "sub" / "version-"))
+    relative = stub.save_checkpoint(pb.SaveCheckpointRequest(checkpoint_dir="rel"))
+    assert relative.path.startswith(str(ckpt_dir / "rel" / "version-"))
+
+
+def test_checkpoint_dir_within_needs_a_job_dir(tmp_path):
+    from elasticdl.ps.errors import PSError
+    from elasticdl.ps.servicer import checkpoint_dir_within
+
+    assert checkpoint_dir_within("", "") is None
+    with pytest.raises(PSError, match="no --checkpoint_dir"):
+        checkpoint_dir_within(str(tmp_path), "")
+    link = tmp_path / "ckpt" / "escape"
+    (tmp_path / "ckpt").mkdir()
+    link.symlink_to(tmp_path / "other")
+    with pytest.raises(PSError, match="outside"):
+        checkpoint_dir_within(str(link), str(tmp_path / "ckpt"))
