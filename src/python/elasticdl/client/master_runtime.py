@@ -5,8 +5,11 @@ Candidates, first match wins:
 
 1. ``$ELASTICDL_MASTER_PEX``: a ``master.pex`` (or any executable / Python script taking the
    master's flags). Executables run directly; a non-executable file runs with this interpreter.
-2. ``dist/src.python.elasticdl.master/master.pex`` in the current directory or a parent
-   (a repository checkout after ``./pants package ::``).
+2. ``dist/src.python.elasticdl.master/master.pex`` where this client was installed from: the
+   checkout this module lives in (``src/python/elasticdl/client`` -> ``dist/``), or, for the
+   client PEX ``dist/src.python.client/elasticdl.pex``, the ``dist/`` beside it (after
+   ``./pants package ::``). Never the current directory or its parents: a ``master.pex`` that
+   anyone could leave in a shared directory would run as the user.
 3. This interpreter, if it has TensorFlow and ``elasticdl.master`` (``pip install elasticdl``
    or a development virtualenv): ``python -m elasticdl.master.main``.
 """
@@ -51,12 +54,30 @@ def _has_module(name: str) -> bool:
         return False
 
 
+def install_roots(environ: dict[str, str] | None = None) -> list[Path]:
+    """Directories that may hold this installation's ``dist/``: the checkout of this source
+    file, and the parent of the ``dist/`` that holds the running client PEX."""
+    environ = os.environ if environ is None else environ
+    roots = []
+    here = Path(__file__).resolve()
+    if len(here.parents) > 4 and here.parents[0].name == "client":
+        roots.append(here.parents[4])  # <checkout>/src/python/elasticdl/client/this.py
+    pex = environ.get("PEX", "")  # set by the PEX bootstrap to the running PEX file
+    if not pex and sys.argv and sys.argv[0].endswith(".pex"):
+        pex = sys.argv[0]
+    if pex:
+        # <checkout>/dist/src.python.client/elasticdl.pex -> <checkout>
+        roots.append(Path(pex).resolve().parents[2])
+    return roots
+
+
 def resolve_master_runtime(
     environ: dict[str, str] | None = None,
-    cwd: str | os.PathLike | None = None,
+    roots: list[Path] | None = None,
     python: str | None = None,
     search_interpreter: bool = True,
 ) -> MasterRuntime:
+    """``roots``: where to look for ``dist/`` (default :func:`install_roots`)."""
     environ = os.environ if environ is None else environ
     python = python or sys.executable
     pex = environ.get(ENV_MASTER_PEX, "")
@@ -68,9 +89,8 @@ def resolve_master_runtime(
             )
         return MasterRuntime(_program(path.resolve(), python), {}, f"{ENV_MASTER_PEX}={path}")
 
-    here = Path(cwd or os.getcwd()).resolve()
-    for directory in (here, *here.parents):
-        candidate = directory / PANTS_MASTER_PEX
+    for directory in install_roots(environ) if roots is None else roots:
+        candidate = Path(directory) / PANTS_MASTER_PEX
         if candidate.is_file():
             return MasterRuntime(_program(candidate, python), {}, str(candidate))
 
