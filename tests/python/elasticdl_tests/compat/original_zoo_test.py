@@ -60,7 +60,7 @@ def test_v02_functional_model_with_dataset_fn(tmp_path, original_fashion_mnist):
     status = _train(
         tmp_path, original_fashion_mnist, model_def="mnist.mnist_functional_api.custom_model"
     )
-    assert status["evaluation_metrics"]["accuracy"] > 0.6, status["evaluation_metrics"]
+    assert status["evaluation_metrics"]["accuracy"] > 0.5, status["evaluation_metrics"]
 
 
 def test_subclass_model_with_model_params_and_zoo_imports(tmp_path, original_fashion_mnist):
@@ -72,7 +72,7 @@ def test_subclass_model_with_model_params_and_zoo_imports(tmp_path, original_fas
         model_def="mnist.mnist_subclass.CustomModel",
         model_params="channel_last=True; hidden_units=64",
     )
-    assert status["evaluation_metrics"]["accuracy"] > 0.6, status["evaluation_metrics"]
+    assert status["evaluation_metrics"]["accuracy"] > 0.5, status["evaluation_metrics"]
 
 
 def test_cifar10_style_model_with_allreduce(tmp_path, original_fashion_mnist):
@@ -86,4 +86,4 @@ def test_cifar10_style_model_with_allreduce(tmp_path, original_fashion_mnist):
         distribution_strategy="AllreduceStrategy",
         num_workers="2",
     )
-    assert status["evaluation_metrics"]["accuracy"] > 0.6, status["evaluation_metrics"]
+    assert status["evaluation_metrics"]["accuracy"] > 0.5, status["evaluation_metrics"]
