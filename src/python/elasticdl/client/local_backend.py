@@ -8,6 +8,12 @@ Layout of a job directory (default ``~/.elasticdl/jobs/<job_name>``)::
     exit_code       the master's exit status, written by the wrapper shell when it ends
     cancelled       present once ``cancel`` was requested (time stamp inside)
     logs/master.log master stdout+stderr; logs/ps-0.log, logs/worker-0.log ... by the platform
+    recovery-checkpoints/  the master's checkpoints for relaunched PS (when it has none given)
+    .elasticdl-job  the marker: this directory holds a job the client submitted
+
+Re-submitting a job of the same name replaces the previous job's files, and only those: the
+entries above, in a directory that carries the marker. A directory without it (say a
+``--job_dir`` that merely contains a ``job.json``) is never deleted; the client refuses it.
 
 The master runs detached (own session and process group) under a tiny ``/bin/sh`` wrapper
 that records its exit status, so ``status`` is right even when the client that submitted the
@@ -44,6 +50,11 @@ EXIT_CODE_FILE = "exit_code"
 CANCELLED_FILE = "cancelled"
 LOG_DIR = "logs"
 MASTER_LOG = "master.log"
+MARKER_FILE = ".elasticdl-job"
+RECOVERY_DIR = "recovery-checkpoints"
+# What the client, the master and the local platform write into a job directory.
+_OWN_FILES = (JOB_FILE, JOB_SPEC_FILE, STATUS_FILE, EXIT_CODE_FILE, CANCELLED_FILE)
+_OWN_DIRS = (LOG_DIR, RECOVERY_DIR)
 
 # Runs the master ("$@"), then records its exit status in the file named by $0.
 _WRAPPER = '"$@"; code=$?; echo "$code" > "$0"; exit "$code"'
@@ -71,6 +82,48 @@ def _read_json(path: Path) -> dict | None:
         except (json.JSONDecodeError, UnicodeDecodeError):
             time.sleep(0.05)
     return None
+
+
+def is_job_directory(directory: Path) -> bool:
+    """Whether ``directory`` carries the marker the client writes into the job directories
+    it creates."""
+    return (directory / MARKER_FILE).is_file() and not (directory / MARKER_FILE).is_symlink()
+
+
+def _clear_job_directory(directory: Path, what: str) -> bool:
+    """Remove the previous job's files from ``directory`` (only what ElasticDL writes there),
+    then the directory itself if nothing else is left. Returns whether it is gone. Raises
+    ClientError for a directory ElasticDL did not create."""
+    if not directory.exists() and not directory.is_symlink():
+        return True
+    if not directory.is_dir() or directory.is_symlink():
+        raise ClientError(f"{what} {directory} is not a directory; remove it or choose another")
+    if not any(directory.iterdir()):
+        return False  # empty: use it as it is
+    if not is_job_directory(directory):
+        raise ClientError(
+            f"{what} {directory} exists and was not created by ElasticDL; "
+            "use a new or empty directory, or remove it yourself"
+        )
+    for name in _OWN_FILES:
+        for path in (directory / name, directory / f"{name}.tmp"):
+            if path.is_file() or path.is_symlink():
+                path.unlink()
+    for name in _OWN_DIRS:
+        path = directory / name
+        if path.is_symlink():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+    marker = _read_json(directory / MARKER_FILE) or {}
+    (directory / MARKER_FILE).unlink()
+    if not marker.get("created_dir"):
+        return False  # the user's directory: it stays
+    try:
+        directory.rmdir()
+    except OSError:
+        return False  # the user's own files stay, and so does the directory
+    return True
 
 
 def _proc_start_time(pid: int) -> str | None:
@@ -186,22 +239,37 @@ class LocalBackend(JobBackend):
                     f"job {name!r} is still running (pid {old.get('pid')}); cancel it with "
                     f"'elasticdl cancel {name}' or choose another --job_name"
                 )
-        if directory.exists() and any(directory.iterdir()) and not (directory / JOB_FILE).exists():
-            raise ClientError(
-                f"--job_dir {directory} exists and is not an ElasticDL job directory; use a new or empty directory"
-            )
-        # Replace the previous job of that name: its directory and a stale name link.
-        if directory.exists():
-            shutil.rmtree(directory)
+        # Replace the previous job of that name: its files (only those) and a stale name link.
+        if link.is_symlink() and link.absolute() == directory:
+            link.unlink()  # a custom --job_dir before; now the default place
+        _clear_job_directory(directory, "--job_dir")
         if link.is_symlink():
             link.unlink()
-        elif link.exists() and link.resolve() != directory:
-            shutil.rmtree(link)
-        (directory / LOG_DIR).mkdir(parents=True)
-        if link.absolute() != directory:
-            self.root.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(directory, target_is_directory=True)
+        elif link.exists() and link.absolute() != directory:
+            if not _clear_job_directory(link, "job directory"):
+                raise ClientError(
+                    f"{link} still holds files ElasticDL did not write; move them away or "
+                    "choose another --job_name"
+                )
+        created = not directory.exists()
+        try:
+            (directory / LOG_DIR).mkdir(parents=True, exist_ok=True)
+            (directory / MARKER_FILE).write_text(
+                json.dumps({"job_name": name, "created_dir": created}) + "\n"
+            )
+            if link.absolute() != directory:
+                self.root.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(directory, target_is_directory=True)
+            return self._start(spec, runtime, directory)
+        except BaseException:
+            # Nothing half-written: a job that did not start leaves no directory behind.
+            if link.is_symlink() and link.resolve() == directory:
+                link.unlink()
+            _clear_job_directory(directory, "--job_dir")
+            raise
 
+    def _start(self, spec: JobSpec, runtime: MasterRuntime, directory: Path) -> JobHandle:
+        name = spec.job_name
         spec = spec.replace(platform=PlatformName.LOCAL, job_dir=str(directory))
         spec_path = directory / JOB_SPEC_FILE
         _write_text_atomic(spec_path, spec.to_json(only_changed=False, indent=2) + "\n")

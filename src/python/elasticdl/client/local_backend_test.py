@@ -216,8 +216,61 @@ def test_job_dir_that_is_not_a_job_is_refused(env, tmp_path, capsys):
     precious.mkdir()
     (precious / "thesis.tex").write_text("keep me")
     assert main(job_argv("job-p", f"--job_dir={precious}")) == 2
-    assert "is not an ElasticDL job directory" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "was not created by ElasticDL" in err and len(err.strip().splitlines()) == 1
     assert (precious / "thesis.tex").read_text() == "keep me"
+
+
+def test_job_dir_that_merely_holds_a_job_json_is_not_deleted(env, tmp_path, capsys):
+    # Seen: a user's file went with such a directory when a job of that name was re-submitted.
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "job.json").write_text('{"job_name": "job-q"}')
+    (precious / "thesis.tex").write_text("keep me")
+    assert main(job_argv("job-q", f"--job_dir={precious}")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("elasticdl: error: --job_dir") and "not created by ElasticDL" in err
+    assert "\n" not in err
+    assert sorted(p.name for p in precious.iterdir()) == ["job.json", "thesis.tex"]
+    assert not (env / "jobs" / "job-q").exists()
+
+
+def test_rerun_removes_only_what_elasticdl_wrote(env, tmp_path, capsys):
+    custom = tmp_path / "shared-dir"
+    assert main(job_argv("job-r", f"--job_dir={custom}")) == 0
+    assert (custom / ".elasticdl-job").is_file()
+    (custom / "notes.txt").write_text("mine")  # the user adds a file to the job directory
+    (custom / "logs" / "analysis").mkdir()
+    assert main(job_argv("job-r", f"--job_dir={custom}")) == 0
+    assert (custom / "notes.txt").read_text() == "mine"
+    assert (custom / "job.json").is_file() and (custom / ".elasticdl-job").is_file()
+    # The job moves back to the default place: the custom directory is left alone.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(job_argv("job-s", f"--job_dir={empty}")) == 0
+    assert main(job_argv("job-s")) == 0
+    assert (empty / "job.json").is_file()
+    assert (env / "jobs" / "job-s" / "job.json").is_file()
+    assert not (env / "jobs" / "job-s").is_symlink()
+
+
+def test_default_job_dir_rerun_replaces_only_a_marked_directory(env, capsys):
+    assert main(job_argv("job-t")) == 0
+    default = env / "jobs" / "job-t"
+    (default / ".elasticdl-job").unlink()  # e.g. left by something else
+    assert main(job_argv("job-t")) == 2
+    assert "not created by ElasticDL" in capsys.readouterr().err
+    assert (default / "job.json").is_file()
+
+
+def test_a_job_that_does_not_start_leaves_no_directory(env, monkeypatch, capsys):
+    def fail(*args, **kwargs):
+        raise OSError("cannot fork")
+
+    monkeypatch.setattr("elasticdl.client.local_backend.subprocess.Popen", fail)
+    assert main(job_argv("job-u")) == 1
+    assert "cannot fork" in capsys.readouterr().err
+    assert not (env / "jobs" / "job-u").exists()
 
 
 def test_validation_error_creates_nothing(env, capsys):
