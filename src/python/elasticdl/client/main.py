@@ -41,9 +41,9 @@ def _run_job(args: argparse.Namespace) -> int:
     from elasticdl.client.submit import spec_from_flags, submit
 
     spec, notices = spec_from_flags(args.command, args)
-    for notice in notices:
-        _err(notice)
     backend, handle = submit(spec, yaml_path=args.yaml)
+    for notice in notices:  # after submit: a rejected job prints its one error line only
+        _err(notice)
     if handle.yaml_path:
         _err(
             f"wrote the master pod manifest of job {handle.job_name} to {handle.yaml_path} (nothing submitted)"
