@@ -71,6 +71,23 @@ class Compressor(enum.IntEnum):
         raise RecordIOError(f"compressor: unknown value {value!r}; choose one of {choices}")
 
 
+# Limits that keep a corrupt or hostile file from costing more than its size warrants.
+# Every record takes at least its 4-byte length in the uncompressed payload, so a chunk
+# claims at most (uncompressed bytes) / 4 records; a chunk decompresses to at most
+# max(MIN_PAYLOAD_LIMIT, MAX_COMPRESSION_RATIO * stored bytes). The writer's chunks hold at
+# most 32 MiB of records (plus one larger record), which real data never compresses 64-fold
+# beyond; gzip can (up to 1032:1), so a "gzip bomb" is stopped at this bound, not read in full.
+MIN_PAYLOAD_LIMIT = 128 * 1024 * 1024
+MAX_COMPRESSION_RATIO = 64
+
+
+def payload_limit(stored_size: int, compressor: int) -> int:
+    """The most bytes a chunk of ``stored_size`` payload bytes may decompress to."""
+    if compressor == Compressor.NONE:
+        return stored_size
+    return max(MIN_PAYLOAD_LIMIT, MAX_COMPRESSION_RATIO * stored_size)
+
+
 def _compress(payload: bytes, compressor: Compressor) -> bytes:
     if compressor is Compressor.NONE:
         return payload
@@ -81,13 +98,49 @@ def _compress(payload: bytes, compressor: Compressor) -> bytes:
     return gzip.compress(payload, compresslevel=6, mtime=0)
 
 
-def _decompress(stored: bytes, compressor: int) -> bytes:
+class PayloadTooLarge(ValueError):
+    pass
+
+
+def _gunzip(stored: bytes, limit: int) -> bytes:
+    """gzip members (concatenated, as Go's reader reads them), stopping past ``limit`` bytes."""
+    out: List[bytes] = []
+    total = 0
+    data = stored
+    while data:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        buf = data
+        while True:
+            piece = d.decompress(buf, limit - total + 1)
+            total += len(piece)
+            out.append(piece)
+            if total > limit:
+                raise PayloadTooLarge(f"it decompresses to more than {limit} bytes")
+            if d.eof:
+                data = d.unused_data
+                break
+            if not d.unconsumed_tail:
+                raise EOFError("compressed data ended before the end-of-stream marker")
+            buf = d.unconsumed_tail
+    return b"".join(out)
+
+
+def _decompress(stored: bytes, compressor: int, limit: Optional[int] = None) -> bytes:
+    """The payload of a chunk; ``PayloadTooLarge`` if it would exceed ``limit`` bytes
+    (default :func:`payload_limit`)."""
+    if limit is None:
+        limit = payload_limit(len(stored), compressor)
     if compressor == Compressor.NONE:
         return stored
     if compressor == Compressor.SNAPPY:
-        return bytes(cramjam.snappy.decompress(stored))
+        # The framing format caps each frame at 64 KiB of output, so snappy cannot expand
+        # more than ~22-fold: checking afterwards is enough.
+        payload = bytes(cramjam.snappy.decompress(stored))
+        if len(payload) > limit:
+            raise PayloadTooLarge(f"it decompresses to {len(payload)} bytes, over {limit}")
+        return payload
     if compressor == Compressor.GZIP:
-        return gzip.decompress(stored)
+        return _gunzip(stored, limit)
     raise ValueError(f"unknown compressor id {compressor}")
 
 
@@ -170,6 +223,15 @@ def _read_headers(f: BinaryIO, path: str) -> List[ChunkInfo]:
                 f"{path}: chunk {i} at offset {offset}: truncated payload "
                 f"({file_size - offset - HEADER_SIZE} of {size} bytes); the file was cut short"
             )
+        if num > payload_limit(size, compressor) // 4:
+            # Each record needs at least its 4-byte length: a header claiming more records
+            # than its payload can hold is corrupt (and would have tasks cut for records
+            # that do not exist).
+            raise RecordIOError(
+                f"{path}: chunk {i} at offset {offset}: header claims {num} records but its "
+                f"{size}-byte payload can hold at most {payload_limit(size, compressor) // 4}; "
+                "the file is corrupt"
+            )
         chunks.append(ChunkInfo(offset, checksum, compressor, size, num, first))
         first += num
         offset = end
@@ -228,6 +290,12 @@ def read_chunk(f: BinaryIO, chunk: ChunkInfo, index: int, path: str) -> List[byt
         )
     try:
         payload = _decompress(stored, chunk.compressor)
+    except PayloadTooLarge as e:
+        raise RecordIOError(
+            f"{where}: {Compressor(chunk.compressor).name.lower()} payload of {chunk.size} bytes "
+            f"not read: {e} (a chunk may expand at most {MAX_COMPRESSION_RATIO}-fold beyond "
+            f"{MIN_PAYLOAD_LIMIT >> 20} MiB); the file is corrupt or hostile"
+        ) from None
     except Exception as e:  # noqa: BLE001 - codec errors come in many types
         raise RecordIOError(
             f"{where}: cannot decompress {Compressor(chunk.compressor).name.lower()} payload: {e}"

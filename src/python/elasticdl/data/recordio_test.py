@@ -1,8 +1,10 @@
+import gzip
 import hashlib
 import os
 import shutil
 import struct
 import time
+import zlib
 
 import pytest
 from elasticdl.data import recordio
@@ -154,12 +156,64 @@ def test_truncated_and_foreign_files(tmp_path):
 
 
 def test_header_record_count_mismatch_detected(tmp_path):
-    path = _write(tmp_path / "m.rio", [b"a", b"b"], "none")
+    path = _write(tmp_path / "m.rio", [b"a" * 20, b"b"], "none")
     data = bytearray(open(path, "rb").read())
     struct.pack_into("<I", data, 16, 3)  # claim 3 records
     path.write_bytes(bytes(data))
     with pytest.raises(RecordIOError, match="holds 2 records but the header says 3"):
         list(Scanner(path))
+
+
+def chunk_file(path, payload: bytes, num_records: int, compressor: int) -> str:
+    """One chunk with a valid checksum and whatever header the caller wants."""
+    header = recordio.HEADER.pack(
+        recordio.MAGIC, zlib.crc32(payload), compressor, len(payload), num_records
+    )
+    path.write_bytes(header + payload)
+    return str(path)
+
+
+@pytest.mark.parametrize("compressor", [0, 1, 2])
+def test_header_claiming_four_billion_records_is_not_indexed(tmp_path, compressor):
+    payload = recordio._compress(struct.pack("<I", 1) + b"x", Compressor(compressor))
+    path = chunk_file(tmp_path / "huge.rio", payload, 0xFFFFFFFF, compressor)
+    started = time.monotonic()
+    with pytest.raises(RecordIOError, match="claims 4294967295 records but its") as e:
+        Index(path)
+    assert time.monotonic() - started < 1 and "\n" not in str(e.value)
+
+
+def test_gzip_bomb_is_not_read_in_full(tmp_path, monkeypatch):
+    # 300 gzip members of 1 MiB of zeros: ~300 KiB stored, 300 MiB if read in full.
+    member = gzip.compress(bytes(1 << 20), 9)
+    bomb = member * 300
+    path = chunk_file(tmp_path / "bomb.rio", bomb, 1000, 2)
+    index = Index(path)  # the header is plausible: 1000 records
+    read = []
+    real_gunzip = recordio._gunzip
+    monkeypatch.setattr(
+        recordio, "_gunzip", lambda stored, limit: read.append(limit) or real_gunzip(stored, limit)
+    )
+    with pytest.raises(RecordIOError, match="not read: it decompresses to more than") as e:
+        with open(path, "rb") as f:
+            recordio.read_chunk(f, index.chunk(0), 0, path)
+    assert read == [recordio.MIN_PAYLOAD_LIMIT] and "\n" not in str(e.value)
+
+
+def test_bounded_gunzip_reads_concatenated_members_and_stops_at_the_limit():
+    data = gzip.compress(b"a" * 1000) + gzip.compress(b"b" * 1000)
+    assert recordio._gunzip(data, 2000) == b"a" * 1000 + b"b" * 1000
+    with pytest.raises(recordio.PayloadTooLarge):
+        recordio._gunzip(data, 1999)
+    with pytest.raises(EOFError):
+        recordio._gunzip(data[:-12], 10_000)
+
+
+def test_payload_limit_is_the_stored_size_scaled():
+    assert recordio.payload_limit(100, 0) == 100
+    assert recordio.payload_limit(100, 2) == recordio.MIN_PAYLOAD_LIMIT
+    big = recordio.MIN_PAYLOAD_LIMIT
+    assert recordio.payload_limit(big, 1) == recordio.MAX_COMPRESSION_RATIO * big
 
 
 def test_read_speed(tmp_path):
