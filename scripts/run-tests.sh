@@ -19,9 +19,16 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   fi
 fi
 
-# A real kube-apiserver + etcd + controller-manager for the Kubernetes tests (~10 min once).
-if [ -x scripts/k8s/build-apiserver.sh ]; then
-  log "kube-apiserver (cached build)"
+# Kubernetes 1.20.2 built from Debian's source package, cached in ~/.cache/elasticdl (~10-15 min
+# once): kube-apiserver + etcd + controller-manager for the Kubernetes tests with the stand-in
+# kubelet, and where the machine can run a real node (root, cgroup v1) also kube-scheduler,
+# kubelet, kubectl and busybox for the real-node tests (tests/python/elasticdl_tests/k8s_node).
+if [ "$(id -u)" = 0 ] && [ -d /sys/fs/cgroup/memory ] && [ -x scripts/k8s/build-node.sh ]; then
+  log "Kubernetes control plane + kubelet (cached build)"
+  scripts/k8s/build-node.sh
+  export ELASTICDL_REQUIRE_K8S=1 ELASTICDL_REQUIRE_K8S_NODE=1
+elif [ -x scripts/k8s/build-apiserver.sh ]; then
+  log "kube-apiserver (cached build); no real node here (needs root and cgroup v1)"
   scripts/k8s/build-apiserver.sh
   export ELASTICDL_REQUIRE_K8S=1
 fi
