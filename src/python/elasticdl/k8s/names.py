@@ -52,6 +52,11 @@ PORT_NAME = "grpc"  # the container port and the service port of replicas that s
 SERVICE_ACCOUNT = "elasticdl"
 # Environment variables every pod gets from the downward API, and where they come from.
 POD_IP_ENV = "MY_POD_IP"
+# ELASTICDL_K8S_NETWORK=host (in --envs): every pod of the job runs with hostNetwork, and the
+# replicas find each other at <pod IP>:<distinct port> (elasticdl.platform.kubernetes).
+NETWORK_ENV = "ELASTICDL_K8S_NETWORK"
+NETWORK_POD = "pod"
+NETWORK_HOST = "host"
 POD_NAME_ENV = "MY_POD_NAME"
 POD_NAMESPACE_ENV = "MY_POD_NAMESPACE"
 DOWNWARD_ENV = {

@@ -12,7 +12,8 @@ Every pod:
   quoting issues), restart policy from ``--restart_policy`` (default ``Never``: ElasticDL
   relaunches replicas itself);
 * gets ``MY_POD_IP`` / ``MY_POD_NAME`` / ``MY_POD_NAMESPACE`` from the downward API, then the
-  ``--envs`` variables, then the replica's own variables;
+  ``--envs`` variables, then the replica's own variables; with ``ELASTICDL_K8S_NETWORK=host``
+  among them the pod runs with ``hostNetwork`` (one-node clusters);
 * carries resource requests/limits from ``elasticdl.k8s.resources`` (``gpu`` ->
   ``nvidia.com/gpu``; the limit defaults to the request), volumes from
   ``elasticdl.k8s.volumes``, an optional PriorityClass, and an owner reference to the
@@ -30,7 +31,14 @@ from typing import TYPE_CHECKING, Any
 from elasticdl.k8s import resources, volumes
 from elasticdl.k8s.client import to_model
 from elasticdl.k8s.cluster_spec import ClusterSpec
-from elasticdl.k8s.names import CONTAINER_NAME, DOWNWARD_ENV, PORT_NAME, job_labels
+from elasticdl.k8s.names import (
+    CONTAINER_NAME,
+    DOWNWARD_ENV,
+    NETWORK_ENV,
+    NETWORK_HOST,
+    PORT_NAME,
+    job_labels,
+)
 
 if TYPE_CHECKING:
     from elasticdl.common.job_spec import JobSpec
@@ -134,6 +142,8 @@ def build_pod(
             priority_class_name=priority_class or None,
             volumes=[to_model(v.to_dict(), "V1Volume") for v in pod_volumes] or None,
             service_account_name=template.service_account or None,
+            # host network mode: the pods of the job share the node's network namespace.
+            host_network=True if merged.get(NETWORK_ENV) == NETWORK_HOST else None,
         ),
     )
     return template.cluster_spec.patch_pod(pod, replica_type)

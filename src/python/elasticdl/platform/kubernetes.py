@@ -41,6 +41,9 @@ from elasticdl.k8s.names import (
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
     LABEL_STATUS,
+    NETWORK_ENV,
+    NETWORK_HOST,
+    NETWORK_POD,
     POD_IP_ENV,
     STATUS_ANNOTATION,
     master_pod_name,
@@ -67,9 +70,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-NETWORK_ENV = "ELASTICDL_K8S_NETWORK"
-NETWORK_POD = "pod"
-NETWORK_HOST = "host"
 DEFAULT_PORTS = {ReplicaType.PS: 2222, ReplicaType.WORKER: 3333}
 # How long launch() waits for a previous pod of the same name to go.
 _RELAUNCH_WAIT_SECONDS = 60.0
@@ -165,8 +165,11 @@ class KubernetesPlatform(Platform):
 
     @property
     def traits(self) -> PlatformTraits:
-        # On the host network the master's port may be taken by another process on the node.
-        return PlatformTraits(bind_host="0.0.0.0", port_may_be_taken=self.shares_host_network)
+        # On the host network the master's port may be taken by another process on the node,
+        # and servers listen on the pod (= node) IP only, not on every interface of the node.
+        if self.shares_host_network:
+            return PlatformTraits(bind_host=self.master_host, port_may_be_taken=True)
+        return PlatformTraits(bind_host="0.0.0.0", port_may_be_taken=False)
 
     def _pod_name(self, replica_type: ReplicaType | str, replica_id: int) -> str:
         return pod_name(self.job_name, ReplicaType(replica_type).value, replica_id)

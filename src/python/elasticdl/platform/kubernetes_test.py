@@ -210,3 +210,16 @@ def test_reasons_are_the_platform_contracts():
     assert termination.REASON_OOM_KILLED == base.REASON_OOM_KILLED
     assert termination.REASON_PREEMPTED == base.REASON_PREEMPTED
     assert termination.REASON_ERROR == base.REASON_ERROR
+
+
+def test_host_network_servers_listen_on_the_pod_ip_only(k8s):
+    """In host network mode the replicas' servers share the node's interfaces: they bind the
+    pod (= node) IP, never every interface; in the pod network they bind all of the pod's."""
+    host = KubernetesPlatform(JOB, k8s, image="img", network="host", master_host="127.0.0.1")
+    pod = KubernetesPlatform(JOB, k8s, image="img", master_host="10.1.2.3")
+    try:
+        assert (host.traits.bind_host, host.traits.port_may_be_taken) == ("127.0.0.1", True)
+        assert (pod.traits.bind_host, pod.traits.port_may_be_taken) == ("0.0.0.0", False)
+    finally:
+        host.shutdown(delete_all=False)
+        pod.shutdown(delete_all=False)
