@@ -92,7 +92,8 @@ def _child(args) -> dict:
                 opt_type=opt,
                 opt_args=opt_args,
                 log_every_versions=0,
-            )
+            ),
+            secret=None,
         )
         port = server.start()
         channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=opts)

@@ -35,6 +35,10 @@ TARGET = 2000.0
 
 
 # ---------------------------------------------------------------------------------------- master
+# The master authenticates every call, as in a job (elasticdl.common.auth).
+BENCH_SECRET = "dispatch-rate-benchmark-secret"
+
+
 def serve_master(port_queue, window_queue, stop_event, num_tasks: int, use_asyncio: bool) -> None:
     """The master side, in its own process: real servicer, task manager and gRPC server."""
     import logging
@@ -49,7 +53,9 @@ def serve_master(port_queue, window_queue, stop_event, num_tasks: int, use_async
         training_shards=[("bench-shard", 0, num_tasks)],
     )
     servicer = MasterServicer(tm)
-    server, port = create_master_server(servicer, 0, bind_host="127.0.0.1", use_asyncio=use_asyncio)
+    server, port = create_master_server(
+        servicer, 0, bind_host="127.0.0.1", use_asyncio=use_asyncio, secret=BENCH_SECRET
+    )
     port_queue.put(port)
     # The driver sends the measurement window; the master's own CPU time over it tells what
     # the master costs per task, whatever the clients cost.
@@ -89,9 +95,12 @@ def client_process(
 
     def run(i: int) -> None:
         worker_id = first_worker_id + i
-        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        from elasticdl.common.auth import authenticated_channel
+
+        raw = grpc.insecure_channel(f"127.0.0.1:{port}")
+        grpc.channel_ready_future(raw).result(timeout=30)
+        channel = authenticated_channel(raw, BENCH_SECRET)  # as every job's clients do
         stub = pb_grpc.MasterStub(channel)
-        grpc.channel_ready_future(channel).result(timeout=30)
         get_req = pb.GetTaskRequest(worker_id=worker_id)
         while time.time() < start_at:
             time.sleep(0.001)
@@ -154,10 +163,12 @@ def async_client_process(
     import asyncio
 
     import grpc
+    from elasticdl.common.auth import TOKEN_METADATA_KEY
     from elasticdl.proto import elasticdl_pb2 as pb
     from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
     errors = []
+    AUTH = ((TOKEN_METADATA_KEY, BENCH_SECRET),)
 
     async def run(i: int) -> int:
         worker_id = first_worker_id + i
@@ -171,22 +182,22 @@ def async_client_process(
             try:
                 if combined:
                     req = pb.ReportAndGetTaskRequest(next=get_req)
-                    task = await stub.report_task_result_and_get_task(req)
+                    task = await stub.report_task_result_and_get_task(req, metadata=AUTH)
                     while task.task_id != 0 and time.time() < end:
                         req.result.CopyFrom(_report(pb, task, worker_id))
-                        task = await stub.report_task_result_and_get_task(req)
+                        task = await stub.report_task_result_and_get_task(req, metadata=AUTH)
                         n += 1
                     if task.task_id != 0:
-                        await stub.report_task_result(_report(pb, task, worker_id))
+                        await stub.report_task_result(_report(pb, task, worker_id), metadata=AUTH)
                         n += 1
                     else:
                         errors.append("master ran out of tasks")
                 while not combined and time.time() < end:
-                    task = await stub.get_task(get_req)
+                    task = await stub.get_task(get_req, metadata=AUTH)
                     if task.task_id == 0:
                         errors.append("master ran out of tasks")
                         break
-                    await stub.report_task_result(_report(pb, task, worker_id))
+                    await stub.report_task_result(_report(pb, task, worker_id), metadata=AUTH)
                     n += 1
             except grpc.RpcError as e:
                 errors.append(f"{e.code().name}: {e.details()}")

@@ -382,6 +382,46 @@ class K8sClient:
             service,
         )
 
+    def create_secret(
+        self, name: str, data: dict[str, str], labels: dict[str, str], owner_reference=None
+    ):
+        """An Opaque Secret with ``data`` (strings); ``owner_reference`` makes the cluster's
+        garbage collector remove it with its owner."""
+        from kubernetes import client
+
+        secret = client.V1Secret(
+            metadata=client.V1ObjectMeta(
+                name=name,
+                labels=labels,
+                owner_references=[owner_reference] if owner_reference is not None else None,
+            ),
+            string_data=data,
+            type="Opaque",
+        )
+        return self._call(
+            f"create secret {name}", self.core.create_namespaced_secret, self.namespace, secret
+        )
+
+    def get_secret(self, name: str):
+        return self._call(
+            f"get secret {name}",
+            self.core.read_namespaced_secret,
+            name,
+            self.namespace,
+            missing_ok=True,
+        )
+
+    def delete_secret(self, name: str) -> bool:
+        result = self._call(
+            f"delete secret {name}",
+            self.core.delete_namespaced_secret,
+            name,
+            self.namespace,
+            missing_ok=True,
+            _preload_content=False,
+        )
+        return result is not None
+
     def get_service(self, name: str):
         return self._call(
             f"get service {name}",

@@ -77,6 +77,11 @@ def pod_name(job_name: str, replica_type: str, replica_id: int) -> str:
     return replica_name(job_name, replica_type, replica_id)
 
 
+def secret_name(job_name: str) -> str:
+    """The Secret holding the job's secret; the master creates it, owned by its pod."""
+    return f"{NAME_PREFIX}-{job_name}-secret"
+
+
 def service_host(job_name: str, replica_type: str, replica_id: int, namespace: str) -> str:
     """The DNS name of a replica's headless service; it survives relaunches of the replica."""
     return f"{pod_name(job_name, replica_type, replica_id)}.{namespace}.svc"

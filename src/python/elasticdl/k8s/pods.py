@@ -96,9 +96,11 @@ def build_pod(
     priority_class: str = "",
     owner_reference: Any = None,
     port: int | None = None,
+    secret_env: dict[str, tuple[str, str]] | None = None,
 ):
     """The ``V1Pod`` of one replica (or of the master, ``replica_type="master"``), with the
-    cluster spec applied."""
+    cluster spec applied. ``secret_env``: variable -> (Secret name, key), read by the kubelet
+    from that Secret (``secretKeyRef``), so the value is not in the pod spec."""
     from kubernetes import client
 
     env_vars = [
@@ -113,6 +115,15 @@ def build_pod(
     merged = {**template.envs, **(env or {})}
     env_vars = [e for e in env_vars if e.name not in merged]
     env_vars += [client.V1EnvVar(name=k, value=str(v)) for k, v in merged.items()]
+    env_vars += [
+        client.V1EnvVar(
+            name=var,
+            value_from=client.V1EnvVarSource(
+                secret_key_ref=client.V1SecretKeySelector(name=secret, key=key)
+            ),
+        )
+        for var, (secret, key) in (secret_env or {}).items()
+    ]
 
     pod_volumes, mounts = (
         volumes.volumes_and_mounts(template.volume) if template.volume else ([], [])

@@ -74,13 +74,16 @@ class AsyncServer:
     """Runs a `grpc.aio.server` on a private event loop thread; `stop()` / `wait_for_termination`
     behave like `grpc.Server`'s."""
 
-    def __init__(self, add_servicer_fn, servicer, rpc_names, options, threads: int):
+    def __init__(
+        self, add_servicer_fn, servicer, rpc_names, options, threads: int, interceptors=()
+    ):
         self._pool = futures.ThreadPoolExecutor(
             max_workers=threads, thread_name_prefix="master-rpc"
         )
         self._adapter = _AsyncAdapter(servicer, rpc_names, self._pool)
         self._add = add_servicer_fn
         self._options = options
+        self._interceptors = list(interceptors)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="master-grpc-aio", daemon=True
@@ -93,7 +96,7 @@ class AsyncServer:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     async def _create(self):
-        server = grpc.aio.server(options=self._options)
+        server = grpc.aio.server(options=self._options, interceptors=self._interceptors)
         self._add(self._adapter, server)
         return server
 

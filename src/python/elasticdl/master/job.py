@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+from elasticdl.common import auth
 from elasticdl.common.job_spec import JobSpec
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
 from elasticdl.common.types import JobPhase, JobType, PlatformName
@@ -133,6 +134,7 @@ class Job:
         self.opt_type, self.opt_args = opt_type, opt_args
 
         self.platform = self._platform or create_platform(a)
+        self.secret = self._create_secret()
         self.rendezvous = self._start_rendezvous() if self.allreduce else None
         self.servicer = MasterServicer(
             self.tm,
@@ -155,6 +157,7 @@ class Job:
                 opt_args=opt_args,
                 checkpointing=self._ps_checkpointing(),
                 env=replica_env(a),
+                secret=self.secret,
             ),
         )
         self.replica_specs = replicas
@@ -236,6 +239,14 @@ class Job:
             reader = create_data_reader(data_origin, rpt, **params)
         return list(reader.create_shards())
 
+    def _create_secret(self) -> str:
+        """The job's secret (see elasticdl.common.auth). Locally also in ``<job
+        dir>/job_secret`` (0600), for tools of the same user that query the master."""
+        secret = auth.new_job_secret()
+        if self.job_dir is not None:
+            auth.write_secret_file(self.job_dir / auth.SECRET_FILE, secret)
+        return secret
+
     def _start_rendezvous(self):
         """AllReduce: the rendezvous and the torch TCPStore the workers build groups through
         (hosted here so it outlives any worker; torch is imported only for these jobs)."""
@@ -248,12 +259,12 @@ class Job:
         traits = self.platform.traits
         port = self.job_spec.port
         try:
-            return create_master_server(self.servicer, port, traits.bind_host)
+            return create_master_server(self.servicer, port, traits.bind_host, secret=self.secret)
         except MasterServerError:
             if not traits.port_may_be_taken:
                 raise
             logger.info("Port %d is busy; the master uses a free port instead", port)
-            return create_master_server(self.servicer, 0, traits.bind_host)
+            return create_master_server(self.servicer, 0, traits.bind_host, secret=self.secret)
 
     # ---- running -------------------------------------------------------------------------
     def cancel(self) -> None:

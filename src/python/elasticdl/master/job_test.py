@@ -90,6 +90,13 @@ def test_training_job_survives_worker_sigkill(tmp_path):
     assert status["evaluation_metrics"]["accuracy"] > 0.6
     assert all(r["phase"] in ("Succeeded", "Failed", "Deleted") for r in replicas.values())
     assert (tmp_path / "job" / "logs" / "ps-0.log").exists()
+    # The job's secret: readable by its owner only, and in no log or argv of a replica.
+    secret_file = tmp_path / "job" / "job_secret"
+    assert secret_file.stat().st_mode & 0o777 == 0o600
+    secret = secret_file.read_text()
+    assert len(secret) == 64
+    for log in (tmp_path / "job" / "logs").iterdir():
+        assert secret not in log.read_text(errors="replace"), log.name
     assert (tmp_path / "job" / "logs" / "worker-1.log").exists()
 
 

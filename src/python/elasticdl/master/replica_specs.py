@@ -13,6 +13,7 @@ import os
 import re
 
 from elasticdl.common import replica_spec
+from elasticdl.common.auth import JOB_SECRET_ENV
 from elasticdl.common.cpu_budget import WORKER_CPUS_ENV, share_per_worker
 from elasticdl.common.job_spec import JobSpec, env_name_patterns
 from elasticdl.common.replica_spec import PSSpec, WorkerSpec
@@ -35,6 +36,8 @@ class ReplicaContext:
     opt_args: str = ""
     checkpointing: Checkpointing = Checkpointing()
     env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # The job's secret (elasticdl.common.auth); every replica gets it, out of argv and logs.
+    secret: str = dataclasses.field(default="", repr=False)
 
 
 class ReplicaSpecs:
@@ -87,6 +90,7 @@ class ReplicaSpecs:
             module=replica_spec.WORKER_MODULE,
             args=replica_spec.to_argv(self.worker_spec(worker_id)),
             env=env,
+            secret_env=self._secret_env(),
             resource_request=job.worker_resource_request,
             resource_limit=job.worker_resource_limit,
             image=job.worker_image or job.image_name,
@@ -102,12 +106,16 @@ class ReplicaSpecs:
             module=replica_spec.PS_MODULE,
             args=replica_spec.to_argv(spec),
             env=dict(self.context.env),
+            secret_env=self._secret_env(),
             port=spec.port,
             resource_request=job.ps_resource_request,
             resource_limit=job.ps_resource_limit,
             priority=job.ps_pod_priority,
             image=job.worker_image or job.image_name,
         )
+
+    def _secret_env(self) -> dict[str, str]:
+        return {JOB_SECRET_ENV: self.context.secret} if self.context.secret else {}
 
 
 def _port_of(address: str) -> int:

@@ -7,6 +7,7 @@ import logging
 from concurrent import futures
 
 import grpc
+from elasticdl.common import auth
 from elasticdl.master.aio_server import AsyncServer
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
@@ -26,9 +27,13 @@ def create_master_server(
     port: int,
     bind_host: str = "0.0.0.0",
     use_asyncio: bool = True,
+    *,
+    secret: str | None,
 ) -> tuple[grpc.Server, int]:
     """Start serving ``servicer`` on ``bind_host:port`` (port 0 = any free port).
 
+    ``secret``: the job's secret, which every call must carry (``elasticdl.common.auth``);
+    None serves without authentication, for tests that drive a servicer in-process only.
     ``use_asyncio``: serve with grpc's asyncio server (see ``aio_server``, about twice the
     dispatch rate) instead of the thread-pool server.
 
@@ -42,13 +47,20 @@ def create_master_server(
     ]
     if use_asyncio:
         rpcs = [m.name for m in pb.DESCRIPTOR.services_by_name["Master"].methods]
+        interceptors = [auth.AsyncTokenServerInterceptor(secret)] if secret is not None else []
         server = AsyncServer(
-            pb_grpc.add_MasterServicer_to_server, servicer, rpcs, options, GRPC_THREADS
+            pb_grpc.add_MasterServicer_to_server,
+            servicer,
+            rpcs,
+            options,
+            GRPC_THREADS,
+            interceptors=interceptors,
         )
     else:
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="master-rpc"),
             options=options,
+            interceptors=[auth.TokenServerInterceptor(secret)] if secret is not None else [],
         )
         pb_grpc.add_MasterServicer_to_server(servicer, server)
     host = f"[{bind_host}]" if ":" in bind_host and not bind_host.startswith("[") else bind_host

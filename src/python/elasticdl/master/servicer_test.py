@@ -31,7 +31,7 @@ def master():
             job_name="unit", phase="Running", tasks_done=tm.summary().tasks_done
         ),
     )
-    server, port = create_master_server(servicer, 0, bind_host="127.0.0.1")
+    server, port = create_master_server(servicer, 0, bind_host="127.0.0.1", secret=None)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     stub = pb_grpc.MasterStub(channel)
     yield tm, es, stub, port
@@ -114,7 +114,9 @@ def test_unimplemented_rpcs_explain_themselves(master):
 def test_port_in_use_is_a_clear_error(master):
     _, _, _, port = master
     with pytest.raises(MasterServerError, match="--port"):
-        create_master_server(MasterServicer(TaskManager(TaskManagerConfig(1))), port, "127.0.0.1")
+        create_master_server(
+            MasterServicer(TaskManager(TaskManagerConfig(1))), port, "127.0.0.1", secret=None
+        )
 
 
 def test_task_reports_carry_the_model_version_without_summing_it():
@@ -192,7 +194,7 @@ def test_report_and_get_task_with_thread_pool_server():
         TaskManagerConfig(records_per_task=4, num_epochs=1), training_shards=[("train", 0, 8)]
     )
     server, port = create_master_server(
-        MasterServicer(tm), 0, bind_host="127.0.0.1", use_asyncio=False
+        MasterServicer(tm), 0, bind_host="127.0.0.1", use_asyncio=False, secret=None
     )
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -203,5 +205,35 @@ def test_report_and_get_task_with_thread_pool_server():
                 done += 1
         assert done == 2 and task.type == pb.NONE
         assert tm.summary().tasks_done == 2 and tm.summary().records_trained == 8
+    finally:
+        server.stop(0)
+
+
+@pytest.mark.parametrize("use_asyncio", [True, False])
+def test_only_callers_with_the_job_secret_are_served(use_asyncio):
+    from elasticdl.common import auth
+
+    tm = TaskManager(TaskManagerConfig(records_per_task=4), training_shards=[("t", 0, 8)])
+    server, port = create_master_server(
+        MasterServicer(tm), 0, "127.0.0.1", use_asyncio=use_asyncio, secret="s3cret"
+    )
+    try:
+        for secret in (None, "another-jobs-secret"):
+            channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+            if secret is not None:
+                channel = auth.authenticated_channel(channel, secret)
+            with channel:
+                stub = pb_grpc.MasterStub(channel)
+                with pytest.raises(grpc.RpcError) as err:
+                    stub.get_task(pb.GetTaskRequest(worker_id=0))
+                assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                with pytest.raises(grpc.RpcError) as err:
+                    stub.report_task_result(pb.ReportTaskResultRequest(task_id=1, err_message="x"))
+                assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert tm.summary().tasks_doing == 0  # nothing was handed out or reported
+        channel = auth.authenticated_channel(grpc.insecure_channel(f"127.0.0.1:{port}"), "s3cret")
+        with channel:
+            task = pb_grpc.MasterStub(channel).get_task(pb.GetTaskRequest(worker_id=0))
+        assert task.task_id != 0 and tm.summary().tasks_doing == 1
     finally:
         server.stop(0)

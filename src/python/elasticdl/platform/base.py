@@ -75,6 +75,9 @@ class ReplicaSpec:
     module: str  # e.g. "elasticdl.worker.main"
     args: list[str]  # argv after "python -m <module>"
     env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Environment variables holding secrets (the job's secret): a platform passes them so that
+    # they appear in no argv, log line or pod spec (Kubernetes: a Secret object it owns).
+    secret_env: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
     # Port the replica listens on (PS); None for replicas that serve nothing (workers).
     port: int | None = None
     # Kubernetes-style resource strings ("cpu=1,memory=4096Mi"); local processes ignore them.

@@ -41,14 +41,17 @@ from elasticdl.k8s.names import (
     LABEL_REPLICA_INDEX,
     LABEL_REPLICA_TYPE,
     LABEL_STATUS,
+    MASTER_TYPE,
     NETWORK_ENV,
     NETWORK_HOST,
     NETWORK_POD,
     POD_IP_ENV,
     STATUS_ANNOTATION,
+    job_labels,
     master_pod_name,
     pod_name,
     replicas_selector,
+    secret_name,
     service_host,
 )
 from elasticdl.k8s.pods import PodTemplate, build_pod, build_service
@@ -115,6 +118,7 @@ class KubernetesPlatform(Platform):
         self._states: dict[str, _PodState] = {}  # pod uid -> state
         self._deleted_by_master: set[str] = set()  # pod uids
         self._closed = False
+        self._secret_data: dict[str, str] | None = None  # what the job's Secret holds
         self._owner = self._find_owner(
             master_pod if master_pod is not None else master_pod_name(job_name)
         )
@@ -231,6 +235,7 @@ class KubernetesPlatform(Platform):
                 priority_class=spec.priority,
                 owner_reference=self._owner,
                 port=spec.port,
+                secret_env=self._secret_refs(spec.secret_env),
             )
             self.k8s.create_pod(pod)
             if spec.port is not None:
@@ -258,6 +263,37 @@ class KubernetesPlatform(Platform):
             raise PlatformError(
                 f"previous pod {name} did not go away within {_RELAUNCH_WAIT_SECONDS:.0f}s"
             )
+
+    def _secret_refs(self, secret_env: dict[str, str]) -> dict[str, tuple[str, str]]:
+        """Put ``secret_env``'s values in the job's Secret (created once, owned by the master
+        pod) and return where each variable reads its value from."""
+        if not secret_env:
+            return {}
+        name = secret_name(self.job_name)
+        with self._lock:
+            if self._secret_data is None:
+                try:
+                    self.k8s.create_secret(
+                        name,
+                        dict(secret_env),
+                        labels=job_labels(self.job_name, MASTER_TYPE),
+                        owner_reference=self._owner,
+                    )
+                except K8sApiError as e:
+                    if e.status != 409:
+                        raise
+                    # Left by an earlier master of this job name: replace it.
+                    self.k8s.delete_secret(name)
+                    self.k8s.create_secret(
+                        name,
+                        dict(secret_env),
+                        labels=job_labels(self.job_name, MASTER_TYPE),
+                        owner_reference=self._owner,
+                    )
+                self._secret_data = dict(secret_env)
+            elif self._secret_data != secret_env:
+                raise PlatformError("a job has one secret; replicas asked for different ones")
+        return {var: (name, var) for var in secret_env}
 
     def _ensure_service(self, name: str, spec: ReplicaSpec) -> None:
         service = build_service(

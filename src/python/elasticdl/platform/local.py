@@ -147,6 +147,7 @@ class LocalProcessPlatform(Platform):
             log_path = self.log_path(*key)
             env = dict(os.environ)
             env.update(spec.env)
+            env.update(spec.secret_env)
             env["PYTHONPATH"] = child_pythonpath()
             env["PYTHONUNBUFFERED"] = "1"  # logs appear as they are written
             cmd = spec.command(self.python)

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 
+from elasticdl.common.auth import MissingJobSecret, job_secret_from_env
 from elasticdl.common.malloc_tuning import tune_malloc
 from elasticdl.common.replica_spec import ps_spec_from_argv
 from elasticdl.common.spec_codec import SpecError
@@ -27,7 +28,8 @@ def main(argv=None) -> int:
     tune_malloc()
     try:
         spec = ps_spec_from_argv(sys.argv[1:] if argv is None else argv)
-    except SpecError as e:
+        secret = job_secret_from_env()
+    except (SpecError, MissingJobSecret) as e:
         print(f"elasticdl-ps: error: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(
@@ -37,7 +39,7 @@ def main(argv=None) -> int:
     from elasticdl.ps.server import PSConfig, PSServer
 
     try:
-        server = PSServer(PSConfig.from_spec(spec))
+        server = PSServer(PSConfig.from_spec(spec), secret=secret)
         server.start()
     except PSError as e:
         print(f"elasticdl-ps: error: {e}", file=sys.stderr)

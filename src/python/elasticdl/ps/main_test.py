@@ -11,6 +11,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+from elasticdl.common import auth
 from elasticdl.common import tensor_utils as tu
 from elasticdl.common.replica_spec import ps_spec_from_argv
 from elasticdl.common.spec_codec import SpecError
@@ -18,10 +19,20 @@ from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps import checkpoint
 
+SECRET = "a-job-secret"
+
+
+def _channel(port: int, secret: str | None = SECRET):
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    return channel if secret is None else auth.authenticated_channel(channel, secret)
+
 
 class PSProcess:
-    def __init__(self, *args):
+    def __init__(self, *args, secret: str | None = SECRET):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env.pop(auth.JOB_SECRET_ENV, None)
+        if secret is not None:
+            env[auth.JOB_SECRET_ENV] = secret
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -95,7 +106,7 @@ def test_serves_checkpoints_and_recovers_after_restart(tmp_path):
     ps = PSProcess(*args)
     try:
         port = int(ps.wait_for(r"PS 0 of 1 listening on 127\.0\.0\.1:(\d+)").group(1))
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with _channel(port) as channel:
             stub = pb_grpc.PserverStub(channel)
             model = pb.Model()
             tu.ndarray_to_pb(np.ones(3, np.float32), model.dense_parameters["w"])
@@ -119,7 +130,7 @@ def test_serves_checkpoints_and_recovers_after_restart(tmp_path):
     try:
         ps.wait_for(r"restored version 2 from .*version-2")
         port = int(ps.wait_for(r"listening on 127\.0\.0\.1:(\d+)").group(1))
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with _channel(port) as channel:
             stub = pb_grpc.PserverStub(channel)
             resp = stub.pull_dense_parameters(pb.PullDenseParametersRequest(version=0))
             assert resp.initialized and resp.version == 2
@@ -161,3 +172,30 @@ def test_bad_flags_are_one_line_errors():
         ps_spec_from_argv(["--lr_staleness_modulation=maybe"])
     with pytest.raises(SpecError, match="unrecognized arguments: --namespace=x"):
         ps_spec_from_argv(["--namespace=x"])  # unknown flags are no longer ignored
+
+
+def test_only_callers_with_the_job_secret_are_served():
+    ps = PSProcess("--use_async")
+    try:
+        port = int(ps.wait_for(r"listening on 127\.0\.0\.1:(\d+)").group(1))
+        model = pb.Model()
+        tu.ndarray_to_pb(np.ones(3, np.float32), model.dense_parameters["w"])
+        for secret in (None, "another-jobs-secret"):
+            with _channel(port, secret) as channel:
+                with pytest.raises(grpc.RpcError) as err:
+                    pb_grpc.PserverStub(channel).push_model(model)
+                assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with _channel(port) as channel:
+            stub = pb_grpc.PserverStub(channel)
+            # The rejected pushes changed nothing: the PS has no model yet.
+            assert not stub.pull_dense_parameters(pb.PullDenseParametersRequest()).initialized
+            stub.push_model(model)
+            assert stub.pull_dense_parameters(pb.PullDenseParametersRequest()).initialized
+    finally:
+        assert ps.stop() == 0
+
+
+def test_a_ps_without_its_job_secret_does_not_start():
+    ps = PSProcess(secret=None)
+    ps.wait_for(r"error: \$ELASTICDL_JOB_SECRET is not set")
+    assert ps.proc.wait(30) == 2

@@ -12,6 +12,7 @@ import threading
 import time
 
 import grpc
+from elasticdl.common import auth
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
@@ -22,9 +23,15 @@ _STOP = object()
 
 class MasterReporter:
     def __init__(
-        self, master_addr: str, ps_id: int, timeout_s: float = 10.0, max_pending: int = 64
+        self,
+        master_addr: str,
+        ps_id: int,
+        timeout_s: float = 10.0,
+        max_pending: int = 64,
+        secret: str | None = None,
     ):
         self.master_addr = master_addr
+        self.secret = secret
         self.ps_id = ps_id
         self.timeout_s = timeout_s
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
@@ -55,6 +62,8 @@ class MasterReporter:
 
     def _run(self) -> None:
         channel = grpc.insecure_channel(self.master_addr)
+        if self.secret is not None:
+            channel = auth.authenticated_channel(channel, self.secret)
         stub = pb_grpc.MasterStub(channel)
         try:
             while True:

@@ -12,6 +12,7 @@ from concurrent import futures
 from dataclasses import dataclass, fields
 
 import grpc
+from elasticdl.common import auth
 from elasticdl.common.replica_spec import PSSpec
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps import checkpoint
@@ -58,7 +59,11 @@ def _bind_address(host: str, port: int) -> str:
 
 
 class PSServer:
-    def __init__(self, config: PSConfig):
+    def __init__(self, config: PSConfig, *, secret: str | None):
+        """``secret``: the job's secret, which every call must carry (and which the PS's own
+        reports to the master carry); None serves without authentication, for tests that
+        drive a PS in-process only."""
+        self.secret = secret
         self.config = config
         c = config
         self.optimizer = Optimizer(parse_optimizer_config(c.opt_type, c.opt_args))
@@ -74,7 +79,9 @@ class PSServer:
             c.num_ps_pods,
         )
         self.reporter = (
-            MasterReporter(c.master_addr, c.ps_id) if c.master_addr and c.evaluation_steps else None
+            MasterReporter(c.master_addr, c.ps_id, secret=secret)
+            if c.master_addr and c.evaluation_steps
+            else None
         )
         self.params = Parameters(c.ps_id, c.num_ps_pods)
         self.ps = ParameterServer(self.params, self.optimizer, self.policy, self._on_version)
@@ -125,6 +132,9 @@ class PSServer:
                 ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
                 ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
             ],
+            interceptors=(
+                [auth.TokenServerInterceptor(self.secret)] if self.secret is not None else []
+            ),
         )
         pb_grpc.add_PserverServicer_to_server(self.servicer, server)
         address = _bind_address(c.bind_host, c.port)

@@ -42,7 +42,7 @@ def start_ps(**kwargs):
     config = PSConfig(
         port=0, bind_host="127.0.0.1", opt_type="SGD", opt_args="learning_rate=0.1;", **kwargs
     )
-    server = PSServer(config)
+    server = PSServer(config, secret=None)
     port = server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     return server, channel, pb_grpc.PserverStub(channel)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+from elasticdl.common import auth
 from elasticdl.master.rendezvous import store_prefix
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.master_client import MasterClient
@@ -46,6 +47,8 @@ class GroupConfig:
     collective_timeout_s: float = 120.0
     join_timeout_s: float = 600.0
     poll_interval_s: float = 0.2
+    # The job's secret: the store's keys are named after it (see elasticdl.common.auth).
+    secret: str = ""
 
     def __post_init__(self) -> None:
         if self.backend not in ("auto", "gloo", "nccl"):
@@ -174,7 +177,10 @@ class CommGroup:
                 timeout=datetime.timedelta(seconds=self.config.join_timeout_s),
             )
             self._store_addr = addr
-        store = dist.PrefixStore(store_prefix(resp.rendezvous_id), self._store)
+        prefix = store_prefix(resp.rendezvous_id)
+        if self.config.secret:
+            prefix = f"{auth.store_prefix(self.config.secret)}/{prefix}"
+        store = dist.PrefixStore(prefix, self._store)
         started = time.monotonic()
         if self._backend_name() == "nccl":
             self._pg = dist.ProcessGroupNCCL(store, resp.rank_id, resp.world_size, timeout=timeout)

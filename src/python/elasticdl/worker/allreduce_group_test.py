@@ -50,7 +50,9 @@ def test_two_processes_allreduce_through_master_rendezvous(tmp_path):
     store = RendezvousStore("127.0.0.1")
     rdzv = Rendezvous(RendezvousConfig("127.0.0.1", store.port, settle_s=0.3))
     tm = TaskManager(TaskManagerConfig(records_per_task=1), training_shards=[("s", 0, 1)])
-    server, port = create_master_server(MasterServicer(tm, rendezvous=rdzv), 0, "127.0.0.1")
+    server, port = create_master_server(
+        MasterServicer(tm, rendezvous=rdzv), 0, "127.0.0.1", secret=None
+    )
     script = tmp_path / "w.py"
     script.write_text(WORKER)
     env = {"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin"}

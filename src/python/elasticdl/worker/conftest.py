@@ -16,7 +16,8 @@ class PSCluster:
                     log_every_versions=0,
                     grpc_threads=8,
                     **config,
-                )
+                ),
+                secret=None,  # in-process tests of the PS client; auth: elasticdl.common.auth
             )
             server.start()
             self.servers.append(server)

@@ -6,6 +6,7 @@ import time
 from typing import Callable, TypeVar
 
 import grpc
+from elasticdl.common import auth
 
 logger = logging.getLogger(__name__)
 
@@ -24,8 +25,11 @@ RETRYABLE_CODES = (grpc.StatusCode.UNAVAILABLE,)
 T = TypeVar("T")
 
 
-def build_channel(addr: str) -> grpc.Channel:
-    return grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
+def build_channel(addr: str, secret: str | None = None) -> grpc.Channel:
+    """A channel to a job's server; with the job's ``secret`` on every call (servers started
+    by a job's master require it, see ``elasticdl.common.auth``)."""
+    channel = grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
+    return channel if secret is None else auth.authenticated_channel(channel, secret)
 
 
 def is_retryable(err: BaseException) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from elasticdl.common.auth import MissingJobSecret, job_secret_from_env
 from elasticdl.common.cpu_budget import apply_training_split
 from elasticdl.common.malloc_tuning import tune_malloc
 from elasticdl.common.model_utils import ModelSpecError, get_dict_from_params_str, load_model_spec
@@ -22,7 +23,8 @@ def main(argv=None) -> int:
     tune_malloc()
     try:
         spec = worker_spec_from_argv(sys.argv[1:] if argv is None else argv)
-    except SpecError as err:
+        secret = job_secret_from_env()
+    except (SpecError, MissingJobSecret) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     logging.basicConfig(
@@ -67,9 +69,9 @@ def main(argv=None) -> int:
         from elasticdl.worker.allreduce_trainer import AllreduceTrainer, AllreduceTrainerConfig
 
         master = AllreduceMasterClient(
-            spec.master_addr, spec.worker_id, retry_timeout=spec.retry_timeout
+            spec.master_addr, spec.worker_id, retry_timeout=spec.retry_timeout, secret=secret
         )
-        group = CommGroup(master, GroupConfig(backend=spec.allreduce_backend))
+        group = CommGroup(master, GroupConfig(backend=spec.allreduce_backend, secret=secret))
         trainer = AllreduceTrainer(
             model,
             group,
@@ -77,11 +79,14 @@ def main(argv=None) -> int:
             AllreduceTrainerConfig(max_allreduce_retries=spec.allreduce_retries),
         )
     else:
-        master = MasterClient(spec.master_addr, spec.worker_id, retry_timeout=spec.retry_timeout)
+        master = MasterClient(
+            spec.master_addr, spec.worker_id, retry_timeout=spec.retry_timeout, secret=secret
+        )
         ps = PSClient(
             list(spec.ps_addrs),
             worker_id=spec.worker_id,
             retry_timeout=spec.retry_timeout,
+            secret=secret,
         )
         trainer = PSTrainer(
             model,

@@ -25,12 +25,13 @@ class MasterClient:
         worker_id: int,
         retry_timeout: float = 120.0,
         rpc_timeout: float = 60.0,
+        secret: str | None = None,
     ):
         self.addr = master_addr
         self.worker_id = int(worker_id)
         self.retry_timeout = retry_timeout
         self.rpc_timeout = rpc_timeout
-        self._channel = build_channel(master_addr)
+        self._channel = build_channel(master_addr, secret)
         self._stub = pb_grpc.MasterStub(self._channel)
         self._combined = True  # False once the master turned out not to have the combined RPC
 

@@ -34,7 +34,7 @@ def test_report_and_get_task_runs_the_job_with_new_and_old_masters(servicer_cls)
         TaskManagerConfig(records_per_task=4, num_epochs=2), training_shards=[("t", 0, 12)]
     )
     server, port = create_master_server(
-        servicer_cls(tm), 0, bind_host="127.0.0.1", use_asyncio=False
+        servicer_cls(tm), 0, bind_host="127.0.0.1", use_asyncio=False, secret=None
     )
     client = MasterClient(f"127.0.0.1:{port}", worker_id=4, retry_timeout=5)
     try:

@@ -139,6 +139,7 @@ class PSClient:
         rpc_timeout: float = 120.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         shared_memory: Optional[bool] = None,
+        secret: Optional[str] = None,
     ):
         if not ps_addrs:
             raise ValueError(
@@ -150,7 +151,7 @@ class PSClient:
         self.retry_timeout = retry_timeout
         self.rpc_timeout = rpc_timeout
         self.max_message_bytes = int(max_message_bytes)
-        self._channels = [build_channel(a) for a in self.addrs]
+        self._channels = [build_channel(a, secret) for a in self.addrs]
         self._stubs = [pb_grpc.PserverStub(c) for c in self._channels]
         self._links = [
             PSLink(i, addr, stub, self.worker_id, rpc_timeout)

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable, List, Optional
 
+from elasticdl.common.auth import new_job_secret
 from elasticdl.common.model_utils import get_optimizer_info, load_model_spec
 from elasticdl.data import recordio
 from elasticdl.data.reader import create_data_reader
@@ -72,7 +73,11 @@ def run_local_job(
         evaluation_shards=eval_shards,
     )
     es = EvaluationService(tm, spec.eval_metrics_fn) if eval_shards else None
-    server, port = create_master_server(MasterServicer(tm, es), 0, bind_host="127.0.0.1")
+    # Authenticated like a real job: servers and clients share a job secret.
+    secret = new_job_secret()
+    server, port = create_master_server(
+        MasterServicer(tm, es), 0, bind_host="127.0.0.1", secret=secret
+    )
     opt_type, opt_args = get_optimizer_info(spec.optimizer())
     servers = []
     master = ps = None
@@ -89,12 +94,13 @@ def run_local_job(
                     opt_args=opt_args,
                     log_every_versions=0,
                     grpc_threads=8,
-                )
+                ),
+                secret=secret,
             )
             s.start()
             servers.append(s)
-        master = MasterClient(f"127.0.0.1:{port}", worker_id=0, retry_timeout=10)
-        ps = PSClient([f"127.0.0.1:{s.port}" for s in servers], retry_timeout=10)
+        master = MasterClient(f"127.0.0.1:{port}", worker_id=0, retry_timeout=10, secret=secret)
+        ps = PSClient([f"127.0.0.1:{s.port}" for s in servers], retry_timeout=10, secret=secret)
         job_type = (
             JobType.TRAINING_WITH_EVALUATION
             if train_shards and eval_shards

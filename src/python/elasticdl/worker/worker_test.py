@@ -102,6 +102,23 @@ def test_main_rejects_bad_flags_with_exit_2(tmp_path, capsys):
     assert "--minibatch_size must be > 0" in capsys.readouterr().err
 
 
+def test_main_needs_the_job_secret(tmp_path, capsys, monkeypatch):
+    from elasticdl.common import replica_spec
+    from elasticdl.common.auth import JOB_SECRET_ENV
+    from elasticdl.common.job_spec import JobSpec
+
+    job, _ = JobSpec(
+        job_name="j", model_zoo=str(tmp_path), model_def="a.b.custom_model", training_data="/d"
+    ).resolve(check_local_paths=False)
+    spec = replica_spec.derive(
+        replica_spec.WorkerSpec, job, worker_id=0, master_addr="127.0.0.1:1", ps_addrs=("p:1",)
+    )
+    monkeypatch.delenv(JOB_SECRET_ENV, raising=False)
+    assert main(replica_spec.to_argv(spec)) == 2
+    err = capsys.readouterr().err
+    assert "$ELASTICDL_JOB_SECRET is not set" in err and err.count("\n") == 1
+
+
 def test_reports_run_on_the_look_ahead_thread_in_order_and_count_once(tmp_path, monkeypatch):
     """With a look-ahead in flight a task's result is reported on the look-ahead thread while
     the next task trains, in the same call that asks for the task after it; the master must

@@ -13,7 +13,8 @@ container runtime and no kubelet; without something playing their part every pod
   probes, init containers, restart policies other than ``Never`` are ignored;
 * every pod gets IP ``127.0.0.1`` (all pods share the host's network, like ``hostNetwork``
   pods on a one-node cluster — so replicas must use distinct ports);
-* env values from the downward API are resolved for ``metadata.name``, ``metadata.namespace``,
+* env values from Secrets (``secretKeyRef``) are read through the API server; values from the
+  downward API are resolved for ``metadata.name``, ``metadata.namespace``,
   ``metadata.uid``, ``metadata.labels['k']``, ``metadata.annotations['k']``,
   ``spec.nodeName``, ``spec.serviceAccountName``, ``status.podIP`` and ``status.hostIP``;
   ``$(VAR)`` references in command, args and env values are expanded like the kubelet does;
@@ -169,6 +170,16 @@ class ProcessKubelet:
         with self._lock:
             self._namespaces.discard(namespace)
 
+    def _secret_value(self, namespace: str, ref) -> str:
+        """What a real kubelet does for ``secretKeyRef``: read the key from the Secret."""
+        import base64
+
+        secret = self.api.read_namespaced_secret(ref.name, namespace)
+        data = (secret.data or {}).get(ref.key)
+        if data is None:
+            raise ValueError(f"secret {ref.name} has no key {ref.key}")
+        return base64.b64decode(data).decode()
+
     def log_path(self, namespace: str, name: str) -> Path:
         return self.root / namespace / f"{name}.log"
 
@@ -295,10 +306,12 @@ class ProcessKubelet:
         env.update(self.extra_env)
         pod_env: dict[str, str] = {}
         for var in container.env or []:
-            if var.value_from is not None:
+            if var.value_from is not None and var.value_from.secret_key_ref is not None:
+                value = self._secret_value(ns, var.value_from.secret_key_ref)
+            elif var.value_from is not None:
                 if var.value_from.field_ref is None:
                     raise ValueError(
-                        f"env {var.name}: only value and fieldRef are supported "
+                        f"env {var.name}: only value, fieldRef and secretKeyRef are supported "
                         "by the process kubelet"
                     )
                 value = field_value(pod, var.value_from.field_ref.field_path)

@@ -94,8 +94,15 @@ def test_master_operations_need_only_the_role_and_stay_in_namespace(k8s_cluster,
     platform = KubernetesPlatform("rbac", sa, image="img")  # reads the master pod: get
     try:
         platform.launch(
-            ReplicaSpec(ReplicaType.PS, 0, "elasticdl.ps.main", [], port=2222)
-        )  # pods+services create
+            ReplicaSpec(
+                ReplicaType.PS,
+                0,
+                "elasticdl.ps.main",
+                [],
+                port=2222,
+                secret_env={"ELASTICDL_JOB_SECRET": "the-jobs-secret"},
+            )
+        )  # pods+services+secrets create
         platform.launch(ReplicaSpec(ReplicaType.WORKER, 0, "elasticdl.worker.main", []))
         assert {p.metadata.name for p in sa.list_pods("elasticdl-job-name=rbac")} == {
             "elasticdl-rbac-master",
@@ -103,6 +110,14 @@ def test_master_operations_need_only_the_role_and_stay_in_namespace(k8s_cluster,
             "elasticdl-rbac-worker-0",
         }
         assert sa.get_service("elasticdl-rbac-ps-0") is not None
+        # The job's secret is in a Secret owned by the master pod, not in the PS's pod spec.
+        ps_pod = admin_k8s.get_pod("elasticdl-rbac-ps-0")
+        (ref,) = [e for e in ps_pod.spec.containers[0].env if e.name == "ELASTICDL_JOB_SECRET"]
+        assert ref.value is None
+        assert ref.value_from.secret_key_ref.name == "elasticdl-rbac-secret"
+        assert "the-jobs-secret" not in str(ps_pod.to_dict())
+        secret = client.CoreV1Api(admin).read_namespaced_secret("elasticdl-rbac-secret", namespace)
+        assert [o.name for o in secret.metadata.owner_references] == ["elasticdl-rbac-master"]
         platform.delete(ReplicaType.WORKER, 0)  # pods delete
         assert platform.mark_job_status("Succeeded")  # pods patch
         client.CoreV1Api(sa.api_client).list_namespaced_event(namespace)  # events list
@@ -110,7 +125,8 @@ def test_master_operations_need_only_the_role_and_stay_in_namespace(k8s_cluster,
         platform.shutdown()  # pods list/delete, services list/delete
     assert sa.list_services("elasticdl-job-name=rbac") == []
 
-    # Nothing beyond the Role: secrets in its own namespace, anything in another namespace.
+    # Nothing beyond the Role: reading secrets in its own namespace (it may only create its
+    # job's), anything in another namespace.
     with pytest.raises(client.exceptions.ApiException) as info:
         client.CoreV1Api(sa.api_client).list_namespaced_secret(namespace)
     assert info.value.status == 403
