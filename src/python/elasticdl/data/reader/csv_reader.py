@@ -46,6 +46,14 @@ def _line_spans(path: str) -> Tuple[np.ndarray, np.ndarray]:
             if not block:
                 break
             arr = np.frombuffer(block, dtype=np.uint8)
+            nul = np.flatnonzero(arr == 0)
+            if nul.size:
+                # Text never holds NUL bytes; binary or compressed files (data.csv.gz) do, and
+                # their "lines" would reach the model's decode_csv as garbage.
+                raise DataReaderError(
+                    f"{path}: not a text file (a NUL byte at offset {base + int(nul[0])}); "
+                    "CSV data must be uncompressed text"
+                )
             nl = np.flatnonzero(arr == 10)
             if nl.size:
                 before = nl - 1

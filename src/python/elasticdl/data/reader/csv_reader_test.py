@@ -57,3 +57,13 @@ def test_bad_params(tmp_path):
         CSVDataReader("x.csv", skip_header="maybe")
     with pytest.raises(DataReaderError, match="records_per_task must be a positive integer"):
         CSVDataReader("x.csv", records_per_task=0)
+
+
+@pytest.mark.parametrize(
+    "content", [bytes(range(256)) * 4, b"a,b\n1,2\n" * 3 + b"\x00", b"\x1f\x8b\x08\x00\x00\x00"]
+)
+def test_binary_or_compressed_file_is_not_csv(tmp_path, content):
+    path = tmp_path / "data.csv"
+    path.write_bytes(content)
+    with pytest.raises(DataReaderError, match=r"data.csv: not a text file \(a NUL byte at offset"):
+        create_data_reader(str(path)).create_shards()

@@ -49,7 +49,9 @@ class ParquetDataReader(AbstractDataReader):
             try:
                 pf = pq.ParquetFile(path)
             except Exception as e:  # noqa: BLE001 - pyarrow raises several types
-                raise DataReaderError(f"{path}: not a readable Parquet file: {e}") from e
+                raise DataReaderError(
+                    f"{path}: not a readable Parquet file: {(str(e) or type(e).__name__).splitlines()[0]}"
+                ) from e
             if self.columns:
                 missing = [c for c in self.columns if c not in pf.schema_arrow.names]
                 if missing:
@@ -66,10 +68,31 @@ class ParquetDataReader(AbstractDataReader):
             total += pf.metadata.row_group(i).num_rows
         return starts
 
+    def _schema(self, pf):
+        """The (name, type) pairs of the columns read: what every record dict holds."""
+        schema = pf.schema_arrow
+        names = self.columns or schema.names
+        return [(n, str(schema.field(n).type)) for n in names]
+
     def create_shards(self) -> List[Shard]:
         shards: List[Shard] = []
+        first = None
         for path in self._files():
             pf = self._open(path)
+            schema = self._schema(pf)
+            if first is None:
+                first = (path, schema)
+            elif schema != first[1]:
+                # Records of one job must look alike: the model's feed reads them by name.
+                differ = sorted(
+                    {n for n, _ in set(schema) ^ set(first[1])}
+                    or {n for (n, _), (m, _) in zip(schema, first[1]) if n != m}
+                )
+                raise DataReaderError(
+                    f"{path}: schema differs from {first[0]} in columns {differ} "
+                    f"({dict(schema)} vs {dict(first[1])}); give files of one schema, or "
+                    "select common columns with columns=[...]"
+                )
             total = pf.metadata.num_rows
             if self.records_per_task:
                 shards.extend(split_range(path, 0, total, self.records_per_task))
@@ -87,7 +110,12 @@ class ParquetDataReader(AbstractDataReader):
         first = bisect.bisect_right(starts, start) - 1
         last = bisect.bisect_right(starts, end - 1) - 1
         for g in range(first, last + 1):
-            table = pf.read_row_group(g, columns=self.columns)
+            try:
+                table = pf.read_row_group(g, columns=self.columns)
+            except Exception as e:  # noqa: BLE001 - pyarrow raises several types
+                raise DataReaderError(
+                    f"{shard_name}: row group {g} is unreadable: {str(e).splitlines()[0]}"
+                ) from e
             lo = max(start - starts[g], 0)
             hi = min(end - starts[g], table.num_rows)
             yield from table.slice(lo, hi - lo).to_pylist()

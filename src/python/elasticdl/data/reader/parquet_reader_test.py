@@ -47,3 +47,30 @@ def test_directory_and_not_parquet(tmp_path, table_path):
     reader = ParquetDataReader(str(tmp_path))
     with pytest.raises(DataReaderError, match="x.parquet: not a readable Parquet file"):
         reader.create_shards()
+
+
+def test_files_of_different_schemas_are_refused(tmp_path):
+    pq.write_table(pa.table({"x": [1, 2], "y": ["a", "b"]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"x": ["1"], "y": ["c"]}), tmp_path / "b.parquet")
+    with pytest.raises(DataReaderError, match=r"b.parquet: schema differs from .*a.parquet in columns \['x'\]"):
+        ParquetDataReader(str(tmp_path)).create_shards()
+    pq.write_table(pa.table({"z": [1]}), tmp_path / "b.parquet")
+    with pytest.raises(DataReaderError, match=r"in columns \['x', 'y', 'z'\]"):
+        ParquetDataReader(str(tmp_path)).create_shards()
+    # Selecting the common columns reads both.
+    pq.write_table(pa.table({"x": [3], "y": ["c"], "z": [1.0]}), tmp_path / "b.parquet")
+    reader = ParquetDataReader(str(tmp_path), columns="[x,y]")
+    assert sum(s.end - s.start for s in reader.create_shards()) == 3
+
+
+def test_unreadable_row_group_is_one_line(tmp_path):
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": list(range(1000))}), path, compression="none")
+    reader = ParquetDataReader(str(path))
+    shards = reader.create_shards()
+    data = bytearray(path.read_bytes())
+    data[10:200] = b"\xff" * 190  # the column chunk's pages, after the magic
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataReaderError) as e:
+        list(reader.read_records(str(path), shards[0].start, shards[0].end))
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
