@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -56,6 +57,8 @@ RECOVERY_DIR = "recovery-checkpoints"
 _OWN_FILES = (JOB_FILE, JOB_SPEC_FILE, STATUS_FILE, EXIT_CODE_FILE, CANCELLED_FILE)
 _OWN_DIRS = (LOG_DIR, RECOVERY_DIR)
 
+_JOB_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
 # Runs the master ("$@"), then records its exit status in the file named by $0.
 _WRAPPER = '"$@"; code=$?; echo "$code" > "$0"; exit "$code"'
 _POLL_SECONDS = 0.2
@@ -77,7 +80,7 @@ def _read_json(path: Path) -> dict | None:
         try:
             data = json.loads(path.read_text())
             return data if isinstance(data, dict) else None
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
         except (json.JSONDecodeError, UnicodeDecodeError):
             time.sleep(0.05)
@@ -215,6 +218,12 @@ class LocalBackend(JobBackend):
         return (self.root / name).resolve()
 
     def _require_job(self, name: str) -> tuple[Path, dict]:
+        if not _JOB_NAME.fullmatch(name):
+            # A name is a directory under the jobs root: '../x' must not reach outside it.
+            raise JobNotFoundError(
+                f"{name!r} is not a valid job name (lowercase letters, digits and '-'); "
+                "see 'elasticdl list'"
+            )
         directory = self.job_dir(name)
         job = _read_json(directory / JOB_FILE)
         if job is None:

@@ -340,3 +340,20 @@ def test_conflict_error_type(env, monkeypatch):
             backend.submit(spec)
     finally:
         backend.cancel("job-y")
+
+
+def test_job_dir_that_is_a_file_is_refused_in_one_line(env, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(job_argv("job-v", f"--job_dir={afile}")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("elasticdl: error: --job_dir") and "is not a directory" in err
+    assert afile.read_text() == "x" and not (env / "jobs" / "job-v").exists()
+
+
+@pytest.mark.parametrize("name", ["../x", "../../etc", "a/b", ".", "", "UP"])
+def test_job_names_that_are_not_names_never_reach_outside_the_jobs_root(env, name):
+    backend = LocalBackend()
+    for call in (backend.status, backend.cancel, backend.available_logs):
+        with pytest.raises(JobNotFoundError, match="is not a valid job name"):
+            call(name)
