@@ -244,6 +244,7 @@ class JobSpec:
         "",
         'Data reader parameters "k1=v1; k2=v2", e.g. \'columns=["a","b"]; label_col="y"\'',
         "model",
+        check=_params,
     )
     log_level: str = _field("INFO", "Log level of every replica", "model", choices=LOG_LEVELS)
     get_model_steps: int = _field(
@@ -614,6 +615,12 @@ class JobSpec:
                     k8s_resource.check_limit_not_below_request(request, limit)
                 except ValueError as e:
                     raise SpecError(f"--{kind}_resource_limit: {e}") from None
+        if (
+            check_local_paths
+            and self.cluster_spec
+            and not os.path.isfile(os.path.expanduser(self.cluster_spec))
+        ):
+            raise SpecError(f"--cluster_spec {self.cluster_spec!r} is not a file; check the path")
         if self.cluster_spec and self.cluster_spec_json:
             raise SpecError("--cluster_spec and --cluster_spec_json are exclusive; pass only one")
 
@@ -654,6 +661,11 @@ def parse_envs(envs: str) -> dict[str, str]:
             if not _ENV_NAME.match(key):
                 raise SpecError(
                     f"--envs: {key!r} is not a valid environment variable name; use 'NAME=value,...'"
+                )
+            if any(ord(c) < 32 or ord(c) == 127 for c in value):
+                raise SpecError(
+                    f"--envs: the value of {key} contains control characters (e.g. a newline); "
+                    "remove them"
                 )
             result[key] = value
             last = key

@@ -244,6 +244,8 @@ def test_a_spec_is_frozen_and_typed():
         (["--need_elasticdl_job_service=no"], "--need_elasticdl_job_service=false was removed"),
         (["--job_command=python x.py"], "--job_command=python x.py was removed"),
         (["--model_params=units"], "--model_params: 'units' is not key=value"),
+        (["--data_reader_params=columns"], "--data_reader_params: 'columns' is not key=value"),
+        (["--envs=A=x\ny"], "--envs: the value of A contains control characters"),
     ],
 )
 def test_validation_messages(extra, message):
@@ -298,6 +300,8 @@ def test_local_paths_are_checked(tmp_path):
         _spec(base + [f"--model_zoo={tmp_path / 'nope'}"], check_local_paths=True)
     with pytest.raises(SpecError, match="--training_data .* does not exist"):
         _spec(base + [f"--training_data={tmp_path / 'missing'}"], check_local_paths=True)
+    with pytest.raises(SpecError, match="--cluster_spec '.*nospec.py' is not a file"):
+        _spec(base + [f"--cluster_spec={tmp_path / 'nospec.py'}"], check_local_paths=True)
     # Table names and URLs are not local paths and are not checked.
     _spec(base + ["--training_data=project.table"], check_local_paths=True)
 
