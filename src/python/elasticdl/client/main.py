@@ -137,8 +137,11 @@ def _logs(args: argparse.Namespace) -> int:
 
 
 def _wait(args: argparse.Namespace) -> int:
-    if args.timeout is not None and args.timeout <= 0:
-        raise ArgumentError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    if args.timeout is not None and not (0 < args.timeout < float("inf")):  # nan too
+        raise ArgumentError(
+            f"--timeout must be a finite number of seconds > 0, got {args.timeout:g}; "
+            "leave it out to wait without a limit"
+        )
     backend = _backend_for(args)
     try:
         status = backend.wait(args.job, timeout=args.timeout)

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from elasticdl.client.main import main
 from elasticdl.client.version import __version__
 
@@ -79,10 +81,14 @@ def test_version(capsys):
     assert __version__ in capsys.readouterr().out
 
 
-def test_wait_timeout_must_be_positive(capsys, tmp_path, monkeypatch):
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan", "inf", "-inf", "1e999"])
+def test_wait_timeout_must_be_positive_and_finite(capsys, tmp_path, monkeypatch, timeout):
+    # nan compares false with everything: it used to pass the check and wait forever.
     monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path))
-    assert main(["wait", "x", "--timeout=0"]) == 2
-    assert "--timeout must be > 0" in capsys.readouterr().err
+    assert main(["wait", "x", f"--timeout={timeout}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("elasticdl: error: --timeout must be a finite number of seconds > 0")
+    assert "\n" not in err
 
 
 def test_list_empty(capsys, tmp_path, monkeypatch):
