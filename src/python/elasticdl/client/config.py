@@ -56,6 +56,8 @@ def load_config(path: str | None = None) -> ClientConfig:
     try:
         with open(path) as f:
             data = yaml.safe_load(f)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file; fix the file or remove it") from None
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         line = f" (line {where.line + 1})" if where is not None else ""

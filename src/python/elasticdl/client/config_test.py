@@ -88,3 +88,11 @@ def test_command_line_flags_win(tmp_path):
     values = with_config(given, config)
     assert values == {"namespace": "mine", "platform": "kubernetes", "image_name": "reg.io/m:1"}
     assert given == {"namespace": "mine", "image_name": "m:1"}  # the caller's dict is kept
+
+
+def test_binary_file_is_one_line_naming_the_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"\xff\xfe\x00\x01namespace")
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path))
+    assert str(info.value) == f"{path}: not a UTF-8 text file; fix the file or remove it"
