@@ -90,6 +90,30 @@ def _job_name(name: str, value: str) -> None:
         )
 
 
+# Docker's image reference: [host[:port]/]path[:tag][@sha256:digest], path components lowercase.
+_IMAGE_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(
+    rf"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?{_IMAGE_PATH}(?:/{_IMAGE_PATH})*"
+    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
+
+
+def _image(name: str, value: str) -> None:
+    if value and not _IMAGE.match(value):
+        raise SpecError(
+            f"--{name} {value!r} is not an image name; use e.g. registry.example.com/team/model:v1 "
+            "(lowercase, no spaces)"
+        )
+
+
+def _namespace(name: str, value: str) -> None:
+    if not _DNS1123_LABEL.match(value or "") or len(value) > 63:
+        raise SpecError(
+            f"--{name} {value!r} is not a Kubernetes namespace name: use lowercase letters, "
+            "digits and '-' (at most 63)"
+        )
+
+
 def _model_def(name: str, value: str) -> None:
     if value and not _MODEL_DEF.match(value):
         raise SpecError(
@@ -390,9 +414,13 @@ class JobSpec:
     port: int = _field(DEFAULT_MASTER_PORT, "Master gRPC port", "job", commands=(), check=_port)
 
     # ---- kubernetes --------------------------------------------------------------------
-    image_name: str = _field("", "Docker image of the job (Kubernetes)", "kubernetes")
-    worker_image: str = _field("", "Image of workers and PS (default: --image_name)", "kubernetes")
-    namespace: str = _field("default", "Kubernetes namespace", "kubernetes")
+    image_name: str = _field(
+        "", "Docker image of the job (Kubernetes)", "kubernetes", check=_image
+    )
+    worker_image: str = _field(
+        "", "Image of workers and PS (default: --image_name)", "kubernetes", check=_image
+    )
+    namespace: str = _field("default", "Kubernetes namespace", "kubernetes", check=_namespace)
     kube_context: str = _field(
         "", "kubeconfig context (default: the current context)", "kubernetes"
     )
@@ -615,6 +643,13 @@ class JobSpec:
                     k8s_resource.check_limit_not_below_request(request, limit)
                 except ValueError as e:
                     raise SpecError(f"--{kind}_resource_limit: {e}") from None
+        if check_local_paths and self.log_file_path:
+            parent = os.path.dirname(os.path.abspath(os.path.expanduser(self.log_file_path)))
+            if not os.path.isdir(parent):
+                raise SpecError(
+                    f"--log_file_path {self.log_file_path!r}: directory {parent} does not exist; "
+                    "create it or choose another file"
+                )
         if (
             check_local_paths
             and self.cluster_spec

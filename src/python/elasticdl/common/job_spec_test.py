@@ -245,6 +245,9 @@ def test_a_spec_is_frozen_and_typed():
         (["--job_command=python x.py"], "--job_command=python x.py was removed"),
         (["--model_params=units"], "--model_params: 'units' is not key=value"),
         (["--data_reader_params=columns"], "--data_reader_params: 'columns' is not key=value"),
+        (["--image_name=Bad Image"], "--image_name 'Bad Image' is not an image name"),
+        (["--worker_image=reg.io/x:1\nRUN"], "--worker_image 'reg.io/x:1\\nRUN' is not an image"),
+        (["--namespace=Bad_NS"], "--namespace 'Bad_NS' is not a Kubernetes namespace name"),
         (["--envs=A=x\ny"], "--envs: the value of A contains control characters"),
     ],
 )
@@ -300,10 +303,21 @@ def test_local_paths_are_checked(tmp_path):
         _spec(base + [f"--model_zoo={tmp_path / 'nope'}"], check_local_paths=True)
     with pytest.raises(SpecError, match="--training_data .* does not exist"):
         _spec(base + [f"--training_data={tmp_path / 'missing'}"], check_local_paths=True)
+    with pytest.raises(SpecError, match="--log_file_path .*: directory .* does not exist"):
+        _spec(base + [f"--log_file_path={tmp_path / 'no' / 'm.log'}"], check_local_paths=True)
+    _spec(base + [f"--log_file_path={tmp_path / 'm.log'}"], check_local_paths=True)
     with pytest.raises(SpecError, match="--cluster_spec '.*nospec.py' is not a file"):
         _spec(base + [f"--cluster_spec={tmp_path / 'nospec.py'}"], check_local_paths=True)
     # Table names and URLs are not local paths and are not checked.
     _spec(base + ["--training_data=project.table"], check_local_paths=True)
+
+
+@pytest.mark.parametrize(
+    "image",
+    ["img", "reg.io/team/model:v1", "localhost:5000/a/b_c.d-e:1.0", "a/b@sha256:" + "0" * 64],
+)
+def test_image_names_that_docker_accepts(image):
+    _spec(MINIMAL + [f"--image_name={image}"])
 
 
 def test_parse_envs_keeps_commas_in_values():
