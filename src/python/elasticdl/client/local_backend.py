@@ -426,8 +426,14 @@ class LocalBackend(JobBackend):
     # ---- logs ----------------------------------------------------------------------------
     def log_path(self, name: str, replica: str = "master") -> Path:
         directory, _ = self._require_job(name)
-        replica = replica.removeprefix(f"elasticdl-{name}-")
-        return directory / LOG_DIR / f"{replica}.log"
+        stem = replica.removeprefix(f"elasticdl-{name}-")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", stem):
+            # A replica names a file under the job's logs/: '../x' must not reach outside it.
+            available = ", ".join(self.available_logs(name)) or "none yet"
+            raise JobNotFoundError(
+                f"--replica {replica!r} is not a replica name; available: {available}"
+            )
+        return directory / LOG_DIR / f"{stem}.log"
 
     def available_logs(self, name: str) -> list[str]:
         directory, _ = self._require_job(name)

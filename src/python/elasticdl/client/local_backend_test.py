@@ -357,3 +357,14 @@ def test_job_names_that_are_not_names_never_reach_outside_the_jobs_root(env, nam
     for call in (backend.status, backend.cancel, backend.available_logs):
         with pytest.raises(JobNotFoundError, match="is not a valid job name"):
             call(name)
+
+
+def test_replica_names_never_reach_outside_the_logs_directory(env, capsys):
+    assert main(job_argv("job-w", "--detach")) == 0
+    assert LocalBackend().wait("job-w").phase == "Succeeded"
+    capsys.readouterr()
+    for replica in ("../job.json", "../../x", "/etc/passwd", ".hidden"):
+        assert main(["logs", "job-w", f"--replica={replica}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"elasticdl: error: --replica {replica!r} is not a replica name")
+        assert "available: master" in err
