@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from elasticdl.client.main import main
 from elasticdl.client.version import __version__
 

@@ -27,17 +27,13 @@ def test_env_executable_runs_directly(tmp_path):
 def test_env_non_executable_runs_with_this_python(tmp_path):
     script = tmp_path / "master.py"
     script.write_text("")
-    runtime = resolve_master_runtime(
-        {"ELASTICDL_MASTER_PEX": str(script)}, roots=[], python="/py"
-    )
+    runtime = resolve_master_runtime({"ELASTICDL_MASTER_PEX": str(script)}, roots=[], python="/py")
     assert runtime.argv == ["/py", str(script)]
 
 
 def test_env_pointing_nowhere_is_an_error(tmp_path):
     with pytest.raises(MasterRuntimeNotFound, match=r"\$ELASTICDL_MASTER_PEX=.*is not a file"):
-        resolve_master_runtime(
-            {"ELASTICDL_MASTER_PEX": str(tmp_path / "missing.pex")}, roots=[]
-        )
+        resolve_master_runtime({"ELASTICDL_MASTER_PEX": str(tmp_path / "missing.pex")}, roots=[])
 
 
 def test_pants_pex_found_where_the_client_was_installed(tmp_path):
@@ -75,9 +71,7 @@ def test_env_wins_over_pants_pex(tmp_path):
     (tmp_path / PANTS_MASTER_PEX).write_text("")
     script = tmp_path / "mine.py"
     script.write_text("")
-    runtime = resolve_master_runtime(
-        {"ELASTICDL_MASTER_PEX": str(script)}, roots=[], python="/py"
-    )
+    runtime = resolve_master_runtime({"ELASTICDL_MASTER_PEX": str(script)}, roots=[], python="/py")
     assert runtime.argv == ["/py", str(script)]
 
 

@@ -117,7 +117,9 @@ def test_bad_input_names_the_flag(ctx, kwargs, message):
     ],
 )
 def test_values_that_would_break_out_of_their_line_are_refused(ctx, field, value):
-    with pytest.raises(ZooInitError, match=f"--{field}=.* contains (control characters|spaces)") as e:
+    with pytest.raises(
+        ZooInitError, match=f"--{field}=.* contains (control characters|spaces)"
+    ) as e:
         init_model_zoo(ZooInitConfig(**{"model_zoo": "model_zoo", field: value}), ctx)
     assert "\n" not in str(e.value)
     assert not (ctx / "Dockerfile").exists() and not (ctx / ".dockerignore").exists()

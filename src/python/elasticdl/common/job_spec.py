@@ -414,9 +414,7 @@ class JobSpec:
     port: int = _field(DEFAULT_MASTER_PORT, "Master gRPC port", "job", commands=(), check=_port)
 
     # ---- kubernetes --------------------------------------------------------------------
-    image_name: str = _field(
-        "", "Docker image of the job (Kubernetes)", "kubernetes", check=_image
-    )
+    image_name: str = _field("", "Docker image of the job (Kubernetes)", "kubernetes", check=_image)
     worker_image: str = _field(
         "", "Image of workers and PS (default: --image_name)", "kubernetes", check=_image
     )

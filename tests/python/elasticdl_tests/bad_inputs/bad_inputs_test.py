@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import logging
-import os
 import struct
 import sys
 import time
@@ -126,8 +125,11 @@ CLI_ROWS = [
     Row("num-workers-nan", train("--num_workers=nan"), "--num_workers"),
     Row("num-workers-empty", train("--num_workers="), "--num_workers"),
     Row("minibatch-size-zero", train("--minibatch_size=0"), "--minibatch_size must be > 0"),
-    Row("minibatches-per-task-zero", train("--num_minibatches_per_task=0"),
-        "--num_minibatches_per_task must be > 0"),
+    Row(
+        "minibatches-per-task-zero",
+        train("--num_minibatches_per_task=0"),
+        "--num_minibatches_per_task must be > 0",
+    ),
     Row("num-ps-negative", train("--num_ps_pods=-1"), "--num_ps_pods must be >= 0"),
     Row("use-async-typo", train("--use_async=ture"), "--use_async"),
     Row("strategy-unknown", train("--distribution_strategy=Magic"), "--distribution_strategy"),
@@ -147,13 +149,24 @@ CLI_ROWS = [
         train("--evaluation_steps=10"),
         "--evaluation_steps needs --validation_data",
     ),
-    Row("allreduce-with-ps", train("--distribution_strategy=AllreduceStrategy", "--num_ps_pods=1"),
-        "--num_ps_pods=1 with AllreduceStrategy"),
-    Row("predict-no-data", ("predict", "--job_name=p", "--model_zoo={zoo}",
-                            "--model_def=mnist.model.custom_model"), "--prediction_data"),
-    Row("evaluate-no-data", ("evaluate", "--job_name=e", "--model_zoo={zoo}",
-                             "--model_def=mnist.model.custom_model"), "--validation_data"),
-    Row("retired-flag", train("--need_elasticdl_job_service=false"), "--need_elasticdl_job_service"),
+    Row(
+        "allreduce-with-ps",
+        train("--distribution_strategy=AllreduceStrategy", "--num_ps_pods=1"),
+        "--num_ps_pods=1 with AllreduceStrategy",
+    ),
+    Row(
+        "predict-no-data",
+        ("predict", "--job_name=p", "--model_zoo={zoo}", "--model_def=mnist.model.custom_model"),
+        "--prediction_data",
+    ),
+    Row(
+        "evaluate-no-data",
+        ("evaluate", "--job_name=e", "--model_zoo={zoo}", "--model_def=mnist.model.custom_model"),
+        "--validation_data",
+    ),
+    Row(
+        "retired-flag", train("--need_elasticdl_job_service=false"), "--need_elasticdl_job_service"
+    ),
     Row("aux-params-unknown", train("--aux_params=turbo"), "--aux_params: unknown turbo"),
     Row("model-params-not-kv", train("--model_params=lr"), "--model_params"),
     Row("data-reader-params-bad", train("--data_reader_params=columns"), "--data_reader_params"),
@@ -173,36 +186,59 @@ CLI_ROWS = [
     Row("status-job-name-path", ("status", "../../etc"), "'../../etc' is not a valid job name"),
     Row("cancel-job-name-path", ("cancel", "../x"), "'../x' is not a valid job name"),
     Row("logs-job-name-path", ("logs", "a/../../b"), "is not a valid job name"),
-    Row("logs-replica-path", ("logs", "done-job", "--replica=../job.json"),
-        "--replica '../job.json' is not a replica name", setup=_finished_job),
+    Row(
+        "logs-replica-path",
+        ("logs", "done-job", "--replica=../job.json"),
+        "--replica '../job.json' is not a replica name",
+        setup=_finished_job,
+    ),
     Row("status-unknown-job", ("status", "nosuchjob"), "no local job named 'nosuchjob'"),
     Row("logs-unknown-job", ("logs", "nosuchjob"), "no local job named 'nosuchjob'"),
     Row("cancel-unknown-job", ("cancel", "nosuchjob"), "no local job named 'nosuchjob'"),
     # ---- resources and volumes (checked for every platform) -------------------------------
     Row("resource-not-kv", k8s("--worker_resource_request=cpu"), "--worker_resource_request"),
-    Row("resource-bad-quantity", k8s("--worker_resource_request=cpu=abc"),
-        "--worker_resource_request"),
+    Row(
+        "resource-bad-quantity",
+        k8s("--worker_resource_request=cpu=abc"),
+        "--worker_resource_request",
+    ),
     Row("resource-negative", k8s("--worker_resource_request=cpu=-1"), "--worker_resource_request"),
-    Row("resource-bad-unit", k8s("--master_resource_request=memory=1Xi"),
-        "--master_resource_request"),
+    Row(
+        "resource-bad-unit",
+        k8s("--master_resource_request=memory=1Xi"),
+        "--master_resource_request",
+    ),
     Row("resource-unknown-name", k8s("--ps_resource_request=tpu=1"), "unknown resource 'tpu'"),
-    Row("resource-gpu-fraction", k8s("--worker_resource_request=gpu=0.5"),
-        "--worker_resource_request"),
+    Row(
+        "resource-gpu-fraction",
+        k8s("--worker_resource_request=gpu=0.5"),
+        "--worker_resource_request",
+    ),
     Row("resource-nan", k8s("--worker_resource_request=cpu=nan"), "--worker_resource_request"),
-    Row("resource-limit-below-request",
+    Row(
+        "resource-limit-below-request",
         k8s("--worker_resource_request=cpu=2", "--worker_resource_limit=cpu=1"),
-        "--worker_resource_limit"),
+        "--worker_resource_limit",
+    ),
     Row("volume-no-mount-path", k8s("--volume=host_path=/data"), "--volume"),
     Row("volume-relative-mount", k8s("--volume=host_path=/data,mount_path=data"), "--volume"),
     Row("volume-unknown-key", k8s("--volume=bogus=1,mount_path=/x"), "--volume"),
     Row("volume-two-sources", k8s("--volume=claim_name=c,host_path=/d,mount_path=/x"), "--volume"),
-    Row("volume-duplicate-mount",
-        k8s("--volume=host_path=/a,mount_path=/x;host_path=/b,mount_path=/x"), "--volume"),
+    Row(
+        "volume-duplicate-mount",
+        k8s("--volume=host_path=/a,mount_path=/x;host_path=/b,mount_path=/x"),
+        "--volume",
+    ),
     Row("image-name-space", k8s("--image_name=Bad Image"), "--image_name 'Bad Image'"),
     Row("image-name-newline", k8s("--worker_image=reg.io/x:1\nRUN"), "--worker_image"),
     Row("namespace-invalid", k8s("--namespace=Bad_NS"), "--namespace 'Bad_NS'"),
-    Row("namespace-from-config", k8s(), "--namespace 'Bad_NS'",
-        files=(("config.yaml", "namespace: Bad_NS\n"),), env=CONFIG),
+    Row(
+        "namespace-from-config",
+        k8s(),
+        "--namespace 'Bad_NS'",
+        files=(("config.yaml", "namespace: Bad_NS\n"),),
+        env=CONFIG,
+    ),
     # ---- --envs ---------------------------------------------------------------------------
     Row("envs-no-equals", train("--envs=NOVALUE"), "--envs"),
     Row("envs-bad-name", train("--envs=1BAD=x"), "--envs"),
@@ -216,19 +252,34 @@ CLI_ROWS = [
     config_row("config-non-string", "namespace: 3\n", "namespace must be a non-empty string"),
     config_row("config-bad-platform", "platform: mars\n", "platform 'mars' is invalid"),
     config_row("config-binary", b"\xff\xfe\x00\x01namespace", "config.yaml"),
-    Row("config-missing", ("list",), "does not exist", env=(("ELASTICDL_CONFIG", "{tmp}/no.yaml"),)),
-    Row("config-is-a-directory", ("list",), "ELASTICDL_CONFIG", env=(("ELASTICDL_CONFIG", "{tmp}"),)),
+    Row(
+        "config-missing", ("list",), "does not exist", env=(("ELASTICDL_CONFIG", "{tmp}/no.yaml"),)
+    ),
+    Row(
+        "config-is-a-directory", ("list",), "ELASTICDL_CONFIG", env=(("ELASTICDL_CONFIG", "{tmp}"),)
+    ),
     # ---- --cluster_spec files -------------------------------------------------------------
     Row("cluster-spec-missing", k8s("--cluster_spec={tmp}/nospec.py"), "--cluster_spec"),
-    Row("cluster-spec-syntax-error", k8s("--cluster_spec={tmp}/spec.py"), "--cluster_spec",
-        files=(("spec.py", "def (:\n"),)),
-    Row("cluster-spec-no-cluster", k8s("--cluster_spec={tmp}/spec.py"), "defines no 'cluster'",
-        files=(("spec.py", "x = 1\n"),)),
-    Row("cluster-spec-cluster-no-methods", k8s("--cluster_spec={tmp}/spec.py"),
-        "has no method with_pod", files=(("spec.py", "cluster = object()\n"),)),
+    Row(
+        "cluster-spec-syntax-error",
+        k8s("--cluster_spec={tmp}/spec.py"),
+        "--cluster_spec",
+        files=(("spec.py", "def (:\n"),),
+    ),
+    Row(
+        "cluster-spec-no-cluster",
+        k8s("--cluster_spec={tmp}/spec.py"),
+        "defines no 'cluster'",
+        files=(("spec.py", "x = 1\n"),),
+    ),
+    Row(
+        "cluster-spec-cluster-no-methods",
+        k8s("--cluster_spec={tmp}/spec.py"),
+        "has no method with_pod",
+        files=(("spec.py", "cluster = object()\n"),),
+    ),
     Row("cluster-spec-json-invalid", k8s("--cluster_spec_json={oops"), "--cluster_spec_json"),
-    Row("cluster-spec-json-unknown-key", k8s('--cluster_spec_json={"pod_spek": {}}'),
-        "pod_spek"),
+    Row("cluster-spec-json-unknown-key", k8s('--cluster_spec_json={"pod_spek": {}}'), "pod_spek"),
     Row("cluster-spec-on-local-missing", train("--cluster_spec={tmp}/nospec.py"), "--cluster_spec"),
     # ---- wait -----------------------------------------------------------------------------
     Row("wait-timeout-nan", ("wait", "nosuchjob", "--timeout=nan"), "--timeout"),
@@ -238,24 +289,47 @@ CLI_ROWS = [
     Row("wait-timeout-text", ("wait", "nosuchjob", "--timeout=soon"), "--timeout"),
     Row("wait-unknown-job", ("wait", "nosuchjob", "--timeout=5"), "no local job named"),
     # ---- job directories ------------------------------------------------------------------
-    Row("job-dir-not-a-job", train("--job_dir={tmp}/precious"), "--job_dir",
-        files=(("precious/thesis.tex", "keep me"),)),
-    Row("job-dir-holds-foreign-job-json", train("--job_dir={tmp}/precious"), "--job_dir",
-        files=(("precious/job.json", '{"job_name": "good-job"}'), ("precious/x", "keep"))),
+    Row(
+        "job-dir-not-a-job",
+        train("--job_dir={tmp}/precious"),
+        "--job_dir",
+        files=(("precious/thesis.tex", "keep me"),),
+    ),
+    Row(
+        "job-dir-holds-foreign-job-json",
+        train("--job_dir={tmp}/precious"),
+        "--job_dir",
+        files=(("precious/job.json", '{"job_name": "good-job"}'), ("precious/x", "keep")),
+    ),
     Row("job-dir-is-a-file", train("--job_dir={tmp}/afile"), "--job_dir", files=(("afile", "x"),)),
     # ---- zoo init and dataset -------------------------------------------------------------
-    Row("zoo-index-newline", ("zoo", "init", "--model_zoo=zoo",
-                              "--extra_pypi_index=https://h/simple\nRUN id"), "--extra_pypi_index"),
-    Row("zoo-index-not-url", ("zoo", "init", "--model_zoo=zoo", "--extra_pypi_index=h/simple"),
-        "--extra_pypi_index"),
-    Row("zoo-base-image-space", ("zoo", "init", "--model_zoo=zoo", "--base_image=a b"),
-        "--base_image"),
+    Row(
+        "zoo-index-newline",
+        ("zoo", "init", "--model_zoo=zoo", "--extra_pypi_index=https://h/simple\nRUN id"),
+        "--extra_pypi_index",
+    ),
+    Row(
+        "zoo-index-not-url",
+        ("zoo", "init", "--model_zoo=zoo", "--extra_pypi_index=h/simple"),
+        "--extra_pypi_index",
+    ),
+    Row(
+        "zoo-base-image-space",
+        ("zoo", "init", "--model_zoo=zoo", "--base_image=a b"),
+        "--base_image",
+    ),
     Row("zoo-model-zoo-missing", ("zoo", "init", "--model_zoo=nozoo"), "--model_zoo"),
     Row("zoo-model-zoo-outside", ("zoo", "init", "--model_zoo=.."), "--model_zoo"),
-    Row("zoo-cluster-spec-missing", ("zoo", "init", "--model_zoo=zoo",
-                                     "--cluster_spec=nospec.py"), "--cluster_spec"),
-    Row("dataset-unknown", ("dataset", "prepare", "nosuch", "--output={tmp}/work/out"),
-        "unknown dataset 'nosuch'"),
+    Row(
+        "zoo-cluster-spec-missing",
+        ("zoo", "init", "--model_zoo=zoo", "--cluster_spec=nospec.py"),
+        "--cluster_spec",
+    ),
+    Row(
+        "dataset-unknown",
+        ("dataset", "prepare", "nosuch", "--output={tmp}/work/out"),
+        "unknown dataset 'nosuch'",
+    ),
 ]
 
 
@@ -318,37 +392,71 @@ def _flipped_recordio(tmp: Path) -> None:
 
 
 DATA_ROWS = [
-    DataRow("recordio-four-billion-records", _four_billion_records, "huge.rio",
-            "claims 4294967295 records"),
+    DataRow(
+        "recordio-four-billion-records",
+        _four_billion_records,
+        "huge.rio",
+        "claims 4294967295 records",
+    ),
     DataRow("recordio-gzip-bomb", _gzip_bomb, "bomb.rio", "not read: it decompresses to more"),
     DataRow("recordio-truncated", _truncated_recordio, "t.rio", "the file was cut short"),
     DataRow("recordio-corrupt-payload", _flipped_recordio, "f.rio", "checksum mismatch"),
-    DataRow("recordio-not-recordio", _write("x.rio", b"hello world, not recordio\n" * 10),
-            "x.rio", "bad magic"),
+    DataRow(
+        "recordio-not-recordio",
+        _write("x.rio", b"hello world, not recordio\n" * 10),
+        "x.rio",
+        "bad magic",
+    ),
     DataRow("recordio-empty-dir", _write("empty/.keep", ""), "empty", "contains no RecordIO"),
     DataRow("data-origin-missing", lambda tmp: None, "nothing/here", "does not exist"),
-    DataRow("csv-binary", _write("bin.csv", bytes(range(256)) * 64), "bin.csv",
-            "not a text file"),
-    DataRow("csv-gzipped", _write("z.csv", gzip.compress(b"a,b\n1,2\n" * 100)), "z.csv",
-            "not a text file"),
-    DataRow("csv-nul-in-the-middle", _write("n.csv", b"a,b\n1,2\n" * 1000 + b"3,\x00\n"),
-            "n.csv", "NUL byte at offset 8002"),
-    DataRow("csv-bad-sep", _write("ok.csv", "a,b\n1,2\n"), "ok.csv", "sep",
-            params=(("sep", "::"),)),
-    DataRow("parquet-not-parquet", _write("p.parquet", b"PAR1 but not really"), "p.parquet",
-            "not a readable Parquet file"),
-    DataRow("parquet-missing-column", _parquet("p.parquet", {"x": [1, 2]}), "p.parquet",
-            "columns: ['label'] not in", params=(("columns", "x,label"),)),
-    DataRow("parquet-schemas-differ",
-            _both(_parquet("pq/a.parquet", {"x": [1, 2]}),
-                  _parquet("pq/b.parquet", {"y": ["a", "b"]})),
-            "pq", "schema"),
-    DataRow("parquet-column-type-differs",
-            _both(_parquet("pq/a.parquet", {"x": [1, 2]}),
-                  _parquet("pq/b.parquet", {"x": ["a", "b"]})),
-            "pq", "schema"),
-    DataRow("reader-type-unknown", _write("ok.csv", "a\n1\n"), "ok.csv", "reader_type",
-            params=(("reader_type", "excel"),)),
+    DataRow("csv-binary", _write("bin.csv", bytes(range(256)) * 64), "bin.csv", "not a text file"),
+    DataRow(
+        "csv-gzipped",
+        _write("z.csv", gzip.compress(b"a,b\n1,2\n" * 100)),
+        "z.csv",
+        "not a text file",
+    ),
+    DataRow(
+        "csv-nul-in-the-middle",
+        _write("n.csv", b"a,b\n1,2\n" * 1000 + b"3,\x00\n"),
+        "n.csv",
+        "NUL byte at offset 8002",
+    ),
+    DataRow(
+        "csv-bad-sep", _write("ok.csv", "a,b\n1,2\n"), "ok.csv", "sep", params=(("sep", "::"),)
+    ),
+    DataRow(
+        "parquet-not-parquet",
+        _write("p.parquet", b"PAR1 but not really"),
+        "p.parquet",
+        "not a readable Parquet file",
+    ),
+    DataRow(
+        "parquet-missing-column",
+        _parquet("p.parquet", {"x": [1, 2]}),
+        "p.parquet",
+        "columns: ['label'] not in",
+        params=(("columns", "x,label"),),
+    ),
+    DataRow(
+        "parquet-schemas-differ",
+        _both(_parquet("pq/a.parquet", {"x": [1, 2]}), _parquet("pq/b.parquet", {"y": ["a", "b"]})),
+        "pq",
+        "schema",
+    ),
+    DataRow(
+        "parquet-column-type-differs",
+        _both(_parquet("pq/a.parquet", {"x": [1, 2]}), _parquet("pq/b.parquet", {"x": ["a", "b"]})),
+        "pq",
+        "schema",
+    ),
+    DataRow(
+        "reader-type-unknown",
+        _write("ok.csv", "a\n1\n"),
+        "ok.csv",
+        "reader_type",
+        params=(("reader_type", "excel"),),
+    ),
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -406,8 +514,13 @@ def test_cli(row: Row, place, capsys, monkeypatch):
     if row.setup:
         row.setup(tmp)
     before = _tree(tmp)
-    argv = [a.replace("{tmp}", place["tmp"]).replace("{zoo}", place["zoo"]).replace(
-        "{data}", place["data"]).replace("{home}", place["home"]) for a in row.argv]
+    argv = [
+        a.replace("{tmp}", place["tmp"])
+        .replace("{zoo}", place["zoo"])
+        .replace("{data}", place["data"])
+        .replace("{home}", place["home"])
+        for a in row.argv
+    ]
     started = time.monotonic()
     code, err = _run_main(argv, capsys)
     assert time.monotonic() - started < 10

@@ -52,7 +52,9 @@ def test_directory_and_not_parquet(tmp_path, table_path):
 def test_files_of_different_schemas_are_refused(tmp_path):
     pq.write_table(pa.table({"x": [1, 2], "y": ["a", "b"]}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"x": ["1"], "y": ["c"]}), tmp_path / "b.parquet")
-    with pytest.raises(DataReaderError, match=r"b.parquet: schema differs from .*a.parquet in columns \['x'\]"):
+    with pytest.raises(
+        DataReaderError, match=r"b.parquet: schema differs from .*a.parquet in columns \['x'\]"
+    ):
         ParquetDataReader(str(tmp_path)).create_shards()
     pq.write_table(pa.table({"z": [1]}), tmp_path / "b.parquet")
     with pytest.raises(DataReaderError, match=r"in columns \['x', 'y', 'z'\]"):
