@@ -5,13 +5,15 @@ Candidates, first match wins:
 
 1. ``$ELASTICDL_MASTER_PEX``: a ``master.pex`` (or any executable / Python script taking the
    master's flags). Executables run directly; a non-executable file runs with this interpreter.
-2. ``dist/src.python.elasticdl.master/master.pex`` where this client was installed from: the
-   checkout this module lives in (``src/python/elasticdl/client`` -> ``dist/``), or, for the
-   client PEX ``dist/src.python.client/elasticdl.pex``, the ``dist/`` beside it (after
-   ``./pants package ::``). Never the current directory or its parents: a ``master.pex`` that
-   anyone could leave in a shared directory would run as the user.
+2. For the client PEX ``dist/src.python.client/elasticdl.pex``: the master PEX built beside it,
+   ``dist/src.python.elasticdl.master/master.pex`` (``./pants package ::``).
 3. This interpreter, if it has TensorFlow and ``elasticdl.master`` (``pip install elasticdl``
    or a development virtualenv): ``python -m elasticdl.master.main``.
+4. For a client run from a checkout's sources without TensorFlow: that checkout's
+   ``dist/src.python.elasticdl.master/master.pex``.
+
+Never the current directory or its parents: a ``master.pex`` anyone could leave in a shared
+directory (``/tmp``) would run as the user who submits a job there.
 """
 
 from __future__ import annotations
@@ -54,30 +56,43 @@ def _has_module(name: str) -> bool:
         return False
 
 
-def install_roots(environ: dict[str, str] | None = None) -> list[Path]:
-    """Directories that may hold this installation's ``dist/``: the checkout of this source
-    file, and the parent of the ``dist/`` that holds the running client PEX."""
+def client_pex_root(environ: dict[str, str] | None = None) -> Path | None:
+    """The checkout whose ``dist/`` holds the running client PEX, if the client is one."""
     environ = os.environ if environ is None else environ
-    roots = []
-    here = Path(__file__).resolve()
-    if len(here.parents) > 4 and here.parents[0].name == "client":
-        roots.append(here.parents[4])  # <checkout>/src/python/elasticdl/client/this.py
     pex = environ.get("PEX", "")  # set by the PEX bootstrap to the running PEX file
     if not pex and sys.argv and sys.argv[0].endswith(".pex"):
         pex = sys.argv[0]
-    if pex:
-        # <checkout>/dist/src.python.client/elasticdl.pex -> <checkout>
-        roots.append(Path(pex).resolve().parents[2])
-    return roots
+    if not pex:
+        return None
+    path = Path(pex).resolve()  # <checkout>/dist/src.python.client/elasticdl.pex
+    return path.parents[2] if len(path.parents) > 2 else None
+
+
+def source_checkout_root() -> Path | None:
+    """The checkout this module runs from (``<root>/src/python/elasticdl/client/``), if any."""
+    here = Path(__file__).resolve()
+    names = [p.name for p in here.parents[:4]]
+    if names == ["client", "elasticdl", "python", "src"]:
+        return here.parents[4]
+    return None
+
+
+def _pants_pex(root: Path | None, python: str) -> MasterRuntime | None:
+    candidate = None if root is None else root / PANTS_MASTER_PEX
+    if candidate is not None and candidate.is_file():
+        return MasterRuntime(_program(candidate, python), {}, str(candidate))
+    return None
 
 
 def resolve_master_runtime(
     environ: dict[str, str] | None = None,
-    roots: list[Path] | None = None,
+    pex_root: Path | None | bool = True,
+    checkout_root: Path | None | bool = True,
     python: str | None = None,
     search_interpreter: bool = True,
 ) -> MasterRuntime:
-    """``roots``: where to look for ``dist/`` (default :func:`install_roots`)."""
+    """``pex_root``/``checkout_root``: where to look for ``dist/`` (True: where this client
+    runs from, :func:`client_pex_root` and :func:`source_checkout_root`)."""
     environ = os.environ if environ is None else environ
     python = python or sys.executable
     pex = environ.get(ENV_MASTER_PEX, "")
@@ -89,10 +104,13 @@ def resolve_master_runtime(
             )
         return MasterRuntime(_program(path.resolve(), python), {}, f"{ENV_MASTER_PEX}={path}")
 
-    for directory in install_roots(environ) if roots is None else roots:
-        candidate = Path(directory) / PANTS_MASTER_PEX
-        if candidate.is_file():
-            return MasterRuntime(_program(candidate, python), {}, str(candidate))
+    if pex_root is True:
+        pex_root = client_pex_root(environ)
+    if checkout_root is True:
+        checkout_root = source_checkout_root()
+    found = _pants_pex(pex_root or None, python)
+    if found is not None:
+        return found
 
     if search_interpreter and _has_module("tensorflow") and _has_module("elasticdl.master"):
         # The master must see the same packages as this interpreter, including ones put on
@@ -103,6 +121,10 @@ def resolve_master_runtime(
             {"PYTHONPATH": pythonpath},
             f"{python} -m {MASTER_MODULE}",
         )
+
+    found = _pants_pex(checkout_root or None, python)
+    if found is not None:
+        return found
 
     raise MasterRuntimeNotFound(
         "cannot find the ElasticDL master runtime: build it with "
