@@ -106,6 +106,7 @@ def _import_model_module(model_zoo: str, model_def: str) -> Tuple[ModuleType, st
     if model_zoo not in sys.path:
         sys.path.insert(0, model_zoo)
     _register_zoo_package(model_zoo)
+    _prepare_runtime(model_zoo, path)
     module_name = ".".join(model_def.split(".")[:-1])
     try:
         try:
@@ -125,6 +126,20 @@ def _import_model_module(model_zoo: str, model_def: str) -> Tuple[ModuleType, st
     except ImportError as e:
         raise ModelSpecError(_import_error_message(model_def, path, e)) from None
     return module, path
+
+
+def _prepare_runtime(model_zoo: str, path: str) -> None:
+    """Before the model file imports TensorFlow's Keras: choose Keras 2 (tf-keras) for a model
+    written for it, and layer the zoo's requirements.txt over the runtime (common.runtime_env)."""
+    from elasticdl.common import runtime_env
+
+    try:
+        keras2 = runtime_env.uses_keras2(path)
+        if keras2:
+            os.environ[runtime_env.LEGACY_KERAS_ENV] = "1"  # read at the first use of tf.keras
+        runtime_env.ensure(model_zoo, keras2)
+    except runtime_env.RuntimeEnvError as e:
+        raise ModelSpecError(str(e)) from None
 
 
 def _import_error_message(model_def: str, path: str, error: ImportError) -> str:

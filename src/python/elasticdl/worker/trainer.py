@@ -57,8 +57,18 @@ class TrainerConfig:
     wait_for_ps_model_s: float = 60.0  # how long those jobs wait for the PS to hold a model
 
 
+def _variable_path(v) -> str:
+    """Keras 3 variables have a unique `path` ("dense/kernel"); TensorFlow variables of
+    tf.keras 2 models (tf-keras) have only `name` ("dense/kernel:0")."""
+    path = getattr(v, "path", None)
+    if path:
+        return path
+    name = v.name
+    return name[: -len(":0")] if name.endswith(":0") else name
+
+
 def _param_names(variables) -> List[str]:
-    names = [v.path for v in variables]
+    names = [_variable_path(v) for v in variables]
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(

@@ -257,3 +257,15 @@ def test_reading_the_model_applies_parameters_a_push_brought_back(ps_cluster):
         v.assign(held[name])
     np.testing.assert_allclose(out, reference(x).numpy(), rtol=1e-5, atol=1e-6)
     client.close()
+
+
+def test_parameter_names_of_keras3_and_tf_variables():
+    # tf.keras 2 models (tf-keras) hold tf.Variables: named by `name` without ":0".
+    from elasticdl.worker.trainer import _param_names
+
+    layer = keras.layers.Dense(1, name="d")
+    layer.build((None, 2))
+    assert _param_names(layer.trainable_variables) == ["d/kernel", "d/bias"]
+    with tf.name_scope("dense_features"):
+        v = tf.Variable([1.0], name="age_embedding")
+    assert _param_names([v]) == ["dense_features/age_embedding"]
