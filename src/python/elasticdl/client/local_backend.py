@@ -93,16 +93,23 @@ def is_job_directory(directory: Path) -> bool:
     return (directory / MARKER_FILE).is_file() and not (directory / MARKER_FILE).is_symlink()
 
 
-def _clear_job_directory(directory: Path, what: str) -> bool:
+def _clear_job_directory(directory: Path, what: str, legacy_name: str = "") -> bool:
     """Remove the previous job's files from ``directory`` (only what ElasticDL writes there),
-    then the directory itself if nothing else is left. Returns whether it is gone. Raises
-    ClientError for a directory ElasticDL did not create."""
+    then the directory itself if ElasticDL created it and nothing else is left. Returns
+    whether it is gone. Raises ClientError for a directory ElasticDL did not create.
+
+    ``legacy_name``: the directory is the default one of that job under the jobs root; one
+    written before the marker existed (its job.json names that job) counts as created."""
     if not directory.exists() and not directory.is_symlink():
         return True
     if not directory.is_dir() or directory.is_symlink():
         raise ClientError(f"{what} {directory} is not a directory; remove it or choose another")
     if not any(directory.iterdir()):
         return False  # empty: use it as it is
+    if legacy_name and not is_job_directory(directory):
+        old = _read_json(directory / JOB_FILE) or {}
+        if old.get("job_name") == legacy_name and old.get("platform") == PlatformName.LOCAL:
+            (directory / MARKER_FILE).write_text(json.dumps({"created_dir": True}) + "\n")
     if not is_job_directory(directory):
         raise ClientError(
             f"{what} {directory} exists and was not created by ElasticDL; "
@@ -251,11 +258,12 @@ class LocalBackend(JobBackend):
         # Replace the previous job of that name: its files (only those) and a stale name link.
         if link.is_symlink() and link.absolute() == directory:
             link.unlink()  # a custom --job_dir before; now the default place
-        _clear_job_directory(directory, "--job_dir")
+        default = directory == link.absolute()
+        _clear_job_directory(directory, "--job_dir", legacy_name=name if default else "")
         if link.is_symlink():
             link.unlink()
         elif link.exists() and link.absolute() != directory:
-            if not _clear_job_directory(link, "job directory"):
+            if not _clear_job_directory(link, "job directory", legacy_name=name):
                 raise ClientError(
                     f"{link} still holds files ElasticDL did not write; move them away or "
                     "choose another --job_name"

@@ -254,13 +254,21 @@ def test_rerun_removes_only_what_elasticdl_wrote(env, tmp_path, capsys):
     assert not (env / "jobs" / "job-s").is_symlink()
 
 
-def test_default_job_dir_rerun_replaces_only_a_marked_directory(env, capsys):
+def test_default_job_dir_rerun_replaces_only_a_job_directory(env, capsys):
     assert main(job_argv("job-t")) == 0
     default = env / "jobs" / "job-t"
-    (default / ".elasticdl-job").unlink()  # e.g. left by something else
+    # A job directory written before the marker existed: still replaced, and only its files.
+    (default / ".elasticdl-job").unlink()
+    (default / "mine.txt").write_text("keep")
+    assert main(job_argv("job-t")) == 0
+    assert (default / "mine.txt").read_text() == "keep"
+    # A directory there whose job.json is not this job's: refused.
+    (default / ".elasticdl-job").unlink()
+    (default / "job.json").write_text('{"job_name": "other", "platform": "local"}')
+    capsys.readouterr()
     assert main(job_argv("job-t")) == 2
     assert "not created by ElasticDL" in capsys.readouterr().err
-    assert (default / "job.json").is_file()
+    assert (default / "job.json").is_file() and (default / "mine.txt").is_file()
 
 
 def test_a_job_that_does_not_start_leaves_no_directory(env, monkeypatch, capsys):
