@@ -75,9 +75,9 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def recv_frame(sock: socket.socket) -> Tuple[int, bytes]:
+def recv_frame(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> Tuple[int, bytes]:
     (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
-    if not 1 <= n <= MAX_FRAME_BYTES:
+    if not 1 <= n <= max_bytes:
         raise ConnectionError(f"bad frame length {n}")
     frame = _recv_exact(sock, n)
     return frame[0], frame[1:]

@@ -24,6 +24,23 @@ from elasticdl.ps.shared_regions import SharedRegions
 
 logger = logging.getLogger(__name__)
 
+# Before a peer has shown a region's token it gets a small frame, a short time and a bounded
+# number of connections: an abstract socket can be reached by any process on the host.
+HELLO_MAX_BYTES = 4096
+HELLO_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 1024
+
+
+def _same_user(conn: socket.socket) -> bool:
+    """Whether the connecting process runs as this PS's user (``SO_PEERCRED``): workers are
+    the PS's siblings, started by the same master."""
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return False
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid == os.getuid()
+
 
 class LocalChannelServer:
     def __init__(
@@ -58,6 +75,9 @@ class LocalChannelServer:
                 if self._closed:
                     conn.close()
                     return
+                if len(self._connections) >= MAX_CONNECTIONS or not _same_user(conn):
+                    conn.close()
+                    continue
                 self._connections.add(conn)
             threading.Thread(
                 target=self._serve, args=(conn,), name="ps-local-push", daemon=True
@@ -79,7 +99,9 @@ class LocalChannelServer:
             conn.close()
 
     def _hello(self, conn: socket.socket):
-        kind, payload = lc.recv_frame(conn)
+        conn.settimeout(HELLO_TIMEOUT_S)
+        kind, payload = lc.recv_frame(conn, HELLO_MAX_BYTES)
+        conn.settimeout(None)
         refusal = None
         if kind != lc.HELLO or len(payload) < 8:
             refusal = (grpc.StatusCode.INVALID_ARGUMENT, "the first frame must be HELLO")

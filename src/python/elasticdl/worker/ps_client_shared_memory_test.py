@@ -231,3 +231,62 @@ def test_a_refusing_ps_is_asked_again_less_and_less_often(ps_cluster, monkeypatc
     # Asked at push 1, after 100 more, after 200 more; not yet after 400 more.
     assert len(attempts) == 3 and client.shared_memory_ps() == []
     client.close()
+
+
+def test_the_channel_bounds_what_it_reads_before_a_token(ps_cluster, monkeypatch):
+    import socket
+    import struct
+    import subprocess
+    import sys
+
+    from elasticdl.common import local_channel as lc
+    from elasticdl.ps import local_channel_server as lcs
+
+    cluster = ps_cluster(1)
+    client = _client(cluster, True)
+    client.push_gradients({n: np.ones_like(v) for n, v in PARAMS.items()}, learning_rate=0.1)
+    name = client._links[0].shared.channel.name
+
+    def closed_by_ps(s) -> bool:
+        try:
+            return s.recv(1) == b""
+        except ConnectionResetError:  # closed with bytes of ours unread
+            return True
+
+    def connect():
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(2)  # well below the PS's hello timeout
+        s.connect(lc.abstract_address(name))
+        return s
+
+    # A first frame announcing 200 MiB is refused at once: the PS closes without reading it
+    # (or waiting for it).
+    s = connect()
+    s.sendall(struct.pack("<I", 200 * 1024 * 1024) + bytes([lc.HELLO]))
+    assert closed_by_ps(s)
+    s.close()
+    # A process of another user is refused before its HELLO is read (SO_PEERCRED); this
+    # user's process with the same bytes gets an answer (a refusal of the unknown region).
+    hello = struct.pack("<I", 9 + 16) + bytes([lc.HELLO]) + struct.pack("<Q", 1) + b"\0" * 16
+    code = (
+        "import os, socket, sys\n"
+        "if len(sys.argv) > 2: os.setgid(65534); os.setuid(65534)\n"
+        "s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect('\\0' + sys.argv[1])\n"
+        "try:\n"
+        f"    s.sendall({hello!r}); answer = s.recv(1)\n"
+        "except (BrokenPipeError, ConnectionResetError):\n"
+        "    answer = b''\n"
+        "sys.exit(0 if answer else 3)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code, name], timeout=30).returncode == 0
+    if os.getuid() == 0:
+        other = subprocess.run([sys.executable, "-c", code, name, "nobody"], timeout=30)
+        assert other.returncode == 3
+    # A peer that says nothing is dropped after the hello timeout.
+    monkeypatch.setattr(lcs, "HELLO_TIMEOUT_S", 0.5)
+    s = connect()
+    assert closed_by_ps(s)
+    s.close()
+    # The channel still serves its worker.
+    assert client.push_gradients({n: np.ones_like(v) for n, v in PARAMS.items()}).accepted
+    client.close()
