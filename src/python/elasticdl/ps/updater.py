@@ -79,6 +79,29 @@ class _SyncBuffer:
         self.count += 1
 
 
+# Far above any learning rate that trains: a push asking for more is a bug or an attack.
+MAX_LEARNING_RATE = 1e3
+
+
+def _check_push(dense: dict, sparse: dict, learning_rate: float) -> float | None:
+    """The push's learning rate (None: the optimizer's own), after refusing what would wreck
+    the model: a learning rate that is negative, not finite or absurd, or gradients holding
+    NaN or infinity (one diverged worker must not poison every replica's model)."""
+    lr = float(learning_rate)
+    if lr != 0.0 and not 0.0 < lr <= MAX_LEARNING_RATE:
+        raise PSError(
+            f"learning rate {lr:g} refused: a push may ask for one in (0, {MAX_LEARNING_RATE:g}]"
+        )
+    for name, grad in dense.items():
+        # A sum is NaN or infinite when any element is, at the cost of one read.
+        if not np.isfinite(np.add.reduce(grad, axis=None)):
+            raise PSError(f"gradient for dense parameter {name!r} holds NaN or infinity")
+    for name, (_, values) in sparse.items():
+        if values.size and not np.isfinite(np.add.reduce(values, axis=None)):
+            raise PSError(f"gradient for embedding table {name!r} holds NaN or infinity")
+    return lr if lr > 0 else None
+
+
 class ParameterServer:
     """The model of one PS plus the policy that updates it; transport-agnostic."""
 
@@ -223,7 +246,7 @@ class ParameterServer:
             missing = set(request.shared_memory_missing)
             # Views of the slots: the async apply reads them in place, the sync buffer copies.
             dense = {name: region.gradient(name) for name in region.slots if name not in missing}
-        lr = float(request.learning_rate) if request.learning_rate > 0 else None
+        lr = _check_push(dense, sparse, request.learning_rate)
         if self.policy.use_async:
             return self._apply_async(dense, sparse, lr, grad_version)
         return self._accumulate_sync(dense, sparse, lr, grad_version)

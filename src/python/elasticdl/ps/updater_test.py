@@ -113,3 +113,27 @@ def test_uninitialised_ps_rejects_and_bad_push_changes_nothing():
     assert ps.version == 0
     with pytest.raises(PSError, match="grads_to_wait"):
         UpdatePolicy(grads_to_wait=0)
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+@pytest.mark.parametrize(
+    "dense, rows, lr, message",
+    [
+        ([1, np.nan, 1], None, 0.0, "dense parameter 'w' holds NaN or infinity"),
+        ([1, 1, np.inf], None, 0.0, "dense parameter 'w' holds NaN or infinity"),
+        (None, [[np.nan, 0]], 0.0, "embedding table 'e' holds NaN or infinity"),
+        ([1, 1, 1], None, float("inf"), "learning rate inf refused"),
+        ([1, 1, 1], None, float("nan"), "learning rate nan refused"),
+        ([1, 1, 1], None, -0.1, "learning rate -0.1 refused"),
+        ([1, 1, 1], None, 1e6, "learning rate 1e\\+06 refused"),
+    ],
+)
+def test_pushes_that_would_wreck_the_model_are_refused(use_async, dense, rows, lr, message):
+    ps, versions = make_ps(UpdatePolicy(use_async=use_async))
+    with pytest.raises(PSError, match=message):
+        push(ps, 0, dense=dense, ids=[1] if rows else None, rows=rows, lr=lr)
+    np.testing.assert_array_equal(ps.params.dense["w"], 0)
+    assert ps.version == 0 and versions == []
+    # The next sound push is applied as usual.
+    assert push(ps, 0, dense=[1, 1, 1], lr=0.5).accepted
+    np.testing.assert_allclose(ps.params.dense["w"], -0.5)
