@@ -50,9 +50,30 @@ def _init(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_image(image: str, flag: str) -> None:
+    """A bad image name is the user's to fix (exit 2), not the engine's failure (exit 1)."""
+    from elasticdl.client.image_builder import ImageError, split_image_name
+
+    try:
+        split_image_name(image)
+    except ImageError as e:
+        raise ZooInitError(f"{flag}: {e}") from None
+
+
 def _build(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from elasticdl.client.image_builder import ImageError, build_image
 
+    context = Path(args.path)
+    if not context.is_dir():
+        raise ZooInitError(f"build context {args.path} is not a directory; pass the one to build")
+    if not (context / args.dockerfile).is_file():
+        raise ZooInitError(
+            f"--dockerfile: no {args.dockerfile} in {args.path}; create it with "
+            f"'{PROG} zoo init' (or pass --dockerfile)"
+        )
+    _check_image(args.image, "--image")
     try:
         buildargs = dict(_key_value(item) for item in args.build_arg)
         result = build_image(
@@ -77,6 +98,7 @@ def _build(args: argparse.Namespace) -> int:
 def _push(args: argparse.Namespace) -> int:
     from elasticdl.client.image_builder import ImageError, push_image
 
+    _check_image(args.image, "IMAGE")
     try:
         result = push_image(args.image, base_url=args.docker_base_url or None)
     except ImageError as e:

@@ -43,12 +43,6 @@ def test_unreachable_engine_is_one_line(tmp_path, monkeypatch, capsys, argv):
     )
 
 
-def test_build_without_dockerfile(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    assert main(["zoo", "build", "--image=t/m:v1", "."]) == 1
-    assert "no Dockerfile in ." in capsys.readouterr().err
-
-
 def test_split_image_name():
     assert split_image_name("127.0.0.1:5000/a/b:v1") == ("127.0.0.1:5000/a/b", "v1")
     assert split_image_name("127.0.0.1:5000/a/b") == ("127.0.0.1:5000/a/b", "latest")
@@ -64,3 +58,24 @@ def test_zoo_does_not_import_docker_at_startup():
     code = "import sys, elasticdl.client.zoo; print('docker' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["build", "--image=t/m:v1", "."], "--dockerfile: no Dockerfile in ."),
+        (["build", "--image=t/m:v1", "nodir"], "build context nodir is not a directory"),
+        (["build", "--image=Bad Image", "."], "--image: 'Bad Image' is not an image name"),
+        (["push", "Bad Image"], "IMAGE: 'Bad Image' is not an image name"),
+    ],
+)
+def test_bad_build_and_push_input_is_exit_2_before_the_engine(
+    tmp_path, monkeypatch, capsys, argv, message
+):
+    if "Bad Image" in argv[1] or argv[0] == "push":
+        (tmp_path / "Dockerfile").write_text("FROM local/base\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+    assert main(["zoo", *argv]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"elasticdl: error: {message}")
