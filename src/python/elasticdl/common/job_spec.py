@@ -641,6 +641,13 @@ class JobSpec:
                     k8s_resource.check_limit_not_below_request(request, limit)
                 except ValueError as e:
                     raise SpecError(f"--{kind}_resource_limit: {e}") from None
+        if check_local_paths and self.output:
+            output = os.path.expanduser(self.output)
+            if os.path.exists(output) and not os.path.isdir(output):
+                raise SpecError(
+                    f"--output {self.output!r} is a file; give a directory (the model or the "
+                    "predictions are written into it)"
+                )
         if check_local_paths and self.log_file_path:
             parent = os.path.dirname(os.path.abspath(os.path.expanduser(self.log_file_path)))
             if not os.path.isdir(parent):

@@ -303,6 +303,9 @@ def test_local_paths_are_checked(tmp_path):
         _spec(base + [f"--model_zoo={tmp_path / 'nope'}"], check_local_paths=True)
     with pytest.raises(SpecError, match="--training_data .* does not exist"):
         _spec(base + [f"--training_data={tmp_path / 'missing'}"], check_local_paths=True)
+    with pytest.raises(SpecError, match="--output '.*model.py' is a file; give a directory"):
+        _spec(base + [f"--output={zoo / 'mnist' / 'model.py'}"], check_local_paths=True)
+    _spec(base + [f"--output={tmp_path / 'new' / 'export'}"], check_local_paths=True)
     with pytest.raises(SpecError, match="--log_file_path .*: directory .* does not exist"):
         _spec(base + [f"--log_file_path={tmp_path / 'no' / 'm.log'}"], check_local_paths=True)
     _spec(base + [f"--log_file_path={tmp_path / 'm.log'}"], check_local_paths=True)
