@@ -173,6 +173,7 @@ CLI_ROWS = [
     Row("populate-env-bad-regex", train("--populate_env_names=FOO("), "--populate_env_names"),
     Row("yaml-on-local", train("--yaml={tmp}/work/x.yaml"), "--yaml"),
     Row("flag-with-newline", train("--job_name=good\njob"), "--job_name"),
+    Row("output-is-a-file", train("--output={zoo}/mnist/model.py"), "--output"),
     Row("log-file-dir-missing", train("--log_file_path={tmp}/nodir/m.log"), "--log_file_path"),
     Row("status-output-unknown", ("status", "x", "-o", "xml"), "-o/--output: invalid choice"),
     Row("logs-no-job", ("logs",), "the following arguments are required: job"),
@@ -325,6 +326,14 @@ CLI_ROWS = [
         ("zoo", "init", "--model_zoo=zoo", "--cluster_spec=nospec.py"),
         "--cluster_spec",
     ),
+    Row("zoo-build-no-dockerfile", ("zoo", "build", "--image=t/m:v1", "."), "--dockerfile"),
+    Row(
+        "zoo-build-bad-image",
+        ("zoo", "build", "--image=Bad Image", "zoo"),
+        "--image",
+        files=(("work/zoo/Dockerfile", "FROM local/base\n"),),
+    ),
+    Row("zoo-push-bad-image", ("zoo", "push", "Bad Image"), "IMAGE: 'Bad Image'"),
     Row(
         "dataset-unknown",
         ("dataset", "prepare", "nosuch", "--output={tmp}/work/out"),
