@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from elasticdl.common.job_spec import JobSpec, default_job_dir
+from elasticdl.common.parent_watch import EXIT_WITH_PARENT_ENV
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
     REASON_ERROR,
@@ -150,6 +151,7 @@ class LocalProcessPlatform(Platform):
             env.update(spec.secret_env)
             env["PYTHONPATH"] = child_pythonpath()
             env["PYTHONUNBUFFERED"] = "1"  # logs appear as they are written
+            env[EXIT_WITH_PARENT_ENV] = str(os.getpid())  # replicas end with their master
             cmd = spec.command(self.python)
             self._events.put(ReplicaEvent(spec.replica_type, spec.replica_id, ReplicaPhase.PENDING))
             with open(log_path, "ab") as log:

@@ -16,6 +16,7 @@ import threading
 
 from elasticdl.common.auth import MissingJobSecret, job_secret_from_env
 from elasticdl.common.malloc_tuning import tune_malloc
+from elasticdl.common.parent_watch import exit_with_parent
 from elasticdl.common.replica_spec import ps_spec_from_argv
 from elasticdl.common.spec_codec import SpecError
 from elasticdl.ps.errors import PSError
@@ -36,6 +37,7 @@ def main(argv=None) -> int:
         level=spec.log_level,
         format="%(asctime)s %(levelname)s [ps-%(process)d] %(name)s: %(message)s",
     )
+    exit_with_parent()
     from elasticdl.ps.server import PSConfig, PSServer
 
     try:

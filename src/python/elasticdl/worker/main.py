@@ -12,6 +12,7 @@ from elasticdl.common.auth import MissingJobSecret, job_secret_from_env
 from elasticdl.common.cpu_budget import apply_training_split
 from elasticdl.common.malloc_tuning import tune_malloc
 from elasticdl.common.model_utils import ModelSpecError, get_dict_from_params_str, load_model_spec
+from elasticdl.common.parent_watch import exit_with_parent
 from elasticdl.common.replica_spec import worker_spec_from_argv
 from elasticdl.common.spec_codec import SpecError
 
@@ -31,6 +32,7 @@ def main(argv=None) -> int:
         level=spec.log_level,
         format="[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] %(message)s",
     )
+    exit_with_parent()
     try:
         if spec.job_type.trains:
             # Before TensorFlow starts its runtime (see elasticdl.common.cpu_budget).

@@ -1,0 +1,49 @@
+"""A local job whose master is SIGKILLed leaves no process behind: its PS and workers notice
+their parent is gone and stop (elasticdl.common.parent_watch)."""
+import os
+import time
+
+from .conftest import kill, replica
+
+JOB = "orphans"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_replicas_end_with_their_master(cli, small_data):
+    cli.submit(
+        "train",
+        JOB,
+        f"--training_data={small_data['train']}",
+        "--num_epochs=20",  # still training when the master is killed
+        "--minibatch_size=64",
+        "--num_workers=2",
+        "--num_ps_pods=1",
+    )
+    status = cli.wait_for(
+        JOB,
+        lambda s: s["records_trained"] > 0
+        and all(replica(s, n)["pid"] for n in ("ps-0", "worker-0", "worker-1")),
+        timeout=300,
+        what="training with all replicas up",
+    )
+    replicas = [replica(status, n)["pid"] for n in ("ps-0", "worker-0", "worker-1")]
+    kill(status["master"]["pid"])
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in replicas) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in replicas if _alive(p)], "replicas outlived their master"
+    final = cli.wait_end(JOB, timeout=60)
+    shown = cli.run("status", JOB, "-o", "json", check=False).stdout
+    assert '"phase": "Failed"' in shown, shown
+    assert final["phase"] == "Running"  # the master never wrote a final phase: it was killed
