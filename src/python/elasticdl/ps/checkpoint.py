@@ -156,6 +156,20 @@ def resolve_version_dir(path: str) -> str:
     return latest
 
 
+def restore_newest_readable(
+    checkpoint_dir: str, shard_index: int, shard_num: int
+) -> tuple[pb.Model, str] | None:
+    """Shard ``shard_index`` from the newest complete version under ``checkpoint_dir`` that
+    can be read; a version whose files are corrupt (a disk that filled up, a torn copy) is
+    skipped with a warning in favour of the one before it. None when there is none."""
+    for _, vdir in reversed(list_version_dirs(checkpoint_dir)):
+        try:
+            return restore(vdir, shard_index, shard_num), vdir
+        except (CheckpointError, OSError) as e:
+            logger.warning("skipping checkpoint %s: %s", vdir, e)
+    return None
+
+
 def restore(path: str, shard_index: int, shard_num: int) -> pb.Model:
     """The Model of shard `shard_index` of `shard_num` PS, rebuilt from all shard files of the
     checkpoint at `path` (a version dir, or a checkpoint dir -> newest valid version)."""

@@ -117,3 +117,17 @@ def test_keep_checkpoint_max_deletes_oldest_valid_versions_only(tmp_path):
     assert [v for v, _ in checkpoint.list_version_dirs(str(tmp_path))] == [4, 6]
     assert os.path.isdir(tmp_path / "version-5")  # incomplete: left for its other writer
     assert not [n for n in os.listdir(tmp_path / "version-6") if n.endswith(".tmp")]
+
+
+def test_a_corrupt_newest_version_falls_back_to_the_one_before(tmp_path):
+    save_all(sharded_params(2, version=10), tmp_path)
+    save_all(sharded_params(2, version=20), tmp_path)
+    # The newest version is complete by name but one of its files is garbage (a full disk).
+    (tmp_path / "version-20" / "variables-1-of-2.ckpt").write_bytes(b"\xff" * 64)
+    model, vdir = checkpoint.restore_newest_readable(str(tmp_path), 0, 2)
+    assert model.version == 10 and vdir == str(tmp_path / "version-10")
+    # An explicitly named version does not fall back: the user asked for that one.
+    with pytest.raises(checkpoint.CheckpointError, match="corrupt"):
+        checkpoint.restore(str(tmp_path / "version-20"), 0, 2)
+    (tmp_path / "version-10" / "variables-0-of-2.ckpt").write_bytes(b"\xff" * 64)
+    assert checkpoint.restore_newest_readable(str(tmp_path), 0, 2) is None

@@ -93,15 +93,17 @@ class PSServer:
     # ------------------------------------------------------------------ start-up restore
     def _restore(self) -> str | None:
         c = self.config
-        source = None
+        restored = None
         if c.checkpoint_dir_for_init:
             source = checkpoint.resolve_version_dir(c.checkpoint_dir_for_init)
+            restored = checkpoint.restore(source, c.ps_id, c.num_ps_pods), source
         elif c.checkpoint_dir:
-            source = checkpoint.get_latest_valid_version_dir(c.checkpoint_dir)
-        if source is None:
+            restored = checkpoint.restore_newest_readable(c.checkpoint_dir, c.ps_id, c.num_ps_pods)
+        if restored is None:
             logger.info("PS %d starts empty; waiting for a worker to push the model", c.ps_id)
             return None
-        self.ps.restore(checkpoint.restore(source, c.ps_id, c.num_ps_pods))
+        model, source = restored
+        self.ps.restore(model)
         logger.info(
             "PS %d restored version %d from %s: %d dense parameters, embedding tables %s",
             c.ps_id,
