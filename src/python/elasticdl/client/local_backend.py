@@ -9,6 +9,7 @@ Layout of a job directory (default ``~/.elasticdl/jobs/<job_name>``)::
     cancelled       present once ``cancel`` was requested (time stamp inside)
     logs/master.log master stdout+stderr; logs/ps-0.log, logs/worker-0.log ... by the platform
     recovery-checkpoints/  the master's checkpoints for relaunched PS (when it has none given)
+    job_secret      the job's secret (0600), written by the master
     .elasticdl-job  the marker: this directory holds a job the client submitted
 
 Re-submitting a job of the same name replaces the previous job's files, and only those: the
@@ -54,7 +55,8 @@ MASTER_LOG = "master.log"
 MARKER_FILE = ".elasticdl-job"
 RECOVERY_DIR = "recovery-checkpoints"
 # What the client, the master and the local platform write into a job directory.
-_OWN_FILES = (JOB_FILE, JOB_SPEC_FILE, STATUS_FILE, EXIT_CODE_FILE, CANCELLED_FILE)
+SECRET_FILE = "job_secret"  # the master's, elasticdl.common.auth.SECRET_FILE (imports grpc)
+_OWN_FILES = (JOB_FILE, JOB_SPEC_FILE, STATUS_FILE, EXIT_CODE_FILE, CANCELLED_FILE, SECRET_FILE)
 _OWN_DIRS = (LOG_DIR, RECOVERY_DIR)
 
 _JOB_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -64,9 +66,12 @@ _WRAPPER = '"$@"; code=$?; echo "$code" > "$0"; exit "$code"'
 _POLL_SECONDS = 0.2
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
+def _write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, mode)
+        f.write(text)
     os.replace(tmp, path)
 
 
@@ -289,7 +294,8 @@ class LocalBackend(JobBackend):
         name = spec.job_name
         spec = spec.replace(platform=PlatformName.LOCAL, job_dir=str(directory))
         spec_path = directory / JOB_SPEC_FILE
-        _write_text_atomic(spec_path, spec.to_json(only_changed=False, indent=2) + "\n")
+        # 0600: the spec may hold the user's --envs (credentials for data sources, say).
+        _write_text_atomic(spec_path, spec.to_json(only_changed=False, indent=2) + "\n", 0o600)
         command = runtime.command(master_argv(spec_file=str(spec_path)))
         created_at = time.time()
         job = {

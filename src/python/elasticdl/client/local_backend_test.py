@@ -66,6 +66,7 @@ def test_train_follows_the_job_and_returns_its_status(env, capsys):
     argv = json.loads((job_dir / "argv.json").read_text())
     assert argv == [f"--job_spec_file={job_dir / 'job_spec.json'}"]
     sent = _sent_spec(job_dir)
+    assert (job_dir / "job_spec.json").stat().st_mode & 0o777 == 0o600  # may hold --envs
     assert sent.job_dir == str(job_dir) and sent.platform == "local"
     assert sent.num_ps_pods == 1 and sent.job_type == "training_only"
     assert sent.model_zoo == str(env.parent / "zoo")  # made absolute for the master
@@ -241,8 +242,10 @@ def test_rerun_removes_only_what_elasticdl_wrote(env, tmp_path, capsys):
     assert (custom / ".elasticdl-job").is_file()
     (custom / "notes.txt").write_text("mine")  # the user adds a file to the job directory
     (custom / "logs" / "analysis").mkdir()
+    (custom / "job_secret").write_text("previous job's")  # as the real master writes it
     assert main(job_argv("job-r", f"--job_dir={custom}")) == 0
     assert (custom / "notes.txt").read_text() == "mine"
+    assert not (custom / "job_secret").exists()
     assert (custom / "job.json").is_file() and (custom / ".elasticdl-job").is_file()
     # The job moves back to the default place: the custom directory is left alone.
     empty = tmp_path / "empty"
@@ -376,3 +379,10 @@ def test_replica_names_never_reach_outside_the_logs_directory(env, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"elasticdl: error: --replica {replica!r} is not a replica name")
         assert "available: master" in err
+
+
+def test_the_secret_file_name_is_the_masters():
+    from elasticdl.client.local_backend import SECRET_FILE
+    from elasticdl.common import auth
+
+    assert SECRET_FILE == auth.SECRET_FILE
