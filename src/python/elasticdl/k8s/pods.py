@@ -34,6 +34,7 @@ from elasticdl.k8s.cluster_spec import ClusterSpec
 from elasticdl.k8s.names import (
     CONTAINER_NAME,
     DOWNWARD_ENV,
+    MASTER_TYPE,
     NETWORK_ENV,
     NETWORK_HOST,
     PORT_NAME,
@@ -153,6 +154,8 @@ def build_pod(
             priority_class_name=priority_class or None,
             volumes=[to_model(v.to_dict(), "V1Volume") for v in pod_volumes] or None,
             service_account_name=template.service_account or None,
+            # Only the master talks to the API server; its replicas get no credentials for it.
+            automount_service_account_token=False if replica_type != MASTER_TYPE else None,
             # host network mode: the pods of the job share the node's network namespace.
             host_network=True if merged.get(NETWORK_ENV) == NETWORK_HOST else None,
         ),

@@ -37,3 +37,30 @@ def test_host_network_mode_sets_host_network_and_keeps_the_variable():
 @pytest.mark.parametrize("envs", [{}, {NETWORK_ENV: "pod"}, {"OTHER": "host"}])
 def test_other_modes_leave_the_pod_network(envs):
     assert _pod(envs).spec.host_network is None
+
+
+def test_only_the_master_gets_api_credentials_and_secrets_stay_out_of_the_spec():
+    worker = build_pod(
+        PodTemplate(namespace="ns"),
+        name="elasticdl-j-worker-0",
+        job_name="j",
+        replica_type="worker",
+        replica_id=0,
+        image="img",
+        command=["python", "-m", "x"],
+        secret_env={"ELASTICDL_JOB_SECRET": ("elasticdl-j-secret", "ELASTICDL_JOB_SECRET")},
+    )
+    assert worker.spec.automount_service_account_token is False
+    (var,) = [e for e in worker.spec.containers[0].env if e.name == "ELASTICDL_JOB_SECRET"]
+    assert var.value is None
+    assert var.value_from.secret_key_ref.name == "elasticdl-j-secret"
+    master = build_pod(
+        PodTemplate(namespace="ns"),
+        name="elasticdl-j-master",
+        job_name="j",
+        replica_type="master",
+        replica_id=0,
+        image="img",
+        command=["python", "-m", "x"],
+    )
+    assert master.spec.automount_service_account_token is None  # the namespace's default
