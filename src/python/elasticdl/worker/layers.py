@@ -51,6 +51,10 @@ class Embedding(keras.layers.Layer):
         embeddings_initializer: Keras initializer *name* the PS uses for new rows.
         combiner: None -> output (..., ids, output_dim); "sum" | "mean" | "sqrtn" -> reduce the
             last id axis, output (..., output_dim) (a bag of ids per example).
+        mask_zero: id 0 is padding: without a combiner the layer passes a Keras mask
+            (`ids != 0`) to the layers after it, as `keras.layers.Embedding` does.
+        input_length: the length of the id sequences, when constant (the original ElasticDL's
+            argument; it fills an unknown last input dimension of the output shape).
     """
 
     def __init__(
@@ -59,6 +63,8 @@ class Embedding(keras.layers.Layer):
         input_dim: Optional[int] = None,
         embeddings_initializer: str = "uniform",
         combiner: Optional[str] = None,
+        mask_zero: bool = False,
+        input_length: Optional[int] = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -77,6 +83,9 @@ class Embedding(keras.layers.Layer):
         self.input_dim = None if input_dim is None else int(input_dim)
         self.embeddings_initializer = embeddings_initializer
         self.combiner = combiner
+        self.mask_zero = bool(mask_zero)
+        self.input_length = None if input_length is None else int(input_length)
+        self.supports_masking = self.mask_zero and combiner is None
         self._remote = _RemoteState()
         self.local_table = None  # keras Variable once set_local_table() ran (export)
 
@@ -121,6 +130,8 @@ class Embedding(keras.layers.Layer):
     # ------------------------------------------------------------------ Keras API
     def compute_output_shape(self, input_shape):
         input_shape = tuple(input_shape)
+        if self.input_length is not None and input_shape and input_shape[-1] is None:
+            input_shape = input_shape[:-1] + (self.input_length,)
         if self.combiner is not None:
             return input_shape[:-1] + (self.output_dim,)
         return input_shape + (self.output_dim,)
@@ -134,6 +145,11 @@ class Embedding(keras.layers.Layer):
             )
         rows = fn(self.name, unique_ids.numpy())
         return np.asarray(rows, dtype=np.float32).reshape(-1, self.output_dim)
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero or self.combiner is not None:
+            return None
+        return keras.ops.not_equal(inputs, 0)  # also on the symbolic inputs of a functional model
 
     def call(self, inputs):
         ids = tf.cast(inputs, tf.int64)
@@ -165,6 +181,8 @@ class Embedding(keras.layers.Layer):
             input_dim=self.input_dim,
             embeddings_initializer=self.embeddings_initializer,
             combiner=self.combiner,
+            mask_zero=self.mask_zero,
+            input_length=self.input_length,
         )
         return config
 
