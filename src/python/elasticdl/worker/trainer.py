@@ -367,8 +367,9 @@ class PSTrainer:
     # call per minibatch assigns the parameters the previous push brought back (read straight
     # from the region's flat parameter block), computes the gradients and returns them as one
     # flat block per PS, which the push copies into the region at once. That saves a compiled
-    # call per minibatch (the assign) and a conversion and copy per variable. The parameters a push brings back wait in `_pending` until that call; anything
-    # else that reads the model first calls `flush_pending_assign`.
+    # call per minibatch (the assign) and a conversion and copy per variable. The parameters
+    # a push brings back wait in `_pending` until that call; anything else that reads the
+    # model first calls `flush_pending_assign`.
     def _packed_layout(self) -> Optional[PackedLayout]:
         if not self._packed_ok or not self.config.use_tf_function:
             return None
