@@ -187,8 +187,8 @@ def _positional_arity(fn: Callable[..., Any]) -> Optional[int]:
 
 def _resolve_feed(module, path, feed: str, dataset_fn: str, required: bool):
     """The feed function: `--dataset_fn` (v0.2's flag) or `--feed`; a model file of v0.2 that
-    defines `dataset_fn` and no `feed` needs neither flag. A v0.1 `dataset_fn(dataset, mode)`
-    is called without the reader's metadata."""
+    defines `dataset_fn` and no `feed` needs neither flag. v0.1's `dataset_fn(dataset, mode)`
+    and `dataset_fn(dataset)` are called with only those arguments."""
     flag = "--feed"
     if dataset_fn:
         if feed not in ("feed", dataset_fn):
@@ -201,12 +201,13 @@ def _resolve_feed(module, path, feed: str, dataset_fn: str, required: bool):
         if getattr(module, "dataset_fn", None) is not None:
             feed, flag = "dataset_fn", "--dataset_fn"
     fn = _get(module, path, feed, flag, required=required)
-    if fn is not None and _positional_arity(fn) == 2:
+    arity = _positional_arity(fn) if fn is not None else None
+    if arity in (1, 2):
         original = fn
 
         @functools.wraps(original)
         def fn(dataset, mode, metadata=None):
-            return original(dataset, mode)
+            return original(dataset, mode) if arity == 2 else original(dataset)
 
     return fn
 

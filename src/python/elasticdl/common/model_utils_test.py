@@ -132,6 +132,13 @@ def test_v01_two_argument_dataset_fn_gets_no_metadata(tmp_path):
     zoo = _write_zoo(tmp_path, "zoo_v01", body)
     spec = load_model_spec(zoo, "zoo_v01.model_a.custom_model")
     assert spec.feed("ds", Mode.EVALUATION, {"columns": []}) == ("ds", Mode.EVALUATION)
+    one_argument = body.replace("dataset_fn(dataset, mode):", "dataset_fn(dataset):")
+    one_argument = one_argument.replace("return (dataset, mode)", "return dataset")
+    (tmp_path / "one").mkdir()
+    spec = load_model_spec(
+        _write_zoo(tmp_path / "one", "zoo_v01b", one_argument), "zoo_v01b.model_a.custom_model"
+    )
+    assert spec.feed("ds", Mode.TRAINING, None) == "ds"
 
 
 def test_model_params_are_keyword_arguments_of_the_model(tmp_path):

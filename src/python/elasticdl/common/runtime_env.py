@@ -201,11 +201,17 @@ def ensure(model_zoo: str, keras2: bool) -> Optional[str]:
     env_dir = os.path.join(root, key)
     done = os.path.join(env_dir, "environment.json")
     if not os.path.isfile(done):
-        os.makedirs(root, exist_ok=True)
-        with open(os.path.join(root, key + ".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one installer; the others wait and reuse it
-            if not os.path.isfile(done):
-                _install(env_dir, identity, requirements_file if requirements else "", extra)
+        try:
+            os.makedirs(root, exist_ok=True)
+            with open(os.path.join(root, key + ".lock"), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # one installer; the others wait and reuse it
+                if not os.path.isfile(done):
+                    _install(env_dir, identity, requirements_file if requirements else "", extra)
+        except OSError as e:
+            raise RuntimeEnvError(
+                f"cannot write the model zoo's environment under {root}: {e.strerror or e}; "
+                f"set {CACHE_ENV} to a writable directory"
+            ) from None
     if env_dir not in sys.path:
         sys.path.append(env_dir)  # after the runtime: it adds packages, never replaces one
         importlib.invalidate_caches()

@@ -79,3 +79,13 @@ def test_a_bad_requirement_is_one_line_before_the_model_loads(tmp_path):
     msg = str(e.value)
     assert "requirements.txt" in msg and "ERROR" in msg and "\n" not in msg
     assert not any(p.endswith(".partial") for p in os.listdir(tmp_path / "cache" / "envs"))
+
+
+def test_an_unwritable_cache_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(runtime_env.CACHE_ENV, str(blocker))  # a file, not a directory
+    with pytest.raises(runtime_env.RuntimeEnvError, match="set ELASTICDL_CACHE_DIR") as e:
+        runtime_env.ensure(str(tmp_path), keras2=False)
+    assert "\n" not in str(e.value)

@@ -2,6 +2,7 @@
 paths, `dataset_fn`, `--model_params`, `import model_zoo.<dir>`, tf.keras idioms) trained by
 short local jobs (master in this process, PS and workers as processes) on a real
 Fashion-MNIST subset prepared in the original generators' schema (`--schema original`)."""
+import importlib.util
 import json
 from pathlib import Path
 
@@ -31,11 +32,11 @@ def original_fashion_mnist(tmp_path_factory):
         pytest.skip(f"Fashion-MNIST unavailable: {e}")
 
 
-def _train(tmp_path, data, records=4096, epochs=2, **flags):
+def _train(tmp_path, data, records=4096, epochs=2, zoo=ZOO, **flags):
     """A job as `elasticdl train --flag=value ...` submits it (flag text, as typed)."""
     values = {
         "job_name": "compat",
-        "model_zoo": ZOO,
+        "model_zoo": zoo,
         "training_data": f"{data.output_dir}/train",
         "validation_data": f"{data.output_dir}/test",
         "minibatch_size": "64",
@@ -129,3 +130,31 @@ def test_keras2_feature_column_model_runs_on_tf_keras(
     )
     # Census: 76% of the people earn <=50K; the model must beat always answering that.
     assert status["evaluation_metrics"]["accuracy"] > 0.78, status["evaluation_metrics"]
+
+
+def test_zoo_requirements_are_installed_for_a_local_job(
+    tmp_path, original_fashion_mnist, monkeypatch
+):
+    # The zoo's requirements.txt lists Pillow, which the runtime lacks and the model file
+    # imports: installed once into the cache (here a fresh one) and seen by master and workers.
+    from elasticdl.common import runtime_env
+
+    zoo = str(Path(__file__).resolve().parent / "testdata" / "pillow_zoo")
+    monkeypatch.setenv(runtime_env.CACHE_ENV, str(tmp_path / "cache"))
+    if importlib.util.find_spec("PIL") is not None:
+        pytest.skip("Pillow is already in this runtime")
+    try:
+        env_dir = runtime_env.ensure(zoo, keras2=False)
+    except runtime_env.RuntimeEnvError as e:
+        pytest.skip(f"Pillow cannot be installed here: {e}")
+    installed = json.loads((Path(env_dir) / "environment.json").read_text())["installed"]
+    assert [p.split("==")[0].lower() for p in installed] == ["pillow"]
+    status = _train(
+        tmp_path,
+        original_fashion_mnist,
+        zoo=zoo,
+        epochs=1,
+        records=4096,
+        model_def="mnist.mnist_functional_api.custom_model",
+    )
+    assert status["evaluation_metrics"]["accuracy"] > 0.5, status["evaluation_metrics"]

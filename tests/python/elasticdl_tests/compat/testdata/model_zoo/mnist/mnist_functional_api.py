@@ -11,7 +11,7 @@ def custom_model():
     x = tf.keras.layers.Reshape((28, 28, 1))(inputs)
     x = tf.keras.layers.Conv2D(32, kernel_size=(3, 3), activation="relu")(x)
     x = tf.keras.layers.Conv2D(64, kernel_size=(3, 3), activation="relu")(x)
-    x = tf.keras.layers.BatchNormalization()(x)
+    x = tf.keras.layers.BatchNormalization(momentum=0.9)(x)
     x = tf.keras.layers.MaxPooling2D(pool_size=(2, 2))(x)
     x = tf.keras.layers.Dropout(0.25)(x)
     x = tf.keras.layers.Flatten()(x)
