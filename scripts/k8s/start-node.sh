@@ -393,9 +393,10 @@ stop() {
   if grep -qF " $K/" /proc/self/mounts; then
     die "mounts under $K are left: $(grep -F " $K/" /proc/self/mounts | awk '{print $2}' | tr '\n' ' ')"
   fi
-  # The cluster's state goes (the next start is a fresh cluster); certificates, images and the
-  # registry's data stay for the next start unless --purge.
-  rm -rf "$K/etcd" "$K/kubelet" "$K/dockershim" "$K/controller-flexvolume" "$R" "$K/env"
+  # The cluster's state and the registry's data go (the next start is a fresh cluster);
+  # certificates and the engine's images stay for the next start unless --purge.
+  rm -rf "$K/etcd" "$K/kubelet" "$K/dockershim" "$K/controller-flexvolume" "$R" "$K/env" \
+    "$K/registry-data"
   [[ ${1:-} == --purge ]] && rm -rf "$K"
   say "stopped"
 }

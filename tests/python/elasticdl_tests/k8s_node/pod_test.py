@@ -87,8 +87,7 @@ def test_pod_runs_with_a_host_path_volume_and_its_exit_code_and_logs_are_read(
     command = [
         "sh",
         "-c",
-        "echo hello; cat /data/in.txt; echo from-pod >/data/out.txt; "
-        "sleep 2; exit 3",
+        "echo hello; cat /data/in.txt; echo from-pod >/data/out.txt; " "sleep 2; exit 3",
     ]
     t0 = time.monotonic()
     node_k8s.create_pod(
@@ -168,7 +167,9 @@ def test_delete_stops_the_container(k8s_node, node_k8s):
     cid = _container_id(_wait(node_k8s, "doomed", _running))
     t0 = time.monotonic()
     assert node_k8s.delete_pod("doomed")
-    while k8s_node.docker("inspect", "-f", "{{.State.Running}}", cid, check=False).strip() == "true":
+    while (
+        k8s_node.docker("inspect", "-f", "{{.State.Running}}", cid, check=False).strip() == "true"
+    ):
         assert time.monotonic() - t0 < 15, "container still running 15s after the delete"
         time.sleep(0.1)
     stopped_s = time.monotonic() - t0

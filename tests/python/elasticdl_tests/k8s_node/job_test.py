@@ -1,0 +1,363 @@
+""""ElasticDL on a PC", end to end on the REAL node, as a user types it:
+
+1. ``deploy/docker/build-images.sh cpu`` builds the CPU base image (the project's wheels +
+   TensorFlow, offline from the host's wheel cache) in the node's engine;
+2. ``elasticdl zoo init`` / ``zoo build --image=<node registry>/elasticdl:mnist_ps .`` /
+   ``zoo push`` make the model-zoo image of ``model_zoo/mnist`` and push it to the node's
+   registry;
+3. ``elasticdl train --image_name=... --volume="host_path=<data>,mount_path=/data" ...`` with the
+   PS strategy on a small Fashion-MNIST subset: the master pod starts the PS and two workers as
+   real containers (host network: ``--envs=ELASTICDL_K8S_NETWORK=host``; the master reaches the
+   API server on loopback), the job trains every record once to an accuracy well above chance;
+   ``elasticdl status`` / ``logs`` / ``wait`` / ``cancel`` work on it.
+
+Everything runs in real containers: nothing of the job runs in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from elasticdl.client import (  # noqa: F401  (main imports it by name; this makes it a dependency)
+    zoo,
+)
+from elasticdl.client.main import main
+from elasticdl.data.datasets import prepare
+from elasticdl.k8s.termination import read_termination
+from elasticdl_tests.k8s_node.node import repo_root
+
+BUILD_TIMEOUT_S = 1500  # a cold wheel cache downloads ~530 MB first
+TRAIN_RECORDS = 1024
+TEST_RECORDS = 256
+RECORDS_PER_SHARD = 128
+EPOCHS = 2
+MINIBATCH = 32
+
+
+def _wheel_dir(root: Path) -> str | None:
+    checkouts = [root] + [Path(p) for p in [os.environ.get("ELASTICDL_SOURCE_ROOT", "")] if p]
+    for d in [os.environ.get("ELASTICDL_WHEEL_DIR", "")] + [str(c / "dist") for c in checkouts]:
+        if d and list(Path(d).glob("elasticdl-[0-9]*.whl")):
+            return d
+    return None
+
+
+def _node_script(node, *args: str, timeout: float = 600) -> str:
+    r = subprocess.run(
+        ["bash", str(repo_root() / "scripts" / "k8s" / "start-node.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "ELASTICDL_NODE_DIR": str(node.state_dir)},
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def base_image(k8s_node):
+    """The real CPU base image, built in the node's engine: (name, build seconds)."""
+    root = repo_root()
+    dist = _wheel_dir(root)
+    if dist is None:
+        pytest.skip(
+            "the image installs the Pants wheels: set ELASTICDL_WHEEL_DIR or run ./pants package "
+            "//:elasticdl-wheel src/python:elasticdl-client-wheel src/cc:native"
+        )
+    os_base = _node_script(k8s_node, "base-image")  # Debian + python3, from the host's packages
+    name = "elasticdl:cpu"
+    t0 = time.monotonic()
+    python = shutil.which("python3") or "python3"
+    r = subprocess.run(
+        [
+            "bash",
+            str(root / "deploy" / "docker" / "build-images.sh"),
+            "cpu",
+            "--dist",
+            dist,
+            "--download-deps",
+            "--tag",
+            name,
+            "--base-image",
+            os_base,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        env={**os.environ, "DOCKER_HOST": k8s_node.docker_host, "PYTHON": python},
+    )
+    assert r.returncode == 0, r.stderr[-5000:]
+    try:
+        yield name, time.monotonic() - t0
+    finally:
+        # ~2.5 GB each: the images this module made go, and the untagged ones earlier builds of
+        # this engine left (the node's engine holds only what the project put there).
+        for image in (name, f"{k8s_node.registry}/elasticdl:mnist_ps"):
+            k8s_node.docker("rmi", "-f", image, check=False)
+        k8s_node.docker("image", "prune", "-f", check=False)
+
+
+@pytest.fixture
+def cli_env(k8s_node, tmp_path, monkeypatch):
+    """The client's environment: the node's kubeconfig and engine, a private ELASTICDL_HOME."""
+    monkeypatch.setenv("KUBECONFIG", k8s_node.kubeconfig)
+    monkeypatch.setenv("DOCKER_HOST", k8s_node.docker_host)
+    monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
+    for var in ("ELASTICDL_CONFIG", "ELASTICDL_K8S_POD_LOG_DIR", "DOCKER_TLS_VERIFY"):
+        monkeypatch.delenv(var, raising=False)
+    return k8s_node
+
+
+def _rbac(node, namespace: str) -> None:
+    """deploy/k8s/rbac.yaml in the namespace: the master runs as ServiceAccount elasticdl."""
+    manifest = (repo_root() / "deploy" / "k8s" / "rbac.yaml").read_text()
+    manifest = manifest.replace("namespace: default", f"namespace: {namespace}")
+    path = node.state_dir / f"rbac-{namespace}.yaml"
+    path.write_text(manifest)
+    try:
+        node.kubectl("apply", "-n", namespace, "-f", str(path))
+    finally:
+        path.unlink()
+
+
+def _wait(predicate, timeout: float, what: str, diagnose=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}\n{diagnose()}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    """A small Fashion-MNIST on the host, mounted into every pod at /data."""
+    data = tmp_path_factory.mktemp("node-data")
+    prepared = prepare(
+        "fashion_mnist",
+        str(data),
+        progress=False,
+        limit=TRAIN_RECORDS,
+        records_per_shard=RECORDS_PER_SHARD,
+    )
+    assert prepared.counts["train"] == TRAIN_RECORDS
+    return data
+
+
+@pytest.fixture(scope="module")
+def mnist_image(k8s_node, base_image, tmp_path_factory):
+    """``zoo init`` / ``zoo build --image=<registry>/elasticdl:mnist_ps .`` / ``zoo push`` from
+    a checkout-like directory holding model_zoo/mnist: (image, context dir, build seconds)."""
+    base, _ = base_image
+    ctx = tmp_path_factory.mktemp("zoo-ctx")
+    shutil.copytree(
+        repo_root() / "model_zoo" / "mnist",
+        ctx / "model_zoo" / "mnist",
+        ignore=shutil.ignore_patterns("__pycache__", "BUILD", "*_test.py"),
+    )
+    image = f"{k8s_node.registry}/elasticdl:mnist_ps"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DOCKER_HOST", k8s_node.docker_host)
+        mp.delenv("DOCKER_TLS_VERIFY", raising=False)
+        mp.chdir(ctx)
+        assert main(["zoo", "init", f"--base_image={base}", "--model_zoo=model_zoo"]) == 0
+        t0 = time.monotonic()
+        assert main(["zoo", "build", f"--image={image}", "."]) == 0
+        build_s = time.monotonic() - t0
+        assert main(["zoo", "push", image]) == 0
+    tags = json.loads(
+        subprocess.run(
+            ["curl", "-sf", f"http://{k8s_node.registry}/v2/elasticdl/tags/list"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert "mnist_ps" in tags["tags"]
+    return image, ctx, build_s
+
+
+def _train_argv(job: str, ns: str, image: str, data: Path, api: str, epochs: int) -> list[str]:
+    """The seed's `elasticdl train` command, on the node (host network, the API on loopback)."""
+    api_host, api_port = api.rsplit(":", 1)
+    return [
+        "train",
+        f"--image_name={image}",
+        "--model_zoo=model_zoo",
+        "--model_def=mnist.mnist_functional_api.custom_model",
+        "--training_data=/data/train",
+        "--validation_data=/data/test",
+        f"--num_epochs={epochs}",
+        "--master_resource_request=cpu=0.2,memory=1024Mi",
+        "--master_resource_limit=cpu=1,memory=2048Mi",
+        "--worker_resource_request=cpu=0.4,memory=1024Mi",
+        "--worker_resource_limit=cpu=1,memory=2048Mi",
+        "--ps_resource_request=cpu=0.2,memory=1024Mi",
+        "--ps_resource_limit=cpu=1,memory=2048Mi",
+        f"--minibatch_size={MINIBATCH}",
+        "--num_minibatches_per_task=2",
+        "--num_ps_pods=1",
+        "--num_workers=2",
+        "--evaluation_steps=16",
+        f"--job_name={job}",
+        f"--namespace={ns}",
+        "--image_pull_policy=IfNotPresent",
+        f"--volume=host_path={data},mount_path=/data",
+        "--distribution_strategy=ParameterServerStrategy",
+        # One-node cluster without a pod network or kube-proxy: the job's pods use the node's
+        # network, and the master reaches the API server on loopback.
+        f"--envs=ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
+        f"KUBERNETES_SERVICE_PORT={api_port}",
+        "--detach",
+    ]
+
+
+def test_mnist_ps_job_in_real_containers(
+    cli_env, base_image, mnist_image, data_dir, node_namespace, node_k8s, monkeypatch, capsys
+):
+    node = cli_env
+    _, base_s = base_image
+    image, ctx, zoo_s = mnist_image
+    ns = node_namespace
+    _rbac(node, ns)
+    monkeypatch.chdir(ctx)
+    capsys.readouterr()
+
+    job = f"mnist-{uuid.uuid4().hex[:4]}"
+    t_submit = time.monotonic()
+    rc = main(_train_argv(job, ns, image, data_dir, node.api, EPOCHS))
+    assert rc == 0, capsys.readouterr().err[-3000:]
+    target = [f"--namespace={ns}", "--platform=kubernetes"]
+    pods = [f"elasticdl-{job}-{r}" for r in ("master", "ps-0", "worker-0", "worker-1")]
+
+    def diagnose() -> str:
+        out = node.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False)
+        for pod in pods:
+            out += f"\n--- {pod} ---\n" + node.kubectl(
+                "logs", "-n", ns, pod, "--tail=40", check=False
+            )
+        return out
+
+    def all_running() -> bool:
+        master = node_k8s.get_pod(pods[0])
+        if master is not None and read_termination(master).is_terminal:
+            pytest.fail(f"the master ended early: {read_termination(master)}\n{diagnose()}")
+        listed = node.kubectl("get", "pods", "-n", ns, "--no-headers", check=False).splitlines()
+        phases = {ln.split()[0]: ln.split()[2] for ln in listed if ln.strip()}
+        return all(phases.get(p) == "Running" for p in pods) and listed
+
+    listed = _wait(all_running, 300, "master, ps-0, worker-0 and worker-1 to run", diagnose)
+    first_running_s = time.monotonic() - t_submit
+    # kubectl get pods lists them as the seed shows: NAME READY STATUS RESTARTS AGE.
+    assert sorted(ln.split()[:3] for ln in listed) == sorted([p, "1/1", "Running"] for p in pods)
+    # Real containers of the node's engine.
+    containers = node.docker(
+        "ps",
+        "--filter",
+        f"label=io.kubernetes.pod.namespace={ns}",
+        "--format",
+        '{{.Label "io.kubernetes.pod.name"}} {{.Label "io.kubernetes.container.name"}}',
+    ).split("\n")
+    assert sorted(c for c in containers if c.endswith(" main")) == sorted(f"{p} main" for p in pods)
+
+    assert main(["status", job, *target]) == 0
+    # A worker's log, read through the kubelet while it trains (the master removes the
+    # replicas' pods when the job ends).
+    capsys.readouterr()
+    assert main(["logs", job, "--replica", "worker-0", *target]) == 0, diagnose()
+    assert capsys.readouterr().out.strip(), "empty worker-0 log"
+    assert main(["wait", job, "--timeout=900", *target]) == 0, diagnose()
+    job_s = time.monotonic() - t_submit
+    capsys.readouterr()
+    assert main(["logs", job, *target]) == 0
+    master_log = capsys.readouterr().out
+
+    total = TRAIN_RECORDS * EPOCHS
+    assert re.search(r"Evaluation metrics\[v=\d+\]: \{'accuracy'", master_log), master_log[-3000:]
+    assert f"trained {total}/{total} records" in master_log, master_log[-3000:]
+    assert main(["status", job, "-o", "json", *target]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["phase"] == "Succeeded"
+    assert status["records_trained"] == status["records_expected"] == total
+    accuracy = status["evaluation_metrics"]["accuracy"]
+    assert accuracy > 0.5, status  # 10 classes: chance is 0.1
+    replicas = {r["name"]: r for r in status["replicas"]}
+    assert {"ps-0", "worker-0", "worker-1"} <= set(replicas), replicas
+
+    # cancel: the finished job and everything it owned are removed.
+    assert main(["cancel", job, *target]) == 0
+    assert _wait(lambda: node_k8s.list_pods() == [], 60, "the job's pods to go", diagnose)
+    with capsys.disabled():
+        print(
+            f"\nreal-node job: base image {base_s:.0f}s, zoo build {zoo_s:.1f}s, "
+            f"submit -> 4 pods Running {first_running_s:.1f}s, submit -> Succeeded {job_s:.1f}s, "
+            f"{total} records, accuracy {accuracy:.3f}"
+        )
+
+
+def test_killed_worker_container_is_relaunched_and_nothing_is_lost(
+    cli_env, mnist_image, data_dir, node_namespace, node_k8s, monkeypatch, capsys
+):
+    """`docker kill` of worker-0's container mid-job: the container ends with 137 and no
+    OOMKilled (how a preempted replica looks), the master relaunches the worker as a new pod and
+    requeues its tasks; the job still trains every record exactly once."""
+    node = cli_env
+    image, ctx, _ = mnist_image
+    ns = node_namespace
+    _rbac(node, ns)
+    monkeypatch.chdir(ctx)
+    epochs = 4  # enough work left when the kill lands
+    job = f"kill-{uuid.uuid4().hex[:4]}"
+    assert main(_train_argv(job, ns, image, data_dir, node.api, epochs)) == 0
+    target = [f"--namespace={ns}", "--platform=kubernetes"]
+    worker0 = f"elasticdl-{job}-worker-0"
+
+    def diagnose() -> str:
+        out = node.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False)
+        return (
+            out
+            + "\n--- master ---\n"
+            + node.kubectl("logs", "-n", ns, f"elasticdl-{job}-master", "--tail=60", check=False)
+        )
+
+    def training_container() -> str:
+        pod = node_k8s.get_pod(worker0)
+        if pod is None or pod.status.phase != "Running":
+            return ""
+        # The worker has taken a task once its log says so (read through the kubelet).
+        if "task" not in (node_k8s.read_pod_log(worker0) or "").lower():
+            return ""
+        return pod.status.container_statuses[0].container_id.split("://", 1)[1]
+
+    cid = _wait(training_container, 300, "worker-0 to train", diagnose)
+    node.docker("kill", cid)
+    killed = _wait(
+        lambda: (p := node_k8s.get_pod(worker0)) is not None
+        and read_termination(p).is_terminal
+        and read_termination(p),
+        60,
+        "worker-0 to end",
+        diagnose,
+    )
+    assert (killed.exit_code, killed.reason) == (137, "Error")
+    assert main(["wait", job, "--timeout=900", *target]) == 0, diagnose()
+    capsys.readouterr()
+    assert main(["status", job, "-o", "json", *target]) == 0
+    status = json.loads(capsys.readouterr().out)
+    total = TRAIN_RECORDS * epochs
+    assert status["phase"] == "Succeeded", status
+    assert status["records_trained"] == status["records_expected"] == total, status
+    replicas = {r["name"]: r for r in status["replicas"]}
+    assert replicas["worker-0"]["exit_code"] == 137, replicas
+    assert "worker-2" in replicas, replicas  # the relaunched worker
+    assert main(["cancel", job, *target]) == 0
