@@ -33,7 +33,7 @@ MIRROR="${ELASTICDL_DEBIAN_MIRROR:-}"
 SEC_MIRROR="${ELASTICDL_DEBIAN_SECURITY_MIRROR:-}"
 
 log() { echo "[build-k8s] $(date +%H:%M:%S) $*" >&2; }
-die() { echo "build-k8s: error: $*" >&2; exit "${2:-1}"; }
+die() { echo "build-k8s: error: $1" >&2; exit "${2:-1}"; }
 
 for c in "${WANT[@]}"; do
   case $c in
