@@ -7,10 +7,13 @@ import json
 from pathlib import Path
 
 import elasticdl.worker.main  # noqa: F401  (run by the worker processes; tells the build)
+import numpy as np
 import pytest
 from elasticdl.common.job_spec import spec_from_text
+from elasticdl.data import recordio
 from elasticdl.data.datasets import prepare
 from elasticdl.data.datasets.errors import DatasetError
+from elasticdl.data.example_codec import decode_example_values
 from elasticdl.master.job import Job
 
 ZOO = str(Path(__file__).resolve().parent / "testdata" / "model_zoo")
@@ -64,16 +67,53 @@ def test_v02_functional_model_with_dataset_fn(tmp_path, original_fashion_mnist):
     assert status["evaluation_metrics"]["accuracy"] > 0.5, status["evaluation_metrics"]
 
 
-def test_subclass_model_with_model_params_and_zoo_imports(tmp_path, original_fashion_mnist):
+def test_subclass_model_with_model_params_trains_and_predicts(tmp_path, original_fashion_mnist):
     # A Keras Model subclass built with --model_params; its feed imports a sibling through
-    # `model_zoo.mnist...`; a LearningRateScheduler from the original's callbacks module.
+    # `model_zoo.mnist...`; a LearningRateScheduler from the original's callbacks module. Then
+    # a prediction job from its checkpoint writes the CSV of a model without a processor.
+    data = original_fashion_mnist
+    model_def = "mnist.mnist_subclass.CustomModel"
+    model_params = "channel_last=True; hidden_units=64"
     status = _train(
         tmp_path,
-        original_fashion_mnist,
-        model_def="mnist.mnist_subclass.CustomModel",
-        model_params="channel_last=True; hidden_units=64",
+        data,
+        model_def=model_def,
+        model_params=model_params,
+        checkpoint_steps="64",
+        checkpoint_dir=str(tmp_path / "ckpt"),
     )
     assert status["evaluation_metrics"]["accuracy"] > 0.5, status["evaluation_metrics"]
+    versions = sorted((tmp_path / "ckpt").glob("version-*"), key=lambda p: int(p.name[8:]))
+    assert versions, "no checkpoint written"
+    spec, _ = spec_from_text(
+        "predict",
+        {
+            "job_name": "compat-predict",
+            "model_zoo": ZOO,
+            "model_def": model_def,
+            "model_params": model_params,
+            "prediction_data": f"{data.output_dir}/test",
+            "checkpoint_dir_for_init": str(versions[-1]),
+            "output": str(tmp_path / "predictions"),
+            "minibatch_size": "64",
+            "num_workers": "1",
+            "platform": "local",
+            "job_dir": str(tmp_path / "predict-job"),
+        },
+    ).resolve()
+    assert Job(spec).run() == 0
+    rows = np.loadtxt(tmp_path / "predictions" / "predictions-worker-0.csv", delimiter=",")
+    assert rows.shape == (data.counts["test"], 10)
+    labels = np.concatenate(
+        [
+            [decode_example_values(r)["label"][0] for r in recordio.Scanner(path)]
+            for path in data.files["test"]
+        ]
+    )
+    # One worker predicts the shards' tasks in order: row i is record i.
+    accuracy = float(np.mean(rows.argmax(axis=1) == labels))
+    print("predicted", model_def, accuracy)
+    assert accuracy > 0.5
 
 
 def test_cifar10_style_model_with_allreduce(tmp_path, original_fashion_mnist):
