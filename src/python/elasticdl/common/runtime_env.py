@@ -142,7 +142,9 @@ def _run_pip(args: Sequence[str], what: str) -> str:
     if proc.wait() != 0:
         errors = [ln.strip() for ln in lines if ln.strip().startswith("ERROR")]
         last = (errors or [ln.strip() for ln in lines if ln.strip()] or ["pip failed"])[-1]
-        raise RuntimeEnvError(f"{what}: {last}")
+        raise RuntimeEnvError(
+            f"{what}: {last} (fix the requirement, or install it into the job's runtime)"
+        )
     return "\n".join(lines)
 
 
