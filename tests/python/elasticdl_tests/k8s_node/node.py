@@ -119,6 +119,17 @@ class Node:
         return r.stdout
 
 
+def _node_pids() -> list[int]:
+    """The pids start-node.sh recorded for the node's processes."""
+    pids = []
+    for f in (node_dir() / "run").glob("*.pid"):
+        try:
+            pids.append(int(f.read_text().strip()))
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
 class NodeLease:
     """Start (or join) the node; ``release()`` stops it when no other user remains."""
 
@@ -186,12 +197,23 @@ class NodeLease:
                 if not marker.exists():
                     return
                 marker.unlink()
-                subprocess.run(
+                pids = _node_pids()
+                r = subprocess.run(
                     ["bash", str(repo_root() / "scripts" / "k8s" / "start-node.sh"), "stop"],
                     capture_output=True,
+                    text=True,
                     timeout=180,
                     env={**os.environ, "ELASTICDL_NODE_DIR": str(node_dir())},
                 )
+                # Nothing of the node may be left: no process, no mount under its directory.
+                left = [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+                with open("/proc/self/mounts") as f:
+                    mounts = [ln.split()[1] for ln in f if f" {node_dir()}/" in ln]
+                if r.returncode != 0 or left or mounts:
+                    raise RuntimeError(
+                        f"start-node.sh stop (exit {r.returncode}) left processes {left} and "
+                        f"mounts {mounts}: {r.stderr.strip()[-500:]}"
+                    )
         finally:
             os.close(self._fd)
             self._fd = None
