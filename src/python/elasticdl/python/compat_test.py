@@ -47,3 +47,15 @@ def test_odps_is_not_configured_and_a_writer_says_why(monkeypatch):
     assert not is_odps_configured()
     with pytest.raises(NotImplementedError, match="not supported"):
         ODPSWriter("p", "a", "k", "e", "table")
+
+
+def test_embedding_column_is_tensorflows():
+    import tensorflow as tf
+    from elasticdl.python.elasticdl.feature_column import feature_column
+
+    column = feature_column.embedding_column(
+        tf.feature_column.categorical_column_with_hash_bucket("sex", hash_bucket_size=8),
+        dimension=4,
+    )
+    assert column.dimension == 4 and column.combiner == "mean"
+    assert column.categorical_column.key == "sex"

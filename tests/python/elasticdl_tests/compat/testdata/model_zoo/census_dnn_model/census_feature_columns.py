@@ -1,6 +1,9 @@
 # Feature columns in the style of the original ElasticDL's census DNN (written for these tests):
-# tf.feature_column over the original generator's census columns, for tf.keras 2 DenseFeatures.
+# tf.feature_column and the original's embedding_column over the original generator's census
+# columns, for tf.keras 2 DenseFeatures.
 import tensorflow as tf
+
+from elasticdl.python.elasticdl.feature_column import feature_column
 
 CATEGORICAL_FEATURE_KEYS = [
     "workclass",
@@ -22,7 +25,7 @@ def get_feature_columns():
         feature_columns.append(tf.feature_column.numeric_column(key, normalizer_fn=tf.math.log1p))
     for key in CATEGORICAL_FEATURE_KEYS:
         feature_columns.append(
-            tf.feature_column.embedding_column(
+            feature_column.embedding_column(
                 tf.feature_column.categorical_column_with_hash_bucket(key, hash_bucket_size=64),
                 dimension=8,
             )
