@@ -9,7 +9,8 @@ need it installs it, under a file lock; the others wait for it and then only add
 
 Keras 2 is chosen per job: `TF_USE_LEGACY_KERAS=1` (or `0`) in the job's environment
 (`--envs`), else detected from the model's package (`DenseFeatures`, feature columns,
-`tensorflow.python.keras`, `tf_keras`, the original's `feature_column` module). TensorFlow reads
+`tensorflow.python.keras`, `tf.keras.backend`, `tf_keras`, the original's `feature_column`
+module). TensorFlow reads
 the variable at the first use of `tf.keras`, so it is set before the model file is imported.
 """
 from __future__ import annotations
@@ -38,7 +39,9 @@ _FALSE = ("0", "false", "False")
 # Source text that means "written for tf.keras 2.x" (absent from Keras 3).
 KERAS2_MARKERS = re.compile(
     r"\bDenseFeatures\b|\btf\.feature_column\b|\btensorflow\.python\.keras\b"
-    r"|^\s*(?:import|from)\s+tf_keras\b|\belasticdl\.python\.elasticdl\.feature_column\b",
+    r"|^\s*(?:import|from)\s+tf_keras\b|\belasticdl\.python\.elasticdl\.feature_column\b"
+    # Keras 2's backend functions (K.sum, K.square, ...): Keras 3's backend module lacks them.
+    r"|\b(?:tf|tensorflow)\.keras\.backend\b",
     re.MULTILINE,
 )
 # Distributions the runtime provides under another name: never installed beside it.

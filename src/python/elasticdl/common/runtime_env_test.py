@@ -31,6 +31,8 @@ def _model_dir(tmp_path, **files):
         "from tensorflow.python.keras.metrics import accuracy",
         "import tf_keras",
         "from elasticdl.python.elasticdl.feature_column import feature_column",
+        "import tensorflow.keras.backend as K",
+        "s = tf.keras.backend.sum(x, axis=1)",
     ],
 )
 def test_keras2_apis_are_detected(tmp_path, text):
