@@ -242,6 +242,28 @@ def _bind_model_params(model_fn, model_name: str, path: str, model_params: str):
     return functools.partial(model_fn, **params)
 
 
+# The fields of a job spec (and of the worker spec derived from it) that locate the model.
+MODEL_LOCATION_FIELDS = (
+    "feed",
+    "loss",
+    "optimizer",
+    "eval_metrics_fn",
+    "callbacks",
+    "custom_data_reader",
+    "prediction_outputs_processor",
+    "dataset_fn",
+    "model_params",
+)
+
+
+def load_model_of(spec, **requirements: bool) -> ModelSpec:
+    """:func:`load_model_spec` for a job or worker spec (its ``model_zoo``, ``model_def`` and
+    the names of the model file's entry points); ``requirements``: ``require_feed``,
+    ``require_eval_metrics_fn``."""
+    names = {field: getattr(spec, field) for field in MODEL_LOCATION_FIELDS}
+    return load_model_spec(spec.model_zoo, spec.model_def, **names, **requirements)
+
+
 def load_model_spec(
     model_zoo: str,
     model_def: str,

@@ -199,3 +199,15 @@ def test_a_missing_import_is_one_line_naming_the_package(tmp_path):
         match="elasticdl.python[.a-z_]* of the original ElasticDL has no counterpart",
     ):
         load_model_spec(zoo, "zoo_odd.model_a.custom_model")
+
+
+def test_a_spec_locates_its_model_by_the_same_field_names():
+    import dataclasses
+
+    from elasticdl.common.job_spec import JobSpec
+    from elasticdl.common.model_utils import MODEL_LOCATION_FIELDS
+    from elasticdl.common.replica_spec import WorkerSpec
+
+    for spec_type in (JobSpec, WorkerSpec):
+        names = {f.name for f in dataclasses.fields(spec_type)}
+        assert set(MODEL_LOCATION_FIELDS) | {"model_zoo", "model_def"} <= names, spec_type

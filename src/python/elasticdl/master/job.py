@@ -82,25 +82,13 @@ class Job:
         return self.job_type.evaluates and bool(self.job_spec.validation_data)
 
     def _prepare(self) -> None:
-        from elasticdl.common.model_utils import get_optimizer_info, load_model_spec
+        from elasticdl.common.model_utils import get_optimizer_info, load_model_of
 
         a = self.job_spec
         if self.job_dir is not None:
             (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.model_spec = load_model_spec(
-            a.model_zoo,
-            a.model_def,
-            feed=a.feed,
-            loss=a.loss,
-            optimizer=a.optimizer,
-            eval_metrics_fn=a.eval_metrics_fn,
-            callbacks=a.callbacks,
-            custom_data_reader=a.custom_data_reader,
-            prediction_outputs_processor=a.prediction_outputs_processor,
-            dataset_fn=a.dataset_fn,
-            model_params=a.model_params,
-            require_feed=False,
-            require_eval_metrics_fn=self.evaluates,
+        self.model_spec = load_model_of(
+            a, require_feed=False, require_eval_metrics_fn=self.evaluates
         )
         records_per_task = a.records_per_task
         self.records_per_task = records_per_task

@@ -11,7 +11,7 @@ import sys
 from elasticdl.common.auth import MissingJobSecret, job_secret_from_env
 from elasticdl.common.cpu_budget import apply_training_split
 from elasticdl.common.malloc_tuning import tune_malloc
-from elasticdl.common.model_utils import ModelSpecError, get_dict_from_params_str, load_model_spec
+from elasticdl.common.model_utils import ModelSpecError, get_dict_from_params_str, load_model_of
 from elasticdl.common.parent_watch import exit_with_parent
 from elasticdl.common.replica_spec import worker_spec_from_argv
 from elasticdl.common.spec_codec import SpecError
@@ -37,20 +37,7 @@ def main(argv=None) -> int:
         if spec.job_type.trains:
             # Before TensorFlow starts its runtime (see elasticdl.common.cpu_budget).
             apply_training_split()
-        model = load_model_spec(
-            spec.model_zoo,
-            spec.model_def,
-            feed=spec.feed,
-            loss=spec.loss,
-            optimizer=spec.optimizer,
-            eval_metrics_fn=spec.eval_metrics_fn,
-            callbacks=spec.callbacks,
-            custom_data_reader=spec.custom_data_reader,
-            prediction_outputs_processor=spec.prediction_outputs_processor,
-            dataset_fn=spec.dataset_fn,
-            model_params=spec.model_params,
-            require_eval_metrics_fn=False,
-        )
+        model = load_model_of(spec, require_eval_metrics_fn=False)
         reader_params = get_dict_from_params_str(spec.data_reader_params)
     except (ModelSpecError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
