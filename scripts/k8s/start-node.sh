@@ -90,7 +90,7 @@ YAML
 }
 
 certs() { # a throw-away CA, serving/client certificates, the service-account key, tokens
-  [[ -f $P/tokens.csv ]] && return
+  [[ -f $P/tokens.csv && -f $P/etcd-client.crt ]] && return
   mkdir -p "$P"
   (
     cd "$P"
@@ -116,6 +116,12 @@ extendedKeyUsage=clientAuth"
     # the kubelet's serving certificate, verified by the apiserver
     sign kubelet-serving "/CN=$NODE_NAME" "$server
 subjectAltName=IP:127.0.0.1,DNS:localhost"
+    # etcd: mutual TLS for clients (the apiserver) and peers
+    sign etcd-server /CN=etcd "$server,clientAuth
+subjectAltName=IP:127.0.0.1,DNS:localhost"
+    sign etcd-client /CN=kube-apiserver-etcd-client "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
     openssl genrsa -out sa.key 2048 2>/dev/null
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
     chmod 644 ca.crt
@@ -252,13 +258,20 @@ start() {
   images
   start_registry
 
+  # etcd accepts only clients and peers with a certificate of our CA.
   spawn etcd "$BIN/etcd" --data-dir="$K/etcd" --name=elasticdl-node \
-    --listen-client-urls=http://127.0.0.1:$ETCD_PORT --advertise-client-urls=http://127.0.0.1:$ETCD_PORT \
-    --listen-peer-urls=http://127.0.0.1:$ETCD_PEER --initial-advertise-peer-urls=http://127.0.0.1:$ETCD_PEER \
-    --initial-cluster=elasticdl-node=http://127.0.0.1:$ETCD_PEER --log-level=warn
-  wait_for etcd 20 curl -sf http://127.0.0.1:$ETCD_PORT/health
+    --listen-client-urls=https://127.0.0.1:$ETCD_PORT --advertise-client-urls=https://127.0.0.1:$ETCD_PORT \
+    --listen-peer-urls=https://127.0.0.1:$ETCD_PEER --initial-advertise-peer-urls=https://127.0.0.1:$ETCD_PEER \
+    --initial-cluster=elasticdl-node=https://127.0.0.1:$ETCD_PEER \
+    --cert-file="$P/etcd-server.crt" --key-file="$P/etcd-server.key" \
+    --client-cert-auth --trusted-ca-file="$P/ca.crt" \
+    --peer-cert-file="$P/etcd-server.crt" --peer-key-file="$P/etcd-server.key" \
+    --peer-client-cert-auth --peer-trusted-ca-file="$P/ca.crt" --log-level=warn
+  wait_for etcd 20 curl -sf --cacert "$P/ca.crt" --cert "$P/etcd-client.crt" --key "$P/etcd-client.key" \
+    https://127.0.0.1:$ETCD_PORT/health
 
-  spawn kube-apiserver "$BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:$ETCD_PORT \
+  spawn kube-apiserver "$BIN/kube-apiserver" --etcd-servers=https://127.0.0.1:$ETCD_PORT \
+    --etcd-cafile="$P/ca.crt" --etcd-certfile="$P/etcd-client.crt" --etcd-keyfile="$P/etcd-client.key" \
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port=$API_PORT --insecure-port=0 \
     --tls-cert-file="$P/server.crt" --tls-private-key-file="$P/server.key" --client-ca-file="$P/ca.crt" \
     --token-auth-file="$P/tokens.csv" --authorization-mode=Node,RBAC --anonymous-auth=false \
