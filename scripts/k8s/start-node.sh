@@ -17,7 +17,7 @@
 #
 # Env (defaults):
 #   ELASTICDL_NODE_DIR (/tmp/elasticdl-node)   state: certificates, logs, pids, etcd, docker
-#   ELASTICDL_NODE_PORT_BASE (24300)           apiserver +0, etcd +1/+2, kubelet +10/+11,
+#   ELASTICDL_NODE_PORT_BASE (24300)           apiserver +0, etcd +1/+2, kubelet +10,
 #                                              registry +20; all on 127.0.0.1
 #   ELASTICDL_NODE_BRIDGE (edlnode0), ELASTICDL_NODE_BRIDGE_CIDR (172.31.251.1/24)
 #   ELASTICDL_NODE_CGROUP (/elasticdl-node)    the kubelet's --cgroup-root
@@ -41,7 +41,7 @@ if ! [[ $PB =~ ^[0-9]+$ ]] || ((PB < 1024 || PB > 65500)); then
   exit 2
 fi
 API_PORT=$PB ETCD_PORT=$((PB + 1)) ETCD_PEER=$((PB + 2))
-KUBELET_PORT=$((PB + 10)) KUBELET_HEALTHZ=$((PB + 11)) REGISTRY_PORT=$((PB + 20))
+KUBELET_PORT=$((PB + 10)) REGISTRY_PORT=$((PB + 20))
 REGISTRY=127.0.0.1:$REGISTRY_PORT
 DOCKER_SOCK=$K/docker.sock
 export DOCKER_HOST=unix://$DOCKER_SOCK
@@ -307,13 +307,13 @@ start() {
     --pod-infra-container-image=local/pause:node \
     --root-dir="$K/kubelet" --cert-dir="$K/kubelet/pki" --volume-plugin-dir="$K/kubelet/volume-plugins" \
     --hostname-override=$NODE_NAME --address=127.0.0.1 --port=$KUBELET_PORT --read-only-port=0 \
-    --healthz-bind-address=127.0.0.1 --healthz-port=$KUBELET_HEALTHZ "${auth[@]}" \
+    --healthz-port=0 "${auth[@]}" \
     --network-plugin= --resolv-conf=/etc/resolv.conf \
     --cgroup-driver=cgroupfs --cgroup-root="$CGROOT" \
     --fail-swap-on=false --make-iptables-util-chains=false \
     --eviction-hard='memory.available<100Mi,nodefs.available<1%,imagefs.available<1%' \
     --image-gc-high-threshold=100 --image-gc-low-threshold=99 --v=1
-  wait_for kubelet 60 curl -sf http://127.0.0.1:$KUBELET_HEALTHZ/healthz
+  # (no healthz port: it would answer without authentication; the node's Ready status tells)
   # Pods are refused until the token controller made the default service account's token.
   wait_for "default service account token" 60 bash -c "'$BIN/kubectl' --kubeconfig='$K/admin.kubeconfig' \
     get sa default -o jsonpath='{.secrets[0].name}' | grep -q ."
