@@ -70,15 +70,17 @@ def _valid(token: str, secret: str) -> bool:
     return bool(token) and hmac.compare_digest(token.encode(), secret.encode())
 
 
-_DENIED = "missing or wrong job token: only the job's own replicas may call this server"
+def carries_secret(metadata, secret: str) -> bool:
+    """Whether a call's metadata carries the job's secret (for servers that check it in their
+    own handlers rather than through an interceptor)."""
+    return _valid(_token_of(metadata), secret)
+
+
+DENIED = "missing or wrong job token: only the job's own replicas may call this server"
 
 
 def _deny(request: Any, context: grpc.ServicerContext) -> Any:
-    context.abort(grpc.StatusCode.UNAUTHENTICATED, _DENIED)
-
-
-async def _deny_async(request: Any, context: Any) -> Any:
-    await context.abort(grpc.StatusCode.UNAUTHENTICATED, _DENIED)
+    context.abort(grpc.StatusCode.UNAUTHENTICATED, DENIED)
 
 
 def _denial_handler(handler: grpc.RpcMethodHandler | None, deny: Callable) -> Any:
@@ -106,21 +108,6 @@ class TokenServerInterceptor(grpc.ServerInterceptor):
         if _valid(_token_of(handler_call_details.invocation_metadata), self._secret):
             return handler
         return _denial_handler(handler, _deny)
-
-
-class AsyncTokenServerInterceptor(grpc.aio.ServerInterceptor):
-    """For ``grpc.aio.server``: the same check."""
-
-    def __init__(self, secret: str) -> None:
-        if not secret:
-            raise ValueError("a job server needs the job's secret")
-        self._secret = secret
-
-    async def intercept_service(self, continuation, handler_call_details):
-        handler = await continuation(handler_call_details)
-        if _valid(_token_of(handler_call_details.invocation_metadata), self._secret):
-            return handler
-        return _denial_handler(handler, _deny_async)
 
 
 class _TokenClientInterceptor(grpc.UnaryUnaryClientInterceptor):

@@ -47,14 +47,8 @@ def create_master_server(
     ]
     if use_asyncio:
         rpcs = [m.name for m in pb.DESCRIPTOR.services_by_name["Master"].methods]
-        interceptors = [auth.AsyncTokenServerInterceptor(secret)] if secret is not None else []
         server = AsyncServer(
-            pb_grpc.add_MasterServicer_to_server,
-            servicer,
-            rpcs,
-            options,
-            GRPC_THREADS,
-            interceptors=interceptors,
+            pb_grpc.add_MasterServicer_to_server, servicer, rpcs, options, GRPC_THREADS, secret
         )
     else:
         server = grpc.server(
