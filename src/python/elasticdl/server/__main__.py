@@ -1,0 +1,5 @@
+import sys
+
+from elasticdl.server.main import main
+
+sys.exit(main())

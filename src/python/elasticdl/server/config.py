@@ -1,0 +1,69 @@
+"""Where the job server keeps its state, and its limits (``elasticdl server`` flags).
+
+Layout of ``state_dir`` (everything the server writes, nothing else)::
+
+    tokens.json          user -> sha256 of the user's token (0600)
+    packages/<sha256>/   extracted model-zoo packages, keyed by the tarball's sha256
+    data/<user>/...      what users uploaded (and what their jobs write: checkpoints, outputs)
+    data-sums/<user>/... sha256 of uploaded files, with the size and mtime they describe
+    jobs/<user>/<job>/   local job directories (see ``elasticdl.client.local_backend``)
+    tmp/                 uploads and extractions in progress; emptied when the server starts
+
+All state is on disk, so a restarted server sees every job and package the last one had.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+MIB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    state_dir: str
+    platform: str = "local"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    tls_cert: str = ""
+    tls_key: str = ""
+    max_package_bytes: int = 256 * MIB
+    # An extracted package may be larger than its gzip tarball, but not without bound.
+    max_extracted_bytes: int = 1024 * MIB
+    max_package_members: int = 20000
+    max_data_bytes: int = 16 * 1024 * MIB
+
+    @property
+    def root(self) -> Path:
+        return Path(self.state_dir).expanduser().absolute()
+
+    @property
+    def tokens_file(self) -> Path:
+        return self.root / "tokens.json"
+
+    @property
+    def packages_dir(self) -> Path:
+        return self.root / "packages"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def sums_dir(self) -> Path:
+        return self.root / "data-sums"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.root / "jobs"
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.root / "tmp"
+
+    def make_dirs(self) -> None:
+        for path in (self.packages_dir, self.data_dir, self.sums_dir, self.jobs_dir, self.tmp_dir):
+            path.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)  # tokens, packages and data of every user live below

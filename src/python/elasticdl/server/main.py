@@ -1,0 +1,140 @@
+"""``elasticdl server``: run the job server, or add a user.
+
+    elasticdl server --platform=local --state_dir=/srv/elasticdl [--host=127.0.0.1] [--port=8080]
+                     [--tls_cert=cert.pem --tls_key=key.pem]
+    elasticdl server add-user NAME --state_dir=/srv/elasticdl     # prints NAME's token once
+
+The server binds the socket itself so that ``--port=0`` picks a free port; the first line on
+stderr names the address (``listening on http://127.0.0.1:PORT``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+from typing import Sequence
+
+from elasticdl.client.cli_parser import StrictArgumentParser
+from elasticdl.server.config import MIB, ServerConfig
+from elasticdl.server.errors import ServerError
+
+PROG = "elasticdl server"
+
+
+def _serve_parser() -> StrictArgumentParser:
+    parser = StrictArgumentParser(prog=PROG, description="Run the ElasticDL job server")
+    parser.add_argument("--platform", choices=("local",), default="local", help="Where jobs run")
+    parser.add_argument("--state_dir", required=True, help="Packages, data, jobs and tokens")
+    parser.add_argument("--host", default="127.0.0.1", help="Address to listen on")
+    parser.add_argument("--port", type=int, default=8080, help="Port (0: a free one)")
+    parser.add_argument("--tls_cert", default="", help="PEM certificate chain (enables TLS)")
+    parser.add_argument("--tls_key", default="", help="PEM private key of --tls_cert")
+    parser.add_argument(
+        "--max_package_mb", type=int, default=256, help="Largest package tarball accepted"
+    )
+    parser.add_argument(
+        "--max_upload_mb", type=int, default=16 * 1024, help="Largest data file accepted"
+    )
+    parser.add_argument("--log_level", default="info", choices=("debug", "info", "warning"))
+    return parser
+
+
+def _add_user_parser() -> StrictArgumentParser:
+    parser = StrictArgumentParser(
+        prog=f"{PROG} add-user", description="Create a user and print its token once"
+    )
+    parser.add_argument("name", help="User name (lowercase letters, digits, '-')")
+    parser.add_argument("--state_dir", required=True, help="The server's --state_dir")
+    parser.add_argument(
+        "--replace", action="store_true", help="Give an existing user a new token"
+    )
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    from elasticdl.common.spec_codec import SpecError
+
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise SpecError("--tls_cert and --tls_key go together; give both or neither")
+    for flag in ("tls_cert", "tls_key"):
+        value = getattr(args, flag)
+        if value and not os.path.isfile(value):
+            raise SpecError(f"--{flag} {value!r} is not a file; check the path")
+    if not 0 <= args.port < 65536:
+        raise SpecError(f"--port must be 0..65535, got {args.port}")
+    for flag in ("max_package_mb", "max_upload_mb"):
+        if getattr(args, flag) <= 0:
+            raise SpecError(f"--{flag} must be > 0, got {getattr(args, flag)}")
+    return ServerConfig(
+        state_dir=args.state_dir,
+        platform=args.platform,
+        host=args.host,
+        port=args.port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        max_package_bytes=args.max_package_mb * MIB,
+        max_data_bytes=args.max_upload_mb * MIB,
+    )
+
+
+def serve(config: ServerConfig, log_level: str = "info") -> None:
+    import uvicorn
+
+    from elasticdl.server.app import create_app
+
+    app = create_app(config)
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.host, config.port))
+    port = sock.getsockname()[1]
+    scheme = "https" if config.tls_cert else "http"
+    print(f"{PROG}: listening on {scheme}://{config.host}:{port}", file=sys.stderr, flush=True)
+    uv_config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        ssl_certfile=config.tls_cert or None,
+        ssl_keyfile=config.tls_key or None,
+        # Log streams (follow) stay open; do not wait for them forever on shutdown.
+        timeout_graceful_shutdown=5,
+    )
+    uvicorn.Server(uv_config).run(sockets=[sock])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        if argv and argv[0] == "add-user":
+            args = _add_user_parser().parse_args(argv[1:])
+            from elasticdl.server.auth import TokenStore
+
+            config = ServerConfig(state_dir=args.state_dir)
+            config.make_dirs()
+            token = TokenStore(config.tokens_file).add_user(args.name, replace=args.replace)
+            print(token)
+            print(
+                f"{PROG}: created user {args.name}; the token above is shown only this once",
+                file=sys.stderr,
+            )
+            return 0
+        args = _serve_parser().parse_args(argv)
+        serve(config_from_args(args), args.log_level)
+        return 0
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0
+    except (ValueError, ServerError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
