@@ -65,6 +65,9 @@ class JobStatus:
     evaluation_metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
     # [{"model_version": V, "metrics": {...}}, ...], oldest first
     evaluation_history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # [{"model_version": V, "loss": L}, ...], oldest first: one sample per training task (the
+    # mean of its minibatch losses), thinned by the master to at most MAX_LOSS_SAMPLES
+    loss_history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     replicas: list[ReplicaStatus] = dataclasses.field(default_factory=list)
     # AllreduceStrategy: {"generation": G, "members": [worker ids]}
     rendezvous: dict[str, Any] | None = None
@@ -87,8 +90,9 @@ class JobStatus:
         for key in ("evaluation_metrics", "records_trained_per_epoch", "master"):
             if not isinstance(values.get(key, {}), dict):
                 values[key] = {}
-        if not isinstance(values.get("evaluation_history", []), list):
-            values["evaluation_history"] = []
+        for key in ("evaluation_history", "loss_history"):
+            if not isinstance(values.get(key, []), list):
+                values[key] = []
         for key in ("created_at", "updated_at"):
             if key in values and not isinstance(values[key], (int, float)):
                 values[key] = _parse_time(values[key])
@@ -121,6 +125,42 @@ class JobStatus:
         if total > 0:
             return f"{100 * self.tasks_done // total}%"
         return "100%" if self.phase == JobPhase.SUCCEEDED else "-"
+
+
+# How many loss samples a status keeps: enough for a curve, small enough to rewrite every
+# couple of seconds (~50 KB of JSON).
+MAX_LOSS_SAMPLES = 1000
+
+
+@dataclasses.dataclass
+class MetricsHistory:
+    """A job's curves: training loss and evaluation metrics over model versions, oldest first.
+
+    What the dashboard's ``GET /v1/jobs/{name}/metrics`` returns; built from a status so that
+    every backend that reads a :class:`JobStatus` serves it."""
+
+    job_name: str = ""
+    phase: str = ""
+    model_version: int = 0
+    loss: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    evaluation: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def of(cls, status: JobStatus) -> "MetricsHistory":
+        return cls(
+            job_name=status.job_name,
+            phase=str(status.phase),
+            model_version=status.model_version,
+            loss=[s for s in status.loss_history if _is_sample(s, "loss")],
+            evaluation=[e for e in status.evaluation_history if _is_sample(e, "metrics")],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self, dict_factory=_plain_dict)
+
+
+def _is_sample(item: Any, key: str) -> bool:
+    return isinstance(item, dict) and "model_version" in item and key in item
 
 
 def _plain_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 import json
 
-from elasticdl.common.job_status import JobStatus, ReplicaStatus
+from elasticdl.common.job_status import JobStatus, MetricsHistory, ReplicaStatus
 from elasticdl.common.types import JobPhase
 
 
@@ -18,6 +18,7 @@ def _written_by_a_master() -> JobStatus:
         records_trained_per_epoch={"1": 192},
         evaluation_metrics={"accuracy": 0.5},
         evaluation_history=[{"model_version": 10, "metrics": {"accuracy": 0.5}}],
+        loss_history=[{"model_version": 4, "loss": 2.0}, {"model_version": 9, "loss": 1.5}],
         replicas=[ReplicaStatus("worker-0", "worker", 0, "Failed", 137, 0, 12, "Preempted", 2)],
         master={"pid": 1, "port": 50001},
         created_at=1.0,
@@ -56,3 +57,17 @@ def test_progress():
     assert JobStatus("a", tasks_done=1, tasks_todo=2, tasks_doing=1).progress == "25%"
     assert JobStatus("a").progress == "-"
     assert JobStatus("a", phase=JobPhase.SUCCEEDED).progress == "100%"
+
+
+def test_metrics_history_of_a_status_read_back():
+    text = _written_by_a_master().to_json()
+    history = MetricsHistory.of(JobStatus.from_json(text)).to_dict()
+    assert history["job_name"] == "a" and history["phase"] == "Running"
+    assert history["loss"] == [
+        {"model_version": 4, "loss": 2.0},
+        {"model_version": 9, "loss": 1.5},
+    ]
+    assert history["evaluation"] == [{"model_version": 10, "metrics": {"accuracy": 0.5}}]
+    # An older master (no loss_history) or a mangled one reads as an empty curve.
+    assert MetricsHistory.of(JobStatus.from_dict({"loss_history": "x"})).loss == []
+    assert MetricsHistory.of(JobStatus.from_dict({"loss_history": [1, {"loss": 2}]})).loss == []

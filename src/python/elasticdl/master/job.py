@@ -124,11 +124,13 @@ class Job:
         self.platform = self._platform or create_platform(a)
         self.secret = self._create_secret()
         self.rendezvous = self._start_rendezvous() if self.allreduce else None
+        self.loss_history = job_status.LossHistory()
         self.servicer = MasterServicer(
             self.tm,
             self.es,
             job_status=lambda: job_status.to_pb(self.snapshot()),
             rendezvous=self.rendezvous,
+            loss_history=self.loss_history,
         )
         self._server, self.port = self._start_server()
         master_addr = self.platform.master_address(self.port)
@@ -362,6 +364,7 @@ class Job:
                 {"model_version": r.model_version, "metrics": r.metrics}
                 for r in (self.es.history if self.es else [])
             ],
+            loss_history=self.loss_history.samples(),
             replicas=replicas,
             rendezvous=(
                 {"generation": self.rendezvous.generation, "members": self.rendezvous.members()}

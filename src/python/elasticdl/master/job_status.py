@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from elasticdl.common.job_status import JobStatus
+from elasticdl.common.job_status import MAX_LOSS_SAMPLES, JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,41 @@ def to_pb(status: JobStatus):
             exit_code=r.exit_code if r.exit_code is not None else 0,
         )
     return msg
+
+
+class LossHistory:
+    """The training loss the workers report with their tasks, for the job status's curve.
+
+    Bounded: when ``max_samples`` are kept, every second one is dropped and from then on only
+    every second report is kept (the stride doubles again at the next fill), so a long job keeps
+    an evenly thinned curve from start to end in constant memory."""
+
+    def __init__(self, max_samples: int = MAX_LOSS_SAMPLES) -> None:
+        if max_samples < 2:
+            raise ValueError(f"max_samples must be at least 2, not {max_samples}")
+        self._max = max_samples
+        self._samples: list[dict[str, float | int]] = []
+        self._stride = 1
+        self._seen = 0
+        self._lock = threading.Lock()
+
+    def add(self, model_version: int, loss: float) -> None:
+        if loss != loss or loss in (float("inf"), float("-inf")):
+            return  # JSON has no NaN/inf; a diverged step shows as a gap in the curve
+        with self._lock:
+            self._seen += 1
+            if (self._seen - 1) % self._stride:
+                return
+            if len(self._samples) >= self._max:
+                self._samples = self._samples[::2]
+                self._stride *= 2
+                if (self._seen - 1) % self._stride:
+                    return
+            self._samples.append({"model_version": int(model_version), "loss": float(loss)})
+
+    def samples(self) -> list[dict[str, float | int]]:
+        with self._lock:
+            return [dict(s) for s in self._samples]
 
 
 class StatusWriter:

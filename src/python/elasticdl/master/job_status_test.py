@@ -1,7 +1,7 @@
 import json
 
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
-from elasticdl.master.job_status import StatusWriter, to_pb
+from elasticdl.master.job_status import LossHistory, StatusWriter, to_pb
 
 
 def test_writer_writes_json_and_publishes(tmp_path):
@@ -57,3 +57,25 @@ def test_to_pb():
         ("worker", 2, 1, 137),
         ("ps", 0, 0, 0),
     ]
+
+
+def test_loss_history_keeps_an_evenly_thinned_curve_within_its_bound():
+    history = LossHistory(max_samples=8)
+    for step in range(8):
+        history.add(step, 10.0 - step)
+    assert [s["model_version"] for s in history.samples()] == list(range(8))
+    for step in range(8, 37):
+        history.add(step, 1.0)
+    # Three fills: every 8th report is kept, from the first on.
+    assert [s["model_version"] for s in history.samples()] == [0, 8, 16, 24, 32]
+    for step in range(37, 41):
+        history.add(step, 1.0)
+    assert [s["model_version"] for s in history.samples()] == [0, 8, 16, 24, 32, 40]
+
+
+def test_loss_history_skips_values_json_cannot_carry():
+    history = LossHistory()
+    history.add(1, float("nan"))
+    history.add(2, float("inf"))
+    history.add(3, 0.5)
+    assert history.samples() == [{"model_version": 3, "loss": 0.5}]

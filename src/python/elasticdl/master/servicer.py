@@ -9,6 +9,7 @@ from typing import Callable
 import grpc
 from elasticdl.common.tensor_utils import pb_to_ndarray
 from elasticdl.master.evaluation_service import EvaluationMetricsError, EvaluationService
+from elasticdl.master.job_status import LossHistory
 from elasticdl.master.rendezvous import Rendezvous
 from elasticdl.master.task_manager import TaskManager
 from elasticdl.proto import elasticdl_pb2 as pb
@@ -19,6 +20,8 @@ logger = logging.getLogger(__name__)
 
 # exec_counters key of ReportTaskResultRequest: the newest PS model version the worker saw.
 MODEL_VERSION_COUNTER = "model_version"
+# task_metrics key of ReportTaskResultRequest: a training task's mean loss.
+LOSS_METRIC = "loss"
 
 _NO_RENDEZVOUS = (
     "this job runs ParameterServerStrategy; get_comm_rank and report_training_loop_status serve "
@@ -33,8 +36,10 @@ class MasterServicer(pb_grpc.MasterServicer):
         evaluation_service: EvaluationService | None = None,
         job_status: Callable[[], pb.JobStatus] | None = None,
         rendezvous: Rendezvous | None = None,
+        loss_history: LossHistory | None = None,
     ) -> None:
         self._tm = task_manager
+        self._loss_history = loss_history
         self._es = evaluation_service
         self._job_status = job_status
         self._rendezvous = rendezvous  # AllreduceStrategy jobs only
@@ -67,6 +72,9 @@ class MasterServicer(pb_grpc.MasterServicer):
             exec_counters=counters,
             err_message=request.err_message,
         )
+        loss = request.task_metrics.get(LOSS_METRIC)
+        if loss is not None and self._loss_history is not None and not request.err_message:
+            self._loss_history.add(version if version is not None else self.model_version, loss)
         # A stale report is not an error for the worker: the work is simply accounted elsewhere.
         return empty_pb2.Empty()
 

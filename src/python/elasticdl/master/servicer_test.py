@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from elasticdl.common.tensor_utils import ndarray_to_pb
 from elasticdl.master.evaluation_service import EvaluationService
+from elasticdl.master.job_status import LossHistory
 from elasticdl.master.server import MasterServerError, create_master_server
 from elasticdl.master.servicer import MasterServicer
 from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
@@ -133,6 +134,38 @@ def test_task_reports_carry_the_model_version_without_summing_it():
     summary = tm.summary()
     assert summary.records_trained == 8
     assert "model_version" not in summary.exec_counters
+
+
+def test_training_losses_reach_the_loss_history_over_grpc():
+    """A worker's task results carry their mean loss (task_metrics); the master files it under
+    the version the worker reported. Failed tasks and results without a loss add nothing."""
+    tm = TaskManager(
+        TaskManagerConfig(records_per_task=4, num_epochs=1), training_shards=[("train", 0, 16)]
+    )
+    history = LossHistory()
+    servicer = MasterServicer(tm, loss_history=history)
+    server, port = create_master_server(servicer, 0, bind_host="127.0.0.1", secret=None)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.MasterStub(channel)
+            results = [
+                dict(exec_counters={"records": 4, "model_version": 3}, task_metrics={"loss": 2.5}),
+                dict(err_message="boom", task_metrics={"loss": 9.0}),
+                dict(exec_counters={"records": 4}),
+                dict(exec_counters={"records": 4, "model_version": 8}, task_metrics={"loss": 1.25}),
+            ]
+            for result in results:
+                task = stub.get_task(pb.GetTaskRequest(worker_id=1))
+                stub.report_task_result(
+                    pb.ReportTaskResultRequest(task_id=task.task_id, worker_id=1, **result)
+                )
+    finally:
+        server.stop(0)
+    assert history.samples() == [
+        {"model_version": 3, "loss": 2.5},
+        {"model_version": 8, "loss": 1.25},
+    ]
+    assert "loss" not in tm.summary().exec_counters
 
 
 def _report_and_get(stub, worker_id, task_id=0, **result):

@@ -77,7 +77,7 @@ DEFAULT_PORTS = {ReplicaType.PS: 2222, ReplicaType.WORKER: 3333}
 # How long launch() waits for a previous pod of the same name to go.
 _RELAUNCH_WAIT_SECONDS = 60.0
 # Status fields too bulky for the master pod's annotation (they grow with the job).
-_UNPUBLISHED_STATUS_KEYS = ("evaluation_history", "records_trained_per_epoch")
+_UNPUBLISHED_STATUS_KEYS = ("evaluation_history", "loss_history", "records_trained_per_epoch")
 
 
 @dataclasses.dataclass

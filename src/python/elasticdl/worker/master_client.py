@@ -14,6 +14,9 @@ from google.protobuf import empty_pb2  # noqa: F401  (responses are Empty)
 
 logger = logging.getLogger(__name__)
 
+# Result keys that are measurements (floats, sent as task_metrics), not summed counters.
+TASK_METRICS = frozenset({"loss"})
+
 
 class MasterClient:
     """Thin wrapper over `pb_grpc.MasterStub`; every call retries while the master is
@@ -63,7 +66,10 @@ class MasterClient:
             task_id=task_id, err_message=err_message, worker_id=self.worker_id
         )
         for k, v in (exec_counters or {}).items():
-            req.exec_counters[k] = int(v)
+            if k in TASK_METRICS:
+                req.task_metrics[k] = float(v)
+            else:
+                req.exec_counters[k] = int(v)
         return req
 
     def report_and_get_task(

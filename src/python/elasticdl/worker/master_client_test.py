@@ -48,3 +48,13 @@ def test_report_and_get_task_runs_the_job_with_new_and_old_masters(servicer_cls)
     finally:
         client.close()
         server.stop(0)
+
+
+def test_a_training_loss_travels_as_a_task_metric_not_a_counter():
+    client = MasterClient("127.0.0.1:1", worker_id=2)  # builds a request; connects nowhere
+    try:
+        req = client._result_request(7, "", {"records": 4, "loss": 0.25})
+    finally:
+        client.close()
+    assert req.worker_id == 2
+    assert dict(req.exec_counters) == {"records": 4} and dict(req.task_metrics) == {"loss": 0.25}

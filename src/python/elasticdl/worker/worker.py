@@ -287,8 +287,9 @@ class Worker:
         return self._callbacks
 
     # ------------------------------------------------------------------ tasks
-    def train_task(self, task: pb.Task, minibatches: Optional[list] = None) -> Dict[str, int]:
+    def train_task(self, task: pb.Task, minibatches: Optional[list] = None) -> Dict[str, Any]:
         records = batches = 0
+        loss_sum = 0.0
         if self._stopped_training:
             # MaxStepsStopping fired: acknowledge the rest of the data without training.
             self._send_deferred_report()
@@ -315,6 +316,7 @@ class Worker:
             loss = self.trainer.train_minibatch(features, labels)
             records += _num_examples(labels)
             batches += 1
+            loss_sum += float(loss)
             if self._callbacks:
                 # Callbacks may read the weights: apply what the push brought back first.
                 flush = getattr(self.trainer, "flush_pending_assign", None)
@@ -330,8 +332,13 @@ class Worker:
             if getattr(self.trainer.model, "stop_training", False):
                 self._stopped_training = True
                 break
-        # The master shows this version in the job status (it is not summed like the rest).
-        return {"records": records, "batches": batches, "model_version": self.trainer.model_version}
+        # The master shows this version in the job status (it is not summed like the rest), and
+        # the task's mean loss on its loss curve.
+        version = self.trainer.model_version
+        result = {"records": records, "batches": batches, "model_version": version}
+        if batches:
+            result["loss"] = loss_sum / batches
+        return result
 
     def evaluate_task(self, task: pb.Task) -> Dict[str, int]:
         outputs: Dict[str, List[np.ndarray]] = {}
