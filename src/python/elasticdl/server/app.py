@@ -9,17 +9,22 @@ Errors are ``{"detail": "<one line>"}`` with a 4xx status.
 from __future__ import annotations
 
 import dataclasses
-
-from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from typing import Any
 
 from elasticdl.client.version import __version__
 from elasticdl.server.auth import TokenStore
 from elasticdl.server.config import ServerConfig
+from elasticdl.server.data_store import CHECKSUM_HEADER, DataStore
 from elasticdl.server.deps import current_user
 from elasticdl.server.errors import ServerError
+from elasticdl.server.jobs import JobService, SubmitRequest, job_dict
+from elasticdl.server.packages import PackageStore
+from elasticdl.server.uploads import clear_tmp, declared_length
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict
+from starlette.concurrency import run_in_threadpool
 
 API_VERSION = "v1"
 
@@ -28,11 +33,35 @@ API_VERSION = "v1"
 class Services:
     config: ServerConfig
     tokens: TokenStore
+    packages: PackageStore
+    data: DataStore
+    jobs: JobService
 
 
 def build_services(config: ServerConfig) -> Services:
     config.make_dirs()
-    return Services(config=config, tokens=TokenStore(config.tokens_file))
+    clear_tmp(config.tmp_dir)  # uploads a killed server left half-done
+    packages = PackageStore(
+        config.packages_dir,
+        config.tmp_dir,
+        config.max_package_bytes,
+        config.max_extracted_bytes,
+        config.max_package_members,
+    )
+    data = DataStore(config.data_dir, config.sums_dir, config.tmp_dir, config.max_data_bytes)
+    jobs = JobService(config.jobs_dir, packages, data, platform=config.platform)
+    return Services(config, TokenStore(config.tokens_file), packages, data, jobs)
+
+
+class JobRequest(BaseModel):
+    """``POST /v1/jobs``: the job spec's fields (``elasticdl.common.job_spec.JobSpec``, by
+    flag name) and what the job runs: an uploaded package."""
+
+    model_config = ConfigDict(extra="forbid")
+    command: str = "train"
+    spec: dict[str, Any]
+    package: str = ""
+    image: str = ""
 
 
 def _one_line_validation_error(exc: RequestValidationError) -> tuple[int, str]:
@@ -86,11 +115,85 @@ def create_app(config: ServerConfig, services: Services | None = None) -> FastAP
 
     @v1.get("/openapi.json", include_in_schema=False)
     def openapi() -> dict:
-        if app.openapi_schema is None:
-            app.openapi_schema = get_openapi(
-                title=app.title, version=app.version, routes=app.routes
-            )
-        return app.openapi_schema
+        return app.openapi()
+
+    # ---- packages ----------------------------------------------------------------------
+    @v1.post("/packages", status_code=201)
+    async def add_package(
+        request: Request, response: Response, content_length: str | None = Header(None)
+    ) -> dict:
+        """Body: a tarball (gzip or plain) of a model-zoo directory."""
+        length = declared_length(content_length, services.packages.max_bytes, "the package")
+        info, new = await services.packages.add(request.stream(), length)
+        if not new:
+            response.status_code = 200
+        return info.to_dict()
+
+    @v1.get("/packages/{package_id}")
+    def package(package_id: str) -> dict:
+        return services.packages.info(package_id).to_dict()
+
+    # ---- data ----------------------------------------------------------------------------
+    @v1.put("/data/{path:path}", status_code=201)
+    async def put_data(
+        path: str,
+        request: Request,
+        user: str = Depends(current_user),
+        content_length: str | None = Header(None),
+        x_content_sha256: str = Header(""),
+    ) -> dict:
+        length = declared_length(content_length, services.data.max_bytes, "the upload")
+        stored = await services.data.put(user, path, request.stream(), length, x_content_sha256)
+        return stored.to_dict()
+
+    @v1.get("/data", include_in_schema=False)
+    def list_data_root(user: str = Depends(current_user)) -> dict:
+        root = services.data.user_root(user)
+        return services.data.listing(user, "", root)
+
+    @v1.get("/data/{path:path}")
+    def get_data(path: str, user: str = Depends(current_user)):
+        """A file (``Range: bytes=N-`` resumes; ``X-Content-SHA256`` is the whole file's
+        sha256) or, for a directory, its entries as JSON."""
+        target = services.data.lookup(user, path)
+        if target.is_dir():
+            return services.data.listing(user, path, target)
+        sha256 = services.data.checksum(user, path, target)
+        return FileResponse(
+            target,
+            media_type="application/octet-stream",
+            headers={CHECKSUM_HEADER: sha256},
+            filename=target.name,
+        )
+
+    # ---- jobs ----------------------------------------------------------------------------
+    @v1.post("/jobs", status_code=201)
+    def submit(body: JobRequest, user: str = Depends(current_user)) -> dict:
+        request = SubmitRequest(body.command, body.spec, body.package, body.image)
+        return job_dict(services.jobs.submit(user, request), user)
+
+    @v1.get("/jobs")
+    def list_jobs(user: str = Depends(current_user)) -> dict:
+        return {"jobs": [job_dict(s, user) for s in services.jobs.list(user)]}
+
+    @v1.get("/jobs/{name}")
+    def job(name: str, user: str = Depends(current_user)) -> dict:
+        return job_dict(services.jobs.status(user, name), user)
+
+    @v1.delete("/jobs/{name}")
+    def cancel(name: str, user: str = Depends(current_user)) -> dict:
+        return job_dict(services.jobs.cancel(user, name), user)
+
+    @v1.get("/jobs/{name}/logs", response_class=StreamingResponse)
+    async def logs(
+        name: str,
+        user: str = Depends(current_user),
+        replica: str = Query("master"),
+        follow: bool = Query(False),
+    ) -> StreamingResponse:
+        chunks = await run_in_threadpool(services.jobs.logs, user, name, replica, follow)
+        return StreamingResponse(chunks, media_type="text/plain; charset=utf-8")
 
     app.include_router(v1)
+    # The dashboard (elasticdl.server.dashboard) adds its router here.
     return app

@@ -13,7 +13,9 @@ def server(tmp_path_factory):
     server.stop()
 
 
-@pytest.mark.parametrize("path", ["/v1/version", "/v1/openapi.json"])
+@pytest.mark.parametrize(
+    "path", ["/v1/version", "/v1/jobs", "/v1/openapi.json", "/v1/data/x", "/v1/packages/x"]
+)
 @pytest.mark.parametrize("header", [None, "Bearer nope", "Basic YWxpY2U6eA==", "Bearer "])
 def test_every_route_needs_a_valid_token(server, path, header):
     headers = {"Authorization": header} if header is not None else {}

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import Request
-
 from elasticdl.server.errors import Unauthorized
+from fastapi import Request
 
 
 def current_user(request: Request) -> str:
@@ -15,5 +14,7 @@ def current_user(request: Request) -> str:
         raise Unauthorized("missing bearer token; send 'Authorization: Bearer <token>'")
     user = request.app.state.services.tokens.authenticate(token.strip())
     if user is None:
-        raise Unauthorized("invalid token; ask the server's admin for one (elasticdl server add-user)")
+        raise Unauthorized(
+            "invalid token; ask the server's admin for one (elasticdl server add-user)"
+        )
     return user

@@ -48,9 +48,7 @@ def _add_user_parser() -> StrictArgumentParser:
     )
     parser.add_argument("name", help="User name (lowercase letters, digits, '-')")
     parser.add_argument("--state_dir", required=True, help="The server's --state_dir")
-    parser.add_argument(
-        "--replace", action="store_true", help="Give an existing user a new token"
-    )
+    parser.add_argument("--replace", action="store_true", help="Give an existing user a new token")
     return parser
 
 
@@ -82,7 +80,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 def serve(config: ServerConfig, log_level: str = "info") -> None:
     import uvicorn
-
     from elasticdl.server.app import create_app
 
     app = create_app(config)

@@ -32,18 +32,38 @@ class ServerProcess:
 
     def add_user(self, name: str) -> str:
         out = subprocess.run(
-            [sys.executable, "-m", "elasticdl.server", "add-user", name,
-             f"--state_dir={self.state_dir}"],
-            env=self.env, capture_output=True, text=True, check=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "elasticdl.server",
+                "add-user",
+                name,
+                f"--state_dir={self.state_dir}",
+            ],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
         )
         return out.stdout.strip()
 
     def start(self, timeout: float = 60.0) -> "ServerProcess":
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "elasticdl.server", f"--state_dir={self.state_dir}",
-             "--port=0", "--log_level=warning", *self.flags],
-            env=self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "elasticdl.server",
+                f"--state_dir={self.state_dir}",
+                "--port=0",
+                "--log_level=warning",
+                *self.flags,
+            ],
+            env=self.env,
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -1,0 +1,256 @@
+"""Bad input to the job server: each case gets its 4xx with a one-line reason naming what is
+wrong, and leaves nothing behind in the server's state directory (a real uvicorn process)."""
+
+import gzip
+import io
+import tarfile
+
+import pytest
+from elasticdl.server.testing import ServerProcess, request
+
+ZOO_FILE = "mnist/model.py"
+
+
+def tarball(*members: tuple[str, str, bytes], gz: bool = True) -> bytes:
+    """members: (name, kind, data) with kind file/dir/symlink/hardlink/chr/fifo."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, kind, data in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+                continue
+            info.type = {
+                "dir": tarfile.DIRTYPE,
+                "symlink": tarfile.SYMTYPE,
+                "hardlink": tarfile.LNKTYPE,
+                "chr": tarfile.CHRTYPE,
+                "fifo": tarfile.FIFOTYPE,
+            }[kind]
+            info.linkname = data.decode()
+            tar.addfile(info)
+    return gzip.compress(buf.getvalue()) if gz else buf.getvalue()
+
+
+GOOD = tarball((ZOO_FILE, "file", b"def custom_model():\n    pass\n"))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    server = ServerProcess(
+        tmp_path_factory.mktemp("srv") / "state", None, "--max_package_mb=1", "--max_upload_mb=1"
+    )
+    server.token = server.add_user("alice")
+    server.start()
+    status, body, _ = request(server.port, "POST", "/v1/packages", server.token, GOOD)
+    assert status == 201, body
+    server.package = body["id"]
+    assert request(server.port, "GET", "/v1/data", server.token)[0] == 200  # makes data/alice
+    yield server
+    server.stop()
+
+
+def snapshot(root):
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.name != "tokens.json" and "data-sums" not in p.parts
+    )
+
+
+def job(spec=None, **extra):
+    body = {
+        "command": "train",
+        "spec": {"job_name": "j1", "model_def": "mnist.model.custom_model", "training_data": "d"},
+        "package": None,  # the fixture's package
+    }
+    body["spec"].update(spec or {})
+    body.update(extra)
+    return body
+
+
+MIB = 1 << 20
+CASES = {
+    # name: (method, path, body, headers, status, words in the reason)
+    "package-not-a-tarball": (
+        "POST",
+        "/v1/packages",
+        b"hello, not a tar",
+        {},
+        400,
+        "not a tar archive",
+    ),
+    "package-truncated": (
+        "POST",
+        "/v1/packages",
+        GOOD[: len(GOOD) // 2],
+        {},
+        400,
+        "not a tar archive",
+    ),
+    "package-dotdot": (
+        "POST",
+        "/v1/packages",
+        tarball(("a/../../evil.py", "file", b"x")),
+        {},
+        400,
+        "escapes the package directory",
+    ),
+    "package-absolute": (
+        "POST",
+        "/v1/packages",
+        tarball(("/etc/evil.py", "file", b"x")),
+        {},
+        400,
+        "absolute path",
+    ),
+    "package-symlink": (
+        "POST",
+        "/v1/packages",
+        tarball(("m.py", "file", b"x"), ("passwd", "symlink", b"/etc/passwd")),
+        {},
+        400,
+        "is a link",
+    ),
+    "package-hardlink": (
+        "POST",
+        "/v1/packages",
+        tarball(("m.py", "file", b"x"), ("h", "hardlink", b"m.py"), gz=False),
+        {},
+        400,
+        "is a link",
+    ),
+    "package-device": (
+        "POST",
+        "/v1/packages",
+        tarball(("m.py", "file", b"x"), ("tty", "chr", b"")),
+        {},
+        400,
+        "device",
+    ),
+    "package-fifo": (
+        "POST",
+        "/v1/packages",
+        tarball(("m.py", "file", b"x"), ("p", "fifo", b"")),
+        {},
+        400,
+        "FIFO",
+    ),
+    "package-over-limit": (
+        "POST",
+        "/v1/packages",
+        b"\0" * (MIB + 1),
+        {},
+        413,
+        "over the server's limit of 1 MiB",
+    ),
+    "data-over-limit": (
+        "PUT",
+        "/v1/data/big.bin",
+        b"\0" * (MIB + 1),
+        {},
+        413,
+        "over the server's limit",
+    ),
+    "data-dotdot": ("PUT", "/v1/data/a/../../x", b"x", {}, 400, "'..'"),
+    "data-dotdot-encoded": ("PUT", "/v1/data/a/%2e%2e/%2e%2e/x", b"x", {}, 400, "'..'"),
+    "data-bad-checksum": (
+        "PUT",
+        "/v1/data/f.bin",
+        b"abc",
+        {"X-Content-SHA256": "0" * 64},
+        400,
+        "checksum mismatch",
+    ),
+    "data-checksum-not-hex": (
+        "PUT",
+        "/v1/data/f.bin",
+        b"abc",
+        {"X-Content-SHA256": "zz"},
+        400,
+        "64 hex digits",
+    ),
+    "data-missing": ("GET", "/v1/data/nothing/here", None, {}, 404, "no file 'nothing/here'"),
+    "job-malformed-json": (
+        "POST",
+        "/v1/jobs",
+        b'{"command": "train", ',
+        {"Content-Type": "application/json"},
+        400,
+        "malformed JSON",
+    ),
+    "job-unknown-field": ("POST", "/v1/jobs", job(colour="red"), {}, 422, "unknown field 'colour'"),
+    "job-missing-spec": ("POST", "/v1/jobs", {"command": "train"}, {}, 422, "'spec' is required"),
+    "job-unknown-spec-field": (
+        "POST",
+        "/v1/jobs",
+        job({"num_worker": 2}),
+        {},
+        422,
+        "num_worker is not a job parameter; did you mean num_workers?",
+    ),
+    "job-bad-value": ("POST", "/v1/jobs", job({"minibatch_size": -1}), {}, 422, "minibatch_size"),
+    "job-bad-type": (
+        "POST",
+        "/v1/jobs",
+        job({"num_workers": "2"}),
+        {},
+        422,
+        "num_workers must be an integer",
+    ),
+    "job-bad-name": ("POST", "/v1/jobs", job({"job_name": "Bad_Name"}), {}, 422, "job_name"),
+    "job-bad-command": (
+        "POST",
+        "/v1/jobs",
+        job(command="fly"),
+        {},
+        422,
+        "command 'fly' is invalid",
+    ),
+    "job-model-zoo": (
+        "POST",
+        "/v1/jobs",
+        job({"model_zoo": "/etc"}),
+        {},
+        422,
+        "spec.model_zoo cannot be set",
+    ),
+    "job-data-escapes": (
+        "POST",
+        "/v1/jobs",
+        job({"training_data": "../bob/data"}),
+        {},
+        422,
+        "spec.training_data",
+    ),
+    "job-data-absolute": ("POST", "/v1/jobs", job({"output": "/tmp/out"}), {}, 422, "spec.output"),
+    "job-no-package": ("POST", "/v1/jobs", job(package=""), {}, 422, "package is required"),
+    "job-unknown-package": ("POST", "/v1/jobs", job(package="f" * 64), {}, 422, "no package"),
+    "job-missing-data": ("POST", "/v1/jobs", job(), {}, 422, "--training_data 'd' does not exist"),
+    "job-unknown-model": (
+        "POST",
+        "/v1/jobs",
+        job({"model_def": "mnist.nope.f"}),
+        {},
+        422,
+        "--model_def 'mnist.nope.f'",
+    ),
+    "job-unknown": ("GET", "/v1/jobs/nobody", None, {}, 404, "no job named 'nobody'"),
+    "cancel-unknown": ("DELETE", "/v1/jobs/nobody", None, {}, 404, "no job named 'nobody'"),
+    "logs-unknown": ("GET", "/v1/jobs/nobody/logs", None, {}, 404, "no job named 'nobody'"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input(server, case):
+    method, path, body, headers, status, words = CASES[case]
+    if isinstance(body, dict) and body.get("package", "") is None:
+        body = dict(body, package=server.package)
+    before = snapshot(server.state_dir)
+    got, reply, _ = request(server.port, method, path, server.token, body, headers)
+    assert got == status, reply
+    reason = reply["detail"]
+    assert isinstance(reason, str) and "\n" not in reason and words in reason, reason
+    assert snapshot(server.state_dir) == before
+    assert not any((server.state_dir / "tmp").iterdir())

@@ -1,0 +1,147 @@
+"""Model-zoo packages: tarballs checked, extracted atomically, kept by content hash.
+
+``POST /v1/packages`` sends a tarball (gzip or plain) of a model-zoo directory: its members
+are paths relative to the zoo's root (``mnist/mnist_functional_api.py``, ``requirements.txt``).
+The package id is the tarball's sha256; the same bytes sent twice give the same package.
+Only regular files and directories are accepted (a link or a device could point a job at
+the server's own files), and no member may leave the directory (absolute paths, ``..``).
+Extraction goes to a temporary directory that is renamed into place when complete, so a
+package is either all there or not there at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import tarfile
+import tempfile
+import zlib
+from pathlib import Path, PurePosixPath
+from typing import AsyncIterator
+
+from elasticdl.server.errors import BadRequest, NotFound, TooLarge
+from elasticdl.server.uploads import receive
+from starlette.concurrency import run_in_threadpool
+
+PACKAGE_ID = re.compile(r"[0-9a-f]{64}")
+REQUIREMENTS = "requirements.txt"
+
+
+@dataclasses.dataclass(frozen=True)
+class PackageInfo:
+    id: str
+    files: int
+    requirements: bool  # whether the zoo has a requirements.txt at its root
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class PackageStore:
+    def __init__(
+        self,
+        root: Path,
+        tmp_dir: Path,
+        max_bytes: int,
+        max_extracted_bytes: int,
+        max_members: int,
+    ) -> None:
+        self.root = root
+        self.tmp_dir = tmp_dir
+        self.max_bytes = max_bytes
+        self.max_extracted_bytes = max_extracted_bytes
+        self.max_members = max_members
+
+    def path(self, package_id: str) -> Path:
+        if not PACKAGE_ID.fullmatch(package_id or ""):
+            raise NotFound(f"package {package_id!r} is not a package id (64 hex digits)")
+        path = self.root / package_id
+        if not path.is_dir():
+            raise NotFound(f"no package {package_id}; upload it with POST /v1/packages")
+        return path
+
+    def info(self, package_id: str) -> PackageInfo:
+        path = self.path(package_id)
+        files = sum(1 for p in path.rglob("*") if p.is_file())
+        return PackageInfo(package_id, files, (path / REQUIREMENTS).is_file())
+
+    async def add(
+        self, chunks: AsyncIterator[bytes], length: int | None
+    ) -> tuple[PackageInfo, bool]:
+        """Store a tarball; returns its info and whether it is new."""
+        received = await receive(chunks, self.tmp_dir, self.max_bytes, "the package", length)
+        try:
+            if (self.root / received.sha256).is_dir():
+                return self.info(received.sha256), False
+            await run_in_threadpool(self._extract, received.path, received.sha256)
+        finally:
+            received.path.unlink(missing_ok=True)
+        return self.info(received.sha256), True
+
+    # ---- checking and extracting ---------------------------------------------------------
+    def _check(self, tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+        members = []
+        total = 0
+        try:
+            for member in tar:
+                members.append(member)
+                name = member.name
+                if len(members) > self.max_members:
+                    raise TooLarge(f"the package has over {self.max_members} members")
+                if name.startswith("/") or PurePosixPath(name).is_absolute():
+                    raise BadRequest(
+                        f"member {name!r} has an absolute path; tar the directory's contents with relative paths"
+                    )
+                if ".." in PurePosixPath(name).parts:
+                    raise BadRequest(f"member {name!r} escapes the package directory with '..'")
+                if member.issym() or member.islnk():
+                    raise BadRequest(
+                        f"member {name!r} is a link; packages hold only files and directories (copy the target instead)"
+                    )
+                if not (member.isfile() or member.isdir()):
+                    raise BadRequest(
+                        f"member {name!r} is a device, FIFO or other special file; "
+                        "packages hold only files and directories"
+                    )
+                total += member.size
+                if total > self.max_extracted_bytes:
+                    raise TooLarge(
+                        f"the package extracts to over {self.max_extracted_bytes >> 20} MiB"
+                    )
+        except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
+            raise BadRequest(
+                f"the package is a truncated or corrupt tarball ({e}); send it again"
+            ) from None
+        if not any(m.isfile() for m in members):
+            raise BadRequest("the package holds no files; tar the model-zoo directory")
+        return members
+
+    def _extract(self, tarball: Path, package_id: str) -> None:
+        try:
+            tar = tarfile.open(tarball, "r:*")
+        except (tarfile.TarError, EOFError, zlib.error, OSError):
+            raise BadRequest(
+                "the body is not a tar archive (gzip or plain); send a tarball of the model-zoo directory"
+            ) from None
+        staging = Path(tempfile.mkdtemp(prefix=f"package-{package_id[:12]}-", dir=self.tmp_dir))
+        try:
+            with tar:
+                members = self._check(tar)
+                # The checks above give the reasons; the 'data' filter is the second line of
+                # defence (and drops set-uid bits and odd modes).
+                try:
+                    tar.extractall(staging, members=members, filter="data")
+                except (tarfile.TarError, EOFError, zlib.error) as e:
+                    raise BadRequest(
+                        f"the package cannot be extracted ({e}); send it again"
+                    ) from None
+            staging.chmod(0o755)
+            try:
+                staging.rename(self.root / package_id)
+            except OSError:
+                if not (self.root / package_id).is_dir():  # else: the same bytes won a race
+                    raise
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
