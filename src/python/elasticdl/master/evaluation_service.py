@@ -15,6 +15,11 @@ half-way through an evaluation task does not skew the metrics when another worke
 ``{output_name: {name: metric}}``; a metric is a ``keras.metrics.Metric`` instance or a function
 ``fn(labels, predictions)`` returning per-sample values (averaged). TensorFlow is imported only
 when a Keras metric is actually updated.
+
+With a journal attached (``master.journal``) rounds started and finished (with their metrics)
+and the model version are recorded. Buffered outputs are not (they are whole evaluation
+batches): a restarted master evaluates every round that was open when the old one died again
+from scratch (``resume_after_restart``), so no metric mixes outputs of two lives.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import threading
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from elasticdl.master.journal import JournalSink
 from elasticdl.master.task_manager import Task, TaskManager, TaskType
 
 logger = logging.getLogger(__name__)
@@ -151,8 +157,13 @@ class EvaluationService:
         self._model_version = 0
         self.history: list[EvaluationResult] = []
         self._listeners: list[Callable[[EvaluationResult], None]] = []
+        self._sink: JournalSink | None = None
+        self._finished_rounds: set[int] = set()
+        self._final = (
+            final_evaluation and task_manager.has_evaluation_data and task_manager.has_training
+        )
         task_manager.add_done_listener(self._on_task_done)
-        if final_evaluation and task_manager.has_evaluation_data and task_manager.has_training:
+        if self._final:
             task_manager.add_training_done_listener(lambda: self.start_evaluation(FINAL_VERSION))
 
     @property
@@ -177,6 +188,7 @@ class EvaluationService:
         """A PS reached ``model_version``; start an evaluation if it is due. Returns whether
         one was started."""
         with self._lock:
+            before = (self._model_version, self._last_requested)
             self._model_version = max(self._model_version, model_version)
             due = (
                 self.evaluation_steps > 0
@@ -186,6 +198,7 @@ class EvaluationService:
             )
             if due:
                 self._last_requested = model_version
+            self._record_version_locked(before)
         # Periodic evaluations only while training runs; the final one follows training.
         if not due or not self._tm.has_evaluation_data or self._tm.training_finished:
             return False
@@ -203,6 +216,7 @@ class EvaluationService:
             self._rounds[model_version] = _Round(
                 model_version, num_tasks, MetricsAggregator(self._eval_metrics_fn())
             )
+            self._record({"o": "start", "v": model_version})
         self._tm.create_evaluation_tasks(model_version)
         logger.info(
             "Evaluation of model version %s started (%d tasks)", _v(model_version), num_tasks
@@ -223,7 +237,9 @@ class EvaluationService:
         labels = np.asarray(labels)
         with self._lock:
             if model_version >= 0:
+                before = (self._model_version, self._last_requested)
                 self._model_version = max(self._model_version, model_version)
+                self._record_version_locked(before)
             if task_id:
                 self._buffers.setdefault((task_id, worker_id), []).append(
                     (outputs, labels, model_version)
@@ -267,6 +283,16 @@ class EvaluationService:
             if rnd.pending == 0:
                 del self._rounds[task.model_version]
                 result = self._finish(rnd)
+                self._finished_rounds.add(task.model_version)
+                self._record(
+                    {
+                        "o": "done",
+                        "v": task.model_version,
+                        "r": result.model_version,
+                        "m": result.metrics,
+                        "f": result.failed_tasks,
+                    }
+                )
         if result is not None:
             for listener in self._listeners:
                 listener(result)
@@ -286,6 +312,55 @@ class EvaluationService:
             )
         logger.info("Evaluation metrics[v=%d]: %s", version, metrics)
         return result
+
+    # ---- journal ---------------------------------------------------------------------------
+    def attach_journal(self, sink: JournalSink | None) -> None:
+        self._sink = sink
+
+    def _record(self, op: dict) -> None:
+        if self._sink is not None:
+            self._sink.record(op)
+
+    def _record_version_locked(self, before: tuple[int, int]) -> None:
+        if (self._model_version, self._last_requested) != before:
+            self._record({"o": "ver", "v": self._model_version, "lr": self._last_requested})
+
+    def replay(self, snapshot: dict | None, records: list[dict]) -> None:
+        """Rebuild rounds, history and versions from the journal (rounds still open come
+        back empty; ``resume_after_restart`` runs them again)."""
+        ops = ([{"o": "state", **snapshot}] if snapshot else []) + list(records)
+        with self._lock:
+            for op in ops:
+                kind = op["o"]
+                if kind == "start":
+                    self._rounds[op["v"]] = _Round(op["v"], 0, None)  # type: ignore[arg-type]
+                elif kind == "done":
+                    self._rounds.pop(op["v"], None)
+                    self._finished_rounds.add(op["v"])
+                    self.history.append(EvaluationResult(op["r"], dict(op["m"]), op["f"]))
+                elif kind == "ver":
+                    self._model_version = max(self._model_version, op["v"])
+                    self._last_requested = max(self._last_requested, op["lr"])
+
+    def resume_after_restart(self) -> list[int]:
+        """Start again every round the previous master left open (and the final one, if
+        training ended without it); returns their versions."""
+        with self._lock:
+            open_rounds = sorted(self._rounds)
+            self._rounds.clear()
+            self._buffers.clear()
+        if (
+            self._final
+            and self._tm.training_done_fired
+            and FINAL_VERSION not in self._finished_rounds
+            and FINAL_VERSION not in open_rounds
+        ):
+            open_rounds.append(FINAL_VERSION)
+        for version in open_rounds:
+            self._tm.drop_evaluation_round(version)
+            logger.info("Evaluation of model version %s restarts after the master's", _v(version))
+            self.start_evaluation(version)
+        return open_rounds
 
 
 def _v(version: int) -> str:

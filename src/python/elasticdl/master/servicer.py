@@ -43,13 +43,14 @@ class MasterServicer(pb_grpc.MasterServicer):
         self._es = evaluation_service
         self._job_status = job_status
         self._rendezvous = rendezvous  # AllreduceStrategy jobs only
-        self._model_version = 0  # latest version reported by any PS
+        self._model_version = 0  # latest version reported by any PS (workers': the task manager)
 
     @property
     def model_version(self) -> int:
+        seen = max(self._model_version, self._tm.model_version_seen)
         if self._es is not None:
-            return max(self._model_version, self._es.model_version)
-        return self._model_version
+            return max(seen, self._es.model_version)
+        return seen
 
     def get_task(self, request: pb.GetTaskRequest, context) -> pb.Task:
         task = self._tm.get(request.worker_id)
@@ -59,24 +60,27 @@ class MasterServicer(pb_grpc.MasterServicer):
         return task.to_pb()
 
     def report_task_result(self, request: pb.ReportTaskResultRequest, context):
+        self._tm.report(**self._report_args(request))
+        # A stale report is not an error for the worker: the work is simply accounted elsewhere.
+        return empty_pb2.Empty()
+
+    def _report_args(self, request: pb.ReportTaskResultRequest) -> dict:
+        """The task manager's report arguments; notes the loss for the job status on the way."""
         counters = dict(request.exec_counters)
         # Workers tell the PS version they trained against, so the job status shows progress
         # between evaluations (the PS reports versions only at --evaluation_steps).
         version = counters.pop(MODEL_VERSION_COUNTER, None)
-        if version is not None and version > self._model_version:
-            self._model_version = version
-        self._tm.report(
-            request.task_id,
+        loss = request.task_metrics.get(LOSS_METRIC)
+        if loss is not None and self._loss_history is not None and not request.err_message:
+            self._loss_history.add(version if version is not None else self.model_version, loss)
+        return dict(
+            task_id=request.task_id,
             success=not request.err_message,
             worker_id=request.worker_id,
             exec_counters=counters,
             err_message=request.err_message,
+            model_version=version,
         )
-        loss = request.task_metrics.get(LOSS_METRIC)
-        if loss is not None and self._loss_history is not None and not request.err_message:
-            self._loss_history.add(version if version is not None else self.model_version, loss)
-        # A stale report is not an error for the worker: the work is simply accounted elsewhere.
-        return empty_pb2.Empty()
 
     def report_task_result_and_get_task(self, request: pb.ReportAndGetTaskRequest, context):
         """report_task_result(result), then get_task(next): one round trip per task instead
@@ -88,7 +92,11 @@ class MasterServicer(pb_grpc.MasterServicer):
                     f"result.worker_id {request.result.worker_id} != next.worker_id "
                     f"{request.next.worker_id}: report and ask for the same worker",
                 )
-            self.report_task_result(request.result, context)
+            # One exchange: a repeated call whose answer was lost gets the same task again.
+            task = self._tm.report_and_get(**self._report_args(request.result))
+            if task.task_id != 0:
+                return task.to_pb()
+            return task.to_pb(model_version=self.model_version)
         return self.get_task(request.next, context)
 
     def report_evaluation_metrics(self, request: pb.ReportEvaluationMetricsRequest, context):

@@ -20,6 +20,16 @@ Guarantees kept here, on top of the original design:
 * **Hung workers.** A task running longer than ``max(timeout_floor_s, timeout_factor x the
   longest task seen so far)`` is taken back (``check_timeouts``) and its worker is reported to
   the caller, which deletes/relaunches it.
+* **Journaled.** With a journal attached (``attach_journal``, see ``master.journal``) every
+  transition is recorded as one small op (task handed out, reported, re-queued, evaluation
+  tasks created, training done, job failed) before the call that caused it returns, so before
+  the RPC is answered; ``replay`` of those ops on a task manager built from the same shards
+  gives the same state (ops are deterministic: shuffling is seeded, clock readings travel in
+  the op). A restarted master replays, then ``resume_after_restart``: tasks handed out before
+  the crash stay with their worker, whose report is accepted once when it reconnects; a task
+  whose worker has talked to the new master for ``inherited_grace_s`` without reporting it
+  (its answer was lost with the old master) goes back to the queue (``requeue_unclaimed``).
+  A worker that repeats a report-and-get call whose answer it lost gets the same task again.
 
 Order of work: pending evaluation tasks first (they are pinned to a model version and should
 finish quickly), then training/prediction tasks; a new epoch is created when the queue runs
@@ -40,6 +50,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from elasticdl.common.types import Shard
+from elasticdl.master.journal import JournalError, JournalSink
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +137,24 @@ class Task:
         s = self.shard
         return f"task {self.task_id} ({self.type.name.lower()} {s.name}[{s.start}:{s.end}])"
 
+    def to_state(self) -> list:
+        s = self.shard
+        return [
+            self.task_id,
+            int(self.type),
+            s.name,
+            s.start,
+            s.end,
+            self.epoch,
+            self.model_version,
+            self.retries,
+            self.extended_config,
+        ]
+
+    @classmethod
+    def from_state(cls, v: list) -> "Task":
+        return cls(v[0], TaskType(v[1]), Shard(v[2], v[3], v[4]), v[5], v[6], dict(v[8]), v[7])
+
 
 WAIT_TASK = Task(task_id=0, type=TaskType.WAIT)
 NO_MORE_TASKS = Task(task_id=0, type=TaskType.NONE)
@@ -161,6 +190,7 @@ class _Doing:
     task: Task
     worker_id: int
     start_time: float
+    inherited: bool = False  # handed out by a master that died (see resume_after_restart)
 
 
 @dataclasses.dataclass
@@ -244,6 +274,15 @@ class TaskManager:
         self._completed_steps = 0
         self._exec_counters: dict[str, int] = collections.defaultdict(int)
         self._max_task_seconds = 0.0
+        self._model_version_seen = 0  # newest PS version a worker reported training against
+        # worker -> (task it reported, success, task it got) of its last report-and-get call:
+        # a repeat of that call (the answer was lost) gets the same task again.
+        self._last_exchange: dict[int, tuple[int, bool, int]] = {}
+
+        self._sink: JournalSink | None = None
+        self._replaying = False
+        self.inherited_grace_s = 10.0
+        self._contact: dict[int, float] | None = None  # worker -> first call after a restart
 
         self._done_listeners: list[DoneListener] = []
         self._training_done_listeners: list[Callable[[], None]] = []
@@ -328,39 +367,94 @@ class TaskManager:
                 for r in self._evaluation_ranges
             ]
             self._eval_todo.extend(tasks)
+            self._record({"o": "ev", "v": model_version})
             return [t.task_id for t in tasks]
+
+    def drop_evaluation_round(self, model_version: int) -> None:
+        """Forget the evaluation tasks of ``model_version`` (done or not): a restarted master
+        lost that round's buffered outputs and evaluates the version again."""
+        with self._lock:
+            self._drop_evaluation_round_locked(model_version)
+            self._record({"o": "de", "v": model_version})
+
+    def _drop_evaluation_round_locked(self, version: int) -> None:
+        def of_round(t: Task) -> bool:
+            return t.type == TaskType.EVALUATION and t.model_version == version
+
+        self._eval_todo = collections.deque(t for t in self._eval_todo if not of_round(t))
+        for task_id in [i for i, d in self._doing.items() if of_round(d.task)]:
+            del self._doing[task_id]
+        done = {k for k in self._completed_keys if k[0] == TaskType.EVALUATION and k[2] == version}
+        self._completed_keys -= done
+        self._tasks_done -= len(done)
 
     # ---- hand out ------------------------------------------------------------------------
     def get(self, worker_id: int) -> Task:
         """Next task for ``worker_id``; WAIT_TASK if none now but more may come (others are
         still working); NO_MORE_TASKS when the job's work is over (or it failed)."""
         with self._lock:
-            if self._failed_message:
-                return NO_MORE_TASKS
-            task = None
-            if self._eval_todo:
-                task = self._eval_todo.popleft()
-            elif self._todo:
-                task = self._todo.popleft()
-            elif self._epochs_remain():
-                self._create_next_epoch()
-                task = self._todo.popleft()
-            elif self._training_finished_locked():
-                self._fire_training_done_locked()
-                if self._eval_todo:  # the final evaluation just queued
-                    task = self._eval_todo.popleft()
-                elif self._train_end_state == "none" and self._training_ranges:
-                    self._train_end_state = "issued"
-                    task = self._new_task(
-                        TaskType.TRAIN_END_CALLBACK,
-                        Shard("", 0, 0),
-                        extended_config={"saved_model_path": self.config.saved_model_path},
-                    )
-            if task is None:
-                return WAIT_TASK if self._doing else NO_MORE_TASKS
-            self._doing[task.task_id] = _Doing(task, worker_id, self._clock())
-            self._last_owner[task.task_id] = worker_id
+            self._note_contact(worker_id)
+            task = self._get_locked(worker_id)
+            if task.task_id:
+                self._record({"o": "g", "w": worker_id, "t": task.task_id})
             return task
+
+    def report_and_get(
+        self,
+        task_id: int,
+        success: bool,
+        worker_id: int,
+        exec_counters: dict[str, int] | None = None,
+        err_message: str = "",
+        model_version: int | None = None,
+    ) -> Task:
+        """``report(...)`` then ``get(worker_id)``, as one idempotent exchange: when the report
+        repeats the last one this worker made in such a call (it lost the answer, e.g. to a
+        master that died) and the task it got then is still its own, that task again."""
+        accepted = self.report(
+            task_id, success, worker_id, exec_counters, err_message, model_version
+        )
+        with self._lock:
+            last = self._last_exchange.get(worker_id)
+            if not accepted and last is not None and last[:2] == (task_id, success):
+                doing = self._doing.get(last[2])
+                if doing is not None and doing.worker_id == worker_id:
+                    return doing.task
+            task = self._get_locked(worker_id)
+            if task.task_id:
+                self._last_exchange[worker_id] = (task_id, success, task.task_id)
+                self._record(
+                    {"o": "g", "w": worker_id, "t": task.task_id, "a": [task_id, int(success)]}
+                )
+            return task
+
+    def _get_locked(self, worker_id: int) -> Task:
+        if self._failed_message:
+            return NO_MORE_TASKS
+        task = None
+        if self._eval_todo:
+            task = self._eval_todo.popleft()
+        elif self._todo:
+            task = self._todo.popleft()
+        elif self._epochs_remain():
+            self._create_next_epoch()
+            task = self._todo.popleft()
+        elif self._training_finished_locked():
+            self._fire_training_done_locked()
+            if self._eval_todo:  # the final evaluation just queued
+                task = self._eval_todo.popleft()
+            elif self._train_end_state == "none" and self._training_ranges:
+                self._train_end_state = "issued"
+                task = self._new_task(
+                    TaskType.TRAIN_END_CALLBACK,
+                    Shard("", 0, 0),
+                    extended_config={"saved_model_path": self.config.saved_model_path},
+                )
+        if task is None:
+            return WAIT_TASK if self._doing else NO_MORE_TASKS
+        self._doing[task.task_id] = _Doing(task, worker_id, self._clock())
+        self._last_owner[task.task_id] = worker_id
+        return task
 
     def _training_finished_locked(self) -> bool:
         if self._epochs_remain() or any(t.type == TaskType.TRAINING for t in self._todo):
@@ -375,9 +469,10 @@ class TaskManager:
         return self._train_end_state != "none" or not self._training_ranges
 
     def _fire_training_done_locked(self) -> None:
-        if self._training_done_fired or not self._training_ranges:
-            return
+        if self._training_done_fired or not self._training_ranges or self._replaying:
+            return  # replay: the "td" op sets the flag; listeners ran in the first life
         self._training_done_fired = True
+        self._record({"o": "td"})
         logger.info(
             "Training done: %d records in %d epoch(s)",
             sum(self._records_trained.values()),
@@ -394,66 +489,97 @@ class TaskManager:
         worker_id: int,
         exec_counters: dict[str, int] | None = None,
         err_message: str = "",
+        model_version: int | None = None,
     ) -> bool:
-        """Record the outcome of ``task_id`` as reported by ``worker_id``.
+        """Record the outcome of ``task_id`` as reported by ``worker_id`` (``model_version``:
+        the PS version it trained against, if it says).
 
         Returns True when the report was accepted, False when it was ignored as stale (the
         task is no longer owned by that worker, or it is unknown).
         """
-        listeners_args = None
         with self._lock:
+            self._note_contact(worker_id)
             doing = self._doing.get(task_id)
-            if doing is None or doing.worker_id != worker_id:
-                doing = self._take_back_requeued(task_id, worker_id, success)
-                if doing is None:
-                    self._stale_reports += 1
-                    logger.warning(
-                        "Ignoring stale report for task %d from worker %d (%s); the task "
-                        "belongs to another worker or is finished",
-                        task_id,
-                        worker_id,
-                        "success" if success else "failure",
-                    )
-                    return False
-            else:
-                del self._doing[task_id]
-            task = doing.task
-            for k, v in (exec_counters or {}).items():
-                self._exec_counters[k] += int(v)
-            if success:
-                self._max_task_seconds = max(
-                    self._max_task_seconds, self._clock() - doing.start_time
-                )
-                self._complete_locked(task)
-                listeners_args = (task, True, worker_id)
-            else:
-                task.retries += 1
-                if task.retries > self.config.max_task_retries:
-                    self._tasks_failed += 1
-                    self._failed_message = (
-                        f"{task.describe()} failed {task.retries} times (limit "
-                        f"{self.config.max_task_retries} retries); last error from worker "
-                        f"{worker_id}: {err_message or 'unknown'}"
-                    )
-                    logger.error("Job failed: %s", self._failed_message)
-                    listeners_args = (task, False, worker_id)
-                else:
-                    self._tasks_retried += 1
-                    logger.warning(
-                        "%s failed on worker %d (retry %d/%d): %s",
-                        task.describe(),
-                        worker_id,
-                        task.retries,
-                        self.config.max_task_retries,
-                        err_message,
-                    )
-                    self._queue_for(task).append(task)
-            if self._training_finished_locked():
-                self._fire_training_done_locked()
+            duration = self._clock() - doing.start_time if doing is not None else 0.0
+            accepted, listeners_args = self._report_locked(
+                task_id, success, worker_id, exec_counters, err_message, model_version, duration
+            )
+            op = {"o": "r", "t": task_id, "w": worker_id, "s": int(success)}
+            if exec_counters:
+                op["c"] = exec_counters
+            if err_message:
+                op["e"] = err_message
+            if model_version is not None:
+                op["v"] = model_version
+            if accepted and success:
+                op["d"] = duration
+            self._record(op)
         if listeners_args is not None:
             for listener in self._done_listeners:
                 listener(*listeners_args)
-        return True
+        return accepted
+
+    def _report_locked(
+        self,
+        task_id: int,
+        success: bool,
+        worker_id: int,
+        exec_counters: dict[str, int] | None,
+        err_message: str,
+        model_version: int | None,
+        duration: float,
+    ) -> tuple[bool, tuple | None]:
+        listeners_args = None
+        if model_version is not None:
+            self._model_version_seen = max(self._model_version_seen, int(model_version))
+        doing = self._doing.get(task_id)
+        if doing is None or doing.worker_id != worker_id:
+            doing = self._take_back_requeued(task_id, worker_id, success)
+            if doing is None:
+                self._stale_reports += 1
+                logger.warning(
+                    "Ignoring stale report for task %d from worker %d (%s); the task "
+                    "belongs to another worker or is finished",
+                    task_id,
+                    worker_id,
+                    "success" if success else "failure",
+                )
+                return False, None
+        else:
+            del self._doing[task_id]
+        task = doing.task
+        for k, v in (exec_counters or {}).items():
+            self._exec_counters[k] += int(v)
+        if success:
+            if not doing.inherited:  # its start time is the restart's, not the task's
+                self._max_task_seconds = max(self._max_task_seconds, duration)
+            self._complete_locked(task)
+            listeners_args = (task, True, worker_id)
+        else:
+            task.retries += 1
+            if task.retries > self.config.max_task_retries:
+                self._tasks_failed += 1
+                self._failed_message = (
+                    f"{task.describe()} failed {task.retries} times (limit "
+                    f"{self.config.max_task_retries} retries); last error from worker "
+                    f"{worker_id}: {err_message or 'unknown'}"
+                )
+                logger.error("Job failed: %s", self._failed_message)
+                listeners_args = (task, False, worker_id)
+            else:
+                self._tasks_retried += 1
+                logger.warning(
+                    "%s failed on worker %d (retry %d/%d): %s",
+                    task.describe(),
+                    worker_id,
+                    task.retries,
+                    self.config.max_task_retries,
+                    err_message,
+                )
+                self._queue_for(task).append(task)
+        if self._training_finished_locked():
+            self._fire_training_done_locked()
+        return True, listeners_args
 
     def _take_back_requeued(self, task_id: int, worker_id: int, success: bool) -> _Doing | None:
         """A successful report from the previous owner of a task that was taken back but not
@@ -471,6 +597,16 @@ class TaskManager:
                     )
                     return _Doing(task, worker_id, self._clock())
         return None
+
+    def _requeue_locked(self, task_ids: list[int]) -> None:
+        """Put tasks back at the front of their queues (in ``task_id`` order)."""
+        ids = sorted((i for i in task_ids if i in self._doing), reverse=True)
+        for task_id in ids:
+            task = self._doing.pop(task_id).task
+            self._queue_for(task).appendleft(task)
+        self._tasks_recovered += len(ids)
+        if ids:
+            self._record({"o": "q", "t": ids})
 
     def _queue_for(self, task: Task) -> collections.deque:
         return self._eval_todo if task.type == TaskType.EVALUATION else self._todo
@@ -516,10 +652,7 @@ class TaskManager:
     def _recover(self, worker_ids: set[int]) -> list[int]:
         with self._lock:
             mine = [d.task for d in self._doing.values() if d.worker_id in worker_ids]
-            for task in sorted(mine, key=lambda t: t.task_id, reverse=True):
-                del self._doing[task.task_id]
-                self._queue_for(task).appendleft(task)
-            self._tasks_recovered += len(mine)
+            self._requeue_locked([t.task_id for t in mine])
             if mine:
                 logger.info(
                     "Recovered %d task(s) of worker(s) %s: %s",
@@ -579,6 +712,7 @@ class TaskManager:
         with self._lock:
             if not self._failed_message:
                 self._failed_message = message
+                self._record({"o": "f", "m": message})
 
     # ---- reporting -----------------------------------------------------------------------
     def summary(self) -> TaskSummary:
@@ -607,3 +741,193 @@ class TaskManager:
     def doing_workers(self) -> set[int]:
         with self._lock:
             return {d.worker_id for d in self._doing.values()}
+
+    @property
+    def model_version_seen(self) -> int:
+        return self._model_version_seen
+
+    @property
+    def training_done_fired(self) -> bool:
+        return self._training_done_fired
+
+    # ---- journal ---------------------------------------------------------------------------
+    def attach_journal(self, sink: JournalSink | None) -> None:
+        """Record every transition from now on into ``sink`` (see the module docstring)."""
+        self._sink = sink
+
+    def _record(self, op: dict) -> None:
+        if self._sink is None or self._replaying:
+            return
+        self._sink.record(op)
+        if self._sink.wants_snapshot():
+            self._sink.snapshot(self._state_locked())
+
+    def state(self) -> dict:
+        """Everything a restarted master needs, as JSON-able data (a journal snapshot)."""
+        with self._lock:
+            return self._state_locked()
+
+    def _state_locked(self) -> dict:
+        return {
+            "next_id": self._next_id,
+            "todo": [t.to_state() for t in self._todo],
+            "eval_todo": [t.to_state() for t in self._eval_todo],
+            "doing": [[d.task.to_state(), d.worker_id] for d in self._doing.values()],
+            "last_owner": sorted(self._last_owner.items()),
+            "completed": sorted(
+                [int(k[0]), k[1], k[2], k[3].name, k[3].start, k[3].end]
+                for k in self._completed_keys
+            ),
+            "epoch": self._epoch,
+            "max_step_reached": self._max_step_reached,
+            "train_end_state": self._train_end_state,
+            "training_done_fired": self._training_done_fired,
+            "failed_message": self._failed_message,
+            "tasks_done": self._tasks_done,
+            "tasks_retried": self._tasks_retried,
+            "tasks_recovered": self._tasks_recovered,
+            "tasks_failed": self._tasks_failed,
+            "stale_reports": self._stale_reports,
+            "records_trained": sorted(self._records_trained.items()),
+            "records_dropped": self._records_dropped,
+            "records_predicted": self._records_predicted,
+            "completed_steps": self._completed_steps,
+            "exec_counters": dict(sorted(self._exec_counters.items())),
+            "max_task_seconds": self._max_task_seconds,
+            "model_version_seen": self._model_version_seen,
+            "last_exchange": sorted(
+                [w, a, int(s), b] for w, (a, s, b) in self._last_exchange.items()
+            ),
+        }
+
+    def restore(self, state: dict) -> None:
+        """Become the task manager that ``state`` (from :meth:`state`) describes."""
+        with self._lock:
+            now = self._clock()
+            self._next_id = state["next_id"]
+            self._todo = collections.deque(Task.from_state(v) for v in state["todo"])
+            self._eval_todo = collections.deque(Task.from_state(v) for v in state["eval_todo"])
+            self._doing = {}
+            for v, worker_id in state["doing"]:
+                task = Task.from_state(v)
+                self._doing[task.task_id] = _Doing(task, worker_id, now)
+            self._last_owner = {int(k): v for k, v in state["last_owner"]}
+            self._completed_keys = {
+                (TaskType(k[0]), k[1], k[2], Shard(k[3], k[4], k[5])) for k in state["completed"]
+            }
+            self._epoch = state["epoch"]
+            self._max_step_reached = state["max_step_reached"]
+            self._train_end_state = state["train_end_state"]
+            self._training_done_fired = state["training_done_fired"]
+            self._failed_message = state["failed_message"]
+            for name in (
+                "tasks_done",
+                "tasks_retried",
+                "tasks_recovered",
+                "tasks_failed",
+                "stale_reports",
+                "records_dropped",
+                "records_predicted",
+                "completed_steps",
+                "max_task_seconds",
+                "model_version_seen",
+            ):
+                setattr(self, f"_{name}", state[name])
+            self._records_trained = collections.defaultdict(
+                int, {int(k): v for k, v in state["records_trained"]}
+            )
+            self._exec_counters = collections.defaultdict(int, state["exec_counters"])
+            self._last_exchange = {w: (a, bool(s), b) for w, a, s, b in state["last_exchange"]}
+
+    def replay(self, snapshot: dict | None, records: Iterable[dict]) -> int:
+        """Rebuild the state from a journal: ``restore(snapshot)``, then apply its ops in order.
+        Returns how many ops were applied. Raises JournalError when an op does not match what
+        this task manager does (the journal belongs to other data or another version)."""
+        if snapshot is not None:
+            self.restore(snapshot)
+        n = 0
+        with self._lock:
+            self._replaying = True
+            try:
+                for op in records:
+                    self._apply_locked(op)
+                    n += 1
+            except (KeyError, TypeError, ValueError) as e:
+                raise JournalError(f"journal op {n + 1} cannot be replayed: {e!r}") from e
+            finally:
+                self._replaying = False
+        return n
+
+    def _apply_locked(self, op: dict) -> None:
+        kind = op["o"]
+        if kind == "g":
+            task = self._get_locked(op["w"])
+            if task.task_id != op["t"]:
+                raise JournalError(
+                    f"journal op {op}: this job hands out task {task.task_id} there; the "
+                    "journal was written for other data or another ElasticDL version"
+                )
+            if "a" in op:
+                self._last_exchange[op["w"]] = (op["a"][0], bool(op["a"][1]), op["t"])
+        elif kind == "r":
+            self._report_locked(
+                op["t"],
+                bool(op["s"]),
+                op["w"],
+                op.get("c"),
+                op.get("e", ""),
+                op.get("v"),
+                op.get("d", 0.0),
+            )
+        elif kind == "q":
+            self._requeue_locked(op["t"])
+        elif kind == "ev":
+            self.create_evaluation_tasks(op["v"])
+        elif kind == "de":
+            self._drop_evaluation_round_locked(op["v"])
+        elif kind == "td":
+            self._training_done_fired = True
+        elif kind == "f":
+            self._failed_message = self._failed_message or op["m"]
+        else:
+            raise JournalError(f"unknown journal op {kind!r}")
+
+    # ---- after a restart -------------------------------------------------------------------
+    def resume_after_restart(self) -> list[int]:
+        """Called once after replay by a restarted master: every task handed out before the
+        crash stays its worker's (counted when it reports), timed from now. Returns their ids."""
+        with self._lock:
+            now = self._clock()
+            for d in self._doing.values():
+                d.inherited, d.start_time = True, now
+            self._contact = {}
+            return sorted(self._doing)
+
+    def _note_contact(self, worker_id: int) -> None:
+        if self._contact is not None and worker_id not in self._contact:
+            self._contact[worker_id] = self._clock()
+
+    def requeue_unclaimed(self) -> list[int]:
+        """Inherited tasks whose worker has called the new master for ``inherited_grace_s``
+        (or ``timeout_factor`` x the longest task, if longer) without reporting them: the
+        answer that handed them out died with the old master. Back to the queue."""
+        with self._lock:
+            inherited = [d for d in self._doing.values() if d.inherited]
+            if not inherited:
+                self._contact = None  # nothing inherited left: stop noting contacts
+                return []
+            grace = max(self.inherited_grace_s, self.config.timeout_factor * self._max_task_seconds)
+            now = self._clock()
+            ids = [
+                d.task.task_id
+                for d in inherited
+                if d.worker_id in self._contact and now - self._contact[d.worker_id] > grace
+            ]
+            if ids:
+                logger.warning(
+                    "Task(s) %s were handed out by the previous master but their workers never "
+                    "got them; re-queued",
+                    ids,
+                )
+                self._requeue_locked(ids)
+            return ids
