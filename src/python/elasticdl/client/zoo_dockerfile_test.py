@@ -29,10 +29,13 @@ def test_defaults_cache_friendly_order(ctx):
     text = render_dockerfile(ZooInitConfig(model_zoo="model_zoo"), ctx)
     assert _instructions(text) == [
         f"FROM {DEFAULT_BASE_IMAGE}",
+        # The base image runs as its non-root user: root only to install, then back.
+        "USER root",
         "COPY model_zoo/requirements.txt /model_zoo/requirements.txt",
         "RUN python3 -m pip install --no-cache-dir -r /model_zoo/requirements.txt",
         "COPY model_zoo /model_zoo",
         "ENV PYTHONPATH=/model_zoo",
+        "USER 10001:10001",
     ]
 
 
@@ -64,6 +67,7 @@ def test_all_flags(ctx, tmp_path_factory):
     pip = "python3 -m pip install --no-cache-dir --extra-index-url https://mirror.example/simple"
     assert _instructions(path.read_text()) == [
         "FROM 127.0.0.1:5000/elasticdl:cpu",
+        "USER root",
         "COPY wheels/*.whl /tmp/elasticdl_pkgs/",
         f"RUN {pip} /tmp/elasticdl_pkgs/*.whl",
         "COPY model_zoo/requirements.txt /model_zoo/requirements.txt",
@@ -71,6 +75,7 @@ def test_all_flags(ctx, tmp_path_factory):
         "COPY spec.py /cluster_spec/spec.py",
         "COPY model_zoo /model_zoo",
         "ENV PYTHONPATH=/model_zoo",
+        "USER 10001:10001",
     ]
 
 

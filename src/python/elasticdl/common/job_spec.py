@@ -34,6 +34,9 @@ _COMMAND_JOB_TYPE = {EVALUATE: JobType.EVALUATION_ONLY, PREDICT: JobType.PREDICT
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 IMAGE_PULL_POLICIES = ("Never", "IfNotPresent", "Always")
 RESTART_POLICIES = ("Never", "OnFailure", "Always")
+# --pod_security (elasticdl.k8s.security): the restricted securityContext, or the image's defaults.
+POD_SECURITY_RESTRICTED, POD_SECURITY_NONE = "restricted", "none"
+POD_SECURITY_MODES = (POD_SECURITY_RESTRICTED, POD_SECURITY_NONE)
 AUX_PARAMS = ("disable_relaunch",)
 DEFAULT_MASTER_PORT = 50001
 DEFAULT_EXTRA_PYPI_INDEX = "https://pypi.org/simple"
@@ -144,6 +147,10 @@ def _volume(name: str, value: str) -> None:
 
 def _envs(name: str, value: str) -> None:
     parse_envs(value)
+
+
+def _secret_envs(name: str, value: str) -> None:
+    parse_secret_envs(value)
 
 
 def _env_patterns(name: str, value: str) -> None:
@@ -400,6 +407,14 @@ class JobSpec:
     envs: str = _field(
         "", "Environment of master, workers and PS: 'k1=v1,k2=v2'", "job", check=_envs
     )
+    secret_envs: str = _field(
+        "",
+        "Kubernetes: environment of master, workers and PS read from Secrets of the namespace, "
+        "'NAME=secret/key,...'; the kubelet reads the values, which appear in no argv, job spec "
+        "or pod spec",
+        "job",
+        check=_secret_envs,
+    )
     populate_env_names: str = _field(
         "",
         "Names or regexes (comma-separated) of master environment variables copied to workers and PS",
@@ -469,6 +484,14 @@ class JobSpec:
     restart_policy: str = _field(
         "Never", "Pod restart policy", "kubernetes", choices=RESTART_POLICIES
     )
+    pod_security: str = _field(
+        POD_SECURITY_RESTRICTED,
+        "Pods' securityContext: restricted (non-root user 10001, no privilege escalation, no "
+        "capabilities, seccomp RuntimeDefault, read-only root filesystem with a writable /tmp) "
+        "or none (the image's defaults, for images that must run as root)",
+        "kubernetes",
+        choices=POD_SECURITY_MODES,
+    )
     cluster_spec: str = _field(
         "", "Python file defining `cluster` with with_pod/with_service patchers", "kubernetes"
     )
@@ -505,6 +528,10 @@ class JobSpec:
 
     def env_vars(self) -> dict[str, str]:
         return parse_envs(self.envs)
+
+    def secret_env_refs(self) -> dict[str, tuple[str, str]]:
+        """``--secret_envs`` as variable -> (Secret name, key)."""
+        return parse_secret_envs(self.secret_envs)
 
     def aux_param_set(self) -> set[str]:
         return aux_param_set(self.aux_params)
@@ -661,6 +688,18 @@ class JobSpec:
             and not os.path.isfile(os.path.expanduser(self.cluster_spec))
         ):
             raise SpecError(f"--cluster_spec {self.cluster_spec!r} is not a file; check the path")
+        if self.secret_envs:
+            if self.platform == PlatformName.LOCAL:
+                raise SpecError(
+                    "--secret_envs reads Kubernetes Secrets, which the local platform has none "
+                    "of; export the variables in the shell that runs elasticdl (local replicas "
+                    "inherit its environment) and drop --secret_envs"
+                )
+            both = sorted(set(self.secret_env_refs()) & set(self.env_vars()))
+            if both:
+                raise SpecError(
+                    f"{', '.join(both)} is set by both --envs and --secret_envs; keep one"
+                )
         if self.cluster_spec and self.cluster_spec_json:
             raise SpecError("--cluster_spec and --cluster_spec_json are exclusive; pass only one")
 
@@ -707,6 +746,11 @@ def parse_envs(envs: str) -> dict[str, str]:
                     f"--envs: the value of {key} contains control characters (e.g. a newline); "
                     "remove them"
                 )
+            if value.startswith(_SECRET_REF_PREFIX):
+                raise SpecError(
+                    f"--envs: {key}={_SECRET_REF_PREFIX}... would reach the pods as plain text; "
+                    f"use --secret_envs={key}=<secret>/<key>"
+                )
             result[key] = value
             last = key
         elif last is not None:
@@ -714,6 +758,43 @@ def parse_envs(envs: str) -> dict[str, str]:
         else:
             raise SpecError(f"--envs: {piece!r} has no '='; use 'NAME=value,NAME2=value2'")
     return result
+
+
+_SECRET_REF_PREFIX = "secretKeyRef:"
+# A Secret's name (DNS-1123 subdomain) and a key of its data.
+_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def parse_secret_envs(value: str) -> dict[str, tuple[str, str]]:
+    """``"NAME=secret/key,NAME2=secret2/key2"`` -> {NAME: (secret, key)}."""
+    refs: dict[str, tuple[str, str]] = {}
+    for piece in (value or "").split(","):
+        piece = piece.strip()
+        if not piece:
+            continue
+        name, _, ref = piece.partition("=")
+        name = name.strip()
+        secret, _, key = ref.strip().partition("/")
+        if not _ENV_NAME.match(name) or not secret or not key:
+            raise SpecError(
+                f"--secret_envs: {piece!r} is not NAME=<secret>/<key>; e.g. "
+                "--secret_envs=AWS_SECRET_ACCESS_KEY=s3-credentials/secret-key"
+            )
+        if len(secret) > 253 or not _SECRET_NAME.match(secret):
+            raise SpecError(
+                f"--secret_envs: {secret!r} (for {name}) is not a Secret name: use lowercase "
+                "letters, digits, '-' and '.'"
+            )
+        if len(key) > 253 or not _SECRET_KEY.match(key) or key in (".", ".."):
+            raise SpecError(
+                f"--secret_envs: {key!r} (for {name}) is not a Secret key: use letters, digits, "
+                "'-', '_' and '.'"
+            )
+        if name in refs:
+            raise SpecError(f"--secret_envs: {name} is given twice; keep one")
+        refs[name] = (secret, key)
+    return refs
 
 
 def env_name_patterns(value: str) -> list[str]:

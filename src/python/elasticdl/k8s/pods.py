@@ -12,8 +12,12 @@ Every pod:
   quoting issues), restart policy from ``--restart_policy`` (default ``Never``: ElasticDL
   relaunches replicas itself);
 * gets ``MY_POD_IP`` / ``MY_POD_NAME`` / ``MY_POD_NAMESPACE`` from the downward API, then the
-  ``--envs`` variables, then the replica's own variables; with ``ELASTICDL_K8S_NETWORK=host``
-  among them the pod runs with ``hostNetwork`` (one-node clusters);
+  ``--envs`` variables, then the replica's own variables, then ``--secret_envs`` and the job's
+  secret as ``secretKeyRef`` s (the kubelet reads them; their values are in no pod spec);
+  with ``ELASTICDL_K8S_NETWORK=host`` among them the pod runs with ``hostNetwork``
+  (one-node clusters);
+* runs under the restricted securityContext of :mod:`elasticdl.k8s.security` (non-root,
+  read-only root filesystem, writable ``/tmp``) unless ``--pod_security=none``;
 * carries resource requests/limits from ``elasticdl.k8s.resources`` (``gpu`` ->
   ``nvidia.com/gpu``; the limit defaults to the request), volumes from
   ``elasticdl.k8s.volumes``, an optional PriorityClass, and an owner reference to the
@@ -28,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from elasticdl.k8s import resources, volumes
+from elasticdl.k8s import resources, security, volumes
 from elasticdl.k8s.client import to_model
 from elasticdl.k8s.cluster_spec import ClusterSpec
 from elasticdl.k8s.names import (
@@ -54,20 +58,26 @@ class PodTemplate:
     restart_policy: str = "Never"
     volume: str = ""  # --volume string
     envs: dict[str, str] = dataclasses.field(default_factory=dict)  # --envs
+    # --secret_envs: variable -> (Secret name, key), read by the kubelet (secretKeyRef).
+    secret_envs: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     cluster_spec: ClusterSpec = dataclasses.field(default_factory=ClusterSpec)
     service_account: str = ""  # "" = the namespace's default service account
+    pod_security: str = security.POD_SECURITY_RESTRICTED  # --pod_security
 
     @classmethod
     def from_spec(cls, job: "JobSpec", cluster_spec: ClusterSpec | None = None) -> "PodTemplate":
         """From the job's ``namespace``, ``image_pull_policy``, ``restart_policy``, ``volume``,
-        ``envs`` (and its cluster spec unless ``cluster_spec`` is given)."""
+        ``envs``, ``secret_envs``, ``pod_security`` (and its cluster spec unless ``cluster_spec`` is given).
+        """
         return cls(
             namespace=job.namespace or "default",
             image_pull_policy=job.image_pull_policy,
             restart_policy=job.restart_policy,
             volume=job.volume,
             envs=job.env_vars(),
+            secret_envs=job.secret_env_refs(),
             cluster_spec=cluster_spec if cluster_spec is not None else ClusterSpec.from_spec(job),
+            pod_security=job.pod_security,
         )
 
 
@@ -113,7 +123,10 @@ def build_pod(
         )
         for key, path in DOWNWARD_ENV.items()
     ]
-    merged = {**template.envs, **(env or {})}
+    # A variable from a Secret is never also given as plain text (e.g. copied from the
+    # master's environment by --populate_env_names).
+    secret_names = set(template.secret_envs) | set(secret_env or {})
+    merged = {k: v for k, v in {**template.envs, **(env or {})}.items() if k not in secret_names}
     env_vars = [e for e in env_vars if e.name not in merged]
     env_vars += [client.V1EnvVar(name=k, value=str(v)) for k, v in merged.items()]
     env_vars += [
@@ -123,12 +136,25 @@ def build_pod(
                 secret_key_ref=client.V1SecretKeySelector(name=secret, key=key)
             ),
         )
-        for var, (secret, key) in (secret_env or {}).items()
+        for var, (secret, key) in {**template.secret_envs, **(secret_env or {})}.items()
     ]
 
     pod_volumes, mounts = (
         volumes.volumes_and_mounts(template.volume) if template.volume else ([], [])
     )
+    pod_volumes = [to_model(v.to_dict(), "V1Volume") for v in pod_volumes]
+    mounts = [to_model(m.to_dict(), "V1VolumeMount") for m in mounts]
+    if security.restricted(template.pod_security):
+        # A read-only root filesystem: /tmp (and HOME) on a pod-private emptyDir instead.
+        if all(m.mount_path != security.TMP_PATH for m in mounts):
+            pod_volumes.append(
+                client.V1Volume(name=security.TMP_VOLUME, empty_dir=client.V1EmptyDirVolumeSource())
+            )
+            mounts.append(
+                client.V1VolumeMount(name=security.TMP_VOLUME, mount_path=security.TMP_PATH)
+            )
+        if security.HOME_ENV not in merged:
+            env_vars.append(client.V1EnvVar(name=security.HOME_ENV, value=security.TMP_PATH))
     container = client.V1Container(
         name=CONTAINER_NAME,
         image=image,
@@ -136,8 +162,9 @@ def build_pod(
         command=list(command),
         env=env_vars,
         resources=resource_requirements(resource_request, resource_limit),
-        volume_mounts=[to_model(m.to_dict(), "V1VolumeMount") for m in mounts] or None,
+        volume_mounts=mounts or None,
         ports=[client.V1ContainerPort(container_port=int(port), name=PORT_NAME)] if port else None,
+        security_context=security.container_security_context(template.pod_security),
     )
     pod = client.V1Pod(
         api_version="v1",
@@ -152,7 +179,8 @@ def build_pod(
             containers=[container],
             restart_policy=template.restart_policy,
             priority_class_name=priority_class or None,
-            volumes=[to_model(v.to_dict(), "V1Volume") for v in pod_volumes] or None,
+            volumes=pod_volumes or None,
+            security_context=security.pod_security_context(template.pod_security),
             service_account_name=template.service_account or None,
             # Only the master talks to the API server; its replicas get no credentials for it.
             automount_service_account_token=False if replica_type != MASTER_TYPE else None,

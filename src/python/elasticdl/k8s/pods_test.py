@@ -64,3 +64,76 @@ def test_only_the_master_gets_api_credentials_and_secrets_stay_out_of_the_spec()
         command=["python", "-m", "x"],
     )
     assert master.spec.automount_service_account_token is None  # the namespace's default
+
+
+def test_secret_envs_reach_every_pod_as_secret_key_refs_only():
+    from elasticdl.client.k8s_backend import KubernetesBackend
+    from elasticdl.common.job_spec import JobSpec
+
+    job = JobSpec(
+        job_name="j",
+        image_name="img",
+        model_def="m.f",
+        training_data="/data",
+        envs="PLAIN=1",
+        secret_envs="AWS_SECRET_ACCESS_KEY=s3-creds/secret-key, TOKEN=api.token/value",
+    )
+    refs = {
+        "AWS_SECRET_ACCESS_KEY": {"name": "s3-creds", "key": "secret-key"},
+        "TOKEN": {"name": "api.token", "key": "value"},
+    }
+    # A replica: also when the master's own environment (which holds the values) is copied
+    # to it by --populate_env_names, the value is not in its spec.
+    worker = build_pod(
+        PodTemplate.from_spec(job),
+        name="elasticdl-j-worker-0",
+        job_name="j",
+        replica_type="worker",
+        replica_id=0,
+        image="img",
+        command=["python", "-m", "x"],
+        env={"TOKEN": "the-value-itself"},
+    )
+    master = KubernetesBackend(namespace="ns").build_master_pod(job.resolve()[0])
+    for pod in (worker, master):
+        env = {e.name: e for e in pod.spec.containers[0].env}
+        assert env["PLAIN"].value == "1"
+        for name, ref in refs.items():
+            assert env[name].value is None
+            selector = env[name].value_from.secret_key_ref
+            assert {"name": selector.name, "key": selector.key} == ref
+        assert "the-value-itself" not in str(pod.to_dict())
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("TOKEN", "--secret_envs: 'TOKEN' is not NAME=<secret>/<key>"),
+        ("TOKEN=creds", "--secret_envs: 'TOKEN=creds' is not NAME=<secret>/<key>"),
+        ("1X=creds/k", "is not NAME=<secret>/<key>"),
+        ("TOKEN=Creds/k", "--secret_envs: 'Creds' (for TOKEN) is not a Secret name"),
+        ("TOKEN=creds/a b", "--secret_envs: 'a b' (for TOKEN) is not a Secret key"),
+        ("T=c/k,T=c/j", "--secret_envs: T is given twice"),
+    ],
+)
+def test_bad_secret_envs_are_one_line_naming_the_flag(value, message):
+    from elasticdl.common.job_spec import JobSpec
+    from elasticdl.common.spec_codec import SpecError
+
+    with pytest.raises(SpecError) as info:
+        JobSpec(job_name="j", secret_envs=value)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_secret_envs_are_refused_where_they_cannot_work():
+    from elasticdl.common.job_spec import JobSpec
+    from elasticdl.common.spec_codec import SpecError
+
+    common = dict(job_name="j", model_def="m.f", training_data="/d")
+    with pytest.raises(SpecError, match="^--secret_envs reads Kubernetes Secrets.*export the"):
+        JobSpec(platform="local", secret_envs="T=c/k", **common).resolve(check_local_paths=False)
+    with pytest.raises(SpecError, match="^T is set by both --envs and --secret_envs"):
+        JobSpec(image_name="img", envs="T=x", secret_envs="T=c/k", **common).resolve()
+    # A reference written into --envs would reach the pods as text: pointed to --secret_envs.
+    with pytest.raises(SpecError, match="use --secret_envs=T=<secret>/<key>"):
+        JobSpec(job_name="j", envs="T=secretKeyRef:c/k")

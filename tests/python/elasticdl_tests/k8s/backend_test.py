@@ -40,6 +40,7 @@ def _args(namespace: str, *extra: str, job: str = "sub") -> JobSpec:
             "--master_resource_request=cpu=0.2,memory=512Mi",
             "--master_resource_limit=cpu=1,memory=1Gi",
             "--envs=EDL_A=1,EDL_B=x,y",
+            "--secret_envs=EDL_TOKEN=edl-creds/token",
             "--volume=host_path=/tmp/edl,mount_path=/data",
             *extra,
         ]
@@ -83,10 +84,28 @@ def test_submit_status_list_cancel(k8s, namespace):
         "requests": {"cpu": "200m", "memory": "512Mi"},
         "limits": {"cpu": "1", "memory": "1Gi"},
     }
-    (volume,) = pod["spec"]["volumes"]  # the API server defaults hostPath.type to ""
+    # --secret_envs: the kubelet reads the value from the Secret; only the reference is in the
+    # pod spec and in the job spec argument.
+    assert "value" not in env["EDL_TOKEN"]
+    assert env["EDL_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "edl-creds", "key": "token"}}
+    assert sent.secret_envs == "EDL_TOKEN=edl-creds/token"
+    volume, tmp = pod["spec"]["volumes"]  # the API server defaults hostPath.type to ""
     assert volume["name"] == "volume-0" and volume["hostPath"]["path"] == "/tmp/edl"
-    assert container["volumeMounts"] == [{"name": "volume-0", "mountPath": "/data"}]
+    assert tmp == {"name": "tmp", "emptyDir": {}}
+    assert container["volumeMounts"] == [
+        {"name": "volume-0", "mountPath": "/data"},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
     assert pod["spec"]["restartPolicy"] == "Never"
+    # Restricted by default, as the API server stored it.
+    assert pod["spec"]["securityContext"]["runAsUser"] == 10001
+    assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+    }
 
     status = backend.status("sub")
     assert status.phase == JobPhase.PENDING and status.namespace == namespace and status.created_at

@@ -9,11 +9,13 @@ The image is the node's ``local/busybox:node`` (a static busybox, imported by st
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
 import pytest
 from elasticdl.client.k8s_backend import KubernetesBackend
+from elasticdl.k8s import security
 from elasticdl.k8s.names import master_pod_name
 from elasticdl.k8s.pods import PodTemplate, build_pod
 from elasticdl.k8s.termination import read_termination
@@ -84,6 +86,8 @@ def test_pod_runs_with_a_host_path_volume_and_its_exit_code_and_logs_are_read(
     data.mkdir()
     token = uuid.uuid4().hex
     (data / "in.txt").write_text(f"from-host {token}\n")
+    # The pod runs as the restricted pods' non-root user: a hostPath keeps its owner and mode.
+    os.chown(data, security.RUN_AS_USER, security.RUN_AS_GROUP)
     command = [
         "sh",
         "-c",
@@ -105,6 +109,7 @@ def test_pod_runs_with_a_host_path_volume_and_its_exit_code_and_logs_are_read(
     reading = read_termination(ended)
     assert (reading.phase, reading.exit_code, reading.reason) == ("Failed", 3, "Error")
     assert (data / "out.txt").read_text() == "from-pod\n"
+    assert (data / "out.txt").stat().st_uid == security.RUN_AS_USER  # written as non-root
     # The log comes from the container, served by the kubelet through the API server.
     log = node_k8s.read_pod_log("hello")
     assert log.splitlines()[:2] == ["hello", f"from-host {token}"], log
