@@ -48,6 +48,9 @@ __all__ = [
     "cancel",
     "list_jobs",
     "logs",
+    "upload",
+    "download",
+    "server_version",
     "JobSpec",
     "JobHandle",
     "JobStatus",
@@ -65,9 +68,24 @@ __all__ = [
 ]
 
 
+def _server_client(platform: str | None = None):
+    """The configured job server's client, unless a platform is named."""
+    if platform:
+        return None
+    from elasticdl.client.config import load_config
+
+    config = load_config()
+    if config.server is None:
+        return None
+    from elasticdl.client.server_client import JobServerClient
+
+    return JobServerClient.from_config(config)
+
+
 def _submit(command: str, spec: JobSpec | None, values: dict[str, Any]) -> JobHandle:
     from elasticdl.client import submit as submitting
 
+    package_path = values.pop("package_path", "")
     if spec is not None:
         if values:
             raise ArgumentError(
@@ -75,13 +93,27 @@ def _submit(command: str, spec: JobSpec | None, values: dict[str, Any]) -> JobHa
                 "(use spec.replace(...) to change a spec)"
             )
         values = {k: v for k, v in spec.to_dict(only_changed=True).items()}
+    client = _server_client(values.get("platform"))
+    if client is not None:
+        from elasticdl.client.server_backend import handle_of
+        from elasticdl.common import job_spec
+
+        spec = job_spec.spec_from_values(command, values)
+        package = package_path or spec.model_zoo or "."
+        return handle_of(client.submit_job(spec, package_dir=package, command=command))
+    if package_path:
+        raise ArgumentError(
+            "package_path is what a job server runs; configure one or use model_zoo"
+        )
     resolved, _ = submitting.spec_from_values(command, values)
     _, handle = submitting.submit(resolved)
     return handle
 
 
 def train(spec: JobSpec | None = None, /, **values: Any) -> JobHandle:
-    """Submit a training job (``elasticdl train --detach``)."""
+    """Submit a training job (``elasticdl train --detach``). With a job server configured
+    (``server:`` in the config file) the model zoo (``package_path=``, default ``model_zoo``)
+    is uploaded and the job runs there; its data paths are paths in your data directory."""
     return _submit("train", spec, values)
 
 
@@ -107,6 +139,11 @@ def submit(spec: JobSpec) -> JobHandle:
 
 
 def _backend(platform: str | None, namespace: str | None, kube_context: str | None) -> JobBackend:
+    client = _server_client(platform)
+    if client is not None:
+        from elasticdl.client.server_backend import ServerBackend
+
+        return ServerBackend(client)
     return backend_for_target(platform, namespace, kube_context)
 
 
@@ -157,3 +194,28 @@ def logs(
     kube_context: str | None = None,
 ) -> Iterator[str]:
     return _backend(platform, namespace, kube_context).logs(name, replica, follow=follow)
+
+
+def _require_server():
+    client = _server_client()
+    if client is None:
+        raise ClientError(
+            "no job server configured; add 'server: {url: ..., token: ...}' to the config file"
+        )
+    return client
+
+
+def upload(src: str, dest: str, progress=None) -> list[dict]:
+    """Upload a file or directory to your data directory on the job server (``elasticdl
+    upload``); ``progress(done_bytes, total_bytes, name)`` is called as it goes."""
+    return _require_server().upload(src, dest, progress)
+
+
+def download(src: str, dest: str, progress=None) -> list[str]:
+    """Download a file or directory from your data directory on the job server."""
+    return _require_server().download(src, dest, progress)
+
+
+def server_version() -> dict:
+    """The job server's version, API and platform (``elasticdl version``)."""
+    return _require_server().version()

@@ -6,6 +6,10 @@ Example::
     registry: reg.example.com/team   # prefixed to --image_name values without a registry
     kube_context: prod-cluster  # default --kube_context
     platform: kubernetes        # default --platform (else: kubernetes iff --image_name)
+    server:                     # a job server (elasticdl server): jobs and data go through it
+      url: https://edl.example.com:8443
+      token: <the token 'elasticdl server add-user' printed>
+      ca: ~/.elasticdl/server-ca.pem   # optional: the CA of the server's TLS certificate
 
 Flags given on the command line always win. PyYAML is imported only when the file exists.
 """
@@ -28,15 +32,43 @@ class ConfigError(ClientError):
 
 
 @dataclasses.dataclass(frozen=True)
+class ServerSettings:
+    url: str
+    token: str
+    ca: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class ClientConfig:
     namespace: str = ""
     registry: str = ""
     kube_context: str = ""
     platform: str = ""
     path: str = ""  # where it was read from ("" = no file)
+    server: ServerSettings | None = None
 
 
 _KEYS = tuple(f.name for f in dataclasses.fields(ClientConfig) if f.name != "path")
+_SERVER_KEYS = tuple(f.name for f in dataclasses.fields(ServerSettings))
+
+
+def _server_settings(path: str, value: Any) -> ServerSettings:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: server must be a mapping with url, token and optionally ca")
+    for key, item in value.items():
+        if key not in _SERVER_KEYS:
+            raise ConfigError(
+                f"{path}: unknown key server.{key}; allowed keys: {', '.join(_SERVER_KEYS)}"
+            )
+        if not isinstance(item, str) or not item.strip():
+            raise ConfigError(f"{path}: server.{key} must be a non-empty string, got {item!r}")
+    for key in ("url", "token"):
+        if key not in value:
+            raise ConfigError(f"{path}: server.{key} is missing")
+    url = value["url"].strip()
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{path}: server.url {url!r} must start with https:// (or http://)")
+    return ServerSettings(url=url, token=value["token"].strip(), ca=value.get("ca", "").strip())
 
 
 def config_path() -> str:
@@ -68,10 +100,13 @@ def load_config(path: str | None = None) -> ClientConfig:
         raise ConfigError(
             f"{path}: expected a mapping of keys ({', '.join(_KEYS)}), got {type(data).__name__}"
         )
-    values = {}
+    values: dict[str, Any] = {}
     for key, value in data.items():
         if key not in _KEYS:
             raise ConfigError(f"{path}: unknown key {key!r}; allowed keys: {', '.join(_KEYS)}")
+        if key == "server":
+            values["server"] = _server_settings(path, value)
+            continue
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{path}: {key} must be a non-empty string, got {value!r}")
         values[key] = value.strip()

@@ -96,3 +96,33 @@ def test_binary_file_is_one_line_naming_the_file(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(str(path))
     assert str(info.value) == f"{path}: not a UTF-8 text file; fix the file or remove it"
+
+
+def test_server_settings(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("server:\n  url: https://edl.example.com:8443\n  token: abc\n  ca: ca.pem\n")
+    server = load_config(str(path)).server
+    assert (server.url, server.token, server.ca) == (
+        "https://edl.example.com:8443",
+        "abc",
+        "ca.pem",
+    )
+    path.write_text("namespace: team\n")
+    assert load_config(str(path)).server is None
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("server: https://x\n", "server must be a mapping"),
+        ("server:\n  url: https://x\n", "server.token is missing"),
+        ("server:\n  url: ftp://x\n  token: t\n", "must start with https://"),
+        ("server:\n  url: https://x\n  token: t\n  tls: 1\n", "unknown key server.tls"),
+        ("server:\n  url: https://x\n  token: 5\n", "server.token must be a non-empty string"),
+    ],
+)
+def test_bad_server_settings(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(str(path))

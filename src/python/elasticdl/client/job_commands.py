@@ -43,6 +43,13 @@ def add_job_command_params(command: str, parser: argparse.ArgumentParser) -> Non
         metavar="FILE",
         help="Kubernetes: write the master pod's manifest to FILE instead of submitting",
     )
+    client.add_argument(
+        "--package_path",
+        default="",
+        metavar="DIR",
+        help="With a job server (server: in the config file): the model-zoo directory to upload "
+        "(default: --model_zoo); the job's data paths are paths in your data directory there",
+    )
 
 
 def job_parser(command: str):

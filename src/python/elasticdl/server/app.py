@@ -14,6 +14,7 @@ from typing import Any
 from elasticdl.client.version import __version__
 from elasticdl.server.auth import TokenStore
 from elasticdl.server.config import ServerConfig
+from elasticdl.server.dashboard import dashboard_router
 from elasticdl.server.data_store import CHECKSUM_HEADER, DataStore
 from elasticdl.server.deps import current_user
 from elasticdl.server.errors import ServerError
@@ -195,5 +196,6 @@ def create_app(config: ServerConfig, services: Services | None = None) -> FastAP
         return StreamingResponse(chunks, media_type="text/plain; charset=utf-8")
 
     app.include_router(v1)
-    # The dashboard (elasticdl.server.dashboard) adds its router here.
+    # The dashboard: its pages (public, no data) and GET /v1/jobs/{name}/metrics.
+    app.include_router(dashboard_router(services.jobs.status))
     return app

@@ -122,9 +122,11 @@
     return ticks;
   }
 
+  const tickLabel = (t) => String(Number(t.toPrecision(6)));
+
   // series: [{name, points: [[x, y], ...]}]; one SVG line (and a dot per point) each.
   function lineChart(container, series, xLabel) {
-    const W = 560, H = 260, L = 58, R = 16, T = 14, B = 40;
+    const W = 560, H = 270, L = 58, R = 16, T = 28, B = 40; // the legend sits above the plot
     const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img" });
     const all = series.flatMap((s) => s.points);
     if (!all.length) {
@@ -144,7 +146,7 @@
     const sy = (y) => H - B - ((y - y0) / (y1 - y0)) * (H - T - B);
     for (const t of yTicks) {
       root.append(svg("line", { x1: L, x2: W - R, y1: sy(t), y2: sy(t), class: "grid" }));
-      root.append(svg("text", { x: L - 6, y: sy(t) + 4, "text-anchor": "end" }, number(t)));
+      root.append(svg("text", { x: L - 6, y: sy(t) + 4, "text-anchor": "end" }, tickLabel(t)));
     }
     for (const t of niceTicks(x0, x1, 6).filter((t) => Number.isInteger(t))) {
       root.append(svg("line", { x1: sx(t), x2: sx(t), y1: H - B, y2: H - B + 4, class: "axis" }));
@@ -163,8 +165,9 @@
         dot.append(svg("title", {}, `${s.name} = ${number(y)} at model version ${x}`));
         g.append(dot);
       }
-      g.append(svg("text", { x: W - R - 4, y: T + 12 + 14 * i, "text-anchor": "end", fill: color,
-        class: "legend" }, s.name));
+      const legendX = L + 110 * i;
+      g.append(svg("rect", { x: legendX, y: 8, width: 10, height: 10, fill: color }));
+      g.append(svg("text", { x: legendX + 14, y: 17, fill: color, class: "legend" }, s.name));
       root.append(g);
     });
     container.replaceChildren(root);
