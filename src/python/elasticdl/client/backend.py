@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import re
 import time
 from typing import TYPE_CHECKING, Iterator
 
@@ -130,3 +131,123 @@ def backend_for_target(
         target.get("namespace") or "default",
         target.get("kube_context") or "",
     )
+
+
+def _job_server_configured() -> bool:
+    """A job server in the config file knows every job: it is asked, not the platforms."""
+    from elasticdl.client.config import load_config
+
+    return getattr(load_config(), "server", None) is not None
+
+
+def _cluster_configured(target: dict) -> bool:
+    """Whether commands that look a job up should also ask a Kubernetes cluster: the config
+    file names the platform or a context, or credentials exist (``$KUBECONFIG``,
+    ``~/.kube/config``, a pod's service account)."""
+    import os
+
+    from elasticdl.k8s.client import in_cluster
+
+    if target.get("platform") == PlatformName.KUBERNETES or target.get("kube_context"):
+        return True
+    kubeconfig = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    return bool(kubeconfig) or os.path.exists(os.path.expanduser("~/.kube/config")) or in_cluster()
+
+
+def _lookup_target(
+    namespace: str | None, kube_context: str | None
+) -> tuple[JobBackend, JobBackend | None, str]:
+    """(local backend, the configured cluster's backend or None, its namespace)."""
+    from elasticdl.client.config import load_config, with_config
+
+    given = {k: v for k, v in (("namespace", namespace), ("kube_context", kube_context)) if v}
+    target = with_config(given, load_config())
+    local = get_backend(PlatformName.LOCAL)
+    ns = target.get("namespace") or "default"
+    if not _cluster_configured(target):
+        return local, None, ns
+    try:
+        cluster = get_backend(PlatformName.KUBERNETES, ns, target.get("kube_context") or "")
+    except ClientError:  # no Kubernetes SDK in this installation: local jobs only
+        if target.get("platform") == PlatformName.KUBERNETES:
+            raise
+        return local, None, ns
+    return local, cluster, ns
+
+
+def _valid_job_name(name: str) -> bool:
+    from elasticdl.common.job_spec import MAX_JOB_NAME_LENGTH
+
+    return bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name)) and (
+        len(name) <= MAX_JOB_NAME_LENGTH
+    )
+
+
+def _holds(backend: JobBackend, name: str) -> bool:
+    from elasticdl.client.errors import JobNotFoundError
+
+    try:
+        backend.status(name)
+    except JobNotFoundError:
+        return False
+    return True
+
+
+def backend_for_job(
+    name: str,
+    platform: str | None = None,
+    namespace: str | None = None,
+    kube_context: str | None = None,
+) -> JobBackend:
+    """The backend holding job ``name``: the ``platform`` given; else the job is looked up by
+    name, in the local job directories first, then in the configured cluster's namespace
+    (:func:`_cluster_configured`). One line (``ClientError``) when it is in both (which one
+    is meant?) or in neither."""
+    from elasticdl.client.errors import JobNotFoundError
+
+    if platform or _job_server_configured():
+        return backend_for_target(platform, namespace, kube_context)
+    local, cluster, ns = _lookup_target(namespace, kube_context)
+    in_local = _holds(local, name)
+    if cluster is None or not in_local and not _valid_job_name(name):
+        if not in_local:
+            local.status(name)  # raises the local backend's one line (names the directory)
+        return local
+    try:
+        in_cluster_ns = _holds(cluster, name)
+    except ClientError as e:  # cluster unreachable or misconfigured
+        if in_local:
+            return local
+        raise ClientError(
+            f"no local job named {name!r}, and Kubernetes namespace {ns} could not be asked "
+            f"({e}); pass --platform=local or fix the cluster access"
+        ) from None
+    if in_local and in_cluster_ns:
+        raise ClientError(
+            f"job {name!r} exists both locally and in Kubernetes namespace {ns}; pass "
+            "--platform=local or --platform=kubernetes"
+        )
+    if in_local:
+        return local
+    if in_cluster_ns:
+        return cluster
+    raise JobNotFoundError(
+        f"no local job named {name!r} and none in Kubernetes namespace {ns}; see 'elasticdl list'"
+    )
+
+
+def jobs_everywhere(
+    platform: str | None = None, namespace: str | None = None, kube_context: str | None = None
+) -> tuple[list[JobStatus], list[str]]:
+    """``elasticdl list``: the jobs of ``platform``, or without one those of this machine and
+    of the configured cluster, oldest first; plus warnings (a cluster that cannot be asked)."""
+    if platform or _job_server_configured():
+        return backend_for_target(platform, namespace, kube_context).list_jobs(), []
+    local, cluster, ns = _lookup_target(namespace, kube_context)
+    jobs, warnings = local.list_jobs(), []
+    if cluster is not None:
+        try:
+            jobs += cluster.list_jobs()
+        except ClientError as e:
+            warnings.append(f"jobs of Kubernetes namespace {ns} are not listed: {e}")
+    return sorted(jobs, key=lambda s: s.created_at or 0), warnings

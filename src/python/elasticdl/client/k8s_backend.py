@@ -6,7 +6,9 @@ master creates (worker/PS pods and services, all owned by the master pod).
   ``MY_POD_IP`` from the downward API) and creates it — or, with ``--yaml FILE``, only writes
   its manifest (no cluster access at all). Everything is built and checked before the first
   API call, so bad input creates nothing. If the namespace has the ServiceAccount
-  ``elasticdl`` (``deploy/k8s/rbac.yaml``), the master runs under it.
+  ``elasticdl`` (``elasticdl rbac``, ``deploy/k8s/rbac.yaml``), the master runs under it.
+  Right after the master pod it creates the job's NetworkPolicy (ingress only from the job's
+  own pods, :mod:`elasticdl.k8s.network_policy`), owned by the master pod.
 * ``status``/``list_jobs`` read the master pod: its phase, the ``status`` label the master
   sets when it ends, the JSON progress the master publishes in the ``elasticdl-status``
   annotation (:data:`STATUS_ANNOTATION`), and the job's replica pods. Exit codes and causes
@@ -17,7 +19,8 @@ master creates (worker/PS pods and services, all owned by the master pod).
   ``ELASTICDL_K8S_POD_LOG_DIR`` to a directory holding ``<namespace>/<pod>.log`` files (a
   shared log volume) and they are read from there instead.
 * ``cancel`` labels the master ``status=Cancelled`` and deletes it; the cluster's garbage
-  collector removes the pods and services it owns. ``cancel`` waits until none are left.
+  collector removes the pods, services, Secret and NetworkPolicy it owns. ``cancel`` waits
+  until no pod, service or NetworkPolicy of the job is left.
 
 The ``kubernetes`` package is imported only when this backend is used.
 """
@@ -160,6 +163,7 @@ class KubernetesBackend(JobBackend):
                     f"job {job.job_name} already exists in namespace {self.namespace}"
                 ) from None
             raise ClientError(f"cannot submit job {job.job_name}: {e}") from None
+        self._restrict_ingress(job.job_name, created)
         created_at = (
             created.metadata.creation_timestamp.timestamp()
             if created.metadata.creation_timestamp
@@ -172,6 +176,42 @@ class KubernetesBackend(JobBackend):
             namespace=self.namespace,
             master=created.metadata.name,
         )
+
+    def _restrict_ingress(self, job_name: str, master) -> None:
+        """The job's NetworkPolicy (:mod:`elasticdl.k8s.network_policy`), owned by its master
+        pod. A job its policy cannot protect is not left running: the master pod goes again."""
+        from elasticdl.k8s.network_policy import build_network_policy
+
+        policy = build_network_policy(job_name, self.namespace, K8sClient.owner_reference(master))
+        name = policy.metadata.name
+        try:
+            try:
+                self.k8s.create_network_policy(policy)
+            except K8sApiError as e:
+                if e.status != 409:
+                    raise
+                # One of an earlier job of this name (its owner gone, the garbage collector not
+                # done yet) is replaced; one the project did not create is never touched.
+                old = self.k8s.get_network_policy(name)
+                labels = (old.metadata.labels or {}) if old is not None else {}
+                if old is not None and labels != policy.metadata.labels:
+                    raise ClientError(
+                        f"a NetworkPolicy {name} that ElasticDL did not create exists in "
+                        f"namespace {self.namespace}; rename the job or remove that policy"
+                    ) from None
+                self.k8s.delete_network_policy(name)
+                self.k8s.create_network_policy(policy)
+        except (K8sApiError, ClientError) as e:
+            try:  # a job its policy does not protect is not left running
+                self.k8s.delete_pod(master.metadata.name, grace_seconds=0)
+            except K8sApiError:
+                pass
+            if isinstance(e, ClientError):
+                raise
+            raise ClientError(
+                f"cannot submit job {job_name}: its NetworkPolicy was refused ({e}); the user "
+                f"needs permission to create networkpolicies in namespace {self.namespace}"
+            ) from None
 
     def _job_service_account(self) -> str:
         """``elasticdl`` if that ServiceAccount exists here (rbac.yaml), else the default."""
@@ -357,13 +397,18 @@ class KubernetesBackend(JobBackend):
         return status
 
     def _wait_job_gone(self, name: str, timeout: float) -> list[str]:
-        """Wait until no pod or service of the job is left; returns what remains."""
+        """Wait until no pod, service or NetworkPolicy of the job is left; returns what
+        remains."""
         deadline = time.monotonic() + timeout
         selector = job_selector(name)
         while True:
             try:
                 left = [p.metadata.name for p in self.k8s.list_pods(selector)]
                 left += [f"service/{s.metadata.name}" for s in self.k8s.list_services(selector)]
+                left += [
+                    f"networkpolicy/{p.metadata.name}"
+                    for p in self.k8s.list_network_policies(selector)
+                ]
             except K8sApiError as e:
                 raise ClientError(str(e)) from None
             if not left or time.monotonic() >= deadline:

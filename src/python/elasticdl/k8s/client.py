@@ -193,7 +193,8 @@ def _check_round_trip(given: Any, kept: Any, path: str) -> None:
 
 # ---- the client ------------------------------------------------------------------------------
 class K8sClient:
-    """Pods and services of one namespace. Thread-safe (the underlying client is)."""
+    """Pods, services, secrets and network policies of one namespace. Thread-safe (the
+    underlying client is)."""
 
     def __init__(
         self, namespace: str = "default", api_client=None, config: KubeConfig | None = None
@@ -203,6 +204,7 @@ class K8sClient:
         self.namespace = namespace
         self.api_client = api_client if api_client is not None else load_api_client(config)
         self.core = client.CoreV1Api(self.api_client)
+        self.networking = client.NetworkingV1Api(self.api_client)
 
     # -- generic call wrapper --
     def _call(self, what: str, fn, *args, missing_ok: bool = False, **kwargs):
@@ -445,6 +447,45 @@ class K8sClient:
         result = self._call(
             f"delete service {name}",
             self.core.delete_namespaced_service,
+            name,
+            self.namespace,
+            missing_ok=True,
+            _preload_content=False,
+        )
+        return result is not None
+
+    # -- network policies --
+    def create_network_policy(self, policy):
+        return self._call(
+            f"create network policy {policy.metadata.name}",
+            self.networking.create_namespaced_network_policy,
+            self.namespace,
+            policy,
+        )
+
+    def get_network_policy(self, name: str):
+        """The NetworkPolicy, or ``None`` if it does not exist."""
+        return self._call(
+            f"get network policy {name}",
+            self.networking.read_namespaced_network_policy,
+            name,
+            self.namespace,
+            missing_ok=True,
+        )
+
+    def list_network_policies(self, label_selector: str = "") -> list:
+        result = self._call(
+            "list network policies",
+            self.networking.list_namespaced_network_policy,
+            self.namespace,
+            label_selector=label_selector or None,
+        )
+        return list(result.items)
+
+    def delete_network_policy(self, name: str) -> bool:
+        result = self._call(
+            f"delete network policy {name}",
+            self.networking.delete_namespaced_network_policy,
             name,
             self.namespace,
             missing_ok=True,

@@ -11,7 +11,9 @@ A job ``<job>`` consists of
 * PS ``i``: pod ``elasticdl-<job>-ps-<i>`` and a headless service of the same name, reachable
   as ``elasticdl-<job>-ps-<i>.<namespace>.svc``;
 * worker ``i``: pod ``elasticdl-<job>-worker-<i>`` (and a service of the same name only if it
-  listens on a port).
+  listens on a port);
+* the NetworkPolicy ``elasticdl-<job>-ingress`` (ingress to the job's pods only from the job's
+  pods) and the Secret ``elasticdl-<job>-secret`` (the job's secret).
 
 Every one of them carries :func:`job_labels`. Plain strings only: the light client imports
 this module without the ``kubernetes`` SDK.
@@ -82,6 +84,12 @@ def secret_name(job_name: str) -> str:
     return f"{NAME_PREFIX}-{job_name}-secret"
 
 
+def network_policy_name(job_name: str) -> str:
+    """The NetworkPolicy admitting ingress to the job's pods from the job's pods only; the
+    client creates it, owned by the master pod."""
+    return f"{NAME_PREFIX}-{job_name}-ingress"
+
+
 def service_host(job_name: str, replica_type: str, replica_id: int, namespace: str) -> str:
     """The DNS name of a replica's headless service; it survives relaunches of the replica."""
     return f"{pod_name(job_name, replica_type, replica_id)}.{namespace}.svc"
@@ -98,6 +106,11 @@ def job_labels(job_name: str, replica_type: str, replica_id: int | None = None) 
     if replica_id is not None:
         labels[LABEL_REPLICA_INDEX] = str(replica_id)
     return labels
+
+
+def job_object_labels(job_name: str) -> dict[str, str]:
+    """Labels of the job's objects that belong to no one replica (its NetworkPolicy)."""
+    return {APP_LABEL: APP_NAME, LABEL_JOB: job_name}
 
 
 def job_selector(job_name: str, replica_type: str | None = None) -> str:

@@ -107,6 +107,19 @@ def test_submit_status_list_cancel(k8s, namespace):
         "readOnlyRootFilesystem": True,
     }
 
+    # The job's NetworkPolicy: ingress to the job's pods from the job's pods only, owned by the
+    # master pod.
+    policy = to_dict(k8s.get_network_policy("elasticdl-sub-ingress"))
+    same_job = {"matchLabels": {"elasticdl-job-name": "sub"}}
+    assert policy["spec"] == {
+        "podSelector": same_job,
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": same_job}]}],
+    }
+    assert [(o["kind"], o["name"]) for o in policy["metadata"]["ownerReferences"]] == [
+        ("Pod", "elasticdl-sub-master")
+    ]
+
     status = backend.status("sub")
     assert status.phase == JobPhase.PENDING and status.namespace == namespace and status.created_at
     assert [j.job_name for j in backend.list_jobs()] == ["sub"]
@@ -166,6 +179,7 @@ def test_submit_status_list_cancel(k8s, namespace):
     assert (
         k8s.list_pods("elasticdl-job-name=sub") == []
         and k8s.list_services("elasticdl-job-name=sub") == []
+        and k8s.get_network_policy("elasticdl-sub-ingress") is None
     )
     with pytest.raises(JobNotFoundError):
         backend.status("sub")
@@ -276,3 +290,95 @@ def test_cli_submit_yaml_and_errors(k8s_cluster, namespace, tmp_path, monkeypatc
     assert k8s.get_pod("elasticdl-cli-master") is not None
     assert main(["cancel", "cli", f"--namespace={namespace}", "--platform=kubernetes"]) in (0, 1)
     assert k8s.get_pod("elasticdl-cli-master") is None
+
+
+def _local_job(home, name: str) -> None:
+    """A local job that ran and ended, as the client and master leave it."""
+    job = home / "jobs" / name
+    (job / "logs").mkdir(parents=True)
+    (job / ".elasticdl-job").write_text(json.dumps({"job_name": name, "created_dir": True}))
+    (job / "job.json").write_text(json.dumps({"job_name": name, "pid": None}))
+    (job / "exit_code").write_text("0\n")
+    (job / "logs" / "master.log").write_text(f"{name} done\n")
+
+
+def test_commands_find_a_job_by_name_without_platform(
+    k8s_cluster, k8s, namespace, tmp_path, monkeypatch, capsys
+):
+    """status/logs/wait/cancel JOB look in the local job directories, then in the configured
+    cluster (here: $KUBECONFIG and --namespace); list shows both."""
+    from elasticdl.client.main import main
+
+    monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))
+    monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ELASTICDL_CONFIG", raising=False)
+    _local_job(tmp_path / "home", "here")
+    _local_job(tmp_path / "home", "both")
+    for job in ("there", "both"):
+        k8s.create_pod(
+            build_pod(
+                PodTemplate(namespace=namespace),
+                name=master_pod_name(job),
+                job_name=job,
+                replica_type="master",
+                replica_id=0,
+                image="img",
+                command=["true"],
+            )
+        )
+    ns = f"--namespace={namespace}"
+    capsys.readouterr()
+
+    assert main(["status", "here", ns, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["platform"] == "local"
+    assert main(["logs", "here", ns]) == 0
+    assert capsys.readouterr().out == "here done\n"
+    assert main(["wait", "here", ns, "--timeout=5"]) == 0
+    assert main(["status", "there", ns, "-o", "json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert (found["platform"], found["namespace"]) == ("kubernetes", namespace)
+
+    # In both places, or in neither: one line saying so, exit 2.
+    for argv, expect in (
+        (["status", "both", ns], "exists both locally and in Kubernetes namespace"),
+        (["cancel", "both", ns], "pass --platform=local or --platform=kubernetes"),
+        (
+            ["status", "nowhere", ns],
+            f"no local job named 'nowhere' and none in Kubernetes namespace {namespace}",
+        ),
+        (["logs", "nowhere", ns], "no local job named 'nowhere'"),
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert expect in err and err.count("\n") == 1, (argv, err)
+    assert k8s.get_pod(master_pod_name("both")) is not None  # the ambiguous cancel did nothing
+
+    # --platform still picks one.
+    assert main(["status", "both", ns, "--platform=kubernetes", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["platform"] == "kubernetes"
+
+    # list: the jobs of this machine and of the namespace.
+    assert main(["list", ns, "-o", "json"]) == 0
+    listed = sorted((j["job_name"], j["platform"]) for j in json.loads(capsys.readouterr().out))
+    assert listed == [
+        ("both", "kubernetes"),
+        ("both", "local"),
+        ("here", "local"),
+        ("there", "kubernetes"),
+    ]
+
+    # cancel finds the cluster's job and removes it.
+    assert main(["cancel", "there", ns]) == 0
+    assert k8s.get_pod(master_pod_name("there")) is None
+
+    # A cluster that cannot be asked: the local job is still found; list says what is missing.
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    assert main(["status", "here", ns]) == 0
+    capsys.readouterr()
+    assert main(["status", "there", ns]) == 2
+    err = capsys.readouterr().err
+    assert "could not be asked" in err and err.count("\n") == 1, err
+    assert main(["list", ns, "-o", "json"]) == 0
+    out = capsys.readouterr()
+    assert {j["platform"] for j in json.loads(out.out)} == {"local"}
+    assert "not listed" in out.err

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from elasticdl.client.main import main
+from elasticdl.k8s import rbac
 from elasticdl.k8s.client import K8sApiError, K8sClient, to_model
 from elasticdl.k8s.names import master_pod_name
 from elasticdl.k8s.pods import PodTemplate, build_pod
@@ -30,22 +32,39 @@ def _manifest() -> Path:
     pytest.fail("deploy/k8s/rbac.yaml not found")
 
 
+def test_the_shipped_manifest_is_the_rendered_one_for_default(capsys):
+    assert _manifest().read_text() == rbac.render("default")
+    # `elasticdl rbac --namespace=NS` prints it for NS: every object and the subject there.
+    assert main(["rbac", "--namespace=ml-team"]) == 0
+    docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding"]
+    assert {d["metadata"]["namespace"] for d in docs} == {"ml-team"}
+    assert docs[2]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "elasticdl", "namespace": "ml-team"}
+    ]
+    # A namespace is a name, never text pasted into YAML.
+    assert main(["rbac", "--namespace=ml-team\nkind: ClusterRole"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and "--namespace" in out.err
+
+
 def _apply(api_client, namespace: str) -> None:
+    """What `elasticdl rbac --namespace=<namespace> | kubectl apply -f -` does."""
     from kubernetes import client
 
-    core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
-    for doc in yaml.safe_load_all(_manifest().read_text()):
+    core, rbac_api = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
+    for doc in yaml.safe_load_all(rbac.render(namespace)):
+        if doc is None:
+            continue
         kind = doc["kind"]
         if kind == "ServiceAccount":
             core.create_namespaced_service_account(namespace, to_model(doc, "V1ServiceAccount"))
         elif kind == "Role":
-            rbac.create_namespaced_role(namespace, to_model(doc, "V1Role"))
+            rbac_api.create_namespaced_role(namespace, to_model(doc, "V1Role"))
         elif kind == "RoleBinding":
-            for subject in doc["subjects"]:
-                subject["namespace"] = namespace  # what the README's sed does
-            rbac.create_namespaced_role_binding(namespace, to_model(doc, "V1RoleBinding"))
+            rbac_api.create_namespaced_role_binding(namespace, to_model(doc, "V1RoleBinding"))
         else:
-            pytest.fail(f"unexpected kind {kind} in rbac.yaml")
+            pytest.fail(f"unexpected kind {kind} in the RBAC manifest")
 
 
 def _service_account_token(
@@ -109,7 +128,7 @@ def test_master_operations_need_only_the_role_and_stay_in_namespace(k8s_cluster,
             "elasticdl-rbac-ps-0",
             "elasticdl-rbac-worker-0",
         }
-        assert sa.get_service("elasticdl-rbac-ps-0") is not None
+        assert admin_k8s.get_service("elasticdl-rbac-ps-0") is not None
         # The job's secret is in a Secret owned by the master pod, not in the PS's pod spec.
         ps_pod = admin_k8s.get_pod("elasticdl-rbac-ps-0")
         (ref,) = [e for e in ps_pod.spec.containers[0].env if e.name == "ELASTICDL_JOB_SECRET"]
@@ -120,16 +139,25 @@ def test_master_operations_need_only_the_role_and_stay_in_namespace(k8s_cluster,
         assert [o.name for o in secret.metadata.owner_references] == ["elasticdl-rbac-master"]
         platform.delete(ReplicaType.WORKER, 0)  # pods delete
         assert platform.mark_job_status("Succeeded")  # pods patch
-        client.CoreV1Api(sa.api_client).list_namespaced_event(namespace)  # events list
     finally:
         platform.shutdown()  # pods list/delete, services list/delete
     assert sa.list_services("elasticdl-job-name=rbac") == []
 
     # Nothing beyond the Role: reading secrets in its own namespace (it may only create its
-    # job's), anything in another namespace.
-    with pytest.raises(client.exceptions.ApiException) as info:
-        client.CoreV1Api(sa.api_client).list_namespaced_secret(namespace)
-    assert info.value.status == 403
+    # job's), reading services, logs or events, NetworkPolicies (the client makes the job's),
+    # anything in another namespace.
+    core = client.CoreV1Api(sa.api_client)
+    for forbidden_call in (
+        lambda: core.list_namespaced_secret(namespace),
+        lambda: core.read_namespaced_secret("elasticdl-rbac-secret", namespace),
+        lambda: core.read_namespaced_service("elasticdl-rbac-ps-0", namespace),
+        lambda: core.read_namespaced_pod_log("elasticdl-rbac-master", namespace),
+        lambda: core.list_namespaced_event(namespace),
+        lambda: sa.list_network_policies(),
+    ):
+        with pytest.raises((client.exceptions.ApiException, K8sApiError)) as info:
+            forbidden_call()
+        assert info.value.status == 403
     client.CoreV1Api(admin).create_namespace(
         client.V1Namespace(metadata=client.V1ObjectMeta(name=f"{namespace}-x"))
     )

@@ -31,6 +31,7 @@ from elasticdl.client import (  # noqa: F401  (main imports it by name; this mak
 )
 from elasticdl.client.main import main
 from elasticdl.data.datasets import prepare
+from elasticdl.k8s import security
 from elasticdl.k8s.termination import read_termination
 from elasticdl_tests.k8s_node.node import repo_root
 
@@ -116,14 +117,15 @@ def cli_env(k8s_node, tmp_path, monkeypatch):
     return k8s_node
 
 
-def _rbac(node, namespace: str) -> None:
-    """deploy/k8s/rbac.yaml in the namespace: the master runs as ServiceAccount elasticdl."""
-    manifest = (repo_root() / "deploy" / "k8s" / "rbac.yaml").read_text()
-    manifest = manifest.replace("namespace: default", f"namespace: {namespace}")
+def _rbac(node, namespace: str, capsys) -> None:
+    """`elasticdl rbac --namespace=<ns> | kubectl apply -f -`: the master runs as the
+    namespace's ServiceAccount elasticdl."""
+    capsys.readouterr()
+    assert main(["rbac", f"--namespace={namespace}"]) == 0
     path = node.state_dir / f"rbac-{namespace}.yaml"
-    path.write_text(manifest)
+    path.write_text(capsys.readouterr().out)
     try:
-        node.kubectl("apply", "-n", namespace, "-f", str(path))
+        node.kubectl("apply", "-f", str(path))
     finally:
         path.unlink()
 
@@ -151,7 +153,24 @@ def data_dir(tmp_path_factory) -> Path:
         records_per_shard=RECORDS_PER_SHARD,
     )
     assert prepared.counts["train"] == TRAIN_RECORDS
+    # The pods run as the non-root user 10001 (--pod_security=restricted): a hostPath keeps its
+    # owner and mode, so the data must be readable by others (deploy/k8s/README.md).
+    _make_readable(data)
     return data
+
+
+def _make_readable(root: Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        mode = path.stat().st_mode
+        path.chmod(mode | (0o555 if path.is_dir() else 0o444))
+
+
+def _checkpoint_dir(tmp_path: Path) -> Path:
+    """A checkpoint directory for the restricted pods: owned by their user (chown 10001:10001)."""
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
+    os.chown(directory, security.RUN_AS_USER, security.RUN_AS_GROUP)
+    return directory
 
 
 @pytest.fixture(scope="module")
@@ -187,9 +206,22 @@ def mnist_image(k8s_node, base_image, tmp_path_factory):
     return image, ctx, build_s
 
 
-def _train_argv(job: str, ns: str, image: str, data: Path, api: str, epochs: int) -> list[str]:
+def _train_argv(
+    job: str,
+    ns: str,
+    image: str,
+    data: Path,
+    api: str,
+    epochs: int,
+    checkpoints: Path | None = None,
+) -> list[str]:
     """The seed's `elasticdl train` command, on the node (host network, the API on loopback)."""
     api_host, api_port = api.rsplit(":", 1)
+    volume = f"host_path={data},mount_path=/data"
+    checkpointing = []
+    if checkpoints is not None:
+        volume += f";host_path={checkpoints},mount_path=/checkpoints"
+        checkpointing = ["--checkpoint_dir=/checkpoints", "--checkpoint_steps=16"]
     return [
         "train",
         f"--image_name={image}",
@@ -212,7 +244,8 @@ def _train_argv(job: str, ns: str, image: str, data: Path, api: str, epochs: int
         f"--job_name={job}",
         f"--namespace={ns}",
         "--image_pull_policy=IfNotPresent",
-        f"--volume=host_path={data},mount_path=/data",
+        f"--volume={volume}",
+        *checkpointing,
         "--distribution_strategy=ParameterServerStrategy",
         # One-node cluster without a pod network or kube-proxy: the job's pods use the node's
         # network, and the master reaches the API server on loopback.
@@ -223,19 +256,28 @@ def _train_argv(job: str, ns: str, image: str, data: Path, api: str, epochs: int
 
 
 def test_mnist_ps_job_in_real_containers(
-    cli_env, base_image, mnist_image, data_dir, node_namespace, node_k8s, monkeypatch, capsys
+    cli_env,
+    base_image,
+    mnist_image,
+    data_dir,
+    node_namespace,
+    node_k8s,
+    monkeypatch,
+    capsys,
+    tmp_path,
 ):
     node = cli_env
     _, base_s = base_image
     image, ctx, zoo_s = mnist_image
     ns = node_namespace
-    _rbac(node, ns)
+    _rbac(node, ns, capsys)
     monkeypatch.chdir(ctx)
     capsys.readouterr()
 
     job = f"mnist-{uuid.uuid4().hex[:4]}"
+    checkpoints = _checkpoint_dir(tmp_path)
     t_submit = time.monotonic()
-    rc = main(_train_argv(job, ns, image, data_dir, node.api, EPOCHS))
+    rc = main(_train_argv(job, ns, image, data_dir, node.api, EPOCHS, checkpoints))
     assert rc == 0, capsys.readouterr().err[-3000:]
     target = [f"--namespace={ns}", "--platform=kubernetes"]
     pods = [f"elasticdl-{job}-{r}" for r in ("master", "ps-0", "worker-0", "worker-1")]
@@ -269,6 +311,17 @@ def test_mnist_ps_job_in_real_containers(
         '{{.Label "io.kubernetes.pod.name"}} {{.Label "io.kubernetes.container.name"}}',
     ).split("\n")
     assert sorted(c for c in containers if c.endswith(" main")) == sorted(f"{p} main" for p in pods)
+    # Restricted pods (the default --pod_security): the engine's record of every container of
+    # the job says it runs as the non-root user 10001, may not gain privileges, has every
+    # capability dropped, the default seccomp profile and a read-only root filesystem.
+    for pod in pods:
+        cid = node_k8s.get_pod(pod).status.container_statuses[0].container_id.split("://", 1)[1]
+        (inspected,) = json.loads(node.docker("inspect", cid))
+        host = inspected["HostConfig"]
+        assert inspected["Config"]["User"] in ("10001", "10001:10001"), (pod, inspected["Config"])
+        assert "no-new-privileges" in (host["SecurityOpt"] or []), (pod, host["SecurityOpt"])
+        assert "seccomp=unconfined" not in (host["SecurityOpt"] or []), (pod, host["SecurityOpt"])
+        assert host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"] is True, (pod, host)
 
     assert main(["status", job, *target]) == 0
     # A worker's log, read through the kubelet while it trains (the master removes the
@@ -293,6 +346,10 @@ def test_mnist_ps_job_in_real_containers(
     assert accuracy > 0.5, status  # 10 classes: chance is 0.1
     replicas = {r["name"]: r for r in status["replicas"]}
     assert {"ps-0", "worker-0", "worker-1"} <= set(replicas), replicas
+    # The PS wrote its checkpoints to the hostPath volume as the pods' non-root user.
+    written = [p for p in checkpoints.rglob("*") if p.is_file()]
+    assert written, "no checkpoint written"
+    assert {(p.stat().st_uid, p.stat().st_gid) for p in written} == {(10001, 10001)}
 
     # cancel: the finished job and everything it owned are removed.
     assert main(["cancel", job, *target]) == 0
@@ -314,7 +371,7 @@ def test_killed_worker_container_is_relaunched_and_nothing_is_lost(
     node = cli_env
     image, ctx, _ = mnist_image
     ns = node_namespace
-    _rbac(node, ns)
+    _rbac(node, ns, capsys)
     monkeypatch.chdir(ctx)
     epochs = 4  # enough work left when the kill lands
     job = f"kill-{uuid.uuid4().hex[:4]}"
