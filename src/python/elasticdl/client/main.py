@@ -37,9 +37,78 @@ def _err(message: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def _server_client(args: argparse.Namespace | None = None):
+    """The configured job server's client, unless ``--platform`` was given (then the jobs
+    are this machine's or the cluster's, as without a server)."""
+    if args is not None and getattr(args, "platform", None):
+        return None
+    from elasticdl.client.config import load_config
+
+    config = load_config()
+    if config.server is None:
+        return None
+    from elasticdl.client.server_client import JobServerClient
+
+    return JobServerClient.from_config(config)
+
+
+def _progress_line(stream=None):
+    """A progress callback printing one updating line on stderr (a terminal: at most 10 per
+    second; elsewhere only the end of each file)."""
+    import time
+
+    stream = stream or sys.stderr
+    tty = stream.isatty()
+    last = [0.0]
+
+    def report(done: int, total: int, name: str) -> None:
+        now = time.monotonic()
+        end = done >= total
+        if not end and (not tty or now - last[0] < 0.1):
+            return
+        last[0] = now
+        percent = 100 * done // total if total else 100
+        line = f"{name}: {percent}% ({done / 2**20:.1f}/{total / 2**20:.1f} MiB)"
+        stream.write(("\r" + line + " " * 8) if tty else line + "\n")
+        if tty and end:
+            stream.write("\n")
+        stream.flush()
+
+    return report
+
+
+def _run_job_on_server(args: argparse.Namespace, client) -> int:
+    from elasticdl.client.server_backend import ServerBackend
+    from elasticdl.common import job_spec
+
+    if args.yaml:
+        raise ArgumentError(
+            "--yaml writes a Kubernetes manifest; it cannot go through a job server"
+        )
+    spec = job_spec.spec_from_text(args.command, job_spec.given_values(args))
+    package = args.package_path or spec.model_zoo or "."
+    status = client.submit_job(
+        spec, package_dir=package, command=args.command, progress=_progress_line()
+    )
+    _err(f"submitted job {status.job_name} to the job server {client.url} ({status.platform})")
+    if args.detach:
+        print(status.job_name)
+        _err(f"follow it with '{PROG} logs -f {status.job_name}'")
+        return EXIT_OK
+    return _follow(ServerBackend(client), status.job_name)
+
+
 def _run_job(args: argparse.Namespace) -> int:
     from elasticdl.client.submit import spec_from_flags, submit
 
+    client = _server_client(args)
+    if client is not None:
+        return _run_job_on_server(args, client)
+    if args.package_path:
+        raise ArgumentError(
+            "--package_path is what a job server runs; configure one (server: in the config "
+            "file) or use --model_zoo"
+        )
     spec, notices = spec_from_flags(args.command, args)
     backend, handle = submit(spec, yaml_path=args.yaml)
     for notice in notices:  # after submit: a rejected job prints its one error line only
@@ -97,6 +166,14 @@ def _target(args: argparse.Namespace) -> dict:
 
 
 def _backend_for(args: argparse.Namespace):
+    """The configured job server (without --platform), else the direct backend."""
+    from elasticdl.client.server_backend import ServerBackend
+
+    client = _server_client(args)
+    return ServerBackend(client) if client is not None else _direct_backend_for(args)
+
+
+def _direct_backend_for(args: argparse.Namespace):
     """The backend of job ``args.job``: ``--platform``, else where a job of that name is (the
     local job directories, then the configured cluster)."""
     from elasticdl.client.backend import backend_for_job
@@ -105,6 +182,23 @@ def _backend_for(args: argparse.Namespace):
 
 
 def _list(args: argparse.Namespace) -> int:
+    client = _server_client(args)
+    if client is None:
+        return _direct_list(args)
+    from elasticdl.client.output import dump, jobs_table
+
+    jobs = client.list_jobs()
+    if args.output_format == "table":
+        if jobs:
+            print(jobs_table(jobs))
+        else:
+            _err("no jobs found")
+    else:
+        print(dump([j.to_dict() for j in jobs], args.output_format))
+    return EXIT_OK
+
+
+def _direct_list(args: argparse.Namespace) -> int:
     from elasticdl.client.backend import jobs_everywhere
     from elasticdl.client.output import dump, jobs_table
 
@@ -181,7 +275,55 @@ def _rbac(args: argparse.Namespace) -> int:
 
 def _version(args: argparse.Namespace) -> int:
     print(f"{PROG} {__version__} (python {sys.version.split()[0]})")
+    client = _server_client()
+    if client is not None:
+        server = client.version()
+        print(
+            f"server {server['server']} at {client.url} (API {server['api']}, "
+            f"{server['platform']} jobs, user {server['user']})"
+        )
     return EXIT_OK
+
+
+def _upload(args: argparse.Namespace) -> int:
+    client = _server_client()
+    if client is None:
+        raise ArgumentError(
+            "upload needs a job server; add 'server: {url: ..., token: ...}' to the config file"
+        )
+    stored = client.upload(args.src, args.dest, progress=_progress_line())
+    size = sum(s["size"] for s in stored)
+    _err(
+        f"uploaded {len(stored)} file(s), {size / 2**20:.1f} MiB, to {args.dest} (sha256 verified)"
+    )
+    return EXIT_OK
+
+
+def _download(args: argparse.Namespace) -> int:
+    client = _server_client()
+    if client is None:
+        raise ArgumentError(
+            "download needs a job server; add 'server: {url: ..., token: ...}' to the config file"
+        )
+    files = client.download(args.src, args.dest, progress=_progress_line())
+    _err(f"downloaded {len(files)} file(s) to {args.dest} (sha256 verified)")
+    return EXIT_OK
+
+
+def _server(args: argparse.Namespace) -> int:
+    # Reached only for 'elasticdl server --help' listings; main() hands 'server' over first.
+    return _run_server([])
+
+
+def _run_server(argv: list[str]) -> int:
+    try:
+        from elasticdl.server.main import main as server_main
+    except ImportError as e:
+        raise ArgumentError(
+            f"the job server is not part of this installation ({e}); use elasticdl-server.pex "
+            "or install fastapi and uvicorn"
+        ) from None
+    return server_main(argv)
 
 
 def _datasets_module():
@@ -346,7 +488,29 @@ def build_parser() -> StrictArgumentParser:
     )
     rbac.add_argument("--namespace", default="default", help="The jobs' namespace")
 
-    _add_command(sub, "version", _version, "Print the ElasticDL version")
+    upload = _add_command(
+        sub,
+        "upload",
+        _upload,
+        "Upload a file or directory to your data directory on the job server",
+    )
+    upload.add_argument("src", help="Local file or directory")
+    upload.add_argument("dest", help="Path in your data directory, e.g. fashion_mnist/train")
+    download = _add_command(
+        sub, "download", _download, "Download a file or directory from the job server"
+    )
+    download.add_argument("src", help="Path in your data directory")
+    download.add_argument("dest", help="Local file or directory")
+    _add_command(
+        sub,
+        "server",
+        _server,
+        "Run the job server, or add a user: 'elasticdl server --help', "
+        "'elasticdl server add-user NAME --state_dir=DIR'",
+        add_help=False,
+    )
+
+    _add_command(sub, "version", _version, "Print the ElasticDL version (and the job server's)")
     return parser
 
 
@@ -377,6 +541,12 @@ def _add_zoo(sub) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "server":  # its own flags and sub-commands: elasticdl.server.main
+        try:
+            return _run_server(argv[1:])
+        except ArgumentError as e:
+            _err(f"error: {e}")
+            return EXIT_USAGE
     logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s: %(message)s")
     parser = build_parser()
     try:
