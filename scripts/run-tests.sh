@@ -39,6 +39,13 @@ if [ -x scripts/container-engine/install.sh ]; then
   export ELASTICDL_REQUIRE_ENGINE=1
 fi
 
+# Debian's chromium + chromedriver for the dashboard's browser test.
+if [ -x scripts/chromium/install.sh ]; then
+  log "chromium packages"
+  scripts/chromium/install.sh
+  export ELASTICDL_REQUIRE_CHROMIUM=1
+fi
+
 # The CPU base-image test installs the project's own wheels into an image: build them first.
 log "./pants package (wheels for the image tests)"
 ./pants package //:elasticdl-wheel src/python:elasticdl-client-wheel src/cc:native
