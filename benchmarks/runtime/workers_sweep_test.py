@@ -1,0 +1,47 @@
+"""workers_sweep.py runs end to end at a tiny size (so it cannot rot) and its JSON line is sane.
+Not a performance test: nothing here depends on how fast the machine is."""
+import json
+import os
+import subprocess
+import sys
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers_sweep.py")
+
+
+def test_tiny_sweep_prints_a_sane_json_line():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run(
+        [sys.executable, SCRIPT, "--workers", "1,4", "--seconds", "0.5", "--paced_rate", "400"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["benchmark"] == "workers_sweep"
+    assert summary["max_workers"] == 4
+    points = summary["points"]
+    assert [(p["workers"], p["mode"]) for p in points] == [
+        (1, "saturated"),
+        (1, "paced"),
+        (4, "saturated"),
+        (4, "paced"),
+    ]
+    for p in points:
+        assert p["tasks_per_s"] > 0
+        assert 0 < p["get_p50_ms"] <= p["get_p99_ms"]
+        assert p["master_rss_mib"] > 0 and p["master_cores"] > 0
+    # Paced workers train 4 / 400 s per task: at most 100 tasks/s each.
+    assert points[3]["train_s_per_task"] == 0.01
+    assert points[3]["tasks_per_s"] <= 4 * 100 * 1.1
+    assert isinstance(summary["targets_met"], bool)
+
+
+def test_bad_flags_are_one_line_errors():
+    out = subprocess.run(
+        [sys.executable, SCRIPT, "--workers", "1,x"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2
+    assert "--workers must be comma-separated integers" in out.stderr
+    assert "Traceback" not in out.stderr
