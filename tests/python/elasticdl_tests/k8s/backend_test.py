@@ -382,3 +382,28 @@ def test_commands_find_a_job_by_name_without_platform(
     out = capsys.readouterr()
     assert {j["platform"] for j in json.loads(out.out)} == {"local"}
     assert "not listed" in out.err
+
+
+def test_a_job_its_network_policy_cannot_protect_is_not_left_running(k8s, namespace):
+    """A NetworkPolicy of the job's name that ElasticDL did not create is left alone and the
+    submission fails in one line with no master pod left; one of an earlier job of the same
+    name is replaced by the new job's."""
+    from elasticdl.k8s.network_policy import build_network_policy
+
+    backend = KubernetesBackend(namespace=namespace, k8s=k8s)
+    foreign = build_network_policy("np", namespace)
+    foreign.metadata.labels = {"team": "ours"}
+    k8s.create_network_policy(foreign)
+    with pytest.raises(ClientError) as info:
+        backend.submit(_args(namespace, job="np"))
+    assert "that ElasticDL did not create" in str(info.value) and "\n" not in str(info.value)
+    assert k8s.wait_pod_gone(master_pod_name("np"), 30)
+    assert k8s.get_network_policy("elasticdl-np-ingress").metadata.labels == {"team": "ours"}
+
+    k8s.delete_network_policy("elasticdl-np-ingress")
+    k8s.create_network_policy(build_network_policy("np", namespace))  # an earlier job's
+    backend.submit(_args(namespace, job="np"))
+    policy = k8s.get_network_policy("elasticdl-np-ingress")
+    assert [o.name for o in policy.metadata.owner_references] == [master_pod_name("np")]
+    backend.cancel("np")
+    assert k8s.get_network_policy("elasticdl-np-ingress") is None
