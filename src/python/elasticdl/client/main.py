@@ -317,7 +317,8 @@ def _server(args: argparse.Namespace) -> int:
 
 def _run_server(argv: list[str]) -> int:
     try:
-        from elasticdl.server.main import main as server_main
+        # Not a build dependency: the server ships as its own PEX and wheel.
+        from elasticdl.server.main import main as server_main  # pants: no-infer-dep
     except ImportError as e:
         raise ArgumentError(
             f"the job server is not part of this installation ({e}); use elasticdl-server.pex "

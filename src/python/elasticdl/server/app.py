@@ -22,10 +22,10 @@ from elasticdl.server.jobs import JobService, SubmitRequest, job_dict
 from elasticdl.server.packages import PackageStore
 from elasticdl.server.uploads import clear_tmp, declared_length
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict
-from starlette.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict  # pants: no-infer-dep
 
 API_VERSION = "v1"
 

@@ -23,7 +23,7 @@ from typing import AsyncIterator
 
 from elasticdl.server.errors import BadRequest, Conflict, NotFound
 from elasticdl.server.uploads import receive
-from starlette.concurrency import run_in_threadpool
+from fastapi.concurrency import run_in_threadpool
 
 CHECKSUM_HEADER = "X-Content-SHA256"
 

@@ -22,7 +22,7 @@ from typing import AsyncIterator
 
 from elasticdl.server.errors import BadRequest, NotFound, TooLarge
 from elasticdl.server.uploads import receive
-from starlette.concurrency import run_in_threadpool
+from fastapi.concurrency import run_in_threadpool
 
 PACKAGE_ID = re.compile(r"[0-9a-f]{64}")
 REQUIREMENTS = "requirements.txt"
