@@ -9,6 +9,7 @@ Layout of a job directory (default ``~/.elasticdl/jobs/<job_name>``)::
     cancelled       present once ``cancel`` was requested (time stamp inside)
     logs/master.log master stdout+stderr; logs/ps-0.log, logs/worker-0.log ... by the platform
     recovery-checkpoints/  the master's checkpoints for relaunched PS (when it has none given)
+    journal/        the master's journal, from which a restarted master resumes the job
     job_secret      the job's secret (0600), written by the master
     .elasticdl-job  the marker: this directory holds a job the client submitted
 
@@ -16,9 +17,13 @@ Re-submitting a job of the same name replaces the previous job's files, and only
 entries above, in a directory that carries the marker. A directory without it (say a
 ``--job_dir`` that merely contains a ``job.json``) is never deleted; the client refuses it.
 
-The master runs detached (own session and process group) under a tiny ``/bin/sh`` wrapper
-that records its exit status, so ``status`` is right even when the client that submitted the
-job is long gone. A job with a custom ``--job_dir`` is also reachable by name through a
+The master runs detached (own session and process group) under a tiny ``/bin/sh`` supervisor,
+the job's *owner*: it records the master's exit status, so ``status`` is right even when the
+client that submitted the job is long gone, and starts the master again when it was killed
+by a signal (exit status >= 128: ``kill -9``, out of memory), at most
+``$ELASTICDL_MASTER_RESTARTS`` times (default 10), unless the job was cancelled. The new master
+resumes the job from its journal and adopts the PS and workers, which outlive a master but
+not the owner (``elasticdl.common.parent_watch``). A job with a custom ``--job_dir`` is also reachable by name through a
 symlink ``~/.elasticdl/jobs/<job_name>`` -> ``job_dir``.
 """
 
@@ -57,12 +62,39 @@ RECOVERY_DIR = "recovery-checkpoints"
 # What the client, the master and the local platform write into a job directory.
 SECRET_FILE = "job_secret"  # the master's, elasticdl.common.auth.SECRET_FILE (imports grpc)
 _OWN_FILES = (JOB_FILE, JOB_SPEC_FILE, STATUS_FILE, EXIT_CODE_FILE, CANCELLED_FILE, SECRET_FILE)
-_OWN_DIRS = (LOG_DIR, RECOVERY_DIR)
+JOURNAL_DIR = "journal"  # elasticdl.master.journal.JOURNAL_DIR
+_OWN_DIRS = (LOG_DIR, RECOVERY_DIR, JOURNAL_DIR)
 
 _JOB_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
-# Runs the master ("$@"), then records its exit status in the file named by $0.
-_WRAPPER = '"$@"; code=$?; echo "$code" > "$0"; exit "$code"'
+# The job's owner: runs the master ("$@" after the restart limit $1) and records its exit
+# status in the file named by $0 (in the job directory, beside the "cancelled" file). The
+# master and its replicas learn the owner's pid from $ELASTICDL_JOB_OWNER.
+_WRAPPER = (
+    "export ELASTICDL_JOB_OWNER=$$; max=$1; shift; n=0; "
+    'while :; do "$@"; code=$?; '
+    '[ "$code" -lt 128 ] || [ -e "${0%/*}/cancelled" ] || [ "$n" -ge "$max" ] && break; '
+    "n=$((n + 1)); "
+    'echo "elasticdl: the master ended with exit status $code; starting it again ($n/$max)"; '
+    'done; echo "$code" > "$0"; exit "$code"'
+)
+MASTER_RESTARTS_ENV = "ELASTICDL_MASTER_RESTARTS"
+DEFAULT_MASTER_RESTARTS = 10
+
+
+def master_restarts(environ=None) -> int:
+    """How often the owner starts a killed master again (``$ELASTICDL_MASTER_RESTARTS``)."""
+    value = (os.environ if environ is None else environ).get(MASTER_RESTARTS_ENV, "").strip()
+    if not value:
+        return DEFAULT_MASTER_RESTARTS
+    if not value.isdigit():
+        raise ClientError(
+            f"${MASTER_RESTARTS_ENV}={value!r}: set it to a whole number >= 0 "
+            f"(0: a killed master is not started again)"
+        )
+    return int(value)
+
+
 _POLL_SECONDS = 0.2
 
 
@@ -252,6 +284,7 @@ class LocalBackend(JobBackend):
         directory = Path(spec.job_dir or self.root / name).expanduser().absolute()
         link = self.root / name
         runtime = self._runtime or resolve_master_runtime()  # fail before touching any file
+        restarts = master_restarts()
 
         for existing in {directory, link.resolve()}:
             old = _read_json(existing / JOB_FILE)
@@ -282,7 +315,7 @@ class LocalBackend(JobBackend):
             if link.absolute() != directory:
                 self.root.mkdir(parents=True, exist_ok=True)
                 link.symlink_to(directory, target_is_directory=True)
-            return self._start(spec, runtime, directory)
+            return self._start(spec, runtime, directory, restarts)
         except BaseException:
             # Nothing half-written: a job that did not start leaves no directory behind.
             if link.is_symlink() and link.resolve() == directory:
@@ -290,7 +323,9 @@ class LocalBackend(JobBackend):
             _clear_job_directory(directory, "--job_dir")
             raise
 
-    def _start(self, spec: JobSpec, runtime: MasterRuntime, directory: Path) -> JobHandle:
+    def _start(
+        self, spec: JobSpec, runtime: MasterRuntime, directory: Path, restarts: int
+    ) -> JobHandle:
         name = spec.job_name
         spec = spec.replace(platform=PlatformName.LOCAL, job_dir=str(directory))
         spec_path = directory / JOB_SPEC_FILE
@@ -314,7 +349,14 @@ class LocalBackend(JobBackend):
         env["PYTHONUNBUFFERED"] = "1"  # the log shows progress as it happens
         with open(directory / LOG_DIR / MASTER_LOG, "ab") as log:
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", _WRAPPER, str(directory / EXIT_CODE_FILE), *command],
+                [
+                    "/bin/sh",
+                    "-c",
+                    _WRAPPER,
+                    str(directory / EXIT_CODE_FILE),
+                    str(restarts),
+                    *command,
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -1,6 +1,11 @@
 """One ElasticDL job as run by its master: wires the task manager, the evaluation service, the
 gRPC server, the platform and the replica manager together, runs until the job ends and
-reports the outcome (``status.json``, the final log summary, the exit code)."""
+reports the outcome (``status.json``, the final log summary, the exit code).
+
+Where the platform's replicas outlive their master (a local job under the client's
+supervisor), the master journals its state in ``<job dir>/journal/`` and a master started
+again after one died resumes the job from it (``master.resume``): same port and secret, state
+replayed, running replicas adopted, only dead ones relaunched."""
 
 from __future__ import annotations
 
@@ -16,8 +21,10 @@ from elasticdl.common.job_status import JobStatus, ReplicaStatus
 from elasticdl.common.types import JobPhase, JobType, PlatformName
 from elasticdl.master import job_status
 from elasticdl.master.evaluation_service import FINAL_VERSION, EvaluationService
+from elasticdl.master.journal import JournalError
 from elasticdl.master.replica_manager import ReplicaManager, ReplicaManagerConfig
 from elasticdl.master.replica_specs import Checkpointing, ReplicaContext, ReplicaSpecs, replica_env
+from elasticdl.master.resume import JobJournal, PreviousLife
 from elasticdl.master.server import MasterServerError, create_master_server
 from elasticdl.master.servicer import MasterServicer
 from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
@@ -62,6 +69,8 @@ class Job:
         self._server = None
         self.worker_exit_grace_s = 60.0
         self.poll_interval_s = 1.0
+        self.journal: JobJournal | None = None
+        self.previous: PreviousLife | None = None
         self._prepare()
 
     # ---- setup ---------------------------------------------------------------------------
@@ -122,6 +131,16 @@ class Job:
         self.opt_type, self.opt_args = opt_type, opt_args
 
         self.platform = self._platform or create_platform(a)
+        if (
+            self.job_dir is not None
+            and self.platform.replicas_outlive_master
+            and not self.allreduce  # the rendezvous is not journaled: such jobs do not resume
+        ):
+            self.journal = JobJournal(self.job_dir, a.to_json(only_changed=False))
+            try:
+                self.previous = self.journal.previous()
+            except JournalError as e:
+                raise JobConfigError(str(e)) from e
         self.secret = self._create_secret()
         self.rendezvous = self._start_rendezvous() if self.allreduce else None
         self.loss_history = job_status.LossHistory()
@@ -166,6 +185,8 @@ class Job:
             ps_spec=replicas.ps,
             task_manager=self.tm,
         )
+        if self.journal is not None:
+            self._resume_from_journal()
         self.status_writer = job_status.StatusWriter(
             self.job_dir / "status.json" if self.job_dir is not None else None,
             self.snapshot,
@@ -184,6 +205,37 @@ class Job:
             a.num_workers,
             master_addr,
         )
+
+    def _resume_from_journal(self) -> None:
+        """Replay what the previous masters recorded (if any), then record this life."""
+        previous = self.previous
+        if previous is not None:
+            try:
+                self.tm.replay(*previous.tasks)
+                if self.es is not None:
+                    self.es.replay(*previous.evaluation)
+                self.rm.restore(previous.replicas)
+            except (JournalError, KeyError, TypeError, ValueError) as e:
+                raise JobConfigError(f"cannot resume from {self.journal.directory}: {e}") from e
+        self.journal.open(self.port)
+        self.tm.attach_journal(self.journal.tasks)
+        if self.es is not None:
+            self.es.attach_journal(self.journal.evaluation)
+        self.rm.attach_journal(self.journal.replicas)
+        if previous is not None:
+            inherited = self.tm.resume_after_restart()
+            rounds = self.es.resume_after_restart() if self.es is not None else []
+            s = self.tm.summary()
+            logger.info(
+                "Resuming job %s after %d master(s): %d/%d records trained, %d task(s) handed "
+                "out before the restart, evaluation rounds restarted: %s",
+                self.name,
+                previous.lives,
+                s.records_trained,
+                s.records_expected,
+                len(inherited),
+                rounds or "none",
+            )
 
     def _ps_checkpointing(self) -> Checkpointing:
         """Where and how often the PS checkpoint.
@@ -231,7 +283,13 @@ class Job:
 
     def _create_secret(self) -> str:
         """The job's secret (see elasticdl.common.auth). Locally also in ``<job
-        dir>/job_secret`` (0600), for tools of the same user that query the master."""
+        dir>/job_secret`` (0600), for tools of the same user that query the master. A resumed
+        master keeps its predecessor's: the running replicas hold it."""
+        if self.previous is not None and self.job_dir is not None:
+            try:
+                return auth.read_secret_file(self.job_dir / auth.SECRET_FILE)
+            except OSError as e:
+                raise JobConfigError(f"cannot resume: the job's secret is unreadable: {e}")
         secret = auth.new_job_secret()
         if self.job_dir is not None:
             auth.write_secret_file(self.job_dir / auth.SECRET_FILE, secret)
@@ -248,6 +306,19 @@ class Job:
     def _start_server(self):
         traits = self.platform.traits
         port = self.job_spec.port
+        if self.previous is not None:
+            # The replicas know this address: it must be the same (the stable-address
+            # contract, for the master too). The dead master's socket is gone with it.
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    return create_master_server(
+                        self.servicer, self.previous.port, traits.bind_host, secret=self.secret
+                    )
+                except MasterServerError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
         try:
             return create_master_server(self.servicer, port, traits.bind_host, secret=self.secret)
         except MasterServerError:
@@ -265,9 +336,12 @@ class Job:
         self.status_writer.write()
         self.status_writer.start()
         try:
-            if self.job_type == JobType.EVALUATION_ONLY and self.es is not None:
-                self.es.start_evaluation(FINAL_VERSION)
-            self.rm.start()
+            if self.previous is not None:
+                self.rm.adopt()
+            else:
+                if self.job_type == JobType.EVALUATION_ONLY and self.es is not None:
+                    self.es.start_evaluation(FINAL_VERSION)
+                self.rm.start()
             self.phase = JobPhase.RUNNING
             self.tm.start_timeout_monitor(self.rm.on_worker_timeout)
             self._wait_for_end()
@@ -283,6 +357,8 @@ class Job:
                 self._store.close()
             self.status_writer.stop()
             self.status_writer.write()
+            if self.journal is not None:
+                self.journal.close()
             try:
                 self.platform.mark_job_status(self.phase)
             except Exception as e:  # best effort: the outcome is also in the log and exit code
@@ -302,6 +378,8 @@ class Job:
             if failed:
                 self.phase, self.message = JobPhase.FAILED, failed
                 return
+            if self.previous is not None:
+                self.tm.requeue_unclaimed()
             if self.tm.finished and not (self.es is not None and self.es.busy):
                 # Workers ask for a task, get "no more tasks" and exit on their own.
                 if not self.rm.wait_workers_exited(self.worker_exit_grace_s):
@@ -371,7 +449,11 @@ class Job:
                 if self.rendezvous is not None
                 else None
             ),
-            master={"pid": os.getpid(), "port": self.port},
+            master={
+                "pid": os.getpid(),
+                "port": self.port,
+                "restarts": self.previous.lives if self.previous is not None else 0,
+            },
             created_at=self.started_at,
             job_dir=str(self.job_dir) if self.job_dir else "",
         )

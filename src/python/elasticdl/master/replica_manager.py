@@ -21,6 +21,11 @@ Rules (the original pod manager's, plus PS recovery):
   After ``max_ps_relaunches`` non-preemption failures of one PS the job fails.
 * **The job fails** when a task exceeded its retries, a PS cannot be kept alive, or no worker
   is left (all ended) while work remains.
+* **The master restarts** (issue #19): with a journal attached, every launch (with the
+  platform's identity of the process and its address) and every end (phase, exit code,
+  replacement) is recorded; ``restore`` rebuilds the replica table, relaunch counts and the
+  next worker id from it, and ``adopt`` (instead of ``start``) takes over the replicas still
+  running and applies the rules above to the ones that ended while no master watched.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import threading
 import time
 from typing import Callable
 
+from elasticdl.master.journal import JournalSink
 from elasticdl.master.task_manager import TaskManager
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
@@ -138,6 +144,8 @@ class ReplicaManager:
         self._failed_message = ""
         self._changed = threading.Condition(self._lock)
         self._priorities = parse_worker_priority(config.num_workers, config.worker_priority)
+        self._sink: JournalSink | None = None
+        self._identities: dict[tuple[ReplicaType, int], dict | None] = {}
         platform.add_event_listener(self._on_event)
 
     # ---- start / stop --------------------------------------------------------------------
@@ -188,6 +196,25 @@ class ReplicaManager:
             if self._stopping:  # the job ended while a relaunch was on its way
                 return
             self._fail(f"cannot launch {spec.replica_type}-{spec.replica_id}: {e}")
+            return
+        key = (spec.replica_type, spec.replica_id)
+        with self._lock:
+            state = (self._ps if spec.replica_type == ReplicaType.PS else self._workers)[
+                spec.replica_id
+            ]
+            identity = self.platform.replica_identity(*key)
+            self._identities[key] = identity
+            self._record(
+                {
+                    "o": "launch",
+                    "k": str(spec.replica_type),
+                    "i": spec.replica_id,
+                    "rc": state.relaunch_count,
+                    "p": state.priority,
+                    "id": identity,
+                    "addr": self.platform.address(*key) if spec.port is not None else None,
+                }
+            )
 
     # ---- events --------------------------------------------------------------------------
     def _on_event(self, event: ReplicaEvent) -> None:
@@ -206,6 +233,7 @@ class ReplicaManager:
             self._changed.notify_all()
         if not event.phase.is_terminal or stopping:
             return
+        self._record_end(state)
         if (
             event.phase == ReplicaPhase.DELETED
             and event.reason == REASON_DELETED_BY_MASTER
@@ -256,6 +284,7 @@ class ReplicaManager:
             new_id = self._next_worker_id
             self._next_worker_id += 1
             state.replaced_by = new_id
+            self._record_end(state)
         count = state.relaunch_count if preempted else state.relaunch_count + 1
         logger.info("Worker %d: %s as worker %d", state.replica_id, decision, new_id)
         self._launch_worker(new_id, relaunch_count=count, priority=state.priority)
@@ -273,6 +302,7 @@ class ReplicaManager:
             logger.warning("Last output of PS %d:\n%s", ps_id, event.message)
         if not event.looks_preempted:
             self._ps_failures[ps_id] = self._ps_failures.get(ps_id, 0) + 1
+            self._record({"o": "psf", "i": ps_id, "n": self._ps_failures[ps_id]})
         if self._ps_failures.get(ps_id, 0) > self.config.max_ps_relaunches:
             self._fail(
                 f"PS {ps_id} failed {self._ps_failures[ps_id]} times (exit code {event.exit_code}); "
@@ -293,6 +323,7 @@ class ReplicaManager:
             if not self._failed_message:
                 self._failed_message = message
                 logger.error("Job failed: %s", message)
+                self._record({"o": "fail", "m": message})
             self._changed.notify_all()
         self._tm.fail(message)
 
@@ -343,3 +374,102 @@ class ReplicaManager:
                 return False
             self.wait_for_change(min(left, 1.0))
         return True
+
+    # ---- journal / a restarted master ------------------------------------------------------
+    def attach_journal(self, sink: JournalSink | None) -> None:
+        self._sink = sink
+
+    def _record(self, op: dict) -> None:
+        if self._sink is not None:
+            self._sink.record(op)
+
+    def _record_end(self, state: ReplicaState) -> None:
+        self._record(
+            {
+                "o": "end",
+                "k": str(state.replica_type),
+                "i": state.replica_id,
+                "ph": str(state.phase),
+                "x": state.exit_code,
+                "r": state.reason,
+                "by": state.replaced_by,
+            }
+        )
+
+    def restore(self, records: list[dict]) -> None:
+        """Rebuild the replica table from the journal's records (before ``adopt``); the
+        platform gets the PS addresses back (``reserve_address``)."""
+        with self._lock:
+            for op in records:
+                kind = op["o"]
+                if kind == "launch":
+                    rtype = ReplicaType(op["k"])
+                    table = self._ps if rtype == ReplicaType.PS else self._workers
+                    table[op["i"]] = ReplicaState(
+                        rtype,
+                        op["i"],
+                        phase=ReplicaPhase.RUNNING,
+                        relaunch_count=op["rc"],
+                        priority=op["p"],
+                        log=self.platform.log_location(rtype, op["i"]),
+                    )
+                    self._identities[(rtype, op["i"])] = op["id"]
+                    if op.get("addr"):
+                        self.platform.reserve_address(rtype, op["i"], op["addr"])
+                    if rtype == ReplicaType.WORKER:
+                        self._next_worker_id = max(self._next_worker_id, op["i"] + 1)
+                elif kind == "end":
+                    rtype = ReplicaType(op["k"])
+                    table = self._ps if rtype == ReplicaType.PS else self._workers
+                    state = table.get(op["i"])
+                    if state is not None:
+                        state.phase = ReplicaPhase(op["ph"])
+                        state.exit_code, state.reason = op["x"], op["r"]
+                        state.replaced_by = op["by"]
+                    if op["by"] is not None:
+                        self._next_worker_id = max(self._next_worker_id, op["by"] + 1)
+                elif kind == "psf":
+                    self._ps_failures[op["i"]] = op["n"]
+                elif kind == "fail":
+                    self._failed_message = self._failed_message or op["m"]
+
+    def adopt(self) -> None:
+        """Instead of ``start`` after ``restore``: adopt every replica the journal says runs;
+        the platform reports those that ended meanwhile, and the rules above apply to them.
+        Replicas recorded as due but never launched (the old master died in between) are
+        launched now."""
+        with self._lock:
+            running = [
+                s
+                for s in list(self._ps.values()) + list(self._workers.values())
+                if not s.phase.is_terminal
+            ]
+            ended = [s for s in self._workers.values() if s.phase.is_terminal]
+            failed = bool(self._failed_message)
+        for state in ended:  # its tasks, if the old master died before taking them back
+            self._tm.recover_tasks(state.replica_id)
+        if failed:
+            return
+        for ps_id in range(self.config.num_ps):
+            if ps_id not in self._ps:
+                self._launch_ps(ps_id)
+        for state in running:
+            key = (state.replica_type, state.replica_id)
+            build = self._ps_spec if state.replica_type == ReplicaType.PS else self._worker_spec
+            spec = build(state.replica_id)
+            spec.priority = state.priority or spec.priority
+            self.platform.adopt(spec, self._identities.get(key))
+        for state in ended:  # a replacement decided but not launched
+            new_id = state.replaced_by
+            if new_id is not None and new_id not in self._workers:
+                count = state.relaunch_count + (0 if state.exit_code == 137 else 1)
+                self._launch_worker(new_id, relaunch_count=count, priority=state.priority)
+        for worker_id in range(self.config.num_workers):
+            if worker_id not in self._workers:
+                self._launch_worker(
+                    worker_id, relaunch_count=0, priority=self._priorities[worker_id]
+                )
+        with self._lock:
+            ended_ps = [s for s in self._ps.values() if s.phase.is_terminal]
+        for state in ended_ps:  # ended and its relaunch never made it
+            self._launch_ps(state.replica_id)

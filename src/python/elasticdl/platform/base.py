@@ -24,6 +24,10 @@ Contract every platform keeps:
   a replica removed by someone else (a preempting scheduler, a ``kubectl delete pod``) reports
   ``Deleted`` or ``Failed`` with ``reason`` set where the platform can tell
   (``"Preempted"``, ``"OOMKilled"``, ``"Evicted"``, ``"Error"``).
+* A master that dies and is restarted (issue #19) gets the same addresses back: it hands the
+  old ones to ``reserve_address`` before building specs, and, where the platform's replicas
+  outlive their master (``replicas_outlive_master``), adopts the running ones by the
+  ``replica_identity`` recorded at launch instead of launching them again.
 """
 
 from __future__ import annotations
@@ -197,6 +201,37 @@ class Platform(abc.ABC):
     def replica_pid(self, replica_type: ReplicaType, replica_id: int) -> int | None:
         """The process id of a replica running on this host, where that means something."""
         return None
+
+    # ---- a restarted master ----------------------------------------------------------------
+    @property
+    def replicas_outlive_master(self) -> bool:
+        """Whether replicas keep running when this master dies, for a restarted one to adopt."""
+        return False
+
+    def replica_identity(self, replica_type: ReplicaType, replica_id: int) -> dict | None:
+        """JSON-able data that tells this very replica apart (for ``adopt``), or None."""
+        return None
+
+    def reserve_address(self, replica_type: ReplicaType, replica_id: int, address: str) -> None:
+        """Make ``address(type, id)`` return ``address``, the one a previous master of this
+        job handed out (platforms whose addresses derive from names need nothing)."""
+
+    def adopt(self, spec: ReplicaSpec, identity: dict | None) -> bool:
+        """Watch the running replica ``identity`` names, launched as ``spec`` by a previous
+        master of this job, as if this platform had launched it (``Running``, then events as
+        usual); True if adopted. Otherwise emit the terminal event of how it ended (best
+        knowledge) and return False."""
+        self._emit(
+            ReplicaEvent(
+                spec.replica_type,
+                spec.replica_id,
+                ReplicaPhase.FAILED,
+                EXIT_CODE_KILLED,
+                REASON_ERROR,
+                "not adopted: this platform's replicas end with their master",
+            )
+        )
+        return False
 
     def log_location(self, replica_type: ReplicaType, replica_id: int) -> str:
         """Where a human finds this replica's output (a file path, or a ``kubectl logs``

@@ -7,6 +7,12 @@ by signal N reports ``128 + N`` (SIGKILL -> 137), which the master reads as pree
 
 Children are started with the master's own interpreter and ``PYTHONPATH`` set to the master's
 ``sys.path``, so they import exactly the same code also when the master runs from a PEX.
+
+When the master runs under the job's owner (the client's supervisor, ``$ELASTICDL_JOB_OWNER``)
+its replicas outlive it and end with the owner instead (``common.parent_watch``); a restarted
+master adopts them: the replica with the recorded pid and start time whose environment
+names this job's exit-status file is watched by polling (it is not this process's child) and
+its end read from that file (``<job_dir>/logs/<type>-<id>.exit``; none: it was killed).
 """
 
 from __future__ import annotations
@@ -24,8 +30,17 @@ import time
 from pathlib import Path
 
 from elasticdl.common.job_spec import JobSpec, default_job_dir
-from elasticdl.common.parent_watch import EXIT_WITH_PARENT_ENV
+from elasticdl.common.parent_watch import (
+    EXIT_STATUS_FILE_ENV,
+    EXIT_WITH_OWNER_ENV,
+    EXIT_WITH_PARENT_ENV,
+    owner_value,
+    proc_start_time,
+    process_alive,
+    read_exit_status,
+)
 from elasticdl.platform.base import (
+    EXIT_CODE_KILLED,
     REASON_DELETED_BY_MASTER,
     REASON_ERROR,
     Platform,
@@ -40,6 +55,9 @@ from elasticdl.platform.base import (
 logger = logging.getLogger(__name__)
 
 _TAIL_LINES = 20  # log lines quoted in the event message of a failed replica
+# Set by the client's supervisor to its own pid: replicas end with it, not with the master.
+JOB_OWNER_ENV = "ELASTICDL_JOB_OWNER"
+_ADOPTED_POLL_SECONDS = 0.2
 _STOP = object()  # sentinel that ends the event dispatcher
 
 
@@ -73,10 +91,35 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+class _AdoptedProcess:
+    """The part of ``subprocess.Popen`` the platform uses, for a replica a previous master
+    started: it is not our child, so its end is polled and its status read from its file."""
+
+    def __init__(self, pid: int, start_time: str | None, status_file: Path) -> None:
+        self.pid = pid
+        self._start_time = start_time
+        self._status_file = status_file
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not process_alive(self.pid, self._start_time):
+            code = read_exit_status(self._status_file)
+            self.returncode = -signal.SIGKILL if code is None else code
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            time.sleep(_ADOPTED_POLL_SECONDS)
+        return self.returncode
+
+
 @dataclasses.dataclass
 class _Child:
     spec: ReplicaSpec
-    proc: subprocess.Popen
+    proc: subprocess.Popen | _AdoptedProcess
     log_path: Path
     deleting: bool = False
     watcher: threading.Thread | None = None
@@ -101,6 +144,9 @@ class LocalProcessPlatform(Platform):
         self._ports: dict[tuple[ReplicaType, int], int] = {}
         self._events: queue.Queue = queue.Queue()
         self._closed = False
+        owner = os.environ.get(JOB_OWNER_ENV, "")
+        # Only the process that really started this master owns the job.
+        self._owner = int(owner) if owner.isdigit() and int(owner) == os.getppid() else None
         # One dispatcher thread delivers events in order, so listeners never run concurrently.
         self._dispatcher = threading.Thread(
             target=self._dispatch, name="local-platform-events", daemon=True
@@ -134,6 +180,20 @@ class LocalProcessPlatform(Platform):
     def log_location(self, replica_type: ReplicaType, replica_id: int) -> str:
         return str(self.log_path(replica_type, replica_id))
 
+    def exit_status_path(self, replica_type: ReplicaType, replica_id: int) -> Path:
+        return self.log_dir / f"{ReplicaType(replica_type).value}-{replica_id}.exit"
+
+    @property
+    def replicas_outlive_master(self) -> bool:
+        return self._owner is not None
+
+    def reserve_address(self, replica_type: ReplicaType, replica_id: int, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        if host != self.host or not port.isdigit():
+            raise PlatformError(f"address {address!r} is not on this platform's host {self.host}")
+        with self._lock:
+            self._ports[(ReplicaType(replica_type), replica_id)] = int(port)
+
     # ---- lifecycle -----------------------------------------------------------------------
     def launch(self, spec: ReplicaSpec) -> None:
         key = (spec.replica_type, spec.replica_id)
@@ -151,7 +211,15 @@ class LocalProcessPlatform(Platform):
             env.update(spec.secret_env)
             env["PYTHONPATH"] = child_pythonpath()
             env["PYTHONUNBUFFERED"] = "1"  # logs appear as they are written
-            env[EXIT_WITH_PARENT_ENV] = str(os.getpid())  # replicas end with their master
+            status_file = self.exit_status_path(*key)
+            status_file.unlink(missing_ok=True)  # a previous life's
+            env[EXIT_STATUS_FILE_ENV] = str(status_file)
+            if self._owner is not None:  # replicas outlive the master, not the job's owner
+                env[EXIT_WITH_OWNER_ENV] = owner_value(self._owner)
+                env.pop(EXIT_WITH_PARENT_ENV, None)
+            else:  # replicas end with their master
+                env[EXIT_WITH_PARENT_ENV] = str(os.getpid())
+                env.pop(EXIT_WITH_OWNER_ENV, None)
             cmd = spec.command(self.python)
             self._events.put(ReplicaEvent(spec.replica_type, spec.replica_id, ReplicaPhase.PENDING))
             with open(log_path, "ab") as log:
@@ -180,16 +248,7 @@ class LocalProcessPlatform(Platform):
                         )
                     )
                     raise PlatformError(f"cannot start {cmd[:3]}: {e}") from e
-            child = _Child(spec=spec, proc=proc, log_path=log_path)
-            self._children[key] = child
-            self._events.put(ReplicaEvent(spec.replica_type, spec.replica_id, ReplicaPhase.RUNNING))
-            child.watcher = threading.Thread(
-                target=self._watch,
-                args=(child,),
-                name=f"watch-{spec.replica_type}-{spec.replica_id}",
-                daemon=True,
-            )
-            child.watcher.start()
+            self._watch_child(_Child(spec=spec, proc=proc, log_path=log_path))
             logger.info(
                 "Launched %s-%d (pid %d), log: %s",
                 spec.replica_type,
@@ -197,6 +256,53 @@ class LocalProcessPlatform(Platform):
                 proc.pid,
                 log_path,
             )
+
+    def _watch_child(self, child: _Child) -> None:
+        spec = child.spec
+        self._children[(spec.replica_type, spec.replica_id)] = child
+        self._events.put(ReplicaEvent(spec.replica_type, spec.replica_id, ReplicaPhase.RUNNING))
+        child.watcher = threading.Thread(
+            target=self._watch,
+            args=(child,),
+            name=f"watch-{spec.replica_type}-{spec.replica_id}",
+            daemon=True,
+        )
+        child.watcher.start()
+
+    def replica_identity(self, replica_type: ReplicaType, replica_id: int) -> dict | None:
+        pid = self.replica_pid(replica_type, replica_id)
+        if pid is None:
+            return None
+        return {"pid": pid, "start": proc_start_time(pid)}
+
+    def adopt(self, spec: ReplicaSpec, identity: dict | None) -> bool:
+        """Watch the replica a previous master launched as ``spec`` (``identity`` from
+        ``replica_identity``) if that very process still runs: same pid and start time, and
+        its environment names this replica's exit-status file (so it is this job's, not a
+        process that reused the pid). Returns False, having emitted how it ended, otherwise."""
+        key = (spec.replica_type, spec.replica_id)
+        status_file = self.exit_status_path(*key)
+        pid = (identity or {}).get("pid")
+        start = (identity or {}).get("start")
+        ours = (
+            isinstance(pid, int)
+            and process_alive(pid, start)
+            and _environ_has(pid, f"{EXIT_STATUS_FILE_ENV}={status_file}")
+        )
+        if spec.port is not None:
+            with self._lock:
+                self._ports.setdefault(key, spec.port)
+        if not ours:
+            code = read_exit_status(status_file)
+            self._events.put(_ended_event(spec, code))
+            return False
+        proc = _AdoptedProcess(pid, start, status_file)
+        with self._lock:
+            if self._closed:
+                raise PlatformError("platform is shut down; cannot adopt replicas")
+            self._watch_child(_Child(spec=spec, proc=proc, log_path=self.log_path(*key)))
+        logger.info("Adopted %s-%d (pid %d)", spec.replica_type, spec.replica_id, pid)
+        return True
 
     def replica_pid(self, replica_type: ReplicaType, replica_id: int) -> int | None:
         """Process id of the live replica, or None (handy for tests and debugging)."""
@@ -289,6 +395,30 @@ class LocalProcessPlatform(Platform):
                 self._emit(event)
             except Exception:  # a buggy listener must not stop event delivery
                 logger.exception("Replica event listener failed on %s", event)
+
+
+def _environ_has(pid: int, entry: str) -> bool:
+    try:
+        return entry.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def _ended_event(spec: ReplicaSpec, code: int | None) -> ReplicaEvent:
+    """How a replica that ended while no master watched it ended: its exit-status file, or
+    killed (no file)."""
+    if code == 0:
+        return ReplicaEvent(spec.replica_type, spec.replica_id, ReplicaPhase.SUCCEEDED, 0)
+    if code is None:
+        return ReplicaEvent(
+            spec.replica_type,
+            spec.replica_id,
+            ReplicaPhase.FAILED,
+            EXIT_CODE_KILLED,
+            "SIGKILL",
+            "ended while the master was down, without recording its exit status",
+        )
+    return ReplicaEvent(spec.replica_type, spec.replica_id, ReplicaPhase.FAILED, code, REASON_ERROR)
 
 
 def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:

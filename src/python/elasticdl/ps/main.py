@@ -16,7 +16,7 @@ import threading
 
 from elasticdl.common.auth import MissingJobSecret, job_secret_from_env
 from elasticdl.common.malloc_tuning import tune_malloc
-from elasticdl.common.parent_watch import exit_with_parent
+from elasticdl.common.parent_watch import exit_with_parent, run_main
 from elasticdl.common.replica_spec import ps_spec_from_argv
 from elasticdl.common.spec_codec import SpecError
 from elasticdl.ps.errors import PSError
@@ -62,4 +62,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # The exit status also goes to the file the master named: a restarted master that adopted
+    # this process cannot wait for it (see elasticdl.common.parent_watch).
+    sys.exit(run_main(main))

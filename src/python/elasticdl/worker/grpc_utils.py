@@ -17,6 +17,12 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     # Fail fast on a dead peer instead of waiting for TCP timeouts; retries below decide.
     ("grpc.enable_retries", 0),
+    # A peer that restarts (a master resuming its job, a relaunched PS) is reconnected to
+    # within a second: gRPC's default reconnect backoff grows to minutes, and meanwhile every
+    # call fails at once with the last connection error.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
 # UNAVAILABLE: the server is (re)starting or unreachable. Anything else is a real error.

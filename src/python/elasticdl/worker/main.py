@@ -12,7 +12,7 @@ from elasticdl.common.auth import MissingJobSecret, job_secret_from_env
 from elasticdl.common.cpu_budget import apply_training_split
 from elasticdl.common.malloc_tuning import tune_malloc
 from elasticdl.common.model_utils import ModelSpecError, get_dict_from_params_str, load_model_of
-from elasticdl.common.parent_watch import exit_with_parent
+from elasticdl.common.parent_watch import exit_with_parent, run_main
 from elasticdl.common.replica_spec import worker_spec_from_argv
 from elasticdl.common.spec_codec import SpecError
 
@@ -108,4 +108,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # The exit status also goes to the file the master named: a restarted master that adopted
+    # this process cannot wait for it (see elasticdl.common.parent_watch).
+    sys.exit(run_main(main))

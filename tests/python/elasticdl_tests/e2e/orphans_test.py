@@ -1,9 +1,13 @@
-"""A local job whose master is SIGKILLed leaves no process behind: its PS and workers notice
-their parent is gone and stop (elasticdl.common.parent_watch)."""
+"""A local job whose owner (the client's supervisor) and master are SIGKILLed leaves no
+process behind: its PS and workers notice the owner is gone and stop
+(elasticdl.common.parent_watch). A master killed alone is started again by the owner
+(master_restart_test.py)."""
+import json
 import os
+import signal
 import time
 
-from .conftest import kill, replica
+from .conftest import replica
 
 JOB = "orphans"
 
@@ -20,7 +24,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_replicas_end_with_their_master(cli, small_data):
+def test_replicas_end_with_their_job_owner(cli, small_data):
     cli.submit(
         "train",
         JOB,
@@ -38,11 +42,12 @@ def test_replicas_end_with_their_master(cli, small_data):
         what="training with all replicas up",
     )
     replicas = [replica(status, n)["pid"] for n in ("ps-0", "worker-0", "worker-1")]
-    kill(status["master"]["pid"])
+    owner = json.loads((cli.job_dir(JOB) / "job.json").read_text())["pid"]
+    os.killpg(owner, signal.SIGKILL)  # the owner's group: the owner and the master
     deadline = time.monotonic() + 30
     while any(_alive(p) for p in replicas) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [p for p in replicas if _alive(p)], "replicas outlived their master"
+    assert not [p for p in replicas if _alive(p)], "replicas outlived their job's owner"
     final = cli.wait_end(JOB, timeout=60)
     shown = cli.run("status", JOB, "-o", "json", check=False).stdout
     assert '"phase": "Failed"' in shown, shown
