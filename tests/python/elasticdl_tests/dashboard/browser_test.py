@@ -284,7 +284,13 @@ def test_jobs_table_curves_replicas_and_cancel_in_chromium(api, browser, tmp_pat
     with capsys.disabled():
         print(f"\ndashboard screenshot: {shot}")
 
-    # A second job, cancelled from its page.
+    # A second job, submitted while the table is open: the table refreshes itself to show it.
+    browser.find_element(By.LINK_TEXT, "ElasticDL").click()
+    _wait(
+        browser,
+        "the jobs table",
+        lambda d: d.find_elements(By.CSS_SELECTOR, f'#jobs tr[data-job="{SHORT}"]'),
+    )
     api.submit(
         api.package,
         job_name=LONG,
@@ -294,12 +300,12 @@ def test_jobs_table_curves_replicas_and_cancel_in_chromium(api, browser, tmp_pat
         num_workers=1,
         num_ps_pods=1,
     )
-    browser.find_element(By.LINK_TEXT, "ElasticDL").click()
     _wait(
         browser,
-        f"a row for {LONG}",
+        f"a row for {LONG} without reloading",
         lambda d: d.find_elements(By.CSS_SELECTOR, f'#jobs tr[data-job="{LONG}"]'),
     )
+    # Cancelled from its page.
     browser.find_element(By.LINK_TEXT, LONG).click()
     _wait(browser, f"{LONG} running", lambda d: d.find_element(By.ID, "phase").text == "Running")
     browser.find_element(By.ID, "cancel").click()
