@@ -250,6 +250,9 @@ PYBIND11_MODULE(elasticdl_native, m) {
 #ifdef EDL_WITH_CUDA
   m.def("has_cuda", [] { return true; });
   m.def("cuda_device_count", &edl::cuda::device_count);
+  m.def("cuda_archs", &edl::cuda::compiled_archs,
+        "compute capabilities x 10 the CUDA kernels were compiled for, e.g. [800, 900]");
+  m.def("cuda_runtime_version", &edl::cuda::runtime_version);
   EDL_BIND_COMMON(m, "cuda_", edl::cuda)
   m.def("cuda_aggregate",
         [](uintptr_t ids, int64_t n, uintptr_t grads, int64_t dim, uintptr_t out_ids, uintptr_t out) {
@@ -260,5 +263,7 @@ PYBIND11_MODULE(elasticdl_native, m) {
 #else
   m.def("has_cuda", [] { return false; });
   m.def("cuda_device_count", [] { return 0; });
+  m.def("cuda_archs", [] { return std::vector<int>{}; });
+  m.def("cuda_runtime_version", [] { return 0; });
 #endif
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace edl {
 
@@ -63,6 +64,11 @@ constexpr int64_t kCudaSumChunk = 32;
 #ifdef EDL_WITH_CUDA
 namespace cuda {
 int device_count();
+// The virtual architectures this object was compiled for, as nvcc defines them from the
+// -gencode flags (__CUDA_ARCH_LIST__), e.g. {800, 900}; read without a GPU.
+std::vector<int> compiled_archs();
+// CUDART_VERSION of the runtime linked into the module, e.g. 13000.
+int runtime_version();
 // All pointers are device pointers; each call runs on the legacy default stream and returns
 // after its work is queued, except where it must read a result (bad id, unique count).
 int64_t lookup(const void* table, int dtype, int64_t rows, int64_t dim, const int64_t* ids, int64_t n,

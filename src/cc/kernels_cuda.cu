@@ -351,6 +351,16 @@ int bits_for_rows(int64_t rows) {
 
 }  // namespace
 
+std::vector<int> compiled_archs() {
+#ifdef __CUDA_ARCH_LIST__
+  return {__CUDA_ARCH_LIST__};
+#else
+  return {};
+#endif
+}
+
+int runtime_version() { return CUDART_VERSION; }
+
 int device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

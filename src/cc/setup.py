@@ -3,7 +3,8 @@
 CUDA is built when `nvcc` is on PATH (or at $CUDA_HOME/bin or /usr/local/cuda/bin) and
 ELASTICDL_BUILD_CUDA is not "0"; ELASTICDL_BUILD_CUDA=1 makes a missing nvcc an error.
 The CUDA runtime is linked statically, so the module needs only the NVIDIA driver at run
-time and still imports (reporting no device) on machines without one.
+time and still imports (reporting no device) on machines without one; `cuda_archs()` lists the
+architectures the kernels were compiled for (nvcc's __CUDA_ARCH_LIST__), also without a GPU.
 ELASTICDL_CUDA_ARCHS (default "80;90") selects the GPU architectures (SASS + PTX of the last).
 """
 
@@ -65,6 +66,10 @@ class BuildExt(build_ext):
                 raise RuntimeError(f"libcudart_static.a not found under {roots}; set CUDA_HOME")
             ext.library_dirs.append(libdirs[0])
             ext.libraries += ["cudart_static", "dl", "rt", "pthread"]
+            # The static runtime's symbols stay private: where torch or TensorFlow loaded their
+            # shared libcudart (another CUDA version) globally first, the module's calls would
+            # otherwise bind to that one.
+            ext.extra_link_args.append("-Wl,--exclude-libs,ALL")
         super().build_extensions()
 
 
