@@ -345,6 +345,9 @@ def _dataset_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_DATASET_PARAMS = ("rows", "features", "vocab", "zipf", "seed")
+
+
 def _dataset_prepare(args: argparse.Namespace) -> int:
     datasets = _datasets_module()
     names = getattr(datasets, "DATASETS", None)
@@ -352,12 +355,14 @@ def _dataset_prepare(args: argparse.Namespace) -> int:
         raise ArgumentError(
             f"unknown dataset {args.name!r}; available: {', '.join(sorted(names))} (see '{PROG} dataset list')"
         )
+    params = {k: getattr(args, k) for k in _DATASET_PARAMS if getattr(args, k) is not None}
     result = datasets.prepare(
         args.name,
         args.output,
         source=args.source,
         progress=not args.no_progress,
         schema=args.schema,
+        params=params,
     )
     _err(getattr(result, "message", "") or f"dataset {args.name} is ready in {args.output}")
     return EXIT_OK
@@ -446,6 +451,16 @@ def build_parser() -> StrictArgumentParser:
         help="Record schema: this project's model zoo's (default), or what the original "
         "ElasticDL's data generators wrote (original; fashion_mnist and census)",
     )
+
+    # Parameters of generated datasets (synthetic_ctr); the dataset checks them.
+    for flag, kind, text in (
+        ("rows", int, "rows to generate (train + test; the last 10%% are the test split)"),
+        ("features", int, "categorical features per row"),
+        ("vocab", int, "ids per categorical feature (up to 10^8)"),
+        ("zipf", float, "Zipf exponent of the ids (0 = uniform)"),
+        ("seed", int, "seed; the output is a function of the parameters"),
+    ):
+        prepare.add_argument(f"--{flag}", type=kind, default=None, help=f"synthetic_ctr: {text}")
 
     listing = _add_command(dataset_sub, "list", _dataset_list, "List the datasets 'prepare' knows")
     del listing

@@ -38,17 +38,25 @@ ElasticDL's data generators wrote, so model files written for it parse the recor
     ``movie_id``  int64_list, one value
     ``rating``    float_list, one value in 1..5
     ``label``     int64_list: 1 if rating >= 4, else 0
+
+``synthetic_ctr`` (generated; ``prepare(..., params=CtrParams(rows=..., ...))``, flags
+``--rows --features --vocab --zipf --seed``; last 10% of the rows are the test split)
+    ``dense``        float_list, 13 values
+    ``categorical``  int64_list, one id per categorical feature, Zipf-distributed
+    ``label``        int64_list, clicks drawn from a hidden logistic model; the manifest's
+    ``metadata.test.auc_ceiling`` is that model's AUC on the test split (see ``synthetic_ctr``)
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
-from elasticdl.data.datasets import census, fashion_mnist, movielens
+from elasticdl.data.datasets import census, fashion_mnist, movielens, synthetic_ctr
 from elasticdl.data.datasets.errors import DatasetError, SourceUnavailableError
 from elasticdl.data.datasets.spec import DatasetSpec, Inputs
 from elasticdl.data.datasets.writer import (
@@ -62,7 +70,7 @@ from elasticdl.data.datasets.writer import (
 logger = logging.getLogger(__name__)
 
 _SPECS: Dict[str, DatasetSpec] = {
-    s.name: s for s in (fashion_mnist.SPEC, census.SPEC, movielens.SPEC)
+    s.name: s for s in (fashion_mnist.SPEC, census.SPEC, movielens.SPEC, synthetic_ctr.SPEC)
 }
 
 #: Record schemas ``prepare`` writes: this project's, or the original ElasticDL's generators'.
@@ -91,13 +99,30 @@ class PrepareResult:
     input_sha256: str
     seconds: float = 0.0
     manifest: str = field(default="")
+    metadata: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # split -> facts
 
     @property
     def message(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in self.counts.items())
+        facts = "; ".join(
+            f"{split}: " + ", ".join(f"{k} {v}" for k, v in md.items() if _is_scalar(v))
+            for split, md in self.metadata.items()
+        )
+        facts = f" ({facts})" if facts else ""
         if self.skipped:
-            return f"{self.name}: {self.output_dir} is already prepared ({counts}); nothing to do"
-        return f"{self.name}: wrote {counts} records to {self.output_dir} in {self.seconds:.1f}s"
+            return (
+                f"{self.name}: {self.output_dir} is already prepared ({counts}){facts}; "
+                "nothing to do"
+            )
+        rate = sum(self.counts.values()) / max(self.seconds, 1e-9)
+        return (
+            f"{self.name}: wrote {counts} records to {self.output_dir} in {self.seconds:.1f}s "
+            f"({rate:,.0f} records/s){facts}"
+        )
+
+
+def _is_scalar(v: Any) -> bool:
+    return isinstance(v, (int, float, str, bool))
 
 
 def _input_hash(inputs: Inputs) -> str:
@@ -128,6 +153,7 @@ def _result(name: str, output_dir: str, manifest: dict, skipped: bool, seconds: 
         input_sha256=manifest["identity"]["input_sha256"],
         seconds=seconds,
         manifest=os.path.join(output_dir, MANIFEST),
+        metadata=manifest.get("metadata", {}),
     )
 
 
@@ -139,6 +165,7 @@ def prepare(
     records_per_shard: Optional[int] = None,
     limit: Optional[int] = None,
     schema: str = "default",
+    params: Optional[Mapping[str, Any]] = None,
 ) -> PrepareResult:
     """Prepare dataset ``name`` under ``output_dir`` (see the module docstring).
 
@@ -147,6 +174,8 @@ def prepare(
     data comes from the installed package, the cache, or a download. ``limit`` keeps only the
     first ``limit`` rows per split (fashion_mnist) or of the table (others), for quick runs.
     ``schema="original"``: the records the original ElasticDL's generators wrote.
+    ``params``: a generated dataset's parameters by name (``synthetic_ctr``: rows, features,
+    vocab, zipf, seed; the rest keep their defaults).
     """
     spec = _SPECS.get(name)
     if spec is None:
@@ -167,12 +196,17 @@ def prepare(
             f"--schema original: the original ElasticDL had no {spec.name} schema; use "
             f"--schema default (original schemas: {', '.join(with_original)})"
         )
+    checked = _check_params(spec, params)
     output_dir = os.path.abspath(output_dir)
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise DatasetError(f"--output: {output_dir!r} exists and is not a directory")
 
     start = time.monotonic()
     inputs = spec.locate(source)
+    if checked is not None:
+        inputs = dataclasses.replace(
+            inputs, digest_parts=lambda: iter([checked.identity()]), extra={"params": checked}
+        )
     identity = {
         "dataset": spec.name,
         "schema_version": spec.schema_version,
@@ -189,9 +223,34 @@ def prepare(
         return result
 
     splits = build(inputs, None if limit is None else int(limit))
+    if limit is not None:  # facts about a split of the full size do not hold for a cut one
+        for split in splits.values():
+            split.metadata = {}
     write_splits(output_dir, splits, identity, per_shard, progress)
     manifest = read_manifest(output_dir)
     assert manifest is not None
     result = _result(spec.name, output_dir, manifest, False, time.monotonic() - start)
     logger.info(result.message)
     return result
+
+
+def _check_params(spec: DatasetSpec, params: Optional[Mapping[str, Any]]):
+    """The dataset's parameter object, checked; None for datasets without parameters."""
+    given = {k: v for k, v in (params or {}).items() if v is not None}
+    if spec.params_type is None:
+        if given:
+            flags = ", ".join(f"--{k}" for k in sorted(given))
+            generated = sorted(n for n, s in _SPECS.items() if s.params_type is not None)
+            raise DatasetError(
+                f"{flags}: {spec.name} takes no parameters (they are for {', '.join(generated)})"
+            )
+        return None
+    names = {f.name for f in dataclasses.fields(spec.params_type)}
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise DatasetError(
+            f"--{unknown[0]}: {spec.name} has no such parameter; use {', '.join(sorted(names))}"
+        )
+    checked = spec.params_type(**given)
+    checked.check()
+    return checked

@@ -9,14 +9,14 @@ from elasticdl.data.datasets.progress import Progress
 
 
 def test_catalogue():
-    assert sorted(DATASETS) == ["census", "fashion_mnist", "movielens"]
+    assert sorted(DATASETS) == ["census", "fashion_mnist", "movielens", "synthetic_ctr"]
     assert all(isinstance(d, str) and d and "\n" not in d for d in DATASETS.values())
 
 
 def test_unknown_dataset_lists_choices(tmp_path):
     with pytest.raises(
         DatasetError,
-        match="unknown dataset 'mnist'; choose one of census, fashion_mnist, movielens",
+        match="unknown dataset 'mnist'; choose one of census, fashion_mnist, movielens, synthetic_ctr",
     ):
         prepare("mnist", str(tmp_path))
 

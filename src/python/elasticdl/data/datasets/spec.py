@@ -3,7 +3,7 @@ train/test records (serialized ``tf.train.Example`` bytes)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 
@@ -14,6 +14,9 @@ class Split:
 
     num_records: int
     records: Iterator[bytes]
+    # What the manifest records about the split besides counts (e.g. a generated dataset's
+    # best reachable AUC); JSON-serialisable.
+    metadata: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,10 @@ class DatasetSpec:
     # The records in the schema the original ElasticDL's data generators wrote (what model
     # files written for it parse); None: the dataset has no such schema.
     build_original: Optional[Callable[[Inputs, Optional[int]], Dict[str, Split]]] = None
+    # Generated datasets: the dataclass of their parameters (flags of `dataset prepare`), with
+    # a check() raising DatasetError and identity() bytes; build() finds the checked instance
+    # in inputs.extra["params"]. None: the dataset takes no parameters.
+    params_type: Optional[type] = None
 
 
 SPLIT_SEED = 20200101

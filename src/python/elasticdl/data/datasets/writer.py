@@ -101,7 +101,8 @@ def write_splits(
             os.makedirs(os.path.join(staging, split))
             with Progress(data.num_records, f"{identity['dataset']} {split}", progress) as bar:
                 files[split] = _write_shards(staging, split, data, records_per_shard, bar)
-        _publish(output_dir, staging, files, identity, old_manifest is not None)
+        metadata = {s: splits[s].metadata for s in SPLITS if splits[s].metadata}
+        _publish(output_dir, staging, files, identity, old_manifest is not None, metadata)
         return files
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -147,6 +148,7 @@ def _publish(
     files: Dict[str, List[ShardFile]],
     identity: dict,
     replacing: bool,
+    metadata: Optional[dict] = None,
 ) -> None:
     manifest_path = os.path.join(output_dir, MANIFEST)
     stale_path = os.path.join(output_dir, STALE_MANIFEST)
@@ -165,6 +167,8 @@ def _publish(
         "counts": {s: sum(f.records for f in files[s]) for s in SPLITS},
         "files": {s: [asdict(f) for f in files[s]] for s in SPLITS},
     }
+    if metadata:
+        manifest["metadata"] = metadata
     tmp = manifest_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
