@@ -7,6 +7,7 @@ included. Whatever a killed server leaves in ``tmp/`` is removed when the next o
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import os
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from elasticdl.server.errors import BadRequest, TooLarge
+
+BATCH_BYTES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,18 +48,40 @@ def declared_length(header: str | None, limit: int, what: str) -> int | None:
 async def receive(
     chunks: AsyncIterator[bytes], tmp_dir: Path, limit: int, what: str, length: int | None
 ) -> Received:
+    """Write the body to a temporary file; the event loop keeps reading the next megabyte
+    while a worker thread hashes and writes the last one (both release the GIL)."""
+    loop = asyncio.get_running_loop()
     fd, name = tempfile.mkstemp(prefix="upload-", dir=tmp_dir)
     path = Path(name)
     digest = hashlib.sha256()
     size = 0
+    pending: asyncio.Future | None = None
+    batch: list[bytes] = []
+    batched = 0
+
+    def write(data: bytes) -> None:
+        digest.update(data)
+        f.write(data)
+
     try:
         with os.fdopen(fd, "wb") as f:
-            async for chunk in chunks:
-                size += len(chunk)
-                if size > limit:
-                    raise TooLarge(f"{what} is over the server's limit of {_mib(limit)}")
-                digest.update(chunk)
-                f.write(chunk)
+            try:
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size > limit:
+                        raise TooLarge(f"{what} is over the server's limit of {_mib(limit)}")
+                    batch.append(chunk)
+                    batched += len(chunk)
+                    if batched >= BATCH_BYTES:
+                        if pending is not None:
+                            await pending
+                        pending = loop.run_in_executor(None, write, b"".join(batch))
+                        batch, batched = [], 0
+            finally:
+                if pending is not None:  # the file is closed only after its last write
+                    await asyncio.wait([pending])
+            pending.result() if pending is not None else None
+            write(b"".join(batch))
         if length is not None and size != length:
             raise BadRequest(f"{what} ended after {size} of {length} bytes; send it again")
     except BaseException:
