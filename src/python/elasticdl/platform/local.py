@@ -397,11 +397,19 @@ class LocalProcessPlatform(Platform):
                 logger.exception("Replica event listener failed on %s", event)
 
 
-def _environ_has(pid: int, entry: str) -> bool:
-    try:
-        return entry.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return False
+def _environ_has(pid: int, entry: str, wait_s: float = 1.0) -> bool:
+    """Whether process ``pid``'s environment holds ``entry``; a process that is just being
+    started shows its new environment only once exec has set it up: wait that long."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if entry.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return True
+        except OSError:
+            return False
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
 
 
 def _ended_event(spec: ReplicaSpec, code: int | None) -> ReplicaEvent:
