@@ -79,9 +79,23 @@ class ServerProcess:
             time.sleep(0.1)
         raise AssertionError(f"server did not start in {timeout}s:\n{self.log()[-3000:]}")
 
+    @property
+    def tls(self) -> bool:
+        return any(f.startswith("--tls_cert") for f in self.flags)
+
     def _answers(self) -> bool:
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+            if self.tls:
+                import ssl
+
+                context = ssl.create_default_context()
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE  # only: is it up yet?
+                conn = http.client.HTTPSConnection(
+                    "127.0.0.1", self.port, timeout=2, context=context
+                )
+            else:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
             conn.request("GET", "/v1/version")
             conn.getresponse().read()
             conn.close()
@@ -91,7 +105,7 @@ class ServerProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def log(self) -> str:
         try:

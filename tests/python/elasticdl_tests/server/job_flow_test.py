@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -201,7 +202,8 @@ def test_upload_train_kill_the_server_and_finish(server, alice, shards, tmp_path
     assert list((tmp_path / "ckpt").rglob("*.ckpt")), list((tmp_path / "ckpt").rglob("*"))
 
 
-def test_cancel_a_running_job(server, alice):
+def test_cancel_a_running_job(server, alice, shards):
+    alice.run("upload", str(shards / "train"), "fashion_mnist/train")  # again: runs alone too
     alice.run(
         "train",
         "--job_name=srv-cancel",
@@ -219,8 +221,17 @@ def test_cancel_a_running_job(server, alice):
     )
     with pytest.raises(JobNotFoundError):
         sdk(server, "bob").stop_job("srv-cancel")
+    # A follower of the master's log streams until the job has ended.
+    followed: list[str] = []
+    follower = threading.Thread(
+        target=lambda: followed.extend(sdk(server, "alice").tail_logs("srv-cancel", follow=True))
+    )
+    follower.start()
     assert sdk(server, "alice").get_job_status("srv-cancel").phase == "Running"
     cancelled = alice.run("cancel", "srv-cancel", timeout=120)
     assert "Cancelled" in cancelled.stderr
     assert sdk(server, "alice").get_job_status("srv-cancel").phase == "Cancelled"
     assert not pid_alive(running.master["pid"])
+    follower.join(timeout=60)
+    assert not follower.is_alive(), "the followed log did not end with the job"
+    assert "Launched worker-0" in "".join(followed)

@@ -1,0 +1,87 @@
+"""TLS: given a certificate the server speaks only HTTPS, and the SDK verifies it against the
+configured CA (a self-signed certificate for 127.0.0.1 made with openssl here)."""
+
+import http.client
+import subprocess
+
+import pytest
+from elasticdl.client.errors import ClientError
+from elasticdl.client.server_client import JobServerClient
+from elasticdl.server.main import main as server_main
+from elasticdl.server.testing import ServerProcess
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tls")
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-keyout",
+            str(d / "key.pem"),
+            "-out",
+            str(d / "cert.pem"),
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return d / "cert.pem", d / "key.pem"
+
+
+def test_https_with_the_ca_and_nothing_else(tmp_path, certificate):
+    cert, key = certificate
+    server = ServerProcess(tmp_path / "state", None, f"--tls_cert={cert}", f"--tls_key={key}")
+    token = server.add_user("alice")
+    server.start()
+    try:
+        assert server.url.startswith("https://")
+        assert JobServerClient(server.url, token, ca=str(cert)).version()["user"] == "alice"
+        # Without the CA the certificate is not trusted.
+        with pytest.raises(ClientError, match="TLS with the job server .* failed"):
+            JobServerClient(server.url, token).version()
+        # Plain HTTP gets no answer from the TLS port.
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        with pytest.raises((http.client.HTTPException, OSError)):
+            conn.request("GET", "/v1/version", headers={"Authorization": f"Bearer {token}"})
+            conn.getresponse().read()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--tls_cert=c.pem"], "--tls_cert and --tls_key go together"),
+        (["--tls_cert=none.pem", "--tls_key=none.pem"], "--tls_cert 'none.pem' is not a file"),
+        (["--port=70000"], "--port must be 0..65535"),
+        (["--max_upload_mb=0"], "--max_upload_mb must be > 0"),
+        (["--platform=mars"], "invalid choice: 'mars'"),
+    ],
+)
+def test_bad_server_flags_are_one_line(tmp_path, capsys, flags, message):
+    assert server_main([f"--state_dir={tmp_path / 'state'}", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "state").exists()
+
+
+def test_add_user_prints_the_token_once(tmp_path, capsys):
+    assert server_main(["add-user", "alice", f"--state_dir={tmp_path}"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.strip()) >= 40 and "shown only this once" in err
+    assert server_main(["add-user", "alice", f"--state_dir={tmp_path}"]) == 2
+    assert "user 'alice' exists; pass --replace" in capsys.readouterr().err
+    assert server_main(["add-user", "Bad Name", f"--state_dir={tmp_path}"]) == 2
+    assert "user name 'Bad Name' is invalid" in capsys.readouterr().err
