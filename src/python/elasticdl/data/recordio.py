@@ -397,6 +397,12 @@ class Scanner:
             self._file.close()
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading it means setting it: put it back at once
+    os.umask(mask)
+    return mask
+
+
 class Writer:
     """Writes records into a new RecordIO file, atomically.
 
@@ -423,6 +429,9 @@ class Writer:
             )
         except OSError as e:
             raise RecordIOError(f"{self.path}: cannot create file: {e.strerror or e}") from e
+        # mkstemp makes it 0600; data files get the mode any file of the user gets (the umask),
+        # so that e.g. the non-root user of a job's pods can read a hostPath data directory.
+        os.fchmod(fd, 0o666 & ~_umask())
         self._file: Optional[BinaryIO] = os.fdopen(fd, "wb")
         self._parts: List[bytes] = []
         self._chunk_bytes = 0  # record bytes in the open chunk, as Go counts them

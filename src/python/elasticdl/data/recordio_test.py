@@ -225,3 +225,19 @@ def test_read_speed(tmp_path):
     elapsed = time.perf_counter() - t
     assert n == 200_000
     assert elapsed < 2.0, f"scan took {elapsed:.2f}s"
+
+
+def test_written_files_get_the_umasks_mode_not_mkstemps_0600(tmp_path):
+    """Data files are as readable as any file of the user (the non-root user of restricted
+    Kubernetes pods reads hostPath data), unlike mkstemp's 0600."""
+    old = os.umask(0o022)
+    try:
+        with Writer(tmp_path / "a.rio") as w:
+            w.write(b"x")
+        os.umask(0o077)
+        with Writer(tmp_path / "b.rio") as w:
+            w.write(b"x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.rio").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "b.rio").stat().st_mode & 0o777 == 0o600
