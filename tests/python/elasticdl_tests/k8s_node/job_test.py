@@ -418,3 +418,48 @@ def test_killed_worker_container_is_relaunched_and_nothing_is_lost(
     assert replicas["worker-0"]["exit_code"] == 137, replicas
     assert "worker-2" in replicas, replicas  # the relaunched worker
     assert main(["cancel", job, *target]) == 0
+
+
+def test_oom_killed_workers_are_relaunched_within_their_budget_and_status_says_so(
+    cli_env, mnist_image, data_dir, node_namespace, node_k8s, monkeypatch, capsys
+):
+    """Workers whose memory limit is below what TensorFlow needs are OOM-killed by the kernel
+    (exit 137, ``OOMKilled``, told apart from a preemption): each is relaunched once
+    (``--relaunch_on_worker_failure=1``), not endlessly, and the job fails with every worker
+    reported ``OOMKilled`` by ``elasticdl status``."""
+    node = cli_env
+    image, ctx, _ = mnist_image
+    ns = node_namespace
+    _rbac(node, ns, capsys)
+    monkeypatch.chdir(ctx)
+    job = f"oom-{uuid.uuid4().hex[:4]}"
+    argv = _train_argv(job, ns, image, data_dir, node.api, 1)
+    argv = [a for a in argv if not a.startswith("--worker_resource_")] + [
+        "--worker_resource_request=cpu=0.2,memory=64Mi",
+        "--worker_resource_limit=cpu=1,memory=150Mi",  # importing TensorFlow needs more
+        "--relaunch_on_worker_failure=1",
+    ]
+    assert main(argv) == 0
+    target = [f"--namespace={ns}", "--platform=kubernetes"]
+
+    def diagnose() -> str:
+        return node.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False) + (
+            "\n--- master ---\n"
+            + node.kubectl("logs", "-n", ns, f"elasticdl-{job}-master", "--tail=60", check=False)
+        )
+
+    capsys.readouterr()
+    assert main(["wait", job, "--timeout=600", *target]) == 1, diagnose()
+    assert main(["status", job, "-o", "json", *target]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["phase"] == "Failed", status
+    workers = sorted(
+        (r for r in status["replicas"] if r["type"] == "worker"), key=lambda r: r["id"]
+    )
+    # Two workers, each relaunched once: four pods, every one OOM-killed.
+    assert [(r["name"], r["exit_code"], r["message"]) for r in workers] == [
+        (f"worker-{i}", 137, "OOMKilled") for i in range(4)
+    ], (workers, diagnose())
+    assert main(["status", job, *target]) == 0
+    assert "OOMKilled" in capsys.readouterr().out
+    assert main(["cancel", job, *target]) == 0
