@@ -18,7 +18,7 @@ from elasticdl.server.dashboard import dashboard_router
 from elasticdl.server.data_store import CHECKSUM_HEADER, DataStore
 from elasticdl.server.deps import current_user
 from elasticdl.server.errors import ServerError
-from elasticdl.server.jobs import JobService, SubmitRequest, job_dict
+from elasticdl.server.jobs import JobService, KubernetesTarget, SubmitRequest, job_dict
 from elasticdl.server.packages import PackageStore
 from elasticdl.server.uploads import clear_tmp, declared_length
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
@@ -50,13 +50,15 @@ def build_services(config: ServerConfig) -> Services:
         config.max_package_members,
     )
     data = DataStore(config.data_dir, config.sums_dir, config.tmp_dir, config.max_data_bytes)
-    jobs = JobService(config.jobs_dir, packages, data, platform=config.platform)
+    target = KubernetesTarget(config.namespace, config.kube_context, config.data_volume)
+    jobs = JobService(config.jobs_dir, packages, data, platform=config.platform, kubernetes=target)
     return Services(config, TokenStore(config.tokens_file), packages, data, jobs)
 
 
 class JobRequest(BaseModel):
     """``POST /v1/jobs``: the job spec's fields (``elasticdl.common.job_spec.JobSpec``, by
-    flag name) and what the job runs: an uploaded package."""
+    flag name) and what the job runs: an uploaded package (local platform) or an image
+    (Kubernetes)."""
 
     model_config = ConfigDict(extra="forbid")
     command: str = "train"

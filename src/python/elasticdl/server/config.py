@@ -34,6 +34,10 @@ class ServerConfig:
     max_extracted_bytes: int = 1024 * MIB
     max_package_members: int = 20000
     max_data_bytes: int = 16 * 1024 * MIB
+    # --platform=kubernetes: where jobs run, and the volume holding data/ mounted into them.
+    namespace: str = "default"
+    kube_context: str = ""
+    data_volume: str = ""
 
     @property
     def root(self) -> Path:

@@ -20,12 +20,14 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
+from elasticdl.client.backend import JobBackend
 from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
 from elasticdl.client.local_backend import JOB_FILE, LocalBackend
 from elasticdl.common import job_spec
 from elasticdl.common.job_status import JobStatus
 from elasticdl.common.spec_codec import SpecError
-from elasticdl.server.data_store import DataStore
+from elasticdl.common.types import PlatformName
+from elasticdl.server.data_store import DataStore, check_relative_path
 from elasticdl.server.errors import BadRequest, Conflict, NotFound, Unprocessable
 from elasticdl.server.packages import PackageStore
 
@@ -45,6 +47,35 @@ SERVER_FIELDS = {
     "job_dir": "the server keeps job directories itself",
     "cluster_spec": "a file on the server; use cluster_spec_json",
 }
+
+
+# On Kubernetes the server also decides where jobs run and what they mount.
+KUBERNETES_SERVER_FIELDS = {
+    "job_dir": "jobs on Kubernetes have no job directory",
+    "cluster_spec": "a file on the server; use cluster_spec_json",
+    "volume": "the server mounts its data volume into every job (data paths are paths in it)",
+    "kube_context": "the server uses its own service account",
+    "force_use_kube_config_file": "the server uses its own service account",
+    "image_name": "give 'image' beside the spec",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class KubernetesTarget:
+    """Where a server on Kubernetes runs jobs: its namespace, and the volume (a spec
+    ``--volume`` value) that holds the users' data directories, mounted at ``data_mount``."""
+
+    namespace: str = "default"
+    kube_context: str = ""
+    data_volume: str = ""
+
+    @property
+    def data_mount(self) -> str:
+        for part in self.data_volume.split(","):
+            key, _, value = part.partition("=")
+            if key.strip() == "mount_path":
+                return value.strip().rstrip("/")
+        return ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,23 +100,32 @@ class JobService:
         data: DataStore,
         platform: str = "local",
         cancel_grace_seconds: float = 15.0,
+        kubernetes: KubernetesTarget | None = None,
     ) -> None:
         self.jobs_dir = jobs_dir
         self.packages = packages
         self.data = data
         self.platform = platform
         self.cancel_grace_seconds = cancel_grace_seconds
-        self._backends: dict[str, LocalBackend] = {}
+        self.kubernetes = kubernetes or KubernetesTarget()
+        self._backends: dict[str, JobBackend] = {}
         self._lock = threading.Lock()  # one submit at a time: job names are checked, then taken
         self._backends_lock = threading.Lock()
 
-    def backend(self, user: str) -> LocalBackend:
+    def backend(self, user: str) -> JobBackend:
         with self._backends_lock:
             backend = self._backends.get(user)
             if backend is None:
-                backend = LocalBackend(
-                    root=self.jobs_dir / user, cancel_grace_seconds=self.cancel_grace_seconds
-                )
+                if self.platform == PlatformName.KUBERNETES:
+                    from elasticdl.server.k8s_jobs import OwnedKubernetesBackend
+
+                    backend = OwnedKubernetesBackend(
+                        user, self.kubernetes.namespace, self.kubernetes.kube_context
+                    )
+                else:
+                    backend = LocalBackend(
+                        root=self.jobs_dir / user, cancel_grace_seconds=self.cancel_grace_seconds
+                    )
                 self._backends[user] = backend
             return backend
 
@@ -95,6 +135,8 @@ class JobService:
             raise Unprocessable(
                 f"command {request.command!r} is invalid; use one of {', '.join(job_spec.JOB_COMMANDS)}"
             )
+        if self.platform == PlatformName.KUBERNETES:
+            return self._kubernetes_values(user, request)
         if request.image and not request.package:
             raise Unprocessable(
                 "image: this server runs local jobs from packages; upload the model zoo "
@@ -131,11 +173,53 @@ class JobService:
         values["platform"] = self.platform
         return values
 
+    def _kubernetes_values(self, user: str, request: SubmitRequest) -> dict[str, Any]:
+        if not request.image:
+            raise Unprocessable(
+                "image is required: this server cannot build images in the cluster yet; build "
+                "and push one (elasticdl zoo build/push) and give 'image'"
+            )
+        values = dict(request.spec)
+        for name, why in KUBERNETES_SERVER_FIELDS.items():
+            if name in values:
+                raise Unprocessable(f"spec.{name} cannot be set: {why}")
+        for name, expected in (
+            ("platform", PlatformName.KUBERNETES.value),
+            ("namespace", self.kubernetes.namespace),
+        ):
+            value = values.pop(name, None)
+            if value not in (None, expected):
+                raise Unprocessable(
+                    f"spec.{name} {value!r}: this server runs its jobs in {expected}"
+                )
+        for name in DATA_PATH_FIELDS:
+            value = values.get(name)
+            if value in (None, ""):
+                continue
+            if not isinstance(value, str):
+                raise Unprocessable(f"spec.{name} must be a string, got {type(value).__name__}")
+            try:
+                rel = check_relative_path(value, what=f"spec.{name}")
+            except BadRequest as e:
+                raise Unprocessable(e.reason) from None
+            if not self.kubernetes.data_mount:
+                raise Unprocessable(
+                    f"spec.{name}: this server has no data volume for its jobs (--data_volume)"
+                )
+            values[name] = f"{self.kubernetes.data_mount}/{user}/{rel}"
+        values["image_name"] = request.image
+        values["platform"] = PlatformName.KUBERNETES.value
+        values["namespace"] = self.kubernetes.namespace
+        if self.kubernetes.data_volume:
+            values["volume"] = self.kubernetes.data_volume
+        return values
+
     def submit(self, user: str, request: SubmitRequest) -> JobStatus:
         values = self._values(user, request)
         try:
             spec = job_spec.spec_from_values(request.command, values)
-            spec = spec.replace(job_dir=str(self.jobs_dir / user / spec.job_name))
+            if self.platform == PlatformName.LOCAL:
+                spec = spec.replace(job_dir=str(self.jobs_dir / user / spec.job_name))
             spec, _ = spec.resolve()
         except SpecError as e:
             raise Unprocessable(self._user_view(user, str(e))) from None
@@ -147,6 +231,11 @@ class JobService:
             try:
                 self.backend(user).submit(spec)
             except JobConflictError:
+                if self.platform == PlatformName.KUBERNETES:
+                    raise Conflict(
+                        f"job name {name!r} is taken in namespace {self.kubernetes.namespace}; "
+                        "choose another job_name"
+                    ) from None
                 raise Conflict(
                     f"job {name!r} is still running; cancel it (DELETE /v1/jobs/{name}) or "
                     "choose another job_name"
@@ -181,7 +270,10 @@ class JobService:
             raise BadRequest(self._user_view(user, str(e))) from None
 
     def list(self, user: str) -> list[JobStatus]:
-        return self.backend(user).list_jobs()
+        try:
+            return self.backend(user).list_jobs()
+        except ClientError as e:
+            raise BadRequest(str(e)) from None
 
     def status(self, user: str, name: str) -> JobStatus:
         return self._call(user, name, "status")

@@ -26,7 +26,22 @@ PROG = "elasticdl server"
 
 def _serve_parser() -> StrictArgumentParser:
     parser = StrictArgumentParser(prog=PROG, description="Run the ElasticDL job server")
-    parser.add_argument("--platform", choices=("local",), default="local", help="Where jobs run")
+    parser.add_argument(
+        "--platform",
+        choices=("local", "kubernetes"),
+        default="local",
+        help="Where jobs run: local processes, or pods in --namespace (the server's service "
+        "account needs deploy/k8s/server.yaml's Role there)",
+    )
+    parser.add_argument("--namespace", default="default", help="Kubernetes: the jobs' namespace")
+    parser.add_argument("--kube_context", default="", help="Kubernetes: kubeconfig context")
+    parser.add_argument(
+        "--data_volume",
+        default="",
+        help="Kubernetes: the volume holding <state_dir>/data, as a job's --volume value "
+        "(e.g. claim_name=edl-state,sub_path=data,mount_path=/data); data paths of jobs are "
+        "paths in it",
+    )
     parser.add_argument("--state_dir", required=True, help="Packages, data, jobs and tokens")
     parser.add_argument("--host", default="127.0.0.1", help="Address to listen on")
     parser.add_argument("--port", type=int, default=8080, help="Port (0: a free one)")
@@ -66,7 +81,17 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     for flag in ("max_package_mb", "max_upload_mb"):
         if getattr(args, flag) <= 0:
             raise SpecError(f"--{flag} must be > 0, got {getattr(args, flag)}")
+    if args.data_volume and "mount_path=" not in args.data_volume:
+        raise SpecError(
+            f"--data_volume {args.data_volume!r} has no mount_path; e.g. "
+            "claim_name=edl-state,sub_path=data,mount_path=/data"
+        )
+    if args.platform != "kubernetes" and (args.data_volume or args.kube_context):
+        raise SpecError("--data_volume and --kube_context are for --platform=kubernetes")
     return ServerConfig(
+        namespace=args.namespace,
+        kube_context=args.kube_context,
+        data_volume=args.data_volume,
         state_dir=args.state_dir,
         platform=args.platform,
         host=args.host,

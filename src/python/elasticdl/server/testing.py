@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import elasticdl
+from elasticdl.server import main as _server_main  # noqa: F401  (the program it starts)
 
 SRC = str(Path(elasticdl.__file__).resolve().parent.parent)
 

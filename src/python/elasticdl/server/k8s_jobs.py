@@ -1,0 +1,39 @@
+"""Jobs of a server on Kubernetes: master pods in one namespace, each labelled with its owner.
+
+The label is the owner record, kept by the cluster: a restarted server (or a second replica
+of it) finds every job and its owner from the pods alone. A user reaches only pods with their
+own label; another user's job is "not found", exactly like a job that does not exist.
+"""
+
+from __future__ import annotations
+
+from elasticdl.client.errors import JobNotFoundError
+from elasticdl.client.k8s_backend import KubernetesBackend
+from elasticdl.common.job_status import JobStatus
+from elasticdl.k8s.names import masters_selector
+
+OWNER_LABEL = "elasticdl-owner"
+
+
+class OwnedKubernetesBackend(KubernetesBackend):
+    """``KubernetesBackend`` seen by one user of the server."""
+
+    def __init__(self, owner: str, namespace: str, kube_context: str = "") -> None:
+        super().__init__(namespace=namespace, kube_context=kube_context)
+        self.owner = owner
+
+    def build_master_pod(self, job, service_account: str = ""):
+        pod = super().build_master_pod(job, service_account)
+        pod.metadata.labels = {**(pod.metadata.labels or {}), OWNER_LABEL: self.owner}
+        return pod
+
+    def _master(self, name: str):
+        # status, logs and cancel all find the job through its master pod.
+        pod = super()._master(name)
+        if (pod.metadata.labels or {}).get(OWNER_LABEL) != self.owner:
+            raise JobNotFoundError(f"no job named {name!r}")
+        return pod
+
+    def list_jobs(self) -> list[JobStatus]:
+        masters = self.k8s.list_pods(f"{masters_selector()},{OWNER_LABEL}={self.owner}")
+        return sorted((self._status_of(p) for p in masters), key=lambda s: s.created_at or 0)
