@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from elasticdl.common import auth
-from elasticdl.common.job_spec import JobSpec
+from elasticdl.common.job_spec import DEFAULT_MASTER_PORT, JobSpec
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
 from elasticdl.common.types import JobPhase, JobType, PlatformName
 from elasticdl.master import job_status
@@ -142,6 +142,8 @@ class Job:
             except JournalError as e:
                 raise JobConfigError(str(e)) from e
         self.secret = self._create_secret()
+        if self.previous is not None:
+            self._resume_tasks()
         self.rendezvous = self._start_rendezvous() if self.allreduce else None
         self.loss_history = job_status.LossHistory()
         self.servicer = MasterServicer(
@@ -152,6 +154,8 @@ class Job:
             loss_history=self.loss_history,
         )
         self._server, self.port = self._start_server()
+        if self.journal is not None and self.previous is None:
+            self._record_this_life(self.port)  # nobody knows the port yet: nothing was missed
         master_addr = self.platform.master_address(self.port)
         if self.rendezvous is not None:
             self.rendezvous.config.store_host = master_addr.rpartition(":")[0]
@@ -186,7 +190,7 @@ class Job:
             task_manager=self.tm,
         )
         if self.journal is not None:
-            self._resume_from_journal()
+            self._resume_replicas()
         self.status_writer = job_status.StatusWriter(
             self.job_dir / "status.json" if self.job_dir is not None else None,
             self.snapshot,
@@ -206,36 +210,45 @@ class Job:
             master_addr,
         )
 
-    def _resume_from_journal(self) -> None:
-        """Replay what the previous masters recorded (if any), then record this life."""
+    def _resume_tasks(self) -> None:
+        """A restarted master, before its server answers anyone: replay the task manager and
+        the evaluation service, and record from now on (the workers are calling already)."""
         previous = self.previous
-        if previous is not None:
-            try:
-                self.tm.replay(*previous.tasks)
-                if self.es is not None:
-                    self.es.replay(*previous.evaluation)
-                self.rm.restore(previous.replicas)
-            except (JournalError, KeyError, TypeError, ValueError) as e:
-                raise JobConfigError(f"cannot resume from {self.journal.directory}: {e}") from e
-        self.journal.open(self.port)
+        try:
+            self.tm.replay(*previous.tasks)
+            if self.es is not None:
+                self.es.replay(*previous.evaluation)
+        except (JournalError, KeyError, TypeError, ValueError) as e:
+            raise JobConfigError(f"cannot resume from {self.journal.directory}: {e}") from e
+        self._record_this_life(previous.port)
+        inherited = self.tm.resume_after_restart()
+        rounds = self.es.resume_after_restart() if self.es is not None else []
+        s = self.tm.summary()
+        logger.info(
+            "Resuming job %s after %d master(s): %d/%d records trained, %d task(s) handed "
+            "out before the restart, evaluation rounds restarted: %s",
+            self.name,
+            previous.lives,
+            s.records_trained,
+            s.records_expected,
+            len(inherited),
+            rounds or "none",
+        )
+
+    def _record_this_life(self, port: int) -> None:
+        self.journal.open(port)
         self.tm.attach_journal(self.journal.tasks)
         if self.es is not None:
             self.es.attach_journal(self.journal.evaluation)
+
+    def _resume_replicas(self) -> None:
+        """The replica table: replayed for a restarted master (adopted in ``run``)."""
+        if self.previous is not None:
+            try:
+                self.rm.restore(self.previous.replicas)
+            except (KeyError, TypeError, ValueError) as e:
+                raise JobConfigError(f"cannot resume from {self.journal.directory}: {e}") from e
         self.rm.attach_journal(self.journal.replicas)
-        if previous is not None:
-            inherited = self.tm.resume_after_restart()
-            rounds = self.es.resume_after_restart() if self.es is not None else []
-            s = self.tm.summary()
-            logger.info(
-                "Resuming job %s after %d master(s): %d/%d records trained, %d task(s) handed "
-                "out before the restart, evaluation rounds restarted: %s",
-                self.name,
-                previous.lives,
-                s.records_trained,
-                s.records_expected,
-                len(inherited),
-                rounds or "none",
-            )
 
     def _ps_checkpointing(self) -> Checkpointing:
         """Where and how often the PS checkpoint.
@@ -319,6 +332,11 @@ class Job:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)
+        if self.journal is not None and port == DEFAULT_MASTER_PORT:
+            # The replicas find a restarted master at its predecessor's port: the default one,
+            # which every other local job tries first, could be taken meanwhile. A port the
+            # kernel picks is not handed out again soon.
+            port = 0
         try:
             return create_master_server(self.servicer, port, traits.bind_host, secret=self.secret)
         except MasterServerError:

@@ -397,6 +397,7 @@ class TaskManager:
             task = self._get_locked(worker_id)
             if task.task_id:
                 self._record({"o": "g", "w": worker_id, "t": task.task_id})
+            self._maybe_snapshot()
             return task
 
     def report_and_get(
@@ -410,23 +411,41 @@ class TaskManager:
     ) -> Task:
         """``report(...)`` then ``get(worker_id)``, as one idempotent exchange: when the report
         repeats the last one this worker made in such a call (it lost the answer, e.g. to a
-        master that died) and the task it got then is still its own, that task again."""
-        accepted = self.report(
-            task_id, success, worker_id, exec_counters, err_message, model_version
-        )
+        master that died) and the task it got then is still its own, that task again.
+
+        One journal record for both (a report op with the task handed out, ``"g"``), written
+        under the lock like every op, so ops are recorded in the order they happened."""
         with self._lock:
+            accepted, listeners_args, op = self._report_op_locked(
+                task_id, success, worker_id, exec_counters, err_message, model_version
+            )
+            if not self._training_done_fired and self._training_finished_locked():
+                # Its listeners record ops: this report's op goes first, the get's after.
+                self._record(op)
+                self._fire_training_done_locked()
+                op = None
+            task = None
             last = self._last_exchange.get(worker_id)
             if not accepted and last is not None and last[:2] == (task_id, success):
                 doing = self._doing.get(last[2])
                 if doing is not None and doing.worker_id == worker_id:
-                    return doing.task
-            task = self._get_locked(worker_id)
-            if task.task_id:
-                self._last_exchange[worker_id] = (task_id, success, task.task_id)
-                self._record(
-                    {"o": "g", "w": worker_id, "t": task.task_id, "a": [task_id, int(success)]}
-                )
-            return task
+                    task = doing.task
+            if task is None:
+                task = self._get_locked(worker_id)
+                if task.task_id:
+                    self._last_exchange[worker_id] = (task_id, success, task.task_id)
+                    if op is None:
+                        op = {"o": "g", "w": worker_id, "t": task.task_id}
+                        op["a"] = [task_id, int(success)]
+                    else:
+                        op["g"] = task.task_id
+            if op is not None:
+                self._record(op)
+            self._maybe_snapshot()
+        if listeners_args is not None:
+            for listener in self._done_listeners:
+                listener(*listeners_args)
+        return task
 
     def _get_locked(self, worker_id: int) -> Task:
         if self._failed_message:
@@ -498,26 +517,43 @@ class TaskManager:
         task is no longer owned by that worker, or it is unknown).
         """
         with self._lock:
-            self._note_contact(worker_id)
-            doing = self._doing.get(task_id)
-            duration = self._clock() - doing.start_time if doing is not None else 0.0
-            accepted, listeners_args = self._report_locked(
-                task_id, success, worker_id, exec_counters, err_message, model_version, duration
+            accepted, listeners_args, op = self._report_op_locked(
+                task_id, success, worker_id, exec_counters, err_message, model_version
             )
-            op = {"o": "r", "t": task_id, "w": worker_id, "s": int(success)}
-            if exec_counters:
-                op["c"] = exec_counters
-            if err_message:
-                op["e"] = err_message
-            if model_version is not None:
-                op["v"] = model_version
-            if accepted and success:
-                op["d"] = duration
             self._record(op)
+            self._fire_if_training_finished_locked()
+            self._maybe_snapshot()
         if listeners_args is not None:
             for listener in self._done_listeners:
                 listener(*listeners_args)
         return accepted
+
+    def _report_op_locked(
+        self,
+        task_id: int,
+        success: bool,
+        worker_id: int,
+        exec_counters: dict[str, int] | None,
+        err_message: str,
+        model_version: int | None,
+    ) -> tuple[bool, tuple | None, dict]:
+        """Apply a report; returns (accepted, done-listener arguments, its journal op)."""
+        self._note_contact(worker_id)
+        doing = self._doing.get(task_id)
+        duration = self._clock() - doing.start_time if doing is not None else 0.0
+        accepted, listeners_args = self._report_locked(
+            task_id, success, worker_id, exec_counters, err_message, model_version, duration
+        )
+        op = {"o": "r", "t": task_id, "w": worker_id, "s": int(success)}
+        if exec_counters:
+            op["c"] = exec_counters
+        if err_message:
+            op["e"] = err_message
+        if model_version is not None:
+            op["v"] = model_version
+        if accepted and success:
+            op["d"] = duration
+        return accepted, listeners_args, op
 
     def _report_locked(
         self,
@@ -577,9 +613,11 @@ class TaskManager:
                     err_message,
                 )
                 self._queue_for(task).append(task)
-        if self._training_finished_locked():
-            self._fire_training_done_locked()
         return True, listeners_args
+
+    def _fire_if_training_finished_locked(self) -> None:
+        if not self._training_done_fired and self._training_finished_locked():
+            self._fire_training_done_locked()
 
     def _take_back_requeued(self, task_id: int, worker_id: int, success: bool) -> _Doing | None:
         """A successful report from the previous owner of a task that was taken back but not
@@ -759,7 +797,11 @@ class TaskManager:
         if self._sink is None or self._replaying:
             return
         self._sink.record(op)
-        if self._sink.wants_snapshot():
+
+    def _maybe_snapshot(self) -> None:
+        """At the end of an outer call (get, report): the state is then exactly that after
+        every recorded op (nested ones, from listeners, included)."""
+        if self._sink is not None and not self._replaying and self._sink.wants_snapshot():
             self._sink.snapshot(self._state_locked())
 
     def state(self) -> dict:
@@ -879,6 +921,8 @@ class TaskManager:
                 op.get("v"),
                 op.get("d", 0.0),
             )
+            if "g" in op:  # report_and_get: the task handed out in the same call
+                self._apply_locked({"o": "g", "w": op["w"], "t": op["g"], "a": [op["t"], op["s"]]})
         elif kind == "q":
             self._requeue_locked(op["t"])
         elif kind == "ev":
