@@ -39,8 +39,11 @@ TARGET = 2000.0
 BENCH_SECRET = "dispatch-rate-benchmark-secret"
 
 
-def serve_master(port_queue, window_queue, stop_event, num_tasks: int, use_asyncio: bool) -> None:
-    """The master side, in its own process: real servicer, task manager and gRPC server."""
+def serve_master(
+    port_queue, window_queue, stop_event, num_tasks: int, use_asyncio: bool, journal_dir: str = ""
+) -> None:
+    """The master side, in its own process: real servicer, task manager and gRPC server
+    (with ``journal_dir``, the task manager journals into it as a job's master does)."""
     import logging
 
     from elasticdl.master.server import create_master_server
@@ -52,6 +55,12 @@ def serve_master(port_queue, window_queue, stop_event, num_tasks: int, use_async
         TaskManagerConfig(records_per_task=1, num_epochs=1, minibatch_size=1),
         training_shards=[("bench-shard", 0, num_tasks)],
     )
+    if journal_dir:
+        from elasticdl.master.journal import Journal
+
+        journal = Journal(journal_dir, "tasks")
+        journal.open()
+        tm.attach_journal(journal)
     servicer = MasterServicer(tm)
     server, port = create_master_server(
         servicer, 0, bind_host="127.0.0.1", use_asyncio=use_asyncio, secret=BENCH_SECRET
@@ -216,13 +225,16 @@ def measure(
     use_asyncio: bool = True,
     async_clients: bool = True,
     combined: bool = True,
+    journal_dir: str = "",
 ) -> dict:
     ctx = mp.get_context("spawn")
     port_q, result_q, window_q, stop = ctx.Queue(), ctx.Queue(), ctx.Queue(), ctx.Event()
     # Enough tasks for a rate far above the target.
     num_tasks = int(seconds * 20000) + 10000
     master = ctx.Process(
-        target=serve_master, args=(port_q, window_q, stop, num_tasks, use_asyncio), daemon=True
+        target=serve_master,
+        args=(port_q, window_q, stop, num_tasks, use_asyncio, journal_dir),
+        daemon=True,
     )
     master.start()
     port = port_q.get(timeout=60)
