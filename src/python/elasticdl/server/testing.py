@@ -19,7 +19,7 @@ SRC = str(Path(elasticdl.__file__).resolve().parent.parent)
 
 
 class ServerProcess:
-    """``python -m elasticdl.server --port=0`` with a given state directory."""
+    """``python -m elasticdl.server.main --port=0`` with a given state directory."""
 
     def __init__(self, state_dir: Path, env: dict[str, str] | None = None, *flags: str) -> None:
         self.state_dir = Path(state_dir)
@@ -36,7 +36,7 @@ class ServerProcess:
             [
                 sys.executable,
                 "-m",
-                "elasticdl.server",
+                "elasticdl.server.main",
                 "add-user",
                 name,
                 f"--state_dir={self.state_dir}",
@@ -55,7 +55,7 @@ class ServerProcess:
             [
                 sys.executable,
                 "-m",
-                "elasticdl.server",
+                "elasticdl.server.main",
                 f"--state_dir={self.state_dir}",
                 "--port=0",
                 "--log_level=warning",
