@@ -34,7 +34,7 @@ def test_gpu_workers_request_nvidia_gpu_and_run_the_zoo_image(
     from elasticdl.data.datasets import prepare
     from elasticdl.platform.local import pick_free_port
 
-    zoo = mnist.mnist_functional_api.__file__.rsplit("/", 2)[0]
+    zoo_dir = mnist.mnist_functional_api.__file__.rsplit("/", 2)[0]
     monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))
     monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("ELASTICDL_K8S_POD_LOG_DIR", str(kubelet.root))
@@ -58,7 +58,7 @@ def test_gpu_workers_request_nvidia_gpu_and_run_the_zoo_image(
         f"--image_name={ZOO_IMAGE}",
         "--platform=kubernetes",
         f"--namespace={ns}",
-        f"--model_zoo={zoo}",
+        f"--model_zoo={zoo_dir}",
         "--model_def=mnist.mnist_functional_api.custom_model",
         f"--training_data={data}/train",
         "--minibatch_size=16",
