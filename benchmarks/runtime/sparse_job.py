@@ -1,0 +1,327 @@
+"""Sparse job vs plain loop: DeepFM on synthetic_ctr with its embedding table on 1 and 2 PS,
+against a single-process Keras loop with a Keras Embedding of the same size, same run.
+
+    python benchmarks/runtime/sparse_job.py [--rows 500000] [--features 26] [--vocab 38462]
+        [--zipf 1.1] [--ps 1,2] [--minibatch_size 256] [--plot out.png]
+
+Data: `elasticdl dataset prepare synthetic_ctr` with the given flags (cached under
+~/.cache/elasticdl/bench), whose manifest holds the hidden model's AUC on the test split (the
+ceiling). Model: `deepfm.deepfm_ctr.custom_model`, one table of features x vocab rows x 8
+(plus a first-order table of 1 column), Adam(0.001) (`--optimizer sgd`: SGD(0.05)). The job is
+`elasticdl train --platform=local`, 1 worker + N PS as separate processes (gRPC over
+127.0.0.1), timed in steady state from the master's `get_job_status` after `--warmup_records`,
+then the final evaluation's AUC on the test
+split. The baseline is the same model with `keras.layers.Embedding` (embedding="keras"), the
+same feed, minibatch and optimizer, a `tf.function` step in one process, then the same AUC
+metric on the test split. Prints a table and a JSON line (ratio = job / baseline samples/s;
+target >= 1.0 at 10^6 rows, and AUC within 0.005 of the loop's).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+import job_overhead  # noqa: E402  (its job-status helpers)
+
+MODEL_DEF = "deepfm.deepfm_ctr.custom_model"
+TARGET_RATIO = 1.0
+TARGET_AUC_GAP = 0.005
+# --optimizer -> the model file's optimizer function. Keras' Adam densifies an Embedding's
+# gradient and updates every row each step; its SGD updates only the batch's rows.
+OPTIMIZERS = {"adam": "optimizer", "sgd": "sgd_optimizer"}
+
+
+def prepare_data(args) -> str:
+    from elasticdl.data.datasets import prepare
+
+    out = args.data or os.path.join(
+        os.path.expanduser("~"),
+        ".cache",
+        "elasticdl",
+        "bench",
+        f"synthetic_ctr-r{args.rows}-f{args.features}-v{args.vocab}-z{args.zipf:g}-s{args.seed}",
+    )
+    params = dict(
+        rows=args.rows, features=args.features, vocab=args.vocab, zipf=args.zipf, seed=args.seed
+    )
+    prepare("synthetic_ctr", out, progress=False, params=params)
+    return out
+
+
+def _auc_ceiling(data: str) -> float:
+    with open(os.path.join(data, ".elasticdl-dataset.json")) as f:
+        return float(json.load(f)["metadata"]["test"]["auc_ceiling"])
+
+
+# ---------------------------------------------------------------------------------------- baseline
+def run_baseline(args) -> dict:
+    """The plain Keras loop, in this process (a child of the driver)."""
+    import tensorflow as tf
+    from elasticdl.common.model_utils import Mode, load_model_spec
+    from elasticdl.data.reader import create_data_reader
+
+    spec = load_model_spec(
+        common.MODEL_ZOO,
+        MODEL_DEF,
+        model_params=f"features={args.features}; vocab={args.vocab}; embedding='keras'",
+        optimizer=OPTIMIZERS[args.optimizer],
+    )
+
+    def dataset(directory, mode):
+        reader = create_data_reader(directory, records_per_task=None)
+        records = []
+        for shard in reader.create_shards():
+            records.extend(reader.read_records(shard.name, shard.start, shard.end))
+        ds = tf.data.Dataset.from_tensor_slices(records)
+        return spec.feed(ds, mode, None).batch(args.minibatch_size).prefetch(1)
+
+    model = spec.model_fn()
+    optimizer = spec.optimizer()
+
+    @tf.function(reduce_retracing=True)
+    def step(features, labels):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(spec.loss(labels, model(features, training=True)))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    seen = counted = 0
+    start = None
+    for features, labels in dataset(os.path.join(args.data, "train"), Mode.TRAINING):
+        loss = step(features, labels)
+        n = int(labels.shape[0])
+        seen += n
+        if start is None:
+            if seen >= args.warmup_records:
+                float(loss)
+                start = time.perf_counter()
+            continue
+        counted += n
+    float(loss)
+    elapsed = time.perf_counter() - start
+    metric = spec.eval_metrics_fn()["auc"]
+    predict = tf.function(lambda f: model(f, training=False))
+    for features, labels in dataset(os.path.join(args.data, "test"), Mode.EVALUATION):
+        metric.update_state(labels, predict(features))
+    return {
+        "records": seen,
+        "timed_records": counted,
+        "seconds": elapsed,
+        "samples_per_s": counted / elapsed,
+        "auc": float(metric.result()),
+    }
+
+
+def baseline_in_child(args) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "_baseline", "--data", args.data]
+    cmd += _shared_flags(args)
+    out = subprocess.run(cmd, env=common.python_env(), capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"baseline failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _shared_flags(args) -> list:
+    return [
+        f"--features={args.features}",
+        f"--vocab={args.vocab}",
+        f"--minibatch_size={args.minibatch_size}",
+        f"--warmup_records={args.warmup_records}",
+        f"--optimizer={args.optimizer}",
+    ]
+
+
+# --------------------------------------------------------------------------------------------- job
+def run_job(args, home: str, name: str, num_ps: int) -> dict:
+    import grpc
+    from elasticdl.proto import elasticdl_pb2 as pb
+
+    env = common.python_env()
+    env["ELASTICDL_HOME"] = home
+    env.pop("ELASTICDL_MASTER_PEX", None)  # this checkout's sources, as job_overhead.py
+    os.makedirs(home, exist_ok=True)
+    submitted = time.time()
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "elasticdl.client",
+            "train",
+            "--platform=local",
+            f"--model_zoo={common.MODEL_ZOO}",
+            f"--model_def={MODEL_DEF}",
+            f"--model_params=features={args.features}; vocab={args.vocab}",
+            f"--optimizer={OPTIMIZERS[args.optimizer]}",
+            f"--training_data={os.path.join(args.data, 'train')}",
+            f"--validation_data={os.path.join(args.data, 'test')}",
+            "--num_epochs=1",
+            f"--minibatch_size={args.minibatch_size}",
+            f"--num_minibatches_per_task={args.minibatches_per_task}",
+            "--num_workers=1",
+            f"--num_ps_pods={num_ps}",
+            f"--job_name={name}",
+            "--detach",
+        ],
+        env=env,
+        cwd=home,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    job_dir = os.path.join(home, "jobs", name)
+    deadline = submitted + args.timeout
+    channel, stub = job_overhead._master_stub(job_dir, deadline)
+    t0 = r0 = t1 = r1 = None
+    try:
+        while time.time() < deadline:
+            try:
+                s = stub.get_job_status(pb.JobStatusRequest(), timeout=5)
+            except grpc.RpcError:
+                if job_overhead._final_phase(job_dir):
+                    break
+                time.sleep(0.2)
+                continue
+            now = time.perf_counter()
+            if t0 is None and s.records_trained >= args.warmup_records:
+                t0, r0 = now, s.records_trained
+            if s.records_expected and s.records_trained >= s.records_expected:
+                t1, r1 = now, s.records_trained
+                break
+            if s.phase in ("Failed", "Cancelled"):
+                break
+            time.sleep(0.1)
+    finally:
+        channel.close()
+    phase = job_overhead._wait_final(job_dir, deadline)
+    if phase != "Succeeded" or t0 is None or t1 is None or t1 <= t0:
+        raise RuntimeError(f"job {name} ended {phase or 'unfinished'}; see {job_dir}/logs")
+    with open(os.path.join(job_dir, "status.json")) as f:
+        metrics = json.load(f).get("evaluation_metrics") or {}
+    return {
+        "timed_records": r1 - r0,
+        "seconds": t1 - t0,
+        "samples_per_s": (r1 - r0) / (t1 - t0),
+        "auc": float(metrics["auc"]) if "auc" in metrics else float("nan"),
+        "wall_s": time.time() - submitted,
+    }
+
+
+# ------------------------------------------------------------------------------------------ driver
+def plot(summary: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["keras loop"] + [f"job, {ps} PS" for ps in summary["ps"]]
+    rates = [summary["baseline_samples_per_s"]] + [
+        summary[f"job_{ps}ps_samples_per_s"] for ps in summary["ps"]
+    ]
+    aucs = [summary["baseline_auc"]] + [summary[f"job_{ps}ps_auc"] for ps in summary["ps"]]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    axes[0].bar(names, rates, color=["grey"] + ["tab:blue"] * len(summary["ps"]))
+    axes[0].set_ylabel("training samples/s (steady state)")
+    axes[1].bar(names, aucs, color=["grey"] + ["tab:blue"] * len(summary["ps"]))
+    axes[1].axhline(summary["auc_ceiling"], color="tab:red", ls=":", label="hidden model (ceiling)")
+    axes[1].set_ylim(0.5, 1.0)
+    axes[1].set_ylabel("test AUC after one epoch")
+    axes[1].legend(fontsize=8)
+    fig.suptitle(
+        f"DeepFM on synthetic_ctr: {summary['table_rows']:,} embedding rows, "
+        f"{summary['rows']:,} rows, {summary['optimizer']}, 2-core machine"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("cmd", nargs="?", choices=["_baseline"], help=argparse.SUPPRESS)
+    p.add_argument("--data", default="", help="prepared synthetic_ctr directory (default: cache)")
+    p.add_argument("--rows", type=int, default=500_000)
+    p.add_argument("--features", type=int, default=26)
+    p.add_argument("--vocab", type=int, default=38_462, help="ids per feature (26 x 38,462 ~ 10^6)")
+    p.add_argument("--zipf", type=float, default=1.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ps", default="1,2", help="PS counts of the jobs")
+    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adam")
+    p.add_argument("--minibatch_size", type=int, default=256)
+    p.add_argument("--minibatches_per_task", type=int, default=16)
+    p.add_argument("--warmup_records", type=int, default=20_000)
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per job")
+    p.add_argument("--plot", default="", help="write a PNG of the results here")
+    args = p.parse_args(argv)
+    if args.cmd == "_baseline":
+        common.print_json(run_baseline(args))
+        return 0
+    try:
+        ps_counts = [int(x) for x in args.ps.split(",")]
+    except ValueError:
+        p.error(f"--ps must be comma-separated integers, got {args.ps!r}")
+    if any(n < 1 for n in ps_counts) or args.warmup_records >= args.rows * 0.9:
+        p.error("--ps counts must be >= 1 and --warmup_records below the training rows")
+
+    t = time.time()
+    args.data = prepare_data(args)
+    data_s = time.time() - t
+    ceiling = _auc_ceiling(args.data)
+    work = tempfile.mkdtemp(prefix="elasticdl-bench-sparse-")
+    try:
+        base = baseline_in_child(args)
+        rows = [["keras loop, keras Embedding", base["timed_records"], base["seconds"],
+                 base["samples_per_s"], 1.0, base["auc"], "-"]]  # fmt: skip
+        summary = {
+            "benchmark": "sparse_job",
+            "rows": args.rows,
+            "features": args.features,
+            "vocab": args.vocab,
+            "table_rows": args.features * args.vocab,
+            "zipf": args.zipf,
+            "minibatch_size": args.minibatch_size,
+            "optimizer": args.optimizer,
+            "ps": ps_counts,
+            "auc_ceiling": ceiling,
+            "baseline_samples_per_s": round(base["samples_per_s"], 1),
+            "baseline_auc": round(base["auc"], 4),
+            "target_ratio": TARGET_RATIO,
+            "cpus": os.cpu_count(),
+            "data_prepare_s": round(data_s, 1),
+        }
+        for n in ps_counts:
+            job = run_job(args, os.path.join(work, "home"), f"bench-sparse-{n}ps", n)
+            ratio = job["samples_per_s"] / base["samples_per_s"]
+            rows.append(
+                [f"elasticdl job, 1 worker + {n} PS", job["timed_records"], job["seconds"],
+                 job["samples_per_s"], ratio, job["auc"], job["wall_s"]]  # fmt: skip
+            )
+            summary[f"job_{n}ps_samples_per_s"] = round(job["samples_per_s"], 1)
+            summary[f"job_{n}ps_ratio"] = round(ratio, 3)
+            summary[f"job_{n}ps_auc"] = round(job["auc"], 4)
+            summary[f"job_{n}ps_auc_gap"] = round(base["auc"] - job["auc"], 4)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    common.print_table(
+        f"Sparse job vs plain loop: DeepFM, {args.features} x {args.vocab:,} = "
+        f"{args.features * args.vocab:,} embedding rows, {args.rows:,} rows (AUC ceiling "
+        f"{ceiling:.4f}), {args.optimizer}, minibatch {args.minibatch_size}, steady state after "
+        f"{args.warmup_records:,} records",
+        ["runner", "records timed", "seconds", "samples/s", "ratio", "test AUC", "job wall s"],
+        rows,
+    )
+    if args.plot:
+        plot(summary, args.plot)
+    common.print_json(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
