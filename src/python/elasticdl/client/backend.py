@@ -193,6 +193,35 @@ def _holds(backend: JobBackend, name: str) -> bool:
     return True
 
 
+# How long a job found locally waits for the configured cluster to say whether it has one too.
+_AMBIGUITY_TIMEOUT_S = 5.0
+
+
+def _holds_within(backend: JobBackend, name: str, timeout: float | None) -> bool:
+    """:func:`_holds`, giving up (``TimeoutError``) after ``timeout`` seconds (None: none)."""
+    if timeout is None:
+        return _holds(backend, name)
+    import threading
+
+    result: list = []
+    answered = threading.Event()
+
+    def ask() -> None:
+        try:
+            result.append(_holds(backend, name))
+        except Exception as e:  # reported to the caller below
+            result.append(e)
+        answered.set()
+
+    # A daemon thread: one stuck in a connect does not keep the client from exiting.
+    threading.Thread(target=ask, name="job-lookup", daemon=True).start()
+    if not answered.wait(timeout):
+        raise TimeoutError(f"no answer within {timeout:g}s")
+    if isinstance(result[0], Exception):
+        raise result[0]
+    return bool(result[0])
+
+
 def backend_for_job(
     name: str,
     platform: str | None = None,
@@ -214,13 +243,16 @@ def backend_for_job(
             local.status(name)  # raises the local backend's one line (names the directory)
         return local
     try:
-        in_cluster_ns = _holds(cluster, name)
-    except ClientError as e:  # cluster unreachable or misconfigured
+        # Found here, the cluster only decides whether the name is ambiguous: a cluster that
+        # does not answer in time (an unreachable address) must not hold up a local job.
+        in_cluster_ns = _holds_within(cluster, name, _AMBIGUITY_TIMEOUT_S if in_local else None)
+    except Exception as e:  # unreachable, misconfigured, no answer in time
         if in_local:
             return local
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ClientError(
             f"no local job named {name!r}, and Kubernetes namespace {ns} could not be asked "
-            f"({e}); pass --platform=local or fix the cluster access"
+            f"({reason}); pass --platform=local or fix the cluster access"
         ) from None
     if in_local and in_cluster_ns:
         raise ClientError(
@@ -248,6 +280,7 @@ def jobs_everywhere(
     if cluster is not None:
         try:
             jobs += cluster.list_jobs()
-        except ClientError as e:
-            warnings.append(f"jobs of Kubernetes namespace {ns} are not listed: {e}")
+        except Exception as e:  # unreachable or misconfigured: the local jobs still count
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            warnings.append(f"jobs of Kubernetes namespace {ns} are not listed: {reason}")
     return sorted(jobs, key=lambda s: s.created_at or 0), warnings

@@ -407,3 +407,44 @@ def test_a_job_its_network_policy_cannot_protect_is_not_left_running(k8s, namesp
     assert [o.name for o in policy.metadata.owner_references] == [master_pod_name("np")]
     backend.cancel("np")
     assert k8s.get_network_policy("elasticdl-np-ingress") is None
+
+
+def test_a_cluster_that_does_not_answer_does_not_hold_up_local_jobs(
+    k8s_cluster, tmp_path, monkeypatch, capsys
+):
+    """The configured cluster is a loopback port that accepts connections and never answers
+    (as an unreachable API server looks): a local job is still found; a name found nowhere
+    is one line once the cluster refuses."""
+    import socket
+
+    from elasticdl.client.main import main
+    from elasticdl_tests.k8s.cluster import write_kubeconfig
+
+    monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("ELASTICDL_CONFIG", raising=False)
+    _local_job(tmp_path / "home", "here")
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        config = tmp_path / "silent.kubeconfig"
+        server = f"https://127.0.0.1:{silent.getsockname()[1]}"
+        write_kubeconfig(config, server, k8s_cluster.ca_file, "token")
+        monkeypatch.setenv("KUBECONFIG", str(config))
+        capsys.readouterr()
+        assert main(["status", "here", "-o", "json"]) == 0
+        assert json.loads(capsys.readouterr().out)["platform"] == "local"
+    finally:
+        silent.close()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now: connections are refused
+    write_kubeconfig(config, f"https://127.0.0.1:{port}", k8s_cluster.ca_file, "token")
+    assert main(["status", "nowhere"]) == 2
+    err = capsys.readouterr().err
+    assert "could not be asked" in err and err.count("\n") == 1, err
+    assert main(["list", "-o", "json"]) == 0
+    out = capsys.readouterr()
+    assert [j["job_name"] for j in json.loads(out.out)] == ["here"]
+    assert "not listed" in out.err and out.err.count("\n") == 1, out.err
