@@ -3,6 +3,7 @@
 Layout of ``state_dir`` (everything the server writes, nothing else)::
 
     tokens.json          user -> sha256 of the user's token (0600)
+    server.lock          held (flock) by the one server running on this directory
     packages/<sha256>/   extracted model-zoo packages, keyed by the tarball's sha256
     data/<user>/...      what users uploaded (and what their jobs write: checkpoints, outputs)
     data-sums/<user>/... sha256 of uploaded files, with the size and mtime they describe

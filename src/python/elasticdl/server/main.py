@@ -103,10 +103,32 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
 
 
+def _lock_state_dir(config: ServerConfig) -> int:
+    """One server per state directory: a second would clear the first's uploads in progress
+    and race it for job names. The kernel drops the lock when the process dies (SIGKILL too),
+    so a restarted server starts at once."""
+    import fcntl
+
+    from elasticdl.common.spec_codec import SpecError
+
+    config.root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(config.root / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SpecError(
+            f"another server is running on --state_dir {config.state_dir}; stop it or choose "
+            "another directory"
+        ) from None
+    return fd
+
+
 def serve(config: ServerConfig, log_level: str = "info") -> None:
     import uvicorn
     from elasticdl.server.app import create_app
 
+    lock = _lock_state_dir(config)  # held until this process ends, however it ends
     app = create_app(config)
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -124,6 +146,7 @@ def serve(config: ServerConfig, log_level: str = "info") -> None:
         timeout_graceful_shutdown=5,
     )
     uvicorn.Server(uv_config).run(sockets=[sock])
+    os.close(lock)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,10 @@
-"""TLS: given a certificate the server speaks only HTTPS, and the SDK verifies it against the
-configured CA (a self-signed certificate for 127.0.0.1 made with openssl here)."""
+"""elasticdl server (main.py): TLS with a given certificate (the SDK verifies it against the
+configured CA; a self-signed certificate for 127.0.0.1 made with openssl here), one-line
+errors for bad flags, add-user, and one server per state directory."""
 
 import http.client
 import subprocess
+import sys
 
 import pytest
 from elasticdl.client.errors import ClientError
@@ -85,3 +87,29 @@ def test_add_user_prints_the_token_once(tmp_path, capsys):
     assert "user 'alice' exists; pass --replace" in capsys.readouterr().err
     assert server_main(["add-user", "Bad Name", f"--state_dir={tmp_path}"]) == 2
     assert "user name 'Bad Name' is invalid" in capsys.readouterr().err
+
+
+def test_one_server_per_state_directory(tmp_path):
+    first = ServerProcess(tmp_path / "state")
+    first.start()
+    try:
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "elasticdl.server.main",
+                f"--state_dir={tmp_path / 'state'}",
+                "--port=0",
+            ],
+            env=first.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 2
+        assert "another server is running on --state_dir" in second.stderr
+        assert second.stderr.count("\n") == 1
+        first.kill()  # the kernel releases the lock of a killed server
+        first.start()
+    finally:
+        first.stop()
