@@ -348,6 +348,9 @@ class Job:
     # ---- running -------------------------------------------------------------------------
     def cancel(self) -> None:
         self._cancel.set()
+        # Replicas may end on their own now (the job's owner is gone): not relaunched.
+        if getattr(self, "rm", None) is not None:
+            self.rm.begin_stop()
 
     def run(self) -> int:
         """Run the job to its end; returns the master's exit code (0 success, 1 otherwise)."""

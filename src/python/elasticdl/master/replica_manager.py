@@ -156,6 +156,11 @@ class ReplicaManager:
         for worker_id in range(self.config.num_workers):
             self._launch_worker(worker_id, relaunch_count=0, priority=self._priorities[worker_id])
 
+    def begin_stop(self) -> None:
+        """The job is ending: from now on no replica is relaunched (safe in a signal handler:
+        one assignment, no lock)."""
+        self._stopping = True
+
     def stop(self, delete_all: bool = True) -> None:
         """The job is over: no more relaunches; delete what is still running."""
         with self._lock:
