@@ -463,3 +463,53 @@ def test_oom_killed_workers_are_relaunched_within_their_budget_and_status_says_s
     assert main(["status", job, *target]) == 0
     assert "OOMKilled" in capsys.readouterr().out
     assert main(["cancel", job, *target]) == 0
+
+
+def test_deleted_ps_pod_is_relaunched_and_restores_its_checkpoint(
+    cli_env, mnist_image, data_dir, node_namespace, node_k8s, monkeypatch, capsys, tmp_path
+):
+    """Deleting the PS pod mid-job (as a node drain would): the master relaunches ps-0 under the
+    same name, the new PS restores its shard from the newest checkpoint on the hostPath volume
+    (written by the restricted pods' user), and the job still trains every record once."""
+    node = cli_env
+    image, ctx, _ = mnist_image
+    ns = node_namespace
+    _rbac(node, ns, capsys)
+    monkeypatch.chdir(ctx)
+    checkpoints = _checkpoint_dir(tmp_path)
+    epochs = 4  # enough work left when the PS goes
+    job = f"psdel-{uuid.uuid4().hex[:4]}"
+    assert main(_train_argv(job, ns, image, data_dir, node.api, epochs, checkpoints)) == 0
+    target = [f"--namespace={ns}", "--platform=kubernetes"]
+    ps0 = f"elasticdl-{job}-ps-0"
+
+    def diagnose() -> str:
+        return node.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False) + (
+            "\n--- master ---\n"
+            + node.kubectl("logs", "-n", ns, f"elasticdl-{job}-master", "--tail=60", check=False)
+        )
+
+    def first_checkpoint():
+        pod = node_k8s.get_pod(ps0)
+        written = [p for p in checkpoints.rglob("*") if p.is_file()]
+        return pod is not None and pod.status.phase == "Running" and written and pod
+
+    old = _wait(first_checkpoint, 300, "the PS's first checkpoint", diagnose)
+    assert node_k8s.delete_pod(ps0)
+
+    def restored_ps() -> str:
+        pod = node_k8s.get_pod(ps0)
+        if pod is None or pod.metadata.uid == old.metadata.uid or pod.status.phase != "Running":
+            return ""
+        log = node_k8s.read_pod_log(ps0) or ""
+        return log if re.search(r"PS 0 restored version \d+ from /checkpoints", log) else ""
+
+    _wait(restored_ps, 300, "the relaunched ps-0 to restore its checkpoint", diagnose)
+    assert main(["wait", job, "--timeout=900", *target]) == 0, diagnose()
+    capsys.readouterr()
+    assert main(["status", job, "-o", "json", *target]) == 0
+    status = json.loads(capsys.readouterr().out)
+    total = TRAIN_RECORDS * epochs
+    assert status["phase"] == "Succeeded", status
+    assert status["records_trained"] == status["records_expected"] == total, status
+    assert main(["cancel", job, *target]) == 0
