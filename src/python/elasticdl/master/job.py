@@ -358,6 +358,9 @@ class Job:
         self.status_writer.start()
         try:
             if self.previous is not None:
+                if self.job_type == JobType.EVALUATION_ONLY and self.es is not None:
+                    if not self.es.busy and not self.es.history:  # died before starting it
+                        self.es.start_evaluation(FINAL_VERSION)
                 self.rm.adopt()
             else:
                 if self.job_type == JobType.EVALUATION_ONLY and self.es is not None:
