@@ -138,7 +138,9 @@ def test_build_streams_progress_and_reuses_dependency_layers(
         ), err
         assert any(i.startswith("RUN") and "elasticdl_pkgs/*.whl" in i for i in cached), err
         assert not any(i.startswith("COPY model_zoo ") for i in cached), err
-        assert int(second[4]) == 4  # COPY pkgs, RUN pip pkgs, COPY requirements, RUN pip -r
+        # USER root (the base images run as a non-root user), COPY pkgs, RUN pip pkgs,
+        # COPY requirements, RUN pip -r
+        assert int(second[4]) == 5
         assert out.strip() != first_id
 
         # Same layers below the model code, a new top layer.
