@@ -11,6 +11,9 @@
 #     --base-image IMAGE     BASE_IMAGE build arg (e.g. local/base on machines without a registry)
 #     --extra-pypi-index URL EXTRA_PYPI_INDEX build arg (also used by --download-deps)
 #     --tensorflow SPEC      TENSORFLOW build arg; "" = no TensorFlow (light image)
+#     --torch SPEC           gpu: TORCH build arg (installed with --no-deps over TENSORFLOW's
+#                            CUDA wheels); "" = no torch
+#     --build-arg NAME=VALUE any other build arg (e.g. PYTHON_PPA for NVIDIA's base image)
 #     --pip-options OPTS     PIP_OPTIONS build arg, e.g. "--no-index --no-deps"
 #     --wheel REQ            download REQ's wheel on this host into the context (repeatable), for
 #                            builds whose containers cannot reach a package index
@@ -29,6 +32,11 @@
 #     --keep-install-stage   keep the install stage's images (wheels + installed tree) as layer
 #                            cache; by default they are deleted after the build
 #     --no-cache             rebuild every layer
+# gpu: the kernels wheel is always compiled here with CUDA (ELASTICDL_BUILD_CUDA=1, nvcc from
+# PATH, $CUDA_HOME or /usr/local/cuda; without one, NVIDIA's nvcc wheels are installed into the
+# cache first), cached in $ELASTICDL_CACHE_DIR/gpu-native/<hash of src/cc and nvcc>; the
+# context gets requirements.txt, the project wheels' requirements less the CPU builds of
+# TensorFlow and torch that TENSORFLOW and TORCH replace.
 # Engine: $DOCKER_HOST (scripts/container-engine/setup-dockerd.sh starts one). Builds with
 # `elasticdl zoo build` when $PYTHON (default python3) has the `docker` package, else with
 # the docker CLI. Prints the image id on stdout.
@@ -40,7 +48,7 @@ KIND=cpu
 [[ ${1:-} == cpu || ${1:-} == gpu ]] && { KIND=$1; shift; }
 DIST="$ROOT/dist"; FROM_SOURCE=0; BUILD_NATIVE=0; TAG=""; NOCACHE=0
 BUILD_ARGS=(); WHEELS=(); WHEEL_CACHE=""; DOWNLOAD_OPTIONS=""; KEEP_STAGE=0
-TENSORFLOW_SET=0; TENSORFLOW=""; PIP_OPTIONS_SET=0; EXTRA_INDEX=""
+TENSORFLOW_SET=0; TENSORFLOW=""; PIP_OPTIONS_SET=0; EXTRA_INDEX=""; TORCH_SET=0; TORCH=""
 die() { echo "build-images: error: $*" >&2; exit 2; }
 while (($#)); do
   case $1 in
@@ -51,6 +59,8 @@ while (($#)); do
     --base-image) BUILD_ARGS+=("BASE_IMAGE=$2"); shift 2 ;;
     --extra-pypi-index) BUILD_ARGS+=("EXTRA_PYPI_INDEX=$2"); EXTRA_INDEX=$2; shift 2 ;;
     --tensorflow) BUILD_ARGS+=("TENSORFLOW=$2"); TENSORFLOW=$2; TENSORFLOW_SET=1; shift 2 ;;
+    --torch) BUILD_ARGS+=("TORCH=$2"); TORCH=$2; TORCH_SET=1; shift 2 ;;
+    --build-arg) BUILD_ARGS+=("$2"); shift 2 ;;
     --pip-options) BUILD_ARGS+=("PIP_OPTIONS=$2"); PIP_OPTIONS_SET=1; shift 2 ;;
     --wheel) WHEELS+=("$2"); shift 2 ;;
     --download-deps)
@@ -88,24 +98,73 @@ if ((FROM_SOURCE)); then
 else
   cp "$DIST"/*.whl "$CTX/"
 fi
+CACHE_ROOT=${ELASTICDL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/elasticdl}
+if [[ $KIND == gpu ]]; then
+  # The kernels compiled with CUDA, whatever the context's kernels wheel was built with.
+  find_nvcc() {
+    local c
+    for c in "$(command -v nvcc || true)" "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" /usr/local/cuda/bin/nvcc; do
+      [[ -n $c && -x $c ]] && { echo "$c"; return 0; }
+    done
+    return 1
+  }
+  if ! nvcc=$(find_nvcc); then
+    # NVIDIA's compiler wheels (no CUDA 12 wheel ships the nvcc driver, only ptxas): a CUDA
+    # root under the cache, once per machine.
+    cuda="$CACHE_ROOT/cuda-nvcc-13.0.88"
+    if [[ ! -x $cuda/nvidia/cu13/bin/nvcc ]]; then
+      echo "build-images: installing nvcc 13.0 (NVIDIA's wheels) into $cuda" >&2
+      rm -rf "$cuda.part"
+      "$PYTHON" -m pip install -q --no-deps --target "$cuda.part" nvidia-cuda-nvcc==13.0.88 \
+        nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 \
+        nvidia-cuda-cccl==13.0.85 >&2 || die "installing NVIDIA's nvcc wheels into $cuda.part failed"
+      rm -rf "$cuda" && mv "$cuda.part" "$cuda"
+    fi
+    export CUDA_HOME="$cuda/nvidia/cu13" PATH="$cuda/nvidia/cu13/bin:$PATH"
+    nvcc=$(find_nvcc) || die "no nvcc in $cuda"
+  fi
+  [[ -f $ROOT/src/cc/setup.py ]] || die "gpu: the CUDA kernels are built from $ROOT/src/cc, which is missing"
+  key=$({ cat "$ROOT"/src/cc/{setup.py,pyproject.toml} "$ROOT"/src/cc/*.{cc,h,cu}; "$nvcc" --version;
+    echo "${ELASTICDL_CUDA_ARCHS:-80;90}"; } | sha256sum | cut -c1-16)
+  native_cache="$CACHE_ROOT/gpu-native/$key"
+  if ! ls "$native_cache"/elasticdl_native-*.whl >/dev/null 2>&1; then
+    echo "build-images: compiling the CUDA kernels with $nvcc (a few minutes)" >&2
+    rm -rf "$CTX.src" "$native_cache.part" && mkdir -p "$CTX.src" "$native_cache.part"
+    cp -r "$ROOT/src/cc" "$CTX.src/cc" && rm -rf "$CTX.src/cc/build" "$CTX.src/cc"/*.egg-info
+    ELASTICDL_BUILD_CUDA=1 "$PYTHON" -m pip wheel -q --no-deps -w "$native_cache.part" "$CTX.src/cc" >&2 ||
+      die "building the CUDA kernels wheel (src/cc, ELASTICDL_BUILD_CUDA=1) failed"
+    rm -rf "$native_cache" && mv "$native_cache.part" "$native_cache"
+  fi
+  rm -f "$CTX"/elasticdl_native-*.whl
+  cp "$native_cache"/elasticdl_native-*.whl "$CTX/"
+fi
 # pip for base images without it (Debian's bundled wheel; installed only where pip is missing).
 pipwhl=$(ls /usr/share/python-wheels/pip-*.whl 2>/dev/null | head -n 1 || true)
 [[ -n $pipwhl ]] && cp "$pipwhl" "$CTX/"
-if [[ -n $WHEEL_CACHE ]]; then
-  # TENSORFLOW as the Dockerfile would install it: the flag, else the ARG's default.
-  ((TENSORFLOW_SET)) ||
-    TENSORFLOW=$(sed -n 's/^ARG TENSORFLOW="\(.*\)"$/\1/p' "$CTX/Dockerfile" | head -n 1)
+# The install: TENSORFLOW (and for gpu TORCH, TORCH_REQUIREMENTS) as the Dockerfile would
+# install them: the flags, else the ARGs' defaults.
+arg_default() { sed -n "s/^ARG $1=\"\\(.*\\)\"\$/\\1/p" "$CTX/Dockerfile" | head -n 1; }
+((TENSORFLOW_SET)) || TENSORFLOW=$(arg_default TENSORFLOW)
+TORCH_REQUIREMENTS=""
+if [[ $KIND == gpu ]]; then
+  ((TORCH_SET)) || TORCH=$(arg_default TORCH)
+  [[ -n $TORCH ]] && TORCH_REQUIREMENTS=$(arg_default TORCH_REQUIREMENTS)
+  # TENSORFLOW and TORCH replace the framework's CPU builds of both.
+  REPLACED="tensorflow tensorflow-cpu torch"
+else
+  REPLACED=""
+fi
+if [[ $KIND == gpu || -n $WHEEL_CACHE ]]; then
   # The requirement set: every Requires-Dist (without extras) of the context's wheels, less
-  # the project's own packages (they are in the context), + TENSORFLOW; and the target
+  # the project's own packages (they are in the context) and REPLACED; and the target
   # interpreter: the cpXY tag of a context wheel (the kernels), default 3.11.
-  read -ra tf_reqs <<<"$TENSORFLOW"
-  reqs=$("$PYTHON" - "$CTX" ${tf_reqs[@]+"${tf_reqs[@]}"} <<'PY'
+  reqs=$("$PYTHON" - "$CTX" "$REPLACED" <<'PY'
 import glob, os, re, sys, zipfile
 
 def norm(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
-names, reqs, tags = set(), set(sys.argv[2:]), set()
+names, reqs, tags = set(sys.argv[2].split()), set(), set()
 for whl in glob.glob(os.path.join(sys.argv[1], "*.whl")):
     if os.path.basename(whl).startswith("pip-"):
         continue
@@ -124,6 +183,16 @@ print("\n".join(sorted(reqs)))
 PY
   ) || die "reading the requirements of the wheels in the context failed"
   pyver=$(head -n 1 <<<"$reqs" | cut -d' ' -f2); reqs=$(tail -n +2 <<<"$reqs")
+  # The Dockerfile installs these with dependency resolution (the project wheels themselves
+  # with --no-deps: their requirement of the CPU torch cannot be met beside TORCH).
+  [[ $KIND == gpu ]] && printf '%s\n' "$reqs" >"$CTX/requirements.txt"
+fi
+if [[ -n $WHEEL_CACHE ]]; then
+  read -ra tf_reqs <<<"$TENSORFLOW $TORCH_REQUIREMENTS"
+  reqs=$(printf '%s\n' "$reqs" ${tf_reqs[@]+"${tf_reqs[@]}"} | sed '/^$/d' | LC_ALL=C sort -u)
+  # TORCH: downloaded without its dependencies (its CUDA pins conflict with TENSORFLOW's).
+  nodeps=""
+  [[ $KIND == gpu ]] && nodeps=$TORCH
   # cpXY manylinux wheels whatever this host runs: glibc 2.17 (manylinux2014) to 2.35
   # (Ubuntu 22.04 of the GPU image; Debian 12 has 2.36).
   arch=$(uname -m)
@@ -147,8 +216,8 @@ for url in conf.get("indexes", [])[1:]:
 PY
     ) || die "reading [python-repos] of $ROOT/pants.toml failed"
   fi
-  key=$(printf '%s\n' "$reqs" "${target[*]}" "${repos[*]}" "$EXTRA_INDEX" "$DOWNLOAD_OPTIONS" |
-    sha256sum | cut -c1-16)
+  key=$(printf '%s\n' "$reqs" "${target[*]}" "${repos[*]}" "$EXTRA_INDEX" "$DOWNLOAD_OPTIONS" \
+    ${nodeps:+"--no-deps $nodeps"} | sha256sum | cut -c1-16)
   cache="$WHEEL_CACHE/$key"
   mkdir -p "$WHEEL_CACHE"
   (
@@ -163,6 +232,13 @@ PY
       ${EXTRA_INDEX:+--extra-index-url "$EXTRA_INDEX"} \
       $DOWNLOAD_OPTIONS -d "$cache.part" -r "$WHEEL_CACHE/$key.requirements.txt" >&2 ||
       die "downloading the requirements into $cache.part failed (see $WHEEL_CACHE/$key.requirements.txt)"
+    if [[ -n $nodeps ]]; then
+      read -ra nodeps_reqs <<<"$nodeps"
+      # shellcheck disable=SC2086
+      "$PYTHON" -m pip download -q --no-deps "${target[@]}" ${repos[@]+"${repos[@]}"} \
+        ${EXTRA_INDEX:+--extra-index-url "$EXTRA_INDEX"} $DOWNLOAD_OPTIONS -d "$cache.part" \
+        "${nodeps_reqs[@]}" >&2 || die "downloading $nodeps (--no-deps) into $cache.part failed"
+    fi
     mv "$WHEEL_CACHE/$key.requirements.txt" "$cache.part/requirements.txt"
     mv "$cache.part" "$cache" && touch "$cache/.complete"
   ) || exit $?

@@ -33,7 +33,7 @@ INSTRUCTIONS = {
     "VOLUME",
     "WORKDIR",
 }
-_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-+][^}]*)?\}|([A-Za-z_][A-Za-z0-9_]*))")
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-+]([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,13 @@ def parse(text: str) -> list[Instruction]:
 
 
 def _vars(text: str) -> set[str]:
-    return {a or b for a, b in _VAR.findall(text)}
+    """Names referenced, also inside another's default or alternative (${A:+$B})."""
+    names: set[str] = set()
+    for braced, inner, plain in _VAR.findall(text):
+        names.add(braced or plain)
+        if inner:
+            names |= _vars(inner)
+    return names
 
 
 def lint(text: str) -> list[str]:

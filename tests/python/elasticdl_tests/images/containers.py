@@ -1,0 +1,202 @@
+"""Helpers of the image tests: build a base image with deploy/docker/build-images.sh, run a
+command in a container, and the in-container training job both base-image tests run."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from elasticdl.client import (  # noqa: F401  (main imports it by name; this makes it a dependency)
+    zoo,
+)
+from elasticdl.client.main import main
+from elasticdl.data.datasets import prepare
+from elasticdl_tests.images.engine import repo_root
+
+JOB_RECORDS = 512  # Fashion-MNIST training records of the in-container job (and test records)
+RECORDS_PER_SHARD = 128
+MINIBATCH = 64
+STAGE_LABEL = "org.elasticdl.install-stage"
+
+
+def pants_wheels(root: Path) -> str | None:
+    """$ELASTICDL_WHEEL_DIR, or dist/ of this checkout or $ELASTICDL_SOURCE_ROOT, when it holds
+    the framework wheel."""
+    checkouts = [root] + [Path(p) for p in [os.environ.get("ELASTICDL_SOURCE_ROOT", "")] if p]
+    for d in [os.environ.get("ELASTICDL_WHEEL_DIR", "")] + [str(c / "dist") for c in checkouts]:
+        if d and list(Path(d).glob("elasticdl-[0-9]*.whl")):
+            return d
+    return None
+
+
+def python_with_pip() -> str:
+    ok = (
+        subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode
+        == 0
+    )
+    return sys.executable if ok else (shutil.which("python3") or sys.executable)
+
+
+def build_image(engine, root: Path, kind: str, tag: str, *flags: str, timeout: float) -> float:
+    """ROOT's build-images.sh KIND FLAGS --tag TAG on the engine's base image; returns the
+    seconds it took."""
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [
+            "bash",
+            str(root / "deploy" / "docker" / "build-images.sh"),
+            kind,
+            *flags,
+            "--tag",
+            tag,
+            "--base-image",
+            engine.base_image,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "DOCKER_HOST": engine.docker_host, "PYTHON": python_with_pip()},
+    )
+    assert r.returncode == 0, r.stderr[-5000:]
+    return time.monotonic() - t0
+
+
+def run(client, image: str, command, timeout: float = 120, files: Path | None = None) -> str:
+    """Run COMMAND in a new container of IMAGE (FILES, a directory, copied to /), return its
+    output; the container is removed."""
+    c = client.create_container(image, command=command, environment={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    try:
+        if files is not None:
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                tar.add(files, arcname=files.name)
+            assert client.put_archive(c, "/", buf.getvalue())
+        client.start(c)
+        status = client.wait(c, timeout=timeout)
+        logs = client.logs(c).decode()
+        assert status["StatusCode"] == 0, logs[-6000:]
+        return logs
+    finally:
+        client.remove_container(c, force=True)
+
+
+def copy_out(client, image: str, path: str, dest: Path) -> Path:
+    """The file PATH of IMAGE, copied to the directory DEST (no container is started)."""
+    c = client.create_container(image, command=["true"])
+    try:
+        stream, _ = client.get_archive(c, path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            tar.extractall(dest, filter="data")
+        return dest / Path(path).name
+    finally:
+        client.remove_container(c, force=True)
+
+
+def remove_images(client, *images: str) -> None:
+    for img in images:
+        try:
+            client.remove_image(img, force=True)
+        except Exception:  # not built
+            pass
+
+
+def stage_images(client) -> list:
+    """Ids of the install-stage images the build script did not mark as kept."""
+    return [
+        i["Id"]
+        for i in client.images(all=True, filters={"label": STAGE_LABEL})
+        if (i.get("Labels") or {}).get(STAGE_LABEL) not in ("", "kept")
+    ]
+
+
+@dataclass
+class JobResult:
+    output: str  # the container's whole output
+    status: dict  # the job's status.json
+    seconds: float  # the container's run time (all its jobs)
+
+
+PS_JOB = "--num_ps_pods=1"
+ALLREDUCE_JOB = "--distribution_strategy=AllreduceStrategy"
+
+
+def train_mnist_in_zoo_image(
+    client, base: str, tmp_path: Path, monkeypatch, jobs: tuple[str, ...] = (PS_JOB,)
+) -> list[JobResult]:
+    """A zoo image of model_zoo/mnist on BASE (`zoo init` + `zoo build`) runs real
+    `elasticdl train --platform=local` jobs one after another in one container (master, PS and
+    2 workers as processes there), one per JOBS entry (its extra flags), on JOB_RECORDS
+    Fashion-MNIST records prepared on this host."""
+    data = tmp_path / "data"
+    prepared = prepare(
+        "fashion_mnist",
+        str(data),
+        progress=False,
+        limit=JOB_RECORDS,
+        records_per_shard=RECORDS_PER_SHARD,
+    )
+    assert prepared.counts == {"train": JOB_RECORDS, "test": JOB_RECORDS}
+
+    ctx = tmp_path / "ctx"
+    shutil.copytree(
+        repo_root() / "model_zoo" / "mnist",
+        ctx / "zoo" / "mnist",
+        ignore=shutil.ignore_patterns("__pycache__", "BUILD", "*_test.py"),
+    )
+    zoo_image = f"elasticdl-test/zoo-mnist:{uuid.uuid4().hex[:12]}"
+    monkeypatch.chdir(ctx)
+    script = ["rc=0"]
+    for n, flags in enumerate(jobs):
+        job = f"image-mnist-{n}"
+        script.append(
+            "elasticdl train --platform=local --model_zoo=/model_zoo "
+            "--model_def=mnist.mnist_functional_api.custom_model "
+            "--training_data=/data/train --validation_data=/data/test --num_epochs=1 "
+            f"--minibatch_size={MINIBATCH} --num_minibatches_per_task=2 --num_workers=2 "
+            f"{flags} --job_name={job} || rc=$?; "
+            f"echo STATUS_JSON; cat $HOME/.elasticdl/jobs/{job}/status.json; echo; echo END_JSON"
+        )
+    script.append(
+        "python3 -c 'import elasticdl.ops as ops; print(\"OPS_BACKEND\", ops.backend())'; exit $rc"
+    )
+    try:
+        assert main(["zoo", "init", f"--base_image={base}", "--model_zoo=zoo"]) == 0
+        assert (ctx / "Dockerfile").read_text().count(f"FROM {base}\n") == 1
+        assert main(["zoo", "build", f"--image={zoo_image}", "."]) == 0
+        t0 = time.monotonic()
+        out = run(client, zoo_image, ["sh", "-c", "; ".join(script)], timeout=900, files=data)
+        seconds = time.monotonic() - t0
+    finally:
+        remove_images(client, zoo_image)
+    assert re.search(r"^OPS_BACKEND native$", out, re.M), out[-3000:]
+    results = []
+    for n, part in enumerate(out.split("STATUS_JSON")[1:]):
+        summary = re.search(rf"Job image-mnist-{n} succeeded: trained (\d+)/(\d+) records", out)
+        assert summary, out[-6000:]
+        status = json.loads(part.split("END_JSON", 1)[0])
+        results.append(JobResult(out, status, seconds))
+    assert len(results) == len(jobs), out[-6000:]
+    return results
+
+
+def assert_trained_every_record(result: JobResult, ps: bool = True) -> None:
+    status = result.status
+    assert status["phase"] == "Succeeded"
+    assert status["records_trained"] == status["records_expected"] == JOB_RECORDS
+    assert status["records_trained_per_epoch"] == {"1": JOB_RECORDS}
+    assert status["tasks_failed"] == 0 and status["tasks_retried"] == 0
+    if ps:
+        assert status["model_version"] == JOB_RECORDS // MINIBATCH  # one version per minibatch
+    assert "accuracy" in status["evaluation_metrics"]
+    workers = [r for r in status["replicas"] if r["type"] == "worker"]
+    assert len(workers) == 2 and all(r["exit_code"] == 0 for r in workers)
