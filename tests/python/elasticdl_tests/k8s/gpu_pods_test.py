@@ -5,7 +5,7 @@ job's image and have ``nvidia.com/gpu: 1`` in its limits (and requests), the PS 
 
 FAKE: the kubelet (``process_kubelet``) runs pods as local processes whatever they request; with
 no scheduler and no NVIDIA device plugin here, nothing checks that a GPU exists. (On the real
-node of k8s_node/ such a worker would stay Pending: the node advertises no nvidia.com/gpu.)
+node such a worker stays Pending, Unschedulable: k8s_node/gpu_pending_test.py.)
 """
 
 from __future__ import annotations
