@@ -146,6 +146,7 @@ class ReplicaManager:
         self._priorities = parse_worker_priority(config.num_workers, config.worker_priority)
         self._sink: JournalSink | None = None
         self._identities: dict[tuple[ReplicaType, int], dict | None] = {}
+        self._unrecorded: set[tuple[ReplicaType, int]] = set()  # launching, never launched
         platform.add_event_listener(self._on_event)
 
     # ---- start / stop --------------------------------------------------------------------
@@ -195,6 +196,8 @@ class ReplicaManager:
         self._launch(spec)
 
     def _launch(self, spec: ReplicaSpec) -> None:
+        # Before the process exists: a master dying right after starting it leaves a trace.
+        self._record({"o": "launching", "k": str(spec.replica_type), "i": spec.replica_id})
         try:
             self.platform.launch(spec)
         except PlatformError as e:
@@ -407,7 +410,10 @@ class ReplicaManager:
         with self._lock:
             for op in records:
                 kind = op["o"]
-                if kind == "launch":
+                if kind == "launching":
+                    self._unrecorded.add((ReplicaType(op["k"]), op["i"]))
+                elif kind == "launch":
+                    self._unrecorded.discard((ReplicaType(op["k"]), op["i"]))
                     rtype = ReplicaType(op["k"])
                     table = self._ps if rtype == ReplicaType.PS else self._workers
                     table[op["i"]] = ReplicaState(
@@ -451,6 +457,8 @@ class ReplicaManager:
             ]
             ended = [s for s in self._workers.values() if s.phase.is_terminal]
             failed = bool(self._failed_message)
+        for key in sorted(self._unrecorded):  # would run twice: stop them first
+            self.platform.reclaim(*key)
         for state in ended:  # its tasks, if the old master died before taking them back
             self._tm.recover_tasks(state.replica_id)
         if failed:

@@ -216,6 +216,12 @@ class Platform(abc.ABC):
         """Make ``address(type, id)`` return ``address``, the one a previous master of this
         job handed out (platforms whose addresses derive from names need nothing)."""
 
+    def reclaim(self, replica_type: ReplicaType, replica_id: int) -> int:
+        """Stop every process of this replica that a previous master of this job started but
+        did not live to record (it died between starting it and journaling it): it would be
+        a duplicate. Returns how many were stopped."""
+        return 0
+
     def adopt(self, spec: ReplicaSpec, identity: dict | None) -> bool:
         """Watch the running replica ``identity`` names, launched as ``spec`` by a previous
         master of this job, as if this platform had launched it (``Running``, then events as

@@ -275,6 +275,27 @@ class LocalProcessPlatform(Platform):
             return None
         return {"pid": pid, "start": proc_start_time(pid)}
 
+    def reclaim(self, replica_type: ReplicaType, replica_id: int) -> int:
+        entry = f"{EXIT_STATUS_FILE_ENV}={self.exit_status_path(replica_type, replica_id)}"
+        stopped = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == os.getpid():
+                continue
+            pid = int(name)
+            if process_alive(pid) and _environ_has(pid, entry, wait_s=0):
+                logger.warning(
+                    "Stopping %s-%d (pid %d): started by a previous master that did not record it",
+                    replica_type,
+                    replica_id,
+                    pid,
+                )
+                try:
+                    os.killpg(pid, signal.SIGKILL)  # its own session: pgid == pid
+                except (ProcessLookupError, PermissionError):
+                    pass
+                stopped += 1
+        return stopped
+
     def adopt(self, spec: ReplicaSpec, identity: dict | None) -> bool:
         """Watch the replica a previous master launched as ``spec`` (``identity`` from
         ``replica_identity``) if that very process still runs: same pid and start time, and

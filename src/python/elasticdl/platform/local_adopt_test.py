@@ -130,3 +130,16 @@ def test_replicas_of_an_owned_master_watch_the_owner(tmp_path, monkeypatch):
         p.shutdown(delete_all=True, grace_seconds=2)
     monkeypatch.setenv(JOB_OWNER_ENV, "1")  # not this master's parent: no owner
     assert not _platform(tmp_path / "other").replicas_outlive_master
+
+
+def test_reclaim_stops_a_replica_nobody_recorded(two_lives):
+    first, second = two_lives
+    first.launch(_spec("worker", 5, SLEEPS))
+    first.launch(_spec("worker", 6, SLEEPS))
+    pid = first.replica_pid("worker", 5)
+    _environ(pid)  # running the new program
+    assert second.reclaim("worker", 5) == 1
+    ev, _ = _until_terminal(first.events)
+    assert (ev.replica_id, ev.exit_code) == (5, 137)
+    assert first.replica_pid("worker", 6) is not None  # only that replica's process
+    assert second.reclaim("worker", 7) == 0
