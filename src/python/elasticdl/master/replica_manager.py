@@ -25,7 +25,9 @@ Rules (the original pod manager's, plus PS recovery):
   platform's identity of the process and its address) and every end (phase, exit code,
   replacement) is recorded; ``restore`` rebuilds the replica table, relaunch counts and the
   next worker id from it, and ``adopt`` (instead of ``start``) takes over the replicas still
-  running and applies the rules above to the ones that ended while no master watched.
+  running and applies the rules above to the ones that ended while no master watched. A
+  record also precedes each launch: a replica the dead master started but had not recorded
+  is stopped (``Platform.reclaim``) before it is launched again.
 """
 
 from __future__ import annotations

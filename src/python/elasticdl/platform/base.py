@@ -27,7 +27,8 @@ Contract every platform keeps:
 * A master that dies and is restarted (issue #19) gets the same addresses back: it hands the
   old ones to ``reserve_address`` before building specs, and, where the platform's replicas
   outlive their master (``replicas_outlive_master``), adopts the running ones by the
-  ``replica_identity`` recorded at launch instead of launching them again.
+  ``replica_identity`` recorded at launch instead of launching them again, after ``reclaim``
+  stopped any it started without recording them.
 """
 
 from __future__ import annotations
