@@ -12,7 +12,7 @@ import abc
 import dataclasses
 import re
 import time
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from elasticdl.client.errors import ClientError, WaitTimeout
 from elasticdl.common.job_status import JobStatus
@@ -71,18 +71,29 @@ class JobBackend(abc.ABC):
     ) -> JobStatus:
         """Block until the job reaches a final phase; raises ``WaitTimeout`` after ``timeout``
         seconds (None: no limit)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            status = self.status(name)
-            if status.is_final:
-                return status
-            if deadline is not None and time.monotonic() >= deadline:
-                raise WaitTimeout(f"job {name} is still {status.phase} after {timeout:g}s")
-            time.sleep(
-                poll_interval
-                if deadline is None
-                else max(0.0, min(poll_interval, deadline - time.monotonic()))
-            )
+        return wait_until_final(self.status, name, timeout, poll_interval)
+
+
+def wait_until_final(
+    read_status: Callable[[str], JobStatus],
+    name: str,
+    timeout: float | None,
+    poll_interval: float,
+) -> JobStatus:
+    """Poll ``read_status(name)`` until the job is in a final phase (what every ``wait`` of a
+    backend or the job server's SDK does); ``WaitTimeout`` after ``timeout`` seconds."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        status = read_status(name)
+        if status.is_final:
+            return status
+        if deadline is not None and time.monotonic() >= deadline:
+            raise WaitTimeout(f"job {name} is still {status.phase} after {timeout:g}s")
+        time.sleep(
+            poll_interval
+            if deadline is None
+            else max(0.0, min(poll_interval, deadline - time.monotonic()))
+        )
 
 
 def get_backend(

@@ -45,6 +45,7 @@ from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundEr
 from elasticdl.client.master_runtime import MasterRuntime, resolve_master_runtime
 from elasticdl.common.job_spec import JobSpec, jobs_root, master_argv
 from elasticdl.common.job_status import JobStatus
+from elasticdl.common.parent_watch import proc_start_time
 from elasticdl.common.spec_codec import SpecError
 from elasticdl.common.types import JobPhase, PlatformName
 
@@ -173,16 +174,6 @@ def _clear_job_directory(directory: Path, what: str, legacy_name: str = "") -> b
     return True
 
 
-def _proc_start_time(pid: int) -> str | None:
-    """Start time of a process in clock ticks since boot (Linux); tells a reused pid apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return fields[19] if len(fields) > 19 else None
-
-
 def _proc_state(pid: int) -> str | None:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -208,7 +199,7 @@ def pid_alive(pid: int | None, start_time: str | None = None) -> bool:
     if _proc_state(pid) == "Z":
         return False
     if start_time is not None:
-        current = _proc_start_time(pid)
+        current = proc_start_time(pid)
         if current is not None and current != start_time:
             return False
     return True
@@ -366,7 +357,7 @@ class LocalBackend(JobBackend):
             )
         self._children[name] = proc
         job["pid"] = proc.pid
-        job["pid_start_time"] = _proc_start_time(proc.pid)
+        job["pid_start_time"] = proc_start_time(proc.pid)
         _write_json_atomic(directory / JOB_FILE, job)
         logger.info("Started master of job %s (pid %d): %s", name, proc.pid, " ".join(command))
         return JobHandle(

@@ -23,12 +23,12 @@ import http.client
 import json
 import os
 import ssl
-import time
 import urllib.parse
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Mapping
 
-from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError, WaitTimeout
+from elasticdl.client.backend import wait_until_final
+from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
 from elasticdl.common.job_status import JobStatus
 
 CHUNK = 1 << 20
@@ -262,18 +262,7 @@ class JobServerClient:
     def wait(
         self, name: str, timeout: float | None = None, poll_interval: float = 1.0
     ) -> JobStatus:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            status = self.get_job_status(name)
-            if status.is_final:
-                return status
-            if deadline is not None and time.monotonic() >= deadline:
-                raise WaitTimeout(f"job {name} is still {status.phase} after {timeout:g}s")
-            time.sleep(
-                poll_interval
-                if deadline is None
-                else max(0.0, min(poll_interval, deadline - time.monotonic()))
-            )
+        return wait_until_final(self.get_job_status, name, timeout, poll_interval)
 
     # ---- data ----------------------------------------------------------------------------
     def upload(
