@@ -28,7 +28,11 @@ from elasticdl.server.testing import ServerProcess, request
 
 selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoSuchElementException,
+    StaleElementReferenceException,
+    TimeoutException,
+)
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -182,16 +186,32 @@ def browser(chromium, tmp_path):
         driver.quit()
 
 
+# The pages re-render their tables every 2 s: an element found a moment ago may be gone.
+_REDRAWN = (NoSuchElementException, StaleElementReferenceException)
+
+
 def _wait(driver, what: str, condition, timeout: float = 90):
     try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.25).until(lambda d: condition(d))
+        return WebDriverWait(
+            driver, timeout, poll_frequency=0.25, ignored_exceptions=_REDRAWN
+        ).until(lambda d: condition(d))
     except TimeoutException:
         page = driver.find_element(By.TAG_NAME, "body").text
         raise AssertionError(f"never saw {what} in {timeout}s; the page shows:\n{page}") from None
 
 
 def _texts(driver, css: str) -> list[str]:
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
+    """The texts of the elements CSS selects, read again if a redraw replaced them meanwhile."""
+    for _ in range(20):
+        try:
+            return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
+        except StaleElementReferenceException:
+            time.sleep(0.1)
+    raise AssertionError(f"{css}: the page kept redrawing these elements for 2 s")
+
+
+def _text(driver, css: str) -> str:
+    return _wait(driver, css, lambda d: d.find_element(By.CSS_SELECTOR, css).text, timeout=10)
 
 
 def test_jobs_table_curves_replicas_and_cancel_in_chromium(api, browser, tmp_path, capsys):
@@ -245,9 +265,7 @@ def test_jobs_table_curves_replicas_and_cancel_in_chromium(api, browser, tmp_pat
         lambda d: d.find_elements(By.CSS_SELECTOR, '#eval-latest tr[data-metric="accuracy"]')
         and d.find_elements(By.CSS_SELECTOR, '#eval-chart g[data-series="accuracy"] circle.point'),
     )
-    accuracy = float(
-        browser.find_element(By.CSS_SELECTOR, '#eval-latest tr[data-metric="accuracy"] td').text
-    )
+    accuracy = float(_text(browser, '#eval-latest tr[data-metric="accuracy"] td'))
     assert 0.0 < accuracy <= 1.0
     _wait(
         browser,
@@ -255,7 +273,7 @@ def test_jobs_table_curves_replicas_and_cancel_in_chromium(api, browser, tmp_pat
         lambda d: d.find_element(By.ID, "phase").text in FINAL,
         timeout=120,
     )
-    assert browser.find_element(By.ID, "phase").text == "Succeeded"
+    assert _text(browser, "#phase") == "Succeeded"
     assert not browser.find_element(By.ID, "cancel").is_displayed()  # nothing left to cancel
     losses = browser.find_elements(By.CSS_SELECTOR, points)
     assert len(losses) > 1
