@@ -256,7 +256,17 @@ fi
 echo "build-images: context $(ls "$CTX" | wc -l) files, $(du -sh "$CTX" | cut -f1)" >&2
 STAGE_ID=""
 if grep -q '^ARG INSTALL_STAGE_ID' "$CTX/Dockerfile"; then
-  if ((KEEP_STAGE)); then STAGE_ID=kept; else STAGE_ID="$(date +%s)-$$-$RANDOM"; fi
+  # $ELASTICDL_INSTALL_STAGE_ID lets a caller (the image tests) tell its build's stage images
+  # from those of a build running beside it on the same engine.
+  if ((KEEP_STAGE)); then
+    STAGE_ID=kept
+  elif [[ -n ${ELASTICDL_INSTALL_STAGE_ID:-} ]]; then
+    [[ $ELASTICDL_INSTALL_STAGE_ID =~ ^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$ && $ELASTICDL_INSTALL_STAGE_ID != kept ]] ||
+      die "ELASTICDL_INSTALL_STAGE_ID=$ELASTICDL_INSTALL_STAGE_ID: use letters, digits, '.', '_' or '-' (at most 63), not 'kept'"
+    STAGE_ID=$ELASTICDL_INSTALL_STAGE_ID
+  else
+    STAGE_ID="$(date +%s)-$$-$RANDOM"
+  fi
   BUILD_ARGS+=("INSTALL_STAGE_ID=$STAGE_ID")
 fi
 # The install stage's images hold the wheels and a second copy of the installed tree; the

@@ -78,10 +78,20 @@ def real_image(engine):
             "src/python:elasticdl-client-wheel src/cc:native"
         )
     name = f"elasticdl-test/base-cpu:{uuid.uuid4().hex[:12]}"
-    # Install-stage images an earlier, interrupted build left behind are not this build's.
-    earlier = set(stage_images(engine.client()))
+    stage_id = f"test-{uuid.uuid4().hex}"
     try:
-        yield name, _build(engine, root, name, "--dist", dist, "--download-deps"), earlier
+        seconds = build_image(
+            engine,
+            root,
+            "cpu",
+            name,
+            "--dist",
+            dist,
+            "--download-deps",
+            timeout=BUILD_TIMEOUT_S,
+            stage_id=stage_id,
+        )
+        yield name, seconds, stage_id
     finally:
         remove_images(engine.client(), name)
 
@@ -89,7 +99,7 @@ def real_image(engine):
 def test_real_cpu_image_has_tensorflow_framework_and_kernels_but_no_wheels(
     engine, real_image, capsys
 ):
-    image, build_s, earlier = real_image
+    image, build_s, stage_id = real_image
     client = engine.client()
     out = run(
         client,
@@ -112,8 +122,7 @@ def test_real_cpu_image_has_tensorflow_framework_and_kernels_but_no_wheels(
     # the build script deleted that stage's images.
     assert not any("/tmp/wheels" in h["CreatedBy"] for h in client.history(image))
     assert run(client, image, ["ls", "/tmp"]).strip() == ""
-    leftovers = [i[:19] for i in stage_images(client) if i not in earlier]
-    assert leftovers == []
+    assert [i[:19] for i in stage_images(client, stage_id)] == []
     with capsys.disabled():
         print(f"\nreal CPU base image (TensorFlow + dependency closure): built in {build_s:.1f}s")
 

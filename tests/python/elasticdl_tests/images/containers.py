@@ -47,9 +47,11 @@ def python_with_pip() -> str:
     return sys.executable if ok else (shutil.which("python3") or sys.executable)
 
 
-def build_image(engine, root: Path, kind: str, tag: str, *flags: str, timeout: float) -> float:
+def build_image(
+    engine, root: Path, kind: str, tag: str, *flags: str, timeout: float, stage_id: str = ""
+) -> float:
     """ROOT's build-images.sh KIND FLAGS --tag TAG on the engine's base image; returns the
-    seconds it took."""
+    seconds it took. STAGE_ID labels its install-stage images (see ``stage_images``)."""
     t0 = time.monotonic()
     r = subprocess.run(
         [
@@ -65,7 +67,12 @@ def build_image(engine, root: Path, kind: str, tag: str, *flags: str, timeout: f
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "DOCKER_HOST": engine.docker_host, "PYTHON": python_with_pip()},
+        env={
+            **os.environ,
+            "DOCKER_HOST": engine.docker_host,
+            "PYTHON": python_with_pip(),
+            "ELASTICDL_INSTALL_STAGE_ID": stage_id,
+        },
     )
     assert r.returncode == 0, r.stderr[-5000:]
     return time.monotonic() - t0
@@ -110,12 +117,11 @@ def remove_images(client, *images: str) -> None:
             pass
 
 
-def stage_images(client) -> list:
-    """Ids of the install-stage images the build script did not mark as kept."""
+def stage_images(client, stage_id: str) -> list:
+    """Ids of the install-stage images of the build labelled STAGE_ID (builds of other tests
+    may run beside it on the same engine)."""
     return [
-        i["Id"]
-        for i in client.images(all=True, filters={"label": STAGE_LABEL})
-        if (i.get("Labels") or {}).get(STAGE_LABEL) not in ("", "kept")
+        i["Id"] for i in client.images(all=True, filters={"label": f"{STAGE_LABEL}={stage_id}"})
     ]
 
 

@@ -83,12 +83,20 @@ def gpu_image(engine):
             "src/python:elasticdl-client-wheel"
         )
     name = f"elasticdl-test/base-gpu:{uuid.uuid4().hex[:12]}"
-    earlier = set(stage_images(engine.client()))
+    stage_id = f"test-{uuid.uuid4().hex}"
     try:
         seconds = build_image(
-            engine, root, "gpu", name, "--dist", dist, "--download-deps", timeout=BUILD_TIMEOUT_S
+            engine,
+            root,
+            "gpu",
+            name,
+            "--dist",
+            dist,
+            "--download-deps",
+            timeout=BUILD_TIMEOUT_S,
+            stage_id=stage_id,
         )
-        yield name, seconds, earlier
+        yield name, seconds, stage_id
     finally:
         remove_images(engine.client(), name)
 
@@ -100,7 +108,7 @@ def _fields(out: str, key: str) -> list[list[str]]:
 def test_gpu_image_has_cuda_builds_whose_libraries_resolve_inside(
     engine, gpu_image, tmp_path, capsys
 ):
-    image, build_s, earlier = gpu_image
+    image, build_s, stage_id = gpu_image
     client = engine.client()
     out = run(client, image, ["python3", "-c", PROBE], timeout=300)
 
@@ -136,7 +144,7 @@ def test_gpu_image_has_cuda_builds_whose_libraries_resolve_inside(
 
     # The wheels stayed in the install stage, whose images the build script deleted.
     assert not any("/tmp/wheels" in h["CreatedBy"] for h in client.history(image))
-    assert [i[:19] for i in stage_images(client) if i not in earlier] == []
+    assert [i[:19] for i in stage_images(client, stage_id)] == []
     size_gb = client.inspect_image(image)["Size"] / 1e9
     with capsys.disabled():
         print(f"\nGPU base image: built in {build_s:.1f}s, {size_gb:.2f} GB")
