@@ -236,9 +236,13 @@ class JobServerClient:
     def stop_job(self, name: str) -> JobStatus:
         return JobStatus.from_dict(self._json("DELETE", f"/v1/jobs/{_quote(name)}"))
 
-    def tail_logs(self, name: str, replica: str = "master", follow: bool = False) -> Iterator[str]:
+    def tail_logs(
+        self, name: str, replica: str = "master", follow: bool = False, tail: int = 0
+    ) -> Iterator[str]:
+        """The replica's log in chunks; ``follow``: until the job ends; ``tail`` > 0: only its
+        last ``tail`` lines as they are now."""
         query = urllib.parse.urlencode(
-            {"replica": replica, "follow": "true" if follow else "false"}
+            {"replica": replica, "follow": "true" if follow else "false", "tail": tail}
         )
         conn, response = self._send("GET", f"/v1/jobs/{_quote(name)}/logs?{query}")
         return self._text_chunks(conn, response)

@@ -200,8 +200,9 @@ def create_app(config: ServerConfig, services: Services | None = None) -> FastAP
         user: str = Depends(current_user),
         replica: str = Query("master"),
         follow: bool = Query(False),
+        tail: int = Query(0, ge=0, le=100_000),
     ) -> StreamingResponse:
-        chunks = await run_in_threadpool(services.jobs.logs, user, name, replica, follow)
+        chunks = await run_in_threadpool(services.jobs.logs, user, name, replica, follow, tail)
         return StreamingResponse(chunks, media_type="text/plain; charset=utf-8")
 
     app.include_router(v1)

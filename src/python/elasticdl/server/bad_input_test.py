@@ -239,6 +239,15 @@ CASES = {
     "job-unknown": ("GET", "/v1/jobs/nobody", None, {}, 404, "no job named 'nobody'"),
     "cancel-unknown": ("DELETE", "/v1/jobs/nobody", None, {}, 404, "no job named 'nobody'"),
     "logs-unknown": ("GET", "/v1/jobs/nobody/logs", None, {}, 404, "no job named 'nobody'"),
+    "logs-tail-and-follow": (
+        "GET",
+        "/v1/jobs/nobody/logs?tail=5&follow=true",
+        None,
+        {},
+        400,
+        "tail: give either tail",
+    ),
+    "logs-tail-negative": ("GET", "/v1/jobs/nobody/logs?tail=-1", None, {}, 422, "tail"),
 }
 
 

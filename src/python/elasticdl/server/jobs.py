@@ -13,12 +13,13 @@ user's data directory (``--training_data=mnist/train``) and cannot leave it.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import re
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from elasticdl.client.backend import JobBackend
 from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
@@ -281,12 +282,32 @@ class JobService:
     def cancel(self, user: str, name: str) -> JobStatus:
         return self._call(user, name, "cancel")
 
-    def logs(self, user: str, name: str, replica: str, follow: bool) -> Iterator[str]:
+    def logs(
+        self, user: str, name: str, replica: str, follow: bool, tail: int = 0
+    ) -> Iterator[str]:
         """The log's chunks; the first is read here, so an unknown job or replica raises
-        before anything is streamed."""
+        before anything is streamed. ``tail`` > 0: only the log's last ``tail`` lines as they
+        are now (what a page showing a log's end polls), not with ``follow``."""
+        if tail and follow:
+            raise BadRequest("tail: give either tail (the last lines now) or follow, not both")
         chunks = self._call(user, name, "logs", replica, follow=follow)
         try:
             first = next(chunks, "")
         except JobNotFoundError as e:
             raise NotFound(self._user_view(user, str(e))) from None
-        return itertools.chain([first], chunks)
+        chunks = itertools.chain([first], chunks)
+        return iter([last_lines(chunks, tail)]) if tail else chunks
+
+
+def last_lines(chunks: Iterable[str], count: int) -> str:
+    """The last COUNT lines of the text the chunks make up, read in one pass (a line's end
+    kept as it was; a last line without one counts)."""
+    lines: collections.deque[str] = collections.deque(maxlen=count + 1)
+    partial = ""
+    for chunk in chunks:
+        pieces = (partial + chunk).split("\n")
+        partial = pieces.pop()
+        lines.extend(piece + "\n" for piece in pieces)
+    if partial:
+        lines.append(partial)
+    return "".join(list(lines)[-count:])

@@ -8,6 +8,7 @@ import elasticdl
 import pytest
 from elasticdl import api
 from elasticdl.client.main import main
+from elasticdl.client.server_client import JobServerClient
 from elasticdl.server.testing import ServerProcess
 
 FAKE_MASTER = Path(elasticdl.__file__).parent / "client" / "testdata" / "fake_master.py"
@@ -50,7 +51,12 @@ def test_api_goes_through_the_server(configured):
     final = api.wait("via-api", timeout=60, poll_interval=0.2)
     assert final.phase == "Succeeded"
     assert [j.job_name for j in api.list_jobs()] == ["via-api"]
-    assert "fake master of via-api" in "".join(api.logs("via-api"))
+    log = "".join(api.logs("via-api"))
+    assert "fake master of via-api" in log
+    # tail=N: the log's last N lines only (what the dashboard polls).
+    token = (tmp / "config.yaml").read_text().split("token: ")[1].strip()
+    client = JobServerClient(server.url, token)
+    assert "".join(client.tail_logs("via-api", tail=2)) == "".join(log.splitlines(True)[-2:])
     # The job ran on the server, from the package, on the uploaded data.
     spec = (server.state_dir / "jobs" / "alice" / "via-api" / "job_spec.json").read_text()
     assert str(server.state_dir / "data" / "alice" / "d" / "train") in spec

@@ -368,8 +368,9 @@
       const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
       let text;
       try {
-        const resp = await api("GET", `${jobPath(this.name)}/logs?replica=${encodeURIComponent(replica)}`);
-        text = (await resp.text()).split("\n").slice(-LOG_LINES).join("\n");
+        const query = `replica=${encodeURIComponent(replica)}&tail=${LOG_LINES}`;
+        const resp = await api("GET", `${jobPath(this.name)}/logs?${query}`);
+        text = await resp.text();
       } catch (e) {
         if (e instanceof AuthError) throw e;
         text = `(no log: ${e.message})`;
