@@ -285,12 +285,17 @@ def _version(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _upload(args: argparse.Namespace) -> int:
+def _required_server_client(command: str):
     client = _server_client()
     if client is None:
         raise ArgumentError(
-            "upload needs a job server; add 'server: {url: ..., token: ...}' to the config file"
+            f"{command} needs a job server; add 'server: {{url: ..., token: ...}}' to the config file"
         )
+    return client
+
+
+def _upload(args: argparse.Namespace) -> int:
+    client = _required_server_client("upload")
     stored = client.upload(args.src, args.dest, progress=_progress_line())
     size = sum(s["size"] for s in stored)
     _err(
@@ -300,11 +305,7 @@ def _upload(args: argparse.Namespace) -> int:
 
 
 def _download(args: argparse.Namespace) -> int:
-    client = _server_client()
-    if client is None:
-        raise ArgumentError(
-            "download needs a job server; add 'server: {url: ..., token: ...}' to the config file"
-        )
+    client = _required_server_client("download")
     files = client.download(args.src, args.dest, progress=_progress_line())
     _err(f"downloaded {len(files)} file(s) to {args.dest} (sha256 verified)")
     return EXIT_OK

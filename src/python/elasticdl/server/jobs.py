@@ -87,6 +87,20 @@ class SubmitRequest:
     image: str = ""
 
 
+def _data_paths(values: dict[str, Any]) -> list[tuple[str, str]]:
+    """The spec's data and output paths that are set (``DATA_PATH_FIELDS``), each checked to be
+    a string: paths in the user's data directory, which each platform maps its own way."""
+    paths = []
+    for name in DATA_PATH_FIELDS:
+        value = values.get(name)
+        if value in (None, ""):
+            continue
+        if not isinstance(value, str):
+            raise Unprocessable(f"spec.{name} must be a string, got {type(value).__name__}")
+        paths.append((name, value))
+    return paths
+
+
 def job_dict(status: JobStatus, owner: str) -> dict[str, Any]:
     data = status.to_dict()
     data["owner"] = owner
@@ -160,12 +174,7 @@ class JobService:
             raise Unprocessable(
                 f"spec.platform {platform!r}: this server runs {self.platform} jobs; drop the field"
             )
-        for name in DATA_PATH_FIELDS:
-            value = values.get(name)
-            if value in (None, ""):
-                continue
-            if not isinstance(value, str):
-                raise Unprocessable(f"spec.{name} must be a string, got {type(value).__name__}")
+        for name, value in _data_paths(values):
             try:
                 values[name] = str(self.data.resolve(user, value, what=f"spec.{name}"))
             except BadRequest as e:
@@ -193,12 +202,7 @@ class JobService:
                 raise Unprocessable(
                     f"spec.{name} {value!r}: this server runs its jobs in {expected}"
                 )
-        for name in DATA_PATH_FIELDS:
-            value = values.get(name)
-            if value in (None, ""):
-                continue
-            if not isinstance(value, str):
-                raise Unprocessable(f"spec.{name} must be a string, got {type(value).__name__}")
+        for name, value in _data_paths(values):
             try:
                 rel = check_relative_path(value, what=f"spec.{name}")
             except BadRequest as e:
