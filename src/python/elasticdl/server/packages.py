@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import AsyncIterator
 
 from elasticdl.server.errors import BadRequest, NotFound, TooLarge
-from elasticdl.server.uploads import receive
+from elasticdl.server.uploads import PACKAGE_STAGING_PREFIX, receive
 from fastapi.concurrency import run_in_threadpool
 
 PACKAGE_ID = re.compile(r"[0-9a-f]{64}")
@@ -124,7 +124,9 @@ class PackageStore:
             raise BadRequest(
                 "the body is not a tar archive (gzip or plain); send a tarball of the model-zoo directory"
             ) from None
-        staging = Path(tempfile.mkdtemp(prefix=f"package-{package_id[:12]}-", dir=self.tmp_dir))
+        staging = Path(
+            tempfile.mkdtemp(prefix=f"{PACKAGE_STAGING_PREFIX}{package_id[:12]}-", dir=self.tmp_dir)
+        )
         try:
             with tar:
                 members = self._check(tar)

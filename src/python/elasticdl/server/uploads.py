@@ -28,6 +28,12 @@ class Received:
     sha256: str
 
 
+# Names of what the server writes into tmp/ (uploads here, package staging in packages.py).
+UPLOAD_PREFIX = "upload-"
+PACKAGE_STAGING_PREFIX = "package-"
+TMP_PREFIXES = (UPLOAD_PREFIX, PACKAGE_STAGING_PREFIX)
+
+
 def _mib(n: int) -> str:
     return f"{n >> 20} MiB" if n and n % (1 << 20) == 0 else f"{n} bytes"
 
@@ -51,7 +57,7 @@ async def receive(
     """Write the body to a temporary file; the event loop keeps reading the next megabyte
     while a worker thread hashes and writes the last one (both release the GIL)."""
     loop = asyncio.get_running_loop()
-    fd, name = tempfile.mkstemp(prefix="upload-", dir=tmp_dir)
+    fd, name = tempfile.mkstemp(prefix=UPLOAD_PREFIX, dir=tmp_dir)
     path = Path(name)
     digest = hashlib.sha256()
     size = 0
@@ -91,10 +97,14 @@ async def receive(
 
 
 def clear_tmp(tmp_dir: Path) -> None:
-    """Remove what an earlier server left half-done (only ``tmp/`` under its state dir)."""
+    """Remove what an earlier server left half-done: only the entries this package names in
+    ``tmp/`` under its state dir (``upload-*`` files, ``package-*`` staging directories); anything
+    else someone put there stays."""
     if not tmp_dir.is_dir():
         return
     for entry in tmp_dir.iterdir():
+        if not entry.name.startswith(TMP_PREFIXES):
+            continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
         else:
