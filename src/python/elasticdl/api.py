@@ -23,9 +23,10 @@ raises the same ``ValueError`` (one-line message) and creates nothing. Unlike
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Iterator
 
-from elasticdl.client.backend import JobBackend, JobHandle, backend_for_target
+from elasticdl.client.backend import JobBackend, JobHandle, backend_for_job, jobs_everywhere
 from elasticdl.client.errors import (
     ArgumentError,
     ClientError,
@@ -138,13 +139,22 @@ def submit(spec: JobSpec) -> JobHandle:
     return handle
 
 
-def _backend(platform: str | None, namespace: str | None, kube_context: str | None) -> JobBackend:
+def _server_backend(platform: str | None) -> JobBackend | None:
     client = _server_client(platform)
-    if client is not None:
-        from elasticdl.client.server_backend import ServerBackend
+    if client is None:
+        return None
+    from elasticdl.client.server_backend import ServerBackend
 
-        return ServerBackend(client)
-    return backend_for_target(platform, namespace, kube_context)
+    return ServerBackend(client)
+
+
+def _backend_of(
+    name: str, platform: str | None, namespace: str | None, kube_context: str | None
+) -> JobBackend:
+    """The backend holding job ``name``: the job server if one is configured, the ``platform``
+    given, else the job is looked up by name as ``elasticdl status JOB`` does (this machine's
+    jobs first, then the configured cluster's namespace; a name in both raises ClientError)."""
+    return _server_backend(platform) or backend_for_job(name, platform, namespace, kube_context)
 
 
 def status(
@@ -153,7 +163,7 @@ def status(
     namespace: str | None = None,
     kube_context: str | None = None,
 ) -> JobStatus:
-    return _backend(platform, namespace, kube_context).status(name)
+    return _backend_of(name, platform, namespace, kube_context).status(name)
 
 
 def wait(
@@ -165,7 +175,7 @@ def wait(
     poll_interval: float = 1.0,
 ) -> JobStatus:
     """Block until the job ends; raises :class:`WaitTimeout` after ``timeout`` seconds."""
-    return _backend(platform, namespace, kube_context).wait(
+    return _backend_of(name, platform, namespace, kube_context).wait(
         name, timeout=timeout, poll_interval=poll_interval
     )
 
@@ -176,13 +186,21 @@ def cancel(
     namespace: str | None = None,
     kube_context: str | None = None,
 ) -> JobStatus:
-    return _backend(platform, namespace, kube_context).cancel(name)
+    return _backend_of(name, platform, namespace, kube_context).cancel(name)
 
 
 def list_jobs(
     platform: str | None = None, namespace: str | None = None, kube_context: str | None = None
 ) -> list[JobStatus]:
-    return _backend(platform, namespace, kube_context).list_jobs()
+    """The jobs of ``platform``; without one, those of this machine and of the configured
+    cluster (a cluster that cannot be asked is logged as a warning, its jobs left out)."""
+    server = _server_backend(platform)
+    if server is not None:
+        return server.list_jobs()
+    jobs, warnings = jobs_everywhere(platform, namespace, kube_context)
+    for warning in warnings:
+        logging.getLogger(__name__).warning("%s", warning)
+    return jobs
 
 
 def logs(
@@ -193,7 +211,7 @@ def logs(
     namespace: str | None = None,
     kube_context: str | None = None,
 ) -> Iterator[str]:
-    return _backend(platform, namespace, kube_context).logs(name, replica, follow=follow)
+    return _backend_of(name, platform, namespace, kube_context).logs(name, replica, follow=follow)
 
 
 def _require_server():

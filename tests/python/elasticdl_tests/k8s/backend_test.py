@@ -353,6 +353,22 @@ def test_commands_find_a_job_by_name_without_platform(
         assert expect in err and err.count("\n") == 1, (argv, err)
     assert k8s.get_pod(master_pod_name("both")) is not None  # the ambiguous cancel did nothing
 
+    # The SDK looks jobs up the same way.
+    from elasticdl import api
+
+    assert api.status("here", namespace=namespace).platform == "local"
+    assert api.status("there", namespace=namespace).platform == "kubernetes"
+    with pytest.raises(api.ClientError, match="exists both locally and in Kubernetes namespace"):
+        api.status("both", namespace=namespace)
+    with pytest.raises(api.JobNotFoundError, match="none in Kubernetes namespace"):
+        api.status("nowhere", namespace=namespace)
+    assert sorted((j.job_name, j.platform) for j in api.list_jobs(namespace=namespace)) == [
+        ("both", "kubernetes"),
+        ("both", "local"),
+        ("here", "local"),
+        ("there", "kubernetes"),
+    ]
+
     # --platform still picks one.
     assert main(["status", "both", ns, "--platform=kubernetes", "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["platform"] == "kubernetes"
