@@ -60,7 +60,9 @@ class PriorityError(ValueError):
 
 def parse_worker_priority(num_workers: int, value: str) -> dict[int, str]:
     """``--worker_pod_priority``: "" (platform default), "high", "low", or a fraction ``p`` in
-    (0, 1]: the first ``round(p * num_workers)`` workers (at least one) are high, the rest low."""
+    [0, 1]: ``ceil(p * num_workers)`` workers are high, the rest low, as in the original
+    ElasticDL. The high ones are taken from both ends of the id range in turn (0, n-1, 1,
+    n-2, ...), so a job scaled down from either end keeps some of each."""
     value = (value or "").strip()
     if value in ("", "high", "low"):
         return {i: value for i in range(num_workers)}
@@ -68,12 +70,14 @@ def parse_worker_priority(num_workers: int, value: str) -> dict[int, str]:
         fraction = float(value)
     except ValueError:
         fraction = -1.0
-    if not 0.0 < fraction <= 1.0:
+    if not 0.0 <= fraction <= 1.0:
         raise PriorityError(
-            f"--worker_pod_priority={value!r}: use 'high', 'low' or a fraction in (0, 1] such as 0.5"
+            f"--worker_pod_priority={value!r}: use 'high', 'low' or a fraction in [0, 1] such as 0.5"
         )
-    high = max(1, int(math.floor(fraction * num_workers + 0.5)))
-    return {i: ("high" if i < high else "low") for i in range(num_workers)}
+    high = math.ceil(num_workers * fraction)
+    # Alternate ends: the k-th pick is k//2 from the front (k even) or from the back (k odd).
+    order = [k // 2 if k % 2 == 0 else num_workers - 1 - k // 2 for k in range(num_workers)]
+    return {worker_id: ("high" if k < high else "low") for k, worker_id in enumerate(order)}
 
 
 @dataclasses.dataclass

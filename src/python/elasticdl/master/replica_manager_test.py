@@ -164,11 +164,17 @@ def test_timeout_deletes_and_relaunches_worker_and_stop_ends_relaunching():
 
 
 def test_worker_priority_fraction():
-    assert parse_worker_priority(4, "0.5") == {0: "high", 1: "high", 2: "low", 3: "low"}
+    # The original's rule: ceil(fraction * workers) high, picked from both ends in turn.
+    assert parse_worker_priority(4, "0.5") == {0: "high", 1: "low", 2: "low", 3: "high"}
+    assert parse_worker_priority(5, "0.5") == {0: "high", 1: "high", 2: "low", 3: "low", 4: "high"}
     assert parse_worker_priority(3, "0.1") == {0: "high", 1: "low", 2: "low"}
+    assert parse_worker_priority(3, "0") == {0: "low", 1: "low", 2: "low"}
+    assert parse_worker_priority(3, "1.0") == {0: "high", 1: "high", 2: "high"}
     assert parse_worker_priority(2, "low") == {0: "low", 1: "low"}
-    with pytest.raises(PriorityError, match="--worker_pod_priority"):
-        parse_worker_priority(2, "urgent")
+    assert parse_worker_priority(2, "") == {0: "", 1: ""}
+    for bad in ("urgent", "1.5", "-0.1"):
+        with pytest.raises(PriorityError, match="--worker_pod_priority"):
+            parse_worker_priority(2, bad)
 
 
 # ---- with real child processes ------------------------------------------------------------
