@@ -103,8 +103,12 @@ def save_shard(
     if keep_checkpoint_max > 0, delete the oldest valid versions beyond that many."""
     path = shard_path(checkpoint_dir, model.version, shard_index, shard_num)
     vdir = os.path.dirname(path)
-    os.makedirs(vdir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=vdir)
+    try:
+        os.makedirs(vdir, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=vdir)
+    except OSError:
+        _discard_incomplete(vdir)
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(model.SerializeToString())
@@ -116,10 +120,19 @@ def save_shard(
             os.unlink(tmp)
         except OSError:
             pass
+        _discard_incomplete(vdir)
         raise
     if keep_checkpoint_max > 0:
         remove_old_versions(checkpoint_dir, keep_checkpoint_max)
     return path
+
+
+def _discard_incomplete(vdir: str) -> None:
+    """After this PS failed to write its shard of a version (a full disk), that version can
+    never become complete: remove what the other PS wrote of it, so it does not hold space
+    that the next checkpoints need. A version dir that is complete anyway is left alone."""
+    if not is_valid_version_dir(vdir):
+        shutil.rmtree(vdir, ignore_errors=True)
 
 
 def remove_old_versions(checkpoint_dir: str, keep_checkpoint_max: int) -> None:

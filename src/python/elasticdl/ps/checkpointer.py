@@ -4,9 +4,15 @@ Periodic saves (every `checkpoint_steps` versions) take a consistent snapshot wh
 lock is held (the caller holds it), then serialize and write it on a background thread, so
 gradient pushes do not wait for the disk. Explicit saves (the save_checkpoint RPC, shutdown)
 are synchronous.
+
+A save that the disk refuses (full, quota, read-only) fails in one line naming the directory
+and the newest complete checkpoint, which stays as it was (shard files are renamed into place
+only once whole); a periodic save that fails is logged and training goes on, so the next due
+version tries again.
 """
 from __future__ import annotations
 
+import errno
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -16,6 +22,25 @@ from elasticdl.ps import checkpoint
 from elasticdl.ps.errors import PSError
 
 logger = logging.getLogger(__name__)
+
+
+class CheckpointWriteError(PSError):
+    """The checkpoint directory refused a write; the message is one line."""
+
+
+def _write_failure(ps_id: int, version: int, directory: str, err: OSError) -> str:
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        cause, fix = (
+            "no space left on the device",
+            "free space there or choose another --checkpoint_dir",
+        )
+    else:
+        cause, fix = err.strerror or str(err), "check --checkpoint_dir"
+    latest = checkpoint.get_latest_valid_version_dir(directory)
+    return (
+        f"PS {ps_id} did not write checkpoint version {version} to {directory}: {cause}; "
+        f"the newest complete checkpoint {latest or '(none yet)'} is kept; {fix}"
+    )
 
 
 @dataclass
@@ -53,9 +78,14 @@ class Checkpointer:
                 "no checkpoint directory: pass one in the request or start the PS "
                 "with --checkpoint_dir"
             )
-        path = checkpoint.save_shard(
-            model, directory, self.ps_id, self.num_ps, self.config.keep_checkpoint_max
-        )
+        try:
+            path = checkpoint.save_shard(
+                model, directory, self.ps_id, self.num_ps, self.config.keep_checkpoint_max
+            )
+        except OSError as e:
+            raise CheckpointWriteError(
+                _write_failure(self.ps_id, model.version, directory, e)
+            ) from None
         logger.info("PS %d saved checkpoint version %d to %s", self.ps_id, model.version, path)
         return path
 
@@ -63,6 +93,9 @@ class Checkpointer:
         def run():
             try:
                 return self.save(model)
+            except CheckpointWriteError as e:
+                logger.error("%s; training goes on", e)
+                raise
             except Exception:
                 logger.exception(
                     "PS %d failed to save checkpoint version %d", self.ps_id, model.version
