@@ -109,6 +109,20 @@ def _image(name: str, value: str) -> None:
         )
 
 
+def _image_prefix(name: str, value: str) -> None:
+    if value and not _IMAGE.match(image_in_prefix(value, "elasticdl:tag")):
+        raise SpecError(
+            f"--{name} {value!r} is not a registry prefix; use e.g. registry.example.com/team/ "
+            "(the image becomes <prefix>elasticdl:<tag>)"
+        )
+
+
+def image_in_prefix(prefix: str, name: str) -> str:
+    """``--docker_image_prefix`` + an image name: ``reg.example.com/team/`` or
+    ``reg.example.com/team`` + ``elasticdl:t`` -> ``reg.example.com/team/elasticdl:t``."""
+    return f"{prefix.rstrip('/')}/{name}" if prefix else name
+
+
 def _namespace(name: str, value: str) -> None:
     if not _DNS1123_LABEL.match(value or "") or len(value) > 63:
         raise SpecError(
@@ -342,6 +356,28 @@ class JobSpec:
         commands=(TRAIN,),
         check=_non_negative,
     )
+    evaluation_start_delay_secs: int = _field(
+        100,
+        "Time-based evaluation: the first one not before this many seconds after the job starts",
+        "training",
+        commands=(TRAIN,),
+        check=_non_negative,
+    )
+    evaluation_throttle_secs: int = _field(
+        0,
+        "Time-based evaluation: evaluate the newest model at most once every this many seconds "
+        "(0: off)",
+        "training",
+        commands=(TRAIN,),
+        check=_non_negative,
+    )
+    tensorboard_log_dir: str = _field(
+        "",
+        "Directory the master writes TensorBoard event files into (training loss, evaluation "
+        "metrics)",
+        "training",
+        commands=(TRAIN, EVALUATE),
+    )
     log_loss_steps: int = _field(
         100,
         "Log the loss every N steps (0: never)",
@@ -376,6 +412,13 @@ class JobSpec:
     )
     relaunch_timeout_worker: bool = _field(
         False, "Relaunch workers whose tasks time out", "training", commands=(TRAIN,)
+    )
+    task_timeout: int = _field(
+        300,
+        "Seconds a task may run before the master takes it back for another worker (or 3x the "
+        "longest task so far, if longer)",
+        "training",
+        check=_positive,
     )
 
     # ---- job ---------------------------------------------------------------------------
@@ -430,6 +473,22 @@ class JobSpec:
 
     # ---- kubernetes --------------------------------------------------------------------
     image_name: str = _field("", "Docker image of the job (Kubernetes)", "kubernetes", check=_image)
+    image_base: str = _field(
+        "",
+        "Kubernetes: build the job's image on this base image from the local --model_zoo at "
+        "submit time (pushed with --docker_image_prefix); with an --model_zoo path that exists "
+        "only in the image (e.g. /model_zoo), run this pre-built image as it is",
+        "kubernetes",
+        check=_image,
+    )
+    docker_image_prefix: str = _field(
+        "",
+        "Registry prefix the image built from --image_base is pushed to as "
+        "<prefix>elasticdl:<content tag> (default: built but not pushed, for a one-node cluster "
+        "whose engine builds it)",
+        "kubernetes",
+        check=_image_prefix,
+    )
     worker_image: str = _field(
         "", "Image of workers and PS (default: --image_name)", "kubernetes", check=_image
     )
@@ -568,10 +627,24 @@ class JobSpec:
         changes: dict[str, Any] = {}
         platform = self.platform
         if platform is None:
-            platform = PlatformName.KUBERNETES if self.image_name else PlatformName.LOCAL
-            reason = "--image_name is set" if self.image_name else "no --image_name given"
+            image_flag = (
+                "--image_name" if self.image_name else "--image_base" if self.image_base else ""
+            )
+            platform = PlatformName.KUBERNETES if image_flag else PlatformName.LOCAL
+            reason = f"{image_flag} is set" if image_flag else "no --image_name given"
             notices.append(f"platform: {platform} ({reason}; override with --platform)")
             changes["platform"] = platform
+        if (
+            self.image_base
+            and not (self.image_name or self.docker_image_prefix)
+            and prebuilt_model_zoo(self.model_zoo)
+        ):
+            # The seed's pre-built form: the zoo is a path inside the image, nothing to build.
+            changes.update(image_name=self.image_base, image_base="")
+            notices.append(
+                f"image: {self.image_base} as it is (--model_zoo={self.model_zoo} is not on this "
+                "machine: the pre-built image holds it)"
+            )
         if self.job_type is None:
             changes["job_type"] = infer_job_type(self)
         if platform == PlatformName.LOCAL:
@@ -584,16 +657,18 @@ class JobSpec:
                 "num_ps_pods: 1 (ParameterServerStrategy needs a parameter server; "
                 "set --num_ps_pods to change)"
             )
+        if self.checkpoint_steps > 0 and not self.checkpoint_dir:
+            job_dir = changes.get("job_dir", self.job_dir)
+            checkpoint_dir, notice = default_checkpoint_dir(platform, job_dir)
+            changes["checkpoint_dir"] = checkpoint_dir
+            notices.append(notice)
         spec = dataclasses.replace(self, **changes) if changes else self
         return spec, notices
 
     def _check_together(self, check_local_paths: bool | None) -> None:
         if check_local_paths is None:
             check_local_paths = self.platform == PlatformName.LOCAL
-        if self.platform == PlatformName.KUBERNETES and not self.image_name:
-            raise SpecError(
-                "--image_name is required on Kubernetes; build one with 'elasticdl zoo build'"
-            )
+        self._check_image_flags(check_local_paths)
         if self.allreduce and self.num_ps_pods:
             raise SpecError(
                 f"--num_ps_pods={self.num_ps_pods} with AllreduceStrategy: workers allreduce "
@@ -638,10 +713,10 @@ class JobSpec:
                 raise SpecError(
                     "--evaluation_steps needs --validation_data (the data to evaluate on)"
                 )
-        if self.checkpoint_steps > 0 and not self.checkpoint_dir:
-            raise SpecError(
-                "--checkpoint_steps needs --checkpoint_dir (where checkpoints are written)"
-            )
+            if self.evaluation_throttle_secs > 0 and not self.validation_data:
+                raise SpecError(
+                    "--evaluation_throttle_secs needs --validation_data (the data to evaluate on)"
+                )
         if check_local_paths:
             for name in (
                 "training_data",
@@ -675,6 +750,8 @@ class JobSpec:
                     f"--output {self.output!r} is a file; give a directory (the model or the "
                     "predictions are written into it)"
                 )
+        if self.tensorboard_log_dir:
+            self._check_tensorboard_log_dir(check_local_paths)
         if check_local_paths and self.log_file_path:
             parent = os.path.dirname(os.path.abspath(os.path.expanduser(self.log_file_path)))
             if not os.path.isdir(parent):
@@ -702,6 +779,89 @@ class JobSpec:
                 )
         if self.cluster_spec and self.cluster_spec_json:
             raise SpecError("--cluster_spec and --cluster_spec_json are exclusive; pass only one")
+
+    def _check_image_flags(self, check_local_paths: bool) -> None:
+        if self.docker_image_prefix and not self.image_base:
+            raise SpecError(
+                "--docker_image_prefix needs --image_base (the base image the model zoo is built "
+                "on); with a built image, pass --image_name alone"
+            )
+        if self.image_base and self.image_name:
+            raise SpecError(
+                "--image_base and --image_name are exclusive: --image_name runs a built image, "
+                "--image_base builds one from --model_zoo (or runs it with an in-image "
+                "--model_zoo); pass only one"
+            )
+        if self.image_base:
+            if self.platform != PlatformName.KUBERNETES:
+                raise SpecError(
+                    f"--image_base builds an image for Kubernetes, not for --platform="
+                    f"{self.platform}; drop --image_base (local jobs use --model_zoo directly)"
+                )
+            if self.docker_image_prefix and prebuilt_model_zoo(self.model_zoo):
+                raise SpecError(
+                    f"--docker_image_prefix: nothing to build or push, --model_zoo="
+                    f"{self.model_zoo} is not on this machine (a pre-built --image_base holds "
+                    "it); drop --docker_image_prefix, or point --model_zoo at a local directory "
+                    "to build"
+                )
+            # Still set after resolving: the build form, which needs the zoo on this machine.
+            zoo = os.path.expanduser(self.model_zoo or ".")
+            if not os.path.isdir(zoo):
+                raise SpecError(
+                    f"--model_zoo {self.model_zoo!r} is not a directory on this machine: give the "
+                    "model zoo to build into the image, or an absolute path inside a pre-built "
+                    "--image_base (e.g. --model_zoo=/model_zoo)"
+                )
+            _check_model_zoo(zoo, self.model_def)
+            if self.cluster_spec and not os.path.isfile(os.path.expanduser(self.cluster_spec)):
+                raise SpecError(
+                    f"--cluster_spec {self.cluster_spec!r} is not a file; check the path (it is "
+                    "copied into the image)"
+                )
+        elif self.platform == PlatformName.KUBERNETES and not self.image_name:
+            raise SpecError(
+                "--image_name is required on Kubernetes; build one with 'elasticdl zoo build' "
+                "(or pass --image_base to build it at submit time)"
+            )
+
+    def _check_tensorboard_log_dir(self, check_local_paths: bool) -> None:
+        """The master writes there: locally a directory it can create or write; on
+        Kubernetes one under a --volume mount of the master pod (anything else is lost with
+        the pod)."""
+        value = self.tensorboard_log_dir
+        if "://" in value:
+            return  # a remote filesystem the event writer knows (e.g. s3://, gs://)
+        if self.platform == PlatformName.KUBERNETES:
+            from elasticdl.k8s import volumes as k8s_volume
+
+            mounts = [v.mount_path.rstrip("/") for v in k8s_volume.parse_volumes(self.volume)]
+            path = os.path.normpath(value)
+            if not os.path.isabs(value) or not any(
+                path == m or path.startswith(m + "/") for m in mounts
+            ):
+                raise SpecError(
+                    f"--tensorboard_log_dir {value!r} is not under a --volume mount_path "
+                    f"({', '.join(mounts) or 'none given'}); the master pod would lose what it "
+                    "writes there: mount a volume and give a directory inside it"
+                )
+            return
+        if not check_local_paths:
+            return
+        path = os.path.abspath(os.path.expanduser(value))
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise SpecError(
+                f"--tensorboard_log_dir {value!r} is a file; give a directory (the event files "
+                "are written into it)"
+            )
+        existing = path
+        while not os.path.exists(existing):
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+            raise SpecError(
+                f"--tensorboard_log_dir {value!r}: {existing} is not a writable directory; "
+                "choose a directory you can write"
+            )
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
@@ -833,6 +993,7 @@ _LOCAL_OUTPUTS = (
     "checkpoint_dir",
     "output",
     "log_file_path",
+    "tensorboard_log_dir",
     "cluster_spec",
     "job_dir",
 )
@@ -850,6 +1011,36 @@ def _absolute_local_paths(spec: JobSpec) -> dict[str, str]:
             if absolute != value:
                 changes[name] = absolute
     return changes
+
+
+def prebuilt_model_zoo(model_zoo: str) -> bool:
+    """``--image_base`` with this ``--model_zoo`` runs the image as it is: an absolute path
+    that does not exist here names the zoo inside the image (the seed's ``/model_zoo``)."""
+    return bool(model_zoo) and os.path.isabs(model_zoo) and not os.path.exists(model_zoo)
+
+
+# Where --checkpoint_steps writes without --checkpoint_dir (the original wrote into
+# "checkpoint_dir" under the master's working directory). Pods: under /tmp, the one directory
+# the restricted pods may write; nothing keeps it once the pod is gone.
+CHECKPOINT_SUBDIR = "checkpoint_dir"
+POD_CHECKPOINT_DIR = "/tmp/elasticdl/" + CHECKPOINT_SUBDIR
+
+
+def default_checkpoint_dir(platform: PlatformName | None, job_dir: str) -> tuple[str, str]:
+    """The checkpoint directory of ``--checkpoint_steps`` without ``--checkpoint_dir`` and the
+    one-line notice that says where it is."""
+    why = "--checkpoint_steps without --checkpoint_dir"
+    if platform == PlatformName.LOCAL:
+        path = os.path.join(job_dir, CHECKPOINT_SUBDIR)
+        return path, f"checkpoint_dir: {path} ({why})"
+    if job_dir:  # a restartable master's --job_dir lies on a volume (k8s_backend.check_job_dir)
+        path = os.path.join(job_dir, CHECKPOINT_SUBDIR)
+        return path, f"checkpoint_dir: {path} ({why}; under --job_dir, on its volume)"
+    return POD_CHECKPOINT_DIR, (
+        f"checkpoint_dir: {POD_CHECKPOINT_DIR} in the PS pods ({why}); it is on no volume, so "
+        "the checkpoints are lost with the pods: pass --checkpoint_dir under a --volume "
+        "mount_path to keep them"
+    )
 
 
 def _looks_like_local_path(value: str) -> bool:
@@ -956,6 +1147,7 @@ def add_job_flags(parser: argparse.ArgumentParser, command: str) -> None:
     :func:`given_values` knows exactly what was typed; defaults live in the spec alone.
     """
     groups: dict[str, argparse._ArgumentGroup] = {}
+    aliases = {"image_name": ["--image"]}  # seed 000's spelling (the client design doc)
     ftypes = spec_codec.field_types(JobSpec)
     for f in command_fields(command):
         group = f.metadata["group"]
@@ -986,6 +1178,7 @@ def add_job_flags(parser: argparse.ArgumentParser, command: str) -> None:
         )
         g.add_argument(
             f"--{f.name}",
+            *aliases.get(f.name, []),
             default=argparse.SUPPRESS,
             metavar=f.name.upper() if not choices else "{" + ",".join(choices) + "}",
             help=help_text + suffix,

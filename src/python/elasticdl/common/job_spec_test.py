@@ -211,6 +211,7 @@ def test_a_spec_is_frozen_and_typed():
         (["--model_def=a.1b.c"], "is not a dotted path"),
         (["--minibatch_size=0"], "--minibatch_size must be > 0"),
         (["--num_workers=0"], "--num_workers must be > 0"),
+        (["--task_timeout=0"], "--task_timeout must be > 0"),
         (
             ["--worker_resource_request=cpu=1,gpu=0.5"],
             "--worker_resource_request: nvidia.com/gpu=0.5",
@@ -339,3 +340,56 @@ def test_original_model_flags_reach_the_worker_by_name():
     )
     back = replica_spec.worker_spec_from_argv(replica_spec.to_argv(worker))
     assert (back.dataset_fn, back.model_params) == ("input_fn", "units=16; name='w'")
+
+
+def test_v02_evaluation_timing_and_tensorboard_flags(tmp_path):
+    spec = _spec(MINIMAL)
+    assert (spec.evaluation_start_delay_secs, spec.evaluation_throttle_secs) == (100, 0)
+    assert spec.tensorboard_log_dir == ""
+    spec = _spec(
+        MINIMAL
+        + [
+            "--validation_data=/data/v",
+            "--evaluation_start_delay_secs=5",
+            "--evaluation_throttle_secs=30",
+            f"--tensorboard_log_dir={tmp_path}/tb/run1",  # created by the master
+        ],
+        check_local_paths=False,
+    )
+    assert (spec.evaluation_start_delay_secs, spec.evaluation_throttle_secs) == (5, 30)
+    assert spec.tensorboard_log_dir == f"{tmp_path}/tb/run1"
+
+    def error(argv, check_local_paths=True):
+        with pytest.raises(SpecError) as info:
+            _spec(MINIMAL + argv, check_local_paths=check_local_paths)
+        assert "\n" not in str(info.value)
+        return str(info.value)
+
+    assert "--evaluation_throttle_secs needs --validation_data" in error(
+        ["--evaluation_throttle_secs=10"], check_local_paths=False
+    )
+    assert "--evaluation_start_delay_secs must be >= 0" in error(
+        ["--evaluation_start_delay_secs=-1"], check_local_paths=False
+    )
+    # Local paths: not a file, and somewhere this user can create the directory.
+    zoo = tmp_path / "zoo" / "mnist"
+    zoo.mkdir(parents=True)
+    (zoo / "mnist_functional_api.py").write_text("")
+    (tmp_path / "data").mkdir()
+    local = [f"--model_zoo={tmp_path / 'zoo'}", f"--training_data={tmp_path / 'data'}"]
+    (tmp_path / "afile").write_text("x")
+    assert "--tensorboard_log_dir" in error(local + [f"--tensorboard_log_dir={tmp_path}/afile"])
+    assert "is a file" in error(local + [f"--tensorboard_log_dir={tmp_path}/afile"])
+    assert "not a writable directory" in error(
+        local + [f"--tensorboard_log_dir={tmp_path}/afile/tb"]
+    )
+    _spec(MINIMAL + local + [f"--tensorboard_log_dir={tmp_path}/new/tb"], check_local_paths=True)
+    assert not (tmp_path / "new").exists()  # the client creates nothing
+    # Kubernetes: only a directory under one of the master pod's volume mounts survives it.
+    k8s = ["--image_name=reg/x:1", "--volume=claim_name=c,mount_path=/data"]
+    _spec(MINIMAL + k8s + ["--tensorboard_log_dir=/data/tb"])
+    message = error(k8s + ["--tensorboard_log_dir=/tmp/tb"], check_local_paths=False)
+    assert "--tensorboard_log_dir '/tmp/tb' is not under a --volume mount_path (/data)" in message
+    assert "not under a --volume" in error(
+        ["--image_name=reg/x:1", "--tensorboard_log_dir=/data-other/tb"], check_local_paths=False
+    )

@@ -113,6 +113,7 @@ class Job:
                 minibatch_size=a.minibatch_size,
                 max_step=a.max_step if self.trains else 0,
                 saved_model_path=a.output if self.trains else "",
+                timeout_floor_s=float(a.task_timeout),
             ),
             training_shards=training,
             evaluation_shards=validation,
@@ -120,7 +121,11 @@ class Job:
         )
         self.es = (
             EvaluationService(
-                self.tm, self.model_spec.eval_metrics_fn, evaluation_steps=a.evaluation_steps
+                self.tm,
+                self.model_spec.eval_metrics_fn,
+                evaluation_steps=a.evaluation_steps,
+                start_delay_secs=a.evaluation_start_delay_secs,
+                throttle_secs=a.evaluation_throttle_secs if self.trains else 0,
             )
             if self.evaluates
             else None
@@ -191,6 +196,7 @@ class Job:
         )
         if self.journal is not None:
             self._resume_replicas()
+        self.tensorboard = self._tensorboard_writer()
         self.status_writer = job_status.StatusWriter(
             self.job_dir / "status.json" if self.job_dir is not None else None,
             self.snapshot,
@@ -209,6 +215,22 @@ class Job:
             a.num_workers,
             master_addr,
         )
+
+    def _tensorboard_writer(self):
+        """--tensorboard_log_dir: loss and evaluation metrics as TensorBoard event files."""
+        if not self.job_spec.tensorboard_log_dir:
+            return None
+        from elasticdl.master.tensorboard_writer import TensorBoardError, TensorBoardWriter
+
+        try:
+            writer = TensorBoardWriter(self.job_spec.tensorboard_log_dir)
+        except TensorBoardError as e:
+            raise JobConfigError(str(e)) from None
+        self.loss_history.add_listener(writer.add_loss)
+        if self.es is not None:
+            self.es.add_result_listener(writer.add_evaluation)
+        logger.info("TensorBoard event files in %s", writer.log_dir)
+        return writer
 
     def _resume_tasks(self) -> None:
         """A restarted master, before its server answers anyone: replay the task manager and
@@ -356,6 +378,8 @@ class Job:
         """Run the job to its end; returns the master's exit code (0 success, 1 otherwise)."""
         self.status_writer.write()
         self.status_writer.start()
+        if self.es is not None:
+            self.es.start()
         try:
             if self.previous is not None:
                 if self.job_type == JobType.EVALUATION_ONLY and self.es is not None:
@@ -367,7 +391,11 @@ class Job:
                     self.es.start_evaluation(FINAL_VERSION)
                 self.rm.start()
             self.phase = JobPhase.RUNNING
-            self.tm.start_timeout_monitor(self.rm.on_worker_timeout)
+            # Checked often enough that a task is taken back soon after its timeout.
+            self.tm.start_timeout_monitor(
+                self.rm.on_worker_timeout,
+                interval_s=min(30.0, max(1.0, self.job_spec.task_timeout / 4)),
+            )
             self._wait_for_end()
         except Exception as e:  # never leave replicas behind
             logger.exception("Master error")
@@ -379,6 +407,10 @@ class Job:
                 self._server.stop(grace=1)
             if getattr(self, "_store", None) is not None:
                 self._store.close()
+            if self.es is not None:
+                self.es.stop()
+            if self.tensorboard is not None:
+                self.tensorboard.close()
             self.status_writer.stop()
             self.status_writer.write()
             if self.journal is not None:
@@ -404,6 +436,8 @@ class Job:
                 return
             if self.previous is not None:
                 self.tm.requeue_unclaimed()
+            if self.es is not None:
+                self.es.evaluate_if_time(self.servicer.model_version)
             if self.tm.finished and not (self.es is not None and self.es.busy):
                 # Workers ask for a task, get "no more tasks" and exit on their own.
                 if not self.rm.wait_workers_exited(self.worker_exit_grace_s):
