@@ -6,24 +6,33 @@ and a parse on each side; on one host (the local platform) both processes can si
 same memory. The control messages still go through gRPC (`attach_shared_memory`, then pushes
 that name the region), so ordering, errors, retries and a PS relaunch behave as with messages.
 
-Layout of a region (a file in /dev/shm): a 64-byte header whose first 16 bytes are a random
-token (the PS checks it to be sure it mapped the worker's file, not a namesake on another
-host), then for every dense parameter of that PS a gradient slot and a parameter slot, each
-64-byte aligned.
+Layout of a region (a sealed memfd): a 64-byte header whose first 16 bytes are a random token
+(the PS checks it to be sure it mapped the worker's memory, not another file), then for every
+dense parameter of that PS a gradient slot and a parameter slot, each 64-byte aligned.
 
 Who touches what, when: the worker writes the gradient slots, then blocks in the push RPC; the
 PS reads them and, before answering, writes the parameter slots; the worker reads those after
 the answer and before its next push. A worker's calls to one PS are sequential, so the RPC
 itself orders every access and no lock is needed.
 
-Lifetime: the worker unlinks the file as soon as the PS answered the attach call, so the memory
-lives exactly as long as one of the two mappings and nothing is left in /dev/shm when either
-process dies.
+Why a sealed memfd and not a file in /dev/shm: a mapping of a file that its owner truncates
+kills the mapper with SIGBUS on the next touch, and the worker (or any process of its user
+holding the file) could do that to the PS. The worker creates the region with
+`memfd_create(MFD_ALLOW_SEALING)`, sizes it and seals it against shrinking and growing
+(F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL): from then on the kernel refuses every truncation,
+by anyone. The PS opens the worker's descriptor through /proc/<worker pid>/fd/<fd> (the same
+user and PID namespace only: the local platform's siblings) and maps it only after reading the
+seals itself from the descriptor it opened, so a request cannot point it at an unsealed file.
+
+Lifetime: the worker closes its descriptor as soon as the PS answered the attach call, so the
+memory lives exactly as long as one of the two mappings; it never has a name in any file system.
 """
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
+import re
 import secrets
 import stat
 from dataclasses import dataclass
@@ -37,6 +46,9 @@ TOKEN_BYTES = 16
 DEFAULT_DIRECTORY = "/dev/shm"
 FILE_PREFIX = "elasticdl-shm-"
 ENV_SWITCH = "ELASTICDL_SHARED_MEMORY"  # "0" turns the fast path off in workers
+# What the PS requires of a region before it maps it: no one can change its size any more.
+REQUIRED_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+_FD_PATH = re.compile(r"/proc/([0-9]{1,10})/fd/([0-9]{1,10})")
 
 
 class SharedMemoryError(RuntimeError):
@@ -49,8 +61,11 @@ def enabled(environ: Optional[Mapping[str, str]] = None) -> bool:
 
 
 def default_directory() -> Optional[str]:
-    """/dev/shm where it exists (Linux); None elsewhere, which disables the fast path."""
-    return DEFAULT_DIRECTORY if os.path.isdir(DEFAULT_DIRECTORY) else None
+    """/dev/shm where it exists and memfds can be sealed (Linux); None elsewhere, which
+    disables the fast path. Its free space is the budget a region must fit in."""
+    if not hasattr(os, "memfd_create") or not os.path.isdir(DEFAULT_DIRECTORY):
+        return None
+    return DEFAULT_DIRECTORY
 
 
 def _aligned(n: int) -> int:
@@ -125,6 +140,7 @@ class SharedRegion:
         self._buf = buf
         self._views: Dict[Tuple[str, str], np.ndarray] = {}
         self._packed = None  # PackedBlocks, or False once found not packable
+        self._fd: Optional[int] = None  # the creator's memfd until `unlink`
 
     # ------------------------------------------------------------------ both ends
     @classmethod
@@ -134,30 +150,40 @@ class SharedRegion:
         directory: Optional[str] = None,
         tag: str = "",
     ) -> "SharedRegion":
-        """A new region for `tensors` (the worker's side), backed by a fresh file."""
+        """A new region for `tensors` (the worker's side): a sealed memfd, mapped, whose
+        descriptor stays open (for the PS to open) until `unlink`."""
         directory = directory or default_directory()
         if directory is None:
-            raise SharedMemoryError("no /dev/shm on this host")
+            raise SharedMemoryError("no /dev/shm or sealable memfd on this host")
         slots, size = plan_slots(tensors)
         token = secrets.token_bytes(TOKEN_BYTES)
         name = f"{FILE_PREFIX}{tag + '-' if tag else ''}{os.getpid()}-{secrets.token_hex(6)}"
-        path = os.path.join(directory, name)
+        # A memfd is not bounded by /dev/shm's size: hold it to that budget anyway, so a host
+        # (or container) with little shared memory falls back to messages instead of swapping.
+        st = os.statvfs(directory)
+        if size > st.f_bavail * st.f_frsize:
+            raise SharedMemoryError(
+                f"cannot size or map a region of {size} bytes: {directory} has "
+                f"{st.f_bavail * st.f_frsize} bytes free"
+            )
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         except OSError as e:
-            raise SharedMemoryError(f"cannot create {path}: {e.strerror}") from None
+            raise SharedMemoryError(f"cannot create a memfd: {e.strerror}") from None
         try:
-            # Reserve the pages now: a tmpfs that fills up later would kill both processes
-            # with SIGBUS on first touch, where this fails cleanly (ENOSPC) and we fall back.
+            # Reserve the pages now: memory that runs out later would kill both processes with
+            # SIGBUS on first touch, where this fails cleanly (ENOSPC) and we fall back.
+            os.ftruncate(fd, size)
             os.posix_fallocate(fd, 0, size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, REQUIRED_SEALS)
             buf = mmap.mmap(fd, size)
         except OSError as e:
             os.close(fd)
-            os.unlink(path)
-            raise SharedMemoryError(f"cannot size or map {path} ({size} bytes): {e}") from None
-        os.close(fd)
+            raise SharedMemoryError(f"cannot size or map a region of {size} bytes: {e}") from None
         buf[:TOKEN_BYTES] = token
-        return cls(path, size, token, slots, buf)
+        region = cls(f"/proc/{os.getpid()}/fd/{fd}", size, token, slots, buf)
+        region._fd = fd
+        return region
 
     @classmethod
     def attach(
@@ -170,32 +196,45 @@ class SharedRegion:
     ) -> "SharedRegion":
         """Map a region another process created (the PS's side), after checking it is that one.
 
-        Only files named like `create` names them, directly in `directory` (/dev/shm), are
-        mapped, never through a symbolic link: the PS writes into the region, so a request must
-        not be able to point it at any other file.
+        `path` must be /proc/<pid>/fd/<fd> naming one of this user's memfds created by `create`
+        and sealed against every size change: the PS writes into the region, so a request must
+        not be able to point it at any other file, and no one may truncate it under the PS.
         """
-        directory = directory or default_directory()
-        if directory is None:
-            raise SharedMemoryError("no /dev/shm on this host")
-        if (
-            os.path.dirname(path) != directory
-            or not os.path.basename(path).startswith(FILE_PREFIX)
-            or "/" in os.path.basename(path)
-        ):
+        match = _FD_PATH.fullmatch(path)
+        if match is None:
             raise SharedMemoryError(
-                f"region path {path!r} is not an {FILE_PREFIX}* file directly in {directory}"
+                f"region path {path!r} is not /proc/<pid>/fd/<fd>: a worker passes its sealed "
+                "memfd (an older worker's /dev/shm file is refused, as its owner could "
+                "truncate it under the PS)"
             )
         if len(token) != TOKEN_BYTES:
             raise SharedMemoryError(f"region token must be {TOKEN_BYTES} bytes, got {len(token)}")
         check_slots(slots, size)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+            target = os.readlink(path)
+        except OSError as e:
+            raise SharedMemoryError(f"cannot open {path} here: {e.strerror}") from None
+        if not target.startswith(f"/memfd:{FILE_PREFIX}"):
+            raise SharedMemoryError(f"{path} is not a region's memfd (it is {target!r})")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
         except OSError as e:
             raise SharedMemoryError(f"cannot open {path} here: {e.strerror}") from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise SharedMemoryError(f"{path} is not a regular file")
+            if st.st_uid != os.getuid():
+                raise SharedMemoryError(f"{path} belongs to uid {st.st_uid}, not this PS's user")
+            try:
+                seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            except OSError:
+                seals = 0
+            if seals & REQUIRED_SEALS != REQUIRED_SEALS:
+                raise SharedMemoryError(
+                    f"{path} is not sealed against truncation (seals {seals:#x}, need "
+                    f"{REQUIRED_SEALS:#x}): its owner could shrink it under the PS"
+                )
             actual = st.st_size
             if actual != size:
                 raise SharedMemoryError(f"{path} has {actual} bytes, the request says {size}")
@@ -208,13 +247,14 @@ class SharedRegion:
         return cls(path, size, token, slots, buf)
 
     def unlink(self) -> None:
-        """Remove the file name; the memory stays until every mapping is closed."""
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        """Close the creator's descriptor (the PS has opened its own, or never will); the memory
+        stays until every mapping is closed."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
     def close(self) -> None:
+        self.unlink()
         self._views.clear()
         self._packed = False
         try:

@@ -1,6 +1,5 @@
 """The same-host fast path: dense gradients and parameters through shared memory, against real
 PS servers over real gRPC. The oracle is the ordinary message path on an identical cluster."""
-import glob
 import os
 
 import numpy as np
@@ -47,8 +46,16 @@ def _train_both(fast: PSClient, slow: PSClient, steps: int, seed: int) -> None:
             np.testing.assert_array_equal(a.pulled.parameters[name], b.pulled.parameters[name])
 
 
-def _our_files():
-    return glob.glob(os.path.join(shm.default_directory(), f"{shm.FILE_PREFIX}*-{os.getpid()}-*"))
+def _region_fds():
+    """This process's descriptors of region memfds (the mmap objects' own included)."""
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(f"/memfd:{shm.FILE_PREFIX}"):
+                fds.append(int(fd))
+        except OSError:
+            pass
+    return fds
 
 
 @pytest.mark.parametrize("num_ps", [1, 3])
@@ -66,7 +73,8 @@ def test_shared_memory_trains_bit_identically_to_messages(ps_cluster, num_ps):
     for f, s in zip(fast_cluster.servers, slow_cluster.servers):
         for name, value in s.params.dense.items():
             np.testing.assert_array_equal(f.params.dense[name], value)
-    assert _our_files() == []  # the names are gone as soon as the PS mapped them
+    # The creator's descriptors are closed as soon as the PS opened its own.
+    assert all(link.shared.region._fd is None for link in fast._links if link.shared)
     fast.close()
     slow.close()
     assert [len(s.servicer.regions) for s in fast_cluster.servers] == [0] * num_ps
@@ -123,7 +131,7 @@ def test_a_ps_whose_model_differs_refuses_the_region_and_messages_carry_on(ps_cl
     assert result.accepted and client.shared_memory_ps() == []
     assert "cannot share memory" in caplog.text and "dense/bias" in caplog.text
     np.testing.assert_allclose(result.pulled.parameters["dense/bias"], 0.9, rtol=1e-6)
-    assert len(cluster.servers[0].servicer.regions) == 0 and _our_files() == []
+    assert len(cluster.servers[0].servicer.regions) == 0
     client.close()
 
 
@@ -289,4 +297,64 @@ def test_the_channel_bounds_what_it_reads_before_a_token(ps_cluster, monkeypatch
     s.close()
     # The channel still serves its worker.
     assert client.push_gradients({n: np.ones_like(v) for n, v in PARAMS.items()}).accepted
+    client.close()
+
+
+def test_a_hostile_worker_cannot_truncate_a_region_under_the_ps(ps_cluster):
+    """What a worker (or any process of its user) could do to the memory the PS maps: the PS
+    maps only sealed memfds, so truncating one fails, and anything else is refused at attach
+    with the reason. The PS runs in this process: a SIGBUS would end the test."""
+    import grpc
+    from elasticdl.proto import elasticdl_pb2 as pb
+    from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+
+    cluster = ps_cluster(1)
+    client = _client(cluster, True)
+    grads = {n: np.ones_like(v) for n, v in PARAMS.items()}
+    assert client.push_gradients(grads, learning_rate=0.1).accepted
+    assert client.shared_memory_ps() == [0]
+    # Every descriptor of the attached region in this process: none can change its size.
+    fds = _region_fds()
+    assert fds
+    for fd in fds:
+        for size in (0, 64):
+            with pytest.raises(PermissionError):
+                os.ftruncate(fd, size)
+    version = cluster.servers[0].params.version
+    assert client.push_gradients(grads, learning_rate=0.1, pull_dense=True).accepted
+    assert cluster.servers[0].params.version == version + 1
+    assert client.shared_memory_ps() == [0]
+
+    # A hostile attach: an unsealed memfd, or a 0600 /dev/shm file of ours, with the right
+    # size, token and slots. Refused with the reason; truncating them afterwards harms no one.
+    stub = pb_grpc.PserverStub(grpc.insecure_channel(cluster.addrs[0]))
+    good = shm.SharedRegion.create(
+        {n: (v.dtype, v.shape) for n, v in PARAMS.items()}, tag="hostile"
+    )
+    unsealed = os.memfd_create(f"{shm.FILE_PREFIX}hostile", os.MFD_ALLOW_SEALING)
+    path = os.path.join(shm.default_directory(), f"{shm.FILE_PREFIX}hostile-{os.getpid()}")
+    in_dev_shm = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        for fd, where, reason in (
+            (unsealed, f"/proc/{os.getpid()}/fd/{unsealed}", "not sealed against truncation"),
+            (in_dev_shm, path, "is not /proc/<pid>/fd/<fd>"),
+            (in_dev_shm, f"/proc/{os.getpid()}/fd/{in_dev_shm}", "is not a region's memfd"),
+        ):
+            os.ftruncate(fd, good.size)
+            os.pwrite(fd, good.token, 0)
+            req = pb.AttachSharedMemoryRequest(
+                worker_id=7, path=where, size=good.size, token=good.token
+            )
+            shm.slots_to_pb(good.slots.values(), req.slots)
+            resp = stub.attach_shared_memory(req, timeout=10)
+            assert not resp.attached and reason in resp.reason, resp.reason
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(unsealed)
+        os.close(in_dev_shm)
+        os.unlink(path)
+        good.close()
+    assert len(cluster.servers[0].servicer.regions) == 1  # only the honest worker's
+    assert client.push_gradients(grads, learning_rate=0.1, pull_dense=True).accepted
+    assert cluster.servers[0].params.version == version + 2
     client.close()

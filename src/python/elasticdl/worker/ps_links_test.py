@@ -1,6 +1,5 @@
 """Each PS link's routing and fallback on its own, against a fake stub and a fake local channel
 (no PS), then PSClient's fan-out over links: which push is sent again, and how many times."""
-import glob
 import os
 
 import grpc
@@ -128,9 +127,16 @@ def _in_message(req):
 
 
 def _our_files():
-    return glob.glob(
-        os.path.join(shm.default_directory(), f"{shm.FILE_PREFIX}w3-ps0-{os.getpid()}-*")
-    )
+    """This process's descriptors of link regions (a mapped region's mmap holds one)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(f"/memfd:{shm.FILE_PREFIX}w3-ps0-{os.getpid()}-"):
+            found.append(target)
+    return found
 
 
 # ---------------------------------------------------------------------------------- attaching
@@ -172,7 +178,9 @@ def test_attaching_sends_the_region_and_a_ps_without_dense_tensors_is_not_asked(
     req = link.stub.attach_shared_memory.requests[0]
     assert req.worker_id == 3 and req.token == link.shared.region.token
     assert sorted(s.name for s in req.slots) == ["a", "b"]
-    assert link.shared.region_id == 7 and _our_files() == []  # unlinked once the PS answered
+    # The creator's descriptor is closed once the PS answered; only the mapping's remains.
+    assert link.shared.region_id == 7 and link.shared.region._fd is None
+    assert len(_our_files()) == 1
     link.maybe_attach(TENSORS)  # attached: nothing more to ask
     assert len(link.stub.attach_shared_memory.requests) == 1
     empty = _link()
