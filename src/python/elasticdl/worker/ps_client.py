@@ -31,7 +31,6 @@ from elasticdl.common.tensor_utils import (
     indexed_rows_to_pb,
     ndarray_to_pb,
     pb_to_ndarray,
-    tensor_bytes_to_ndarray,
 )
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
@@ -154,14 +153,6 @@ class PSClient:
         self.max_message_bytes = int(max_message_bytes)
         self._channels = [build_channel(a, secret) for a in self.addrs]
         self._stubs = [pb_grpc.PserverStub(c) for c in self._channels]
-        for stub, channel in zip(self._stubs, self._channels):
-            # Rows come back as a view of the received bytes, not through a parsed message
-            # (the PS writes them with one copy: elasticdl.ps.servicer.wire_handlers).
-            stub.pull_embedding_vectors = channel.unary_unary(
-                "/elasticdl.Pserver/pull_embedding_vectors",
-                request_serializer=pb.PullEmbeddingVectorsRequest.SerializeToString,
-                response_deserializer=tensor_bytes_to_ndarray,
-            )
         self._links = [
             PSLink(i, addr, stub, self.worker_id, rpc_timeout)
             for i, (addr, stub) in enumerate(zip(self.addrs, self._stubs))
@@ -169,7 +160,7 @@ class PSClient:
         self.ps_versions: List[int] = [-1] * self.num_ps  # -1: never pulled
         self._table_dims: Dict[str, int] = {}
         # Same-host fast path for dense tensors (elasticdl.common.shared_memory): on unless
-        # ELASTICDL_SHARED_MEMORY=0 or the host has no /dev/shm or memfd; used with each PS that can map
+        # ELASTICDL_SHARED_MEMORY=0 or the host has no /dev/shm; used with each PS that can map
         # this worker's region, the others get messages.
         if shared_memory is None:
             shared_memory = shm.enabled() and shm.default_directory() is not None
@@ -409,15 +400,11 @@ class PSClient:
         dim = dim or self._table_dims.get(name) or 1
         return max(1, self.max_message_bytes // (4 * int(dim)))
 
-    def pull_embedding_vectors(
-        self, name: str, ids, dim: Optional[int] = None, ids_unique: bool = False
-    ) -> np.ndarray:
+    def pull_embedding_vectors(self, name: str, ids, dim: Optional[int] = None) -> np.ndarray:
         """Rows `ids` (any order, duplicates allowed) of table `name`, shape (len(ids), dim).
 
-        Ids are de-duplicated before they travel (`ids_unique=True`: the caller's are already,
-        e.g. from tf.unique, so no sort is spent on it); each PS gets its own ids in messages
-        whose responses stay under the message budget, all in flight at once. The result may
-        be a read-only view of the received bytes: copy it to write to it.
+        Ids are de-duplicated before they travel; each PS gets its own ids in messages whose
+        responses stay under the message budget, all in flight at once.
         """
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
@@ -425,43 +412,30 @@ class PSClient:
             return np.zeros((0, d), dtype=np.float32)
         if ids.min() < 0:
             raise ValueError(f"embedding {name}: ids must be non-negative, got {int(ids.min())}")
-        if ids_unique:
-            unique, inverse = ids, None
-        else:
-            unique, inverse = np.unique(ids, return_inverse=True)
+        unique, inverse = np.unique(ids, return_inverse=True)
+        owner = unique % self.num_ps
         chunk = self.rows_per_message(name, dim)
         reqs, slots = [], []
         for ps_id in range(self.num_ps):
-            if self.num_ps == 1:
-                positions = None  # every id, in order: contiguous slices below
-            else:
-                positions = np.flatnonzero(unique % self.num_ps == ps_id)
-            count = unique.size if positions is None else positions.size
-            for s in range(0, count, chunk):
-                pos = (
-                    slice(s, min(s + chunk, count))
-                    if positions is None
-                    else positions[s : s + chunk]
-                )
+            positions = np.flatnonzero(owner == ps_id)
+            for s in range(0, positions.size, chunk):
+                pos = positions[s : s + chunk]
                 req = pb.PullEmbeddingVectorsRequest(name=name)
                 ndarray_to_pb(unique[pos], req.ids)
                 reqs.append((ps_id, req))
                 slots.append(pos)
         responses = self._fan_out("pull_embedding_vectors", reqs)
-        for pos, rows in zip(slots, responses):
-            expected = unique[pos].shape[0]
-            if rows.ndim != 2 or rows.shape[0] != expected:
+        out = None
+        for pos, resp in zip(slots, responses):
+            rows = pb_to_ndarray(resp)
+            if rows.shape[0] != pos.size:
                 raise RuntimeError(
-                    f"embedding {name}: PS returned {rows.shape[0] if rows.ndim else 0} rows "
-                    f"for {expected} ids"
+                    f"embedding {name}: PS returned {rows.shape[0]} rows for {pos.size} ids"
                 )
-        if len(responses) == 1:
-            out = responses[0]
-        else:
-            out = np.empty((unique.size,) + responses[0].shape[1:], dtype=responses[0].dtype)
-            for pos, rows in zip(slots, responses):
-                out[pos] = rows
-        return out if inverse is None else out[inverse]
+            if out is None:
+                out = np.empty((unique.size,) + rows.shape[1:], dtype=rows.dtype)
+            out[pos] = rows
+        return out[inverse]
 
     def pull_embedding_table(self, name: str) -> IndexedRows:
         """Every row the PS hold for table `name` (used to export a self-contained model)."""
