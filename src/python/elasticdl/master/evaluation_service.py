@@ -1,7 +1,15 @@
-"""Step-based evaluation: evaluate the model every ``evaluation_steps`` PS versions.
+"""Evaluation during training, step-based and time-based, and the metrics of each round.
 
-When a PS reports a model version that is a multiple of ``evaluation_steps``, one evaluation task
-per validation range is queued, pinned to that version. Workers run the model on those records
+Step-based (``--evaluation_steps``): when a PS reports a model version that is a multiple of
+``evaluation_steps``, one evaluation task per validation range is queued, pinned to that
+version. Time-based (``--evaluation_throttle_secs`` > 0, as in the original ElasticDL): the
+master calls :meth:`EvaluationService.evaluate_if_time` with the newest model version it knows;
+the first round starts no earlier than ``--evaluation_start_delay_secs`` after the service
+started, then at most one every ``evaluation_throttle_secs`` (counted from each check that
+found the time up, whether or not the model had changed since the last round); a version
+already evaluated (or requested by the step trigger) is not evaluated again, and no round
+starts once training is over (the final evaluation follows it). Both triggers may be on
+together. Workers run the model on those records
 and send back the raw model outputs and labels; the master aggregates the metrics of the model's
 ``eval_metrics_fn()`` and, once every task of that version is done, logs::
 
@@ -27,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -139,6 +148,32 @@ class EvaluationResult:
     failed_tasks: int = 0
 
 
+class EvaluationTimer:
+    """When a time-based evaluation is due: not before ``start_delay_secs`` after creation,
+    then not within ``throttle_secs`` of the previous due time. ``clock`` is injectable."""
+
+    def __init__(
+        self,
+        start_delay_secs: float,
+        throttle_secs: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if throttle_secs <= 0:
+            raise ValueError("throttle_secs must be > 0 (0 turns time-based evaluation off)")
+        self._clock = clock
+        self._throttle = throttle_secs
+        self._earliest = clock() + start_delay_secs
+        self._last: float | None = None
+
+    def due(self) -> bool:
+        """Whether the time is up; if so, the throttle counts from now."""
+        now = self._clock()
+        if now < self._earliest or (self._last is not None and now - self._last < self._throttle):
+            return False
+        self._last = now
+        return True
+
+
 class EvaluationService:
     def __init__(
         self,
@@ -146,10 +181,16 @@ class EvaluationService:
         eval_metrics_fn: Callable[[], Mapping[str, Any]],
         evaluation_steps: int = 0,
         final_evaluation: bool = True,
+        start_delay_secs: float = 0.0,
+        throttle_secs: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._tm = task_manager
         self._eval_metrics_fn = eval_metrics_fn
         self.evaluation_steps = evaluation_steps
+        self._timer_args = (start_delay_secs, throttle_secs, clock) if throttle_secs > 0 else None
+        self._timer: EvaluationTimer | None = None
+        self._running = False
         self._lock = threading.Lock()
         self._rounds: dict[int, _Round] = {}
         self._buffers: dict[tuple[int, int], list[tuple[dict, np.ndarray, int]]] = {}
@@ -183,7 +224,41 @@ class EvaluationService:
         with self._lock:
             return bool(self._rounds)
 
+    # ---- life ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """The job runs: the time-based trigger's delay counts from here."""
+        if self._timer_args is not None:
+            self._timer = EvaluationTimer(*self._timer_args)
+        self._running = True
+        logger.info("Evaluation service started")
+
+    def stop(self) -> None:
+        if self._running:
+            self._running = False
+            self._timer = None
+            logger.info("Evaluation service stopped")
+
     # ---- triggers ------------------------------------------------------------------------
+    def evaluate_if_time(self, model_version: int) -> bool:
+        """Time-based trigger, called periodically by the master with the newest model version
+        it knows. Returns whether a round was started."""
+        timer = self._timer
+        if timer is None or not timer.due():
+            return False
+        if not self._tm.has_evaluation_data or self._tm.training_finished:
+            return False
+        with self._lock:
+            before = (self._model_version, self._last_requested)
+            self._model_version = max(self._model_version, model_version)
+            new = model_version > self._last_requested
+            if new:
+                self._last_requested = model_version
+            self._record_version_locked(before)
+        if not new:
+            logger.debug("Time-based evaluation skipped: version %d was evaluated", model_version)
+            return False
+        return self.start_evaluation(model_version)
+
     def report_version(self, model_version: int) -> bool:
         """A PS reached ``model_version``; start an evaluation if it is due. Returns whether
         one was started."""

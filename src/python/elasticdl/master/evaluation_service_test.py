@@ -132,3 +132,109 @@ def test_aggregator_validation_messages():
     agg = MetricsAggregator({"out1": {"mae": _abs_error}, "out2": {"mae": _abs_error}})
     with pytest.raises(EvaluationMetricsError, match="expects model output 'out2'"):
         agg.update({"out1": np.ones(2)}, np.zeros(2))
+
+
+# ---- time-based evaluation (--evaluation_start_delay_secs / --evaluation_throttle_secs) ------
+class _Clock:
+    """An injected monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _timed(clock, delay=100, throttle=30, **kw):
+    tm = _tm(**kw)
+    es = EvaluationService(
+        tm, _keras_metrics, start_delay_secs=delay, throttle_secs=throttle, clock=clock
+    )
+    return tm, es
+
+
+def _evaluation_versions(tm) -> list[int]:
+    """Versions of the evaluation rounds queued so far, in order (2 tasks per round)."""
+    versions: list[int] = []
+    worker = 10
+    while True:
+        task = tm.get(worker)
+        if task.type != TaskType.EVALUATION:
+            return versions
+        if task.model_version not in versions:
+            versions.append(task.model_version)
+        worker += 1
+
+
+def test_time_based_evaluation_waits_for_the_delay_then_throttles(caplog):
+    clock = _Clock()
+    tm, es = _timed(clock, delay=100, throttle=30)
+    with caplog.at_level(logging.INFO, logger="elasticdl.master.evaluation_service"):
+        es.start()
+    assert "Evaluation service started" in caplog.text
+    clock.now += 99.9
+    assert es.evaluate_if_time(5) is False  # before the start delay
+    clock.now += 0.1
+    assert es.evaluate_if_time(7) is True  # delay over: the newest version is evaluated
+    clock.now += 29.9
+    assert es.evaluate_if_time(12) is False  # throttled
+    clock.now += 0.1
+    assert es.evaluate_if_time(15) is True
+    clock.now += 30
+    # The time is up but the model has not changed: no round, and the throttle restarts.
+    assert es.evaluate_if_time(15) is False
+    clock.now += 10
+    assert es.evaluate_if_time(20) is False
+    clock.now += 20
+    assert es.evaluate_if_time(20) is True
+    assert _evaluation_versions(tm) == [7, 15, 20]
+    with caplog.at_level(logging.INFO, logger="elasticdl.master.evaluation_service"):
+        es.stop()
+    assert "Evaluation service stopped" in caplog.text
+    clock.now += 1000
+    assert es.evaluate_if_time(99) is False  # stopped
+
+
+def test_time_based_evaluation_is_off_without_throttle_and_before_start():
+    clock = _Clock()
+    tm, es = _timed(clock, delay=0, throttle=0)
+    es.start()
+    clock.now += 10_000
+    assert es.evaluate_if_time(50) is False
+    tm, es = _timed(clock, delay=0, throttle=5)
+    assert es.evaluate_if_time(50) is False  # the service has not started
+    es.start()
+    assert es.evaluate_if_time(50) is True  # delay 0: at once
+
+
+def test_time_based_and_step_based_triggers_never_evaluate_a_version_twice():
+    clock = _Clock()
+    tm = _tm()
+    es = EvaluationService(
+        tm, _keras_metrics, evaluation_steps=10, start_delay_secs=0, throttle_secs=5, clock=clock
+    )
+    es.start()
+    assert es.report_version(10) is True
+    assert es.evaluate_if_time(10) is False  # the step trigger took version 10
+    clock.now += 5
+    assert es.evaluate_if_time(13) is True
+    assert es.report_version(20) is True
+    clock.now += 5
+    assert es.evaluate_if_time(20) is False
+    assert _evaluation_versions(tm) == [10, 13, 20]
+
+
+def test_no_time_based_evaluation_once_training_is_over():
+    clock = _Clock()
+    tm, es = _timed(clock, delay=0, throttle=1)
+    es.start()
+    worker = 0
+    while True:  # train everything; the final evaluation (latest version) follows
+        task = tm.get(worker)
+        if task.type != TaskType.TRAINING:
+            break
+        tm.report(task.task_id, True, worker)
+    assert tm.training_finished
+    assert task.type == TaskType.EVALUATION and task.model_version == FINAL_VERSION
+    clock.now += 100
+    assert es.evaluate_if_time(40) is False

@@ -69,10 +69,18 @@ class LossHistory:
         self._stride = 1
         self._seen = 0
         self._lock = threading.Lock()
+        self._listeners: list[Callable[[int, float], None]] = []
+
+    def add_listener(self, listener: Callable[[int, float], None]) -> None:
+        """Also hand every loss to ``listener(model_version, loss)``, unthinned (e.g. the
+        TensorBoard writer)."""
+        self._listeners.append(listener)
 
     def add(self, model_version: int, loss: float) -> None:
         if loss != loss or loss in (float("inf"), float("-inf")):
             return  # JSON has no NaN/inf; a diverged step shows as a gap in the curve
+        for listener in self._listeners:
+            listener(model_version, loss)
         with self._lock:
             self._seen += 1
             if (self._seen - 1) % self._stride:

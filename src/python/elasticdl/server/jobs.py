@@ -41,6 +41,7 @@ DATA_PATH_FIELDS = (
     "checkpoint_dir",
     "output",
     "log_file_path",
+    "tensorboard_log_dir",
 )
 # Spec fields the server sets itself.
 SERVER_FIELDS = {
