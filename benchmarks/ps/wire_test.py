@@ -22,7 +22,9 @@ def test_tiny_sizes_print_a_sane_json_line():
     assert summary["benchmark"] == "ps_wire"
     points = summary["points"]
     assert [(p["payload_bytes"], p["case"]) for p in points] == [
-        (size, case) for size in (1024, 16384) for case in ("pull", "push", "dense_shm", "dense_msg")
+        (size, case)
+        for size in (1024, 16384)
+        for case in ("pull", "push", "dense_shm", "dense_msg")
     ]
     for p in points:
         assert p["ps_ms"] > 0 and p["echo_ms"] > 0 and p["ratio"] > 0
