@@ -35,10 +35,19 @@ def spec_from_values(
 
 def submit(spec: JobSpec, yaml_path: str = "") -> tuple[JobBackend, JobHandle]:
     """Start the job of a resolved spec; with ``yaml_path`` (Kubernetes) only write the
-    master pod's manifest there."""
+    master pod's manifest there. A spec with ``--image_base`` (build form) first gets its
+    model-zoo image built and pushed (:mod:`elasticdl.client.zoo_image`, progress on stderr)."""
     if yaml_path and spec.platform != PlatformName.KUBERNETES:
         raise SpecError(
             "--yaml writes a Kubernetes manifest; use it with --platform=kubernetes and --image_name"
         )
+    if spec.image_base:
+        import sys
+
+        from elasticdl.client import zoo_image
+
+        spec, notices = zoo_image.prepare(spec)
+        for notice in notices:
+            print(f"elasticdl: {notice}", file=sys.stderr, flush=True)
     backend = get_backend(spec.platform, spec.namespace, spec.kube_context)
     return backend, backend.submit(spec, yaml_path=yaml_path)

@@ -219,7 +219,7 @@ def test_a_spec_is_frozen_and_typed():
         (["--ps_resource_limit=cpu=1,foo=2"], "--ps_resource_limit: unknown resource 'foo'"),
         (["--volume=claim_name=c,mount_path=/p,bad=1"], "--volume: unknown key 'bad'"),
         (["--worker_pod_priority=medium"], "--worker_pod_priority 'medium' is invalid"),
-        (["--checkpoint_steps=10"], "--checkpoint_steps needs --checkpoint_dir"),
+        (["--docker_image_prefix=reg.io/t/"], "--docker_image_prefix needs --image_base"),
         (["--evaluation_steps=10"], "--evaluation_steps needs --validation_data"),
         (["--envs=novalue"], "--envs: 'novalue' has no '='"),
         (["--platform=kubernetes"], "--image_name is required on Kubernetes"),

@@ -140,9 +140,14 @@ CLI_ROWS = [
     Row("model-zoo-missing", train("--model_zoo={tmp}/nozoo"), "--model_zoo"),
     Row("training-data-missing", train("--training_data={tmp}/nodata"), "--training_data"),
     Row(
-        "checkpoint-steps-no-dir",
-        train("--checkpoint_steps=10"),
-        "--checkpoint_steps needs --checkpoint_dir",
+        "image-prefix-no-base",
+        train("--docker_image_prefix=registry.example.com/me/"),
+        "--docker_image_prefix needs --image_base",
+    ),
+    Row(
+        "image-base-and-name",
+        k8s("--image_base=elasticdl:cpu"),
+        "--image_base and --image_name are exclusive",
     ),
     Row(
         "evaluation-steps-no-data",
