@@ -3,6 +3,8 @@ the master creates PS and worker pods through the API server, they train the mod
 CNN on real Fashion-MNIST records; a worker pod deleted mid-job is relaunched and no task is
 lost; then status / wait / logs / cancel, and nothing is left in the namespace.
 
+Also: the master splits ``--worker_pod_priority=<fraction>`` over its worker pods.
+
 Real: the client, master, PS and workers (TensorFlow), the API server, the garbage
 collector. FAKE: the kubelet (``process_kubelet``) — pods run as local processes in this
 Python environment (the image ``local/elasticdl:test`` is never pulled or run), all on
@@ -11,6 +13,7 @@ Python environment (the image ``local/elasticdl:test`` is never pulled or run), 
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -156,3 +159,81 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
     # Cancel of a finished job removes it and everything it owned.
     assert backend.cancel(JOB).phase == "Succeeded"
     assert k8s.list_pods() == [] and k8s.list_services() == []
+
+
+def _records(directory: Path, count: int) -> str:
+    """A RecordIO file of ``count`` records: the master only counts them into tasks."""
+    from elasticdl.data.recordio import Writer
+
+    directory.mkdir()
+    with Writer(str(directory / "data-00000.rio")) as w:
+        for i in range(count):
+            w.write(b"record-%d" % i)
+    return str(directory)
+
+
+def test_master_creates_worker_pods_with_the_priority_split(k8s_cluster, k8s, namespace, tmp_path):
+    """--worker_pod_priority=<fraction>: the real master (``Job`` in this process) creates its
+    worker pods through the API server; the share the original ElasticDL made high
+    (ceil(fraction x workers), from both ends of the id range in turn) carries
+    priorityClassName high, the rest low, and Priority admission resolves each class. No
+    kubelet serves this namespace: only the pod specs matter."""
+    import mnist.mnist_functional_api
+    from elasticdl.common.job_spec import spec_from_values
+    from elasticdl.k8s.names import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
+    from elasticdl.k8s.pods import PodTemplate
+    from elasticdl.master.job import Job
+    from elasticdl.platform.kubernetes import NETWORK_HOST, KubernetesPlatform
+    from elasticdl.platform.local import pick_free_port
+
+    zoo = Path(mnist.mnist_functional_api.__file__).resolve().parent.parent
+    spec, _ = spec_from_values(
+        "train",
+        {
+            "job_name": "k8s-prio",
+            "image_name": "local/elasticdl:test",
+            "platform": "kubernetes",
+            "namespace": namespace,
+            "model_zoo": str(zoo),
+            "model_def": "mnist.mnist_functional_api.custom_model",
+            "training_data": _records(tmp_path / "train", 64),
+            "num_workers": 5,
+            "num_ps_pods": 1,
+            "worker_pod_priority": "0.5",
+            "ps_pod_priority": "high",
+            "port": pick_free_port(),
+        },
+    ).resolve(check_local_paths=False)
+    platform = KubernetesPlatform(
+        job_name=spec.job_name,
+        k8s=k8s,
+        image=spec.image_name,
+        template=PodTemplate.from_spec(spec),
+        network=NETWORK_HOST,
+    )
+    job = Job(spec, platform=platform)
+    runner = threading.Thread(target=job.run, daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            workers = {
+                p.metadata.labels[LABEL_REPLICA_INDEX]: p
+                for p in k8s.list_pods()
+                if p.metadata.labels.get(LABEL_REPLICA_TYPE) == "worker"
+            }
+            if len(workers) == 5 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        classes = {int(i): p.spec.priority_class_name for i, p in workers.items()}
+        # ceil(0.5 x 5) = 3 high: workers 0, 4 and 1 (both ends in turn), 2 and 3 low.
+        assert classes == {0: "high", 1: "high", 2: "low", 3: "low", 4: "high"}, classes
+        values = {int(i): p.spec.priority for i, p in workers.items()}
+        assert values == {0: 1000, 1: 1000, 2: 100, 3: 100, 4: 1000}, values
+        (ps,) = [p for p in k8s.list_pods() if p.metadata.labels.get(LABEL_REPLICA_TYPE) == "ps"]
+        assert ps.spec.priority_class_name == "high"
+    finally:
+        job.cancel()
+        runner.join(timeout=60)
+    assert not runner.is_alive()
+    assert job.phase == "Cancelled"
