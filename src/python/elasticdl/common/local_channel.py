@@ -30,7 +30,9 @@ from typing import Tuple
 import grpc
 
 HELLO, PUSH, OK, ERROR = 1, 2, 3, 4
-MAX_FRAME_BYTES = 256 * 1024 * 1024  # the same cap as gRPC messages
+MAX_FRAME_BYTES = (
+    256 * 1024 * 1024
+)  # the transport ceiling of gRPC messages; the PS caps pushes lower
 _LEN = struct.Struct("<I")
 # Status codes by value (grpc.StatusCode members carry (value, name) tuples).
 _CODES = {code.value[0]: code for code in grpc.StatusCode}

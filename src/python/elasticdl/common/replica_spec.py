@@ -105,9 +105,14 @@ class PSSpec:
     # "0.0.0.0" in a pod; loopback for local processes, which nothing else should reach.
     bind_host: str = "0.0.0.0"
     log_every_versions: int = 100
+    # The job's minibatch: with the model, it sizes the largest push this PS accepts
+    # (elasticdl.common.message_caps).
+    minibatch_size: int = 64
 
     def __post_init__(self) -> None:
         spec_codec.check_types(self)
+        if self.minibatch_size <= 0:
+            raise SpecError(f"--minibatch_size must be > 0, got {self.minibatch_size}")
 
 
 SpecT = TypeVar("SpecT", WorkerSpec, PSSpec)

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from elasticdl.common import auth
+from elasticdl.common import auth, message_caps
 from elasticdl.common.job_spec import DEFAULT_MASTER_PORT, JobSpec
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
 from elasticdl.common.types import JobPhase, JobType, PlatformName
@@ -338,6 +338,11 @@ class Job:
         self._store = RendezvousStore(self.platform.traits.bind_host)
         return Rendezvous(RendezvousConfig(store_port=self._store.port))
 
+    def _server_args(self) -> dict:
+        """How the master's server admits calls: the job secret and the largest request."""
+        cap = message_caps.master_cap(self.records_per_task, self.evaluates)
+        return dict(secret=self.secret, max_message_bytes=cap)
+
     def _start_server(self):
         traits = self.platform.traits
         port = self.job_spec.port
@@ -348,7 +353,7 @@ class Job:
             while True:
                 try:
                     return create_master_server(
-                        self.servicer, self.previous.port, traits.bind_host, secret=self.secret
+                        self.servicer, self.previous.port, traits.bind_host, **self._server_args()
                     )
                 except MasterServerError:
                     if time.monotonic() > deadline:
@@ -360,12 +365,14 @@ class Job:
             # kernel picks is not handed out again soon.
             port = 0
         try:
-            return create_master_server(self.servicer, port, traits.bind_host, secret=self.secret)
+            return create_master_server(
+                self.servicer, port, traits.bind_host, **self._server_args()
+            )
         except MasterServerError:
             if not traits.port_may_be_taken:
                 raise
             logger.info("Port %d is busy; the master uses a free port instead", port)
-            return create_master_server(self.servicer, 0, traits.bind_host, secret=self.secret)
+            return create_master_server(self.servicer, 0, traits.bind_host, **self._server_args())
 
     # ---- running -------------------------------------------------------------------------
     def cancel(self) -> None:

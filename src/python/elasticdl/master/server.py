@@ -1,5 +1,5 @@
-"""The master's gRPC server: thread pool of 64, 256 MiB message limits (whole evaluation
-batches travel in one message)."""
+"""The master's gRPC server: thread pool of 64; requests capped at what the job sends (an
+evaluation task's outputs travel in one message: elasticdl.common.message_caps)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import logging
 from concurrent import futures
 
 import grpc
-from elasticdl.common import auth
+from elasticdl.common import auth, message_caps
 from elasticdl.master.aio_server import AsyncServer
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 
-GRPC_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+GRPC_MAX_MESSAGE_BYTES = message_caps.TRANSPORT_MAX_BYTES
 GRPC_THREADS = 64
 
 
@@ -29,6 +29,7 @@ def create_master_server(
     use_asyncio: bool = True,
     *,
     secret: str | None,
+    max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES,
 ) -> tuple[grpc.Server, int]:
     """Start serving ``servicer`` on ``bind_host:port`` (port 0 = any free port).
 
@@ -36,12 +37,14 @@ def create_master_server(
     None serves without authentication, for tests that drive a servicer in-process only.
     ``use_asyncio``: serve with grpc's asyncio server (see ``aio_server``, about twice the
     dispatch rate) instead of the thread-pool server.
+    ``max_message_bytes``: the largest request accepted (``message_caps.master_cap``); gRPC
+    answers larger ones RESOURCE_EXHAUSTED before any servicer code runs.
 
     Returns the started server and the port it is bound to.
     """
     options = [
         ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
-        ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", int(max_message_bytes)),
         # One master per port: fail loudly instead of sharing it with a stale master.
         ("grpc.so_reuseport", 0),
     ]

@@ -270,3 +270,36 @@ def test_only_callers_with_the_job_secret_are_served(use_asyncio):
         assert task.task_id != 0 and tm.summary().tasks_doing == 1
     finally:
         server.stop(0)
+
+
+@pytest.mark.parametrize("use_asyncio", [True, False])
+def test_a_request_over_the_jobs_cap_is_refused_and_the_task_stays_out(use_asyncio):
+    from elasticdl.common import message_caps
+
+    tm = TaskManager(TaskManagerConfig(records_per_task=4), training_shards=[("t", 0, 8)])
+    cap = message_caps.master_cap(4, evaluates=False)
+    server, port = create_master_server(
+        MasterServicer(tm),
+        0,
+        "127.0.0.1",
+        use_asyncio=use_asyncio,
+        secret=None,
+        max_message_bytes=cap,
+    )
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.MasterStub(channel)
+            task = stub.get_task(pb.GetTaskRequest(worker_id=0))
+            with pytest.raises(grpc.RpcError) as err:
+                stub.report_task_result(
+                    pb.ReportTaskResultRequest(task_id=task.task_id, err_message="x" * cap)
+                )
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert str(cap) in err.value.details()
+            assert tm.summary().tasks_doing == 1 and tm.summary().tasks_done == 0
+            stub.report_task_result(
+                pb.ReportTaskResultRequest(task_id=task.task_id, exec_counters={"records": 4})
+            )
+        assert tm.summary().tasks_done == 1
+    finally:
+        server.stop(0)

@@ -14,10 +14,11 @@ import secrets
 import socket
 import struct
 import threading
-from typing import Callable, Set
+from typing import Callable, Optional, Set, Tuple
 
 import grpc
 from elasticdl.common import local_channel as lc
+from elasticdl.common import message_caps
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.errors import PSError
 from elasticdl.ps.shared_regions import SharedRegions
@@ -49,8 +50,10 @@ class LocalChannelServer:
         handle_push: Callable[[pb.PushGradientsRequest], pb.PushGradientsResponse],
         status_for: Callable[[Exception], grpc.StatusCode],
         tag: str = "",
+        request_cap: Optional[Callable[[], Tuple[int, str]]] = None,
     ):
         self._regions = regions
+        self._request_cap = request_cap
         self._handle_push = handle_push
         self._status_for = status_for
         self.name = f"elasticdl-{tag + '-' if tag else ''}{os.getpid()}-{secrets.token_hex(8)}"
@@ -124,6 +127,13 @@ class LocalChannelServer:
         try:
             if kind != lc.PUSH:
                 raise PSError(f"frame kind {kind} is not a push")
+            if self._request_cap is not None:
+                cap, why = self._request_cap()
+                if len(payload) > cap:
+                    return lc.ERROR, lc.error_payload(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        message_caps.oversize_message("push_gradients", len(payload), cap, why),
+                    )
             request = pb.PushGradientsRequest.FromString(payload)
             if request.shared_memory_region != region_id:
                 raise PSError("a push on this channel must name the channel's region")

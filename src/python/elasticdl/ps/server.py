@@ -12,7 +12,7 @@ from concurrent import futures
 from dataclasses import dataclass, fields
 
 import grpc
-from elasticdl.common import auth
+from elasticdl.common import auth, message_caps
 from elasticdl.common.replica_spec import PSSpec
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps import checkpoint
@@ -21,12 +21,13 @@ from elasticdl.ps.errors import PSError
 from elasticdl.ps.master_reporter import MasterReporter
 from elasticdl.ps.optimizer import Optimizer, parse_optimizer_config
 from elasticdl.ps.parameters import Parameters
+from elasticdl.ps.request_cap import RequestCap
 from elasticdl.ps.servicer import PserverServicer
 from elasticdl.ps.updater import ParameterServer, UpdatePolicy
 
 logger = logging.getLogger(__name__)
 
-GRPC_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+GRPC_MAX_MESSAGE_BYTES = message_caps.TRANSPORT_MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ class PSServer:
         self.params = Parameters(c.ps_id, c.num_ps_pods)
         self.ps = ParameterServer(self.params, self.optimizer, self.policy, self._on_version)
         self.restored_from = self._restore()
-        self.servicer = PserverServicer(self.ps, self.checkpointer)
+        self.request_cap = RequestCap(self.params, c.minibatch_size)
+        self.servicer = PserverServicer(self.ps, self.checkpointer, request_cap=self.request_cap)
         self._server: grpc.Server | None = None
         self.port: int | None = None
 
@@ -136,7 +138,8 @@ class PSServer:
             ],
             interceptors=(
                 [auth.TokenServerInterceptor(self.secret)] if self.secret is not None else []
-            ),
+            )
+            + [message_caps.SizeCapInterceptor(self.request_cap)],
         )
         pb_grpc.add_PserverServicer_to_server(self.servicer, server)
         address = _bind_address(c.bind_host, c.port)

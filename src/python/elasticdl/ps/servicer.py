@@ -9,6 +9,7 @@ import functools
 import logging
 import os
 import threading
+from typing import Callable
 
 import grpc
 import numpy as np
@@ -83,8 +84,10 @@ class PserverServicer(pb_grpc.PserverServicer):
         ps: ParameterServer,
         checkpointer: Checkpointer | None = None,
         regions: SharedRegions | None = None,
+        request_cap: Callable[[], tuple[int, str]] | None = None,
     ):
         self.ps = ps
+        self.request_cap = request_cap  # for the local channel's pushes (gRPC: an interceptor)
         self.checkpointer = checkpointer
         self.regions = regions if regions is not None else SharedRegions()
         self._channel_lock = threading.Lock()
@@ -179,7 +182,11 @@ class PserverServicer(pb_grpc.PserverServicer):
             if self._local_channel is None and not self._channel_failed:
                 try:
                     self._local_channel = LocalChannelServer(
-                        self.regions, self.handle_push, _status_for, f"ps{self.ps.params.ps_id}"
+                        self.regions,
+                        self.handle_push,
+                        _status_for,
+                        f"ps{self.ps.params.ps_id}",
+                        request_cap=self.request_cap,
                     )
                 except OSError as e:  # no abstract sockets here: pushes stay on gRPC
                     logger.info("no local push channel (%s): pushes stay on gRPC", e)

@@ -6,12 +6,12 @@ import time
 from typing import Callable, TypeVar
 
 import grpc
-from elasticdl.common import auth
+from elasticdl.common import auth, message_caps
 
 logger = logging.getLogger(__name__)
 
-# Same limit as the servers: whole models travel in one message.
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+# The transport ceiling; each server caps requests lower, at what its job needs.
+MAX_MESSAGE_BYTES = message_caps.TRANSPORT_MAX_BYTES
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
