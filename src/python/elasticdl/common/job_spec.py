@@ -1058,11 +1058,28 @@ def _check_model_zoo(model_zoo: str, model_def: str) -> None:
         os.path.join(zoo, module_path + ".py"),
         os.path.join(zoo, module_path, "__init__.py"),
     ]
-    if not any(os.path.isfile(c) for c in candidates):
+    found = [c for c in candidates if os.path.isfile(c)]
+    if not found:
         where = "--model_zoo" if model_zoo else "the current directory (set --model_zoo)"
         raise SpecError(
             f"--model_def {model_def!r}: no file {module_path}.py under {where} ({os.path.abspath(zoo)})"
         )
+    _check_model_syntax(model_def, found[0])
+
+
+def _check_model_syntax(model_def: str, path: str) -> None:
+    """A model file that cannot compile fails here, in the client, instead of in the master
+    after submission. Compiling runs none of its code (imports are the master's to check)."""
+    try:
+        with open(path, "rb") as f:
+            compile(f.read(), path, "exec", dont_inherit=True)
+    except SyntaxError as e:
+        raise SpecError(
+            f"--model_def {model_def!r}: {path} line {e.lineno}: SyntaxError: "
+            f"{' '.join(str(e.msg).split())}; fix the model file"
+        ) from None
+    except (OSError, ValueError) as e:  # unreadable, or NUL bytes (ValueError before 3.12)
+        raise SpecError(f"--model_def {model_def!r}: cannot read {path} as Python: {e}") from None
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import traceback
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -124,8 +125,36 @@ def _import_model_module(model_zoo: str, model_def: str) -> Tuple[ModuleType, st
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
     except ImportError as e:
-        raise ModelSpecError(_import_error_message(model_def, path, e)) from None
+        raise ModelSpecError(_import_error_message(model_def, path, e, model_zoo)) from None
+    except SyntaxError as e:
+        # SyntaxError's own position: the traceback ends in the import machinery.
+        where = f"{e.filename or path} line {e.lineno}"
+        raise ModelSpecError(
+            f"--model_def {model_def!r}: {where}: SyntaxError: {_one_line(e.msg)}; fix the "
+            "model file"
+        ) from None
+    except Exception as e:  # noqa: BLE001 - user code at import: one line, not a traceback
+        raise ModelSpecError(
+            f"--model_def {model_def!r}: importing {path} raised {type(e).__name__} at "
+            f"{_zoo_line(e, model_zoo, path)}: {_one_line(str(e))}; fix the model file"
+        ) from None
     return module, path
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _zoo_line(error: BaseException, model_zoo: str, path: str) -> str:
+    """'<file> line <n>': the innermost place inside the model zoo that raised `error`."""
+    inside = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if os.path.abspath(f.filename).startswith(model_zoo + os.sep)
+    ]
+    if not inside:
+        return f"{path} (line unknown)"
+    return f"{inside[-1].filename} line {inside[-1].lineno}"
 
 
 def _prepare_runtime(model_zoo: str, path: str) -> None:
@@ -142,7 +171,9 @@ def _prepare_runtime(model_zoo: str, path: str) -> None:
         raise ModelSpecError(str(e)) from None
 
 
-def _import_error_message(model_def: str, path: str, error: ImportError) -> str:
+def _import_error_message(
+    model_def: str, path: str, error: ImportError, model_zoo: str = ""
+) -> str:
     missing = error.name or ""
     if missing.startswith("elasticdl."):
         fix = (
@@ -154,7 +185,11 @@ def _import_error_message(model_def: str, path: str, error: ImportError) -> str:
             "install it where the job runs (list it in the model zoo's requirements.txt and "
             "build the image with 'elasticdl zoo build')"
         )
-    return f"--model_def {model_def!r}: importing {path} failed: {error}; {fix}"
+    where = _zoo_line(error, model_zoo, path) if model_zoo else path
+    return (
+        f"--model_def {model_def!r}: importing {path} failed at {where}: "
+        f"{_one_line(str(error))}; {fix}"
+    )
 
 
 def _get(module: ModuleType, path: str, name: str, flag: str, required: bool):

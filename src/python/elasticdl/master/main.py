@@ -29,6 +29,14 @@ def read_job_spec(argv: list[str] | None = None):
     return spec_from_master_argv(sys.argv[1:] if argv is None else argv)
 
 
+def _log_to_files(logger: logging.Logger, message: str) -> None:
+    """An error for the log file only: stderr has it already, as the one error line."""
+    record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, message, (), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         spec = read_job_spec(argv)
@@ -44,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         job = Job(spec)
     except ValueError as e:  # bad model definition or data: the user's to fix
         print(f"{PROG}: error: {e}", file=sys.stderr)
-        logger.error("Job %s cannot start: %s", spec.job_name, e)
+        _log_to_files(logger, f"Job {spec.job_name} cannot start: {e}")
         return 2
 
     def on_signal(signum, frame):

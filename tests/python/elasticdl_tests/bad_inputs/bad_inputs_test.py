@@ -308,6 +308,31 @@ CLI_ROWS = [
         files=(("precious/job.json", '{"job_name": "good-job"}'), ("precious/x", "keep")),
     ),
     Row("job-dir-is-a-file", train("--job_dir={tmp}/afile"), "--job_dir", files=(("afile", "x"),)),
+    # ---- model files: the client compiles the module (runs none of it) --------------------
+    Row(
+        "zoo-module-syntax-error",
+        train("--model_def=bad.syn.custom_model"),
+        "bad/syn.py line 1: SyntaxError",
+        files=(("{zoo}/bad/syn.py", "def custom_model(:\n    pass\n"),),
+    ),
+    Row(
+        "zoo-module-indentation-error",
+        train("--model_def=bad.ind.custom_model"),
+        "bad/ind.py line 2: SyntaxError",
+        files=(("{zoo}/bad/ind.py", "def custom_model():\nreturn 1\n"),),
+    ),
+    Row(
+        "zoo-package-init-syntax-error",
+        train("--model_def=badpkg.custom_model"),
+        "badpkg/__init__.py line 3: SyntaxError",
+        files=(("{zoo}/badpkg/__init__.py", "import os\n\nx = = 1\n"),),
+    ),
+    Row(
+        "zoo-module-nul-bytes",
+        train("--model_def=bad.nul.custom_model"),
+        "bad/nul.py",
+        files=(("{zoo}/bad/nul.py", b"x = 1\0\n"),),
+    ),
     # ---- zoo init and dataset -------------------------------------------------------------
     Row(
         "zoo-index-newline",
@@ -473,6 +498,64 @@ DATA_ROWS = [
     ),
 ]
 
+
+# Model files the master imports (the client only compiles them): what they raise at import
+# becomes the master's one error line, naming the file and line, exit 2. Each row's package
+# has its own name, so no row finds another's module already imported.
+@dataclasses.dataclass(frozen=True)
+class ModelRow:
+    id: str
+    files: tuple[tuple[str, str], ...]  # under the zoo; the model is <package>.model
+    expect: tuple[str, ...]  # substrings of the one error line
+
+
+MODEL_ROWS = [
+    ModelRow(
+        "model-imports-a-missing-module",
+        (("model.py", "import os\nimport not_a_module_xyz\n\ndef custom_model():\n    pass\n"),),
+        ("model.py line 2", "No module named 'not_a_module_xyz'"),
+    ),
+    ModelRow(
+        "model-raises-importerror",
+        (("model.py", "raise ImportError('this model needs the GPU build')\n"),),
+        ("model.py line 1", "needs the GPU build"),
+    ),
+    ModelRow(
+        "model-sibling-import-fails",
+        (
+            ("model.py", "from . import helper\n"),
+            ("helper.py", "import os\n\nimport nope_xyz\n"),
+            ("__init__.py", ""),
+        ),
+        ("helper.py line 3", "nope_xyz"),
+    ),
+    ModelRow(
+        "model-syntax-error",
+        (("model.py", "def custom_model(:\n    pass\n"),),
+        ("model.py line 1: SyntaxError",),
+    ),
+    ModelRow(
+        "model-sibling-syntax-error",
+        (
+            ("model.py", "from . import helper\n"),
+            ("helper.py", "x = 1\ny = (\n"),
+            ("__init__.py", ""),
+        ),
+        ("helper.py line 2: SyntaxError",),
+    ),
+    ModelRow(
+        "model-raises-at-import",
+        (("model.py", "x = 1\nraise RuntimeError('boom\\nat import')\n"),),
+        ("raised RuntimeError at", "model.py line 2", "boom at import"),
+    ),
+    ModelRow(
+        "model-divides-by-zero-at-import",
+        (("model.py", "\n\nrate = 1 / 0\n"),),
+        ("raised ZeroDivisionError at", "model.py line 3"),
+    ),
+]
+
+
 # --------------------------------------------------------------------------------------------
 # Running a row
 # --------------------------------------------------------------------------------------------
@@ -570,7 +653,48 @@ def test_data(row: DataRow, tmp_path):
     assert "\n" not in message and row.expect in message, message
 
 
+@pytest.mark.parametrize("row", MODEL_ROWS, ids=[r.id for r in MODEL_ROWS])
+def test_model(row: ModelRow, tmp_path, capsys, monkeypatch):
+    from elasticdl.common.job_spec import JobSpec
+    from elasticdl.master.main import main as master_main
+
+    package = "z_" + row.id.replace("-", "_")
+    zoo = tmp_path / "zoo"
+    for name, text in row.files:
+        (zoo / package).mkdir(parents=True, exist_ok=True)
+        (zoo / package / name).write_text(text)
+    (tmp_path / "data").mkdir()
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.chdir(tmp_path)
+    spec = JobSpec(
+        job_name="bad-model",
+        model_zoo=str(zoo),
+        model_def=f"{package}.model.custom_model",
+        training_data=str(tmp_path / "data"),
+        platform="local",
+    )
+    before = _tree(tmp_path)
+    root = logging.getLogger()
+    saved, level = root.handlers[:], root.level
+    started = time.monotonic()
+    try:
+        code = master_main([f"--job_spec={spec.to_json()}"])
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)
+    assert time.monotonic() - started < 10
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2, f"exit {code}, stderr: {err}"
+    assert len(err) == 1, f"expected one line on stderr, got {err}"
+    line = err[0]
+    assert line.startswith("elasticdl master: error: --model_def"), line
+    for part in row.expect:
+        assert part in line, line
+    assert "Traceback" not in line
+    assert _tree(tmp_path) == before, "something was written"
+
+
 def test_the_table_has_at_least_60_rows():
-    assert len(CLI_ROWS) + len(DATA_ROWS) >= 60
-    ids = [r.id for r in CLI_ROWS] + [r.id for r in DATA_ROWS]
+    assert len(CLI_ROWS) + len(DATA_ROWS) + len(MODEL_ROWS) >= 60
+    ids = [r.id for r in CLI_ROWS] + [r.id for r in DATA_ROWS] + [r.id for r in MODEL_ROWS]
     assert len(ids) == len(set(ids))
