@@ -17,8 +17,11 @@ interleaved:
                push channel), against an echo of B up and B down;
   dense, msg   the same push in gRPC messages (`ELASTICDL_SHARED_MEMORY=0`'s path).
 
-Ratio = echo seconds per call / PS seconds per call (target >= 0.8 at every size). Each sample
-runs enough calls to last a few milliseconds; the table holds the median of --repeats samples.
+Ratio = echo seconds per call / PS seconds per call (target >= 0.8 at every size): blocks of
+calls (up to ~1 MB of payload each), an echo block then its PS block, for --repeats (more for
+small payloads) rounds; the ratio is the median of the rounds' ratios, the times are medians.
+CPU ms: the client's and both servers' CPU per call (from /proc), a figure the machine's load
+moves less than wall time; cpu ratio = echo CPU / PS CPU.
 Prints a table, then a JSON line; --plot writes the ratios and MB/s per size as a PNG.
 --profile DIR writes a cProfile of the client side of each PS case at the largest size.
 """
@@ -196,11 +199,22 @@ class Bench:
                 assert client.shared_memory_ps() == [0], "the same-host path did not attach"
 
 
-def _timed(fn, iters: int) -> float:
-    start = time.perf_counter()
+def _cpu_s(pids) -> float:
+    """CPU seconds used so far by this process and the server processes `pids`."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return time.process_time() + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _timed(fn, iters: int, pids) -> tuple[float, float]:
+    """Wall and CPU (client + servers) seconds per call of `fn`, over `iters` calls."""
+    cpu, start = _cpu_s(pids), time.perf_counter()
     for _ in range(iters):
         fn()
-    return (time.perf_counter() - start) / iters
+    return (time.perf_counter() - start) / iters, (_cpu_s(pids) - cpu) / iters
 
 
 def measure_size(servers_factory, payload: int, args) -> list[dict]:
@@ -210,37 +224,49 @@ def measure_size(servers_factory, payload: int, args) -> list[dict]:
         bench = Bench(servers, args.dim)
         data = bench.setup_size(payload)
         n = data["n"]
-        iters = max(1, min(200, (4 << 20) // payload))
+        pids = [p.pid for p in servers.procs]
+        # Short blocks, echo and PS call in turn, many rounds: on a shared machine the load
+        # drifts between blocks, and a ratio of adjacent blocks cancels most of it.
+        iters = max(1, min(50, (1 << 20) // payload))
+        rounds = args.repeats * max(1, min(8, (16 << 20) // (payload * iters)))
         for case in CASES:  # warm-up: the shared-memory region attaches on the first push
             bench.run(case, data)
             bench.run(case, data)
-        samples = {c: [] for c in CASES}
-        echoes = {c: [] for c in CASES}
-        for _ in range(args.repeats):
+        samples = {c: [] for c in CASES}  # (echo wall, echo cpu, PS wall, PS cpu) per round
+        for _ in range(rounds):
             for case in CASES:
                 up, down = ECHO_SHAPES[case](payload, n)
-                echoes[case].append(_timed(lambda: bench.echo(up, down), iters))
-                samples[case].append(_timed(lambda: bench.run(case, data), iters))
+                echo = _timed(lambda: bench.echo(up, down), iters, pids)
+                ps = _timed(lambda: bench.run(case, data), iters, pids)
+                samples[case].append(echo + ps)
         if args.profile and payload == max(args.sizes):
             os.makedirs(args.profile, exist_ok=True)
             for case in CASES:
                 prof = cProfile.Profile()
-                prof.runcall(_timed, lambda: bench.run(case, data), max(iters, 3))
+                prof.runcall(_timed, lambda: bench.run(case, data), max(iters, 3), [])
                 prof.dump_stats(os.path.join(args.profile, f"client-{case}-{payload}.prof"))
         points = []
         for case in CASES:
-            ps_s, echo_s = common.median(samples[case]), common.median(echoes[case])
+            echo_s, echo_cpu, ps_s, ps_cpu = (
+                common.median([x[i] for x in samples[case]]) for i in range(4)
+            )
             points.append(
                 {
                     "case": case,
                     "payload_bytes": payload,
                     "rows": n,
+                    "rounds": rounds,
                     "ps_ms": ps_s * 1e3,
                     "echo_ms": echo_s * 1e3,
                     "ps_mb_s": payload / ps_s / 1e6,
                     "echo_mb_s": payload / echo_s / 1e6,
                     "rows_per_s": n / ps_s if case in ("pull", "push") else None,
-                    "ratio": echo_s / ps_s,
+                    # The median of the rounds' ratios (each echo block beside its PS block).
+                    "ratio": common.median([x[0] / x[2] for x in samples[case]]),
+                    "ps_cpu_ms": ps_cpu * 1e3,
+                    "echo_cpu_ms": echo_cpu * 1e3,
+                    "cpu_ratio": sum(x[1] for x in samples[case])
+                    / max(1e-9, sum(x[3] for x in samples[case])),
                 }
             )
         return points
@@ -322,12 +348,27 @@ def main(argv=None) -> int:
             p["ps_mb_s"],
             p["echo_mb_s"],
             p["ratio"],
+            p["ps_cpu_ms"],
+            p["echo_cpu_ms"],
+            p["cpu_ratio"],
         )
         for p in points
     ]
     common.print_table(
         f"PS wire vs raw gRPC echo (dim {args.dim}, medians of {args.repeats})",
-        ("case", "bytes", "rows", "PS ms", "echo ms", "PS MB/s", "echo MB/s", "ratio"),
+        (
+            "case",
+            "bytes",
+            "rows",
+            "PS ms",
+            "echo ms",
+            "PS MB/s",
+            "echo MB/s",
+            "ratio",
+            "PS cpu ms",
+            "echo cpu ms",
+            "cpu ratio",
+        ),
         rows,
     )
     if args.plot:

@@ -137,3 +137,104 @@ def pb_to_indexed_rows(msg: pb.IndexedSlices) -> IndexedRows:
             f"IndexedSlices has {indices.shape[0]} indices but values of shape {values.shape}"
         )
     return IndexedRows(values=values, indices=indices)
+
+
+# ------------------------------------------------------------------ Tensor wire bytes
+# A large Tensor through protobuf is copied three times on the way out (tobytes, into the
+# message, SerializeToString) and twice on the way in (the parsed message, its content field).
+# For the hot pull of embedding rows the PS writes the serialized Tensor itself (one copy) and
+# the worker decodes it as a view of the received bytes (none); the bytes are the same
+# protobuf encoding, so a generated stub or servicer on the other end still reads them.
+_TENSOR_DTYPE, _TENSOR_SHAPE, _TENSOR_CONTENT = 1, 2, 3
+_VARINT, _LEN = 0, 2
+
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1  # negative int64 values as protobuf encodes them (10 bytes)
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _read_varint(data, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("Tensor bytes end inside a varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def ndarray_to_tensor_bytes(array) -> bytes:
+    """The serialized `Tensor` of a numeric array, as `ndarray_to_pb(a).SerializeToString()`
+    parses, with the array's bytes copied once."""
+    array = np.asarray(array)
+    dims = array.shape  # before ascontiguousarray, which makes a 0-d array 1-d
+    array = np.ascontiguousarray(array)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    dtype = dtype_to_pb(array.dtype)
+    if dtype == pb.DT_STRING:
+        return ndarray_to_pb(array).SerializeToString()
+    shape = b"".join(_varint(d) for d in dims)
+    head = [_varint(_TENSOR_DTYPE << 3 | _VARINT), _varint(dtype)]
+    if shape:
+        head += [_varint(_TENSOR_SHAPE << 3 | _LEN), _varint(len(shape)), shape]
+    if array.nbytes:
+        head += [_varint(_TENSOR_CONTENT << 3 | _LEN), _varint(array.nbytes)]
+    return b"".join(head + [memoryview(array.reshape(-1)).cast("B")])
+
+
+def tensor_bytes_to_ndarray(data: bytes) -> np.ndarray:
+    """Decode a serialized `Tensor` of a numeric dtype as a read-only view of `data` (falls back
+    to the protobuf parser for strings); ValueError for bytes that are no such Tensor."""
+    view = memoryview(data)
+    pos, dtype, shape, content = 0, pb.DT_INVALID, [], (0, 0)
+    while pos < len(view):
+        key, pos = _read_varint(view, pos)
+        field, wire = key >> 3, key & 7
+        if wire == _VARINT:
+            value, pos = _read_varint(view, pos)
+            if field == _TENSOR_DTYPE:
+                dtype = value
+            elif field == _TENSOR_SHAPE:  # unpacked repeated encoding
+                shape.append(value - (1 << 64) if value >> 63 else value)
+        elif wire == _LEN:
+            size, pos = _read_varint(view, pos)
+            end = pos + size
+            if end > len(view):
+                raise ValueError("Tensor bytes end inside a field")
+            if field == _TENSOR_SHAPE:
+                while pos < end:
+                    value, pos = _read_varint(view, pos)
+                    shape.append(value - (1 << 64) if value >> 63 else value)
+            elif field == _TENSOR_CONTENT:
+                content = (pos, end)
+            pos = end
+        elif wire == 5:
+            pos += 4
+        elif wire == 1:
+            pos += 8
+        else:
+            raise ValueError(f"Tensor bytes hold an unexpected wire type {wire}")
+    if dtype == pb.DT_STRING:
+        return pb_to_ndarray(pb.Tensor.FromString(bytes(data)))
+    np_dtype = pb_to_dtype(dtype)
+    start, end = content
+    expected = (int(np.prod(shape)) if shape else 1) * np_dtype.itemsize
+    if end - start != expected:
+        raise ValueError(
+            f"Tensor content is {end - start} bytes but shape {shape} of {np_dtype} needs "
+            f"{expected}"
+        )
+    return np.frombuffer(view[start:end], dtype=np_dtype).reshape(shape)

@@ -54,3 +54,35 @@ def test_scatter_embedding_vector_groups_by_id_mod_n():
     np.testing.assert_array_equal(out[0][1], [0, 4, 6])
     np.testing.assert_array_equal(out[1][1], [3, 1])
     np.testing.assert_array_equal(out[1][0], values[[1, 2]])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int8, np.bool_])
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 300), (0, 16), (70000, 2)])
+def test_tensor_bytes_are_the_protobuf_encoding(dtype, shape):
+    a = (np.arange(int(np.prod(shape))).reshape(shape) % 7).astype(dtype)
+    raw = tu.ndarray_to_tensor_bytes(a)
+    # Both ways interchangeable with the generated protobuf code.
+    parsed = tu.pb_to_ndarray(pb.Tensor.FromString(raw))
+    assert parsed.dtype == a.dtype and parsed.shape == a.shape
+    np.testing.assert_array_equal(parsed, a)
+    b = tu.tensor_bytes_to_ndarray(tu.ndarray_to_pb(a).SerializeToString())
+    assert b.dtype == a.dtype and b.shape == a.shape and not b.flags.writeable
+    np.testing.assert_array_equal(b, a)
+    np.testing.assert_array_equal(tu.tensor_bytes_to_ndarray(raw), a)
+
+
+def test_tensor_bytes_of_non_contiguous_and_string_arrays():
+    a = np.arange(40, dtype=np.float32).reshape(8, 5)[:, 1:3]
+    np.testing.assert_array_equal(tu.tensor_bytes_to_ndarray(tu.ndarray_to_tensor_bytes(a)), a)
+    s = np.array([b"a", b"xyz"], dtype=object)
+    assert list(tu.tensor_bytes_to_ndarray(tu.ndarray_to_tensor_bytes(s))) == [b"a", b"xyz"]
+
+
+def test_bad_tensor_bytes_are_refused():
+    raw = tu.ndarray_to_tensor_bytes(np.zeros((4, 4), np.float32))
+    with pytest.raises(ValueError, match="end inside"):
+        tu.tensor_bytes_to_ndarray(raw[:-3])
+    msg = tu.ndarray_to_pb(np.zeros((2, 2), np.float32))
+    msg.content = msg.content[:-4]
+    with pytest.raises(ValueError, match="needs 16"):
+        tu.tensor_bytes_to_ndarray(msg.SerializeToString())

@@ -22,7 +22,7 @@ from elasticdl.ps.master_reporter import MasterReporter
 from elasticdl.ps.optimizer import Optimizer, parse_optimizer_config
 from elasticdl.ps.parameters import Parameters
 from elasticdl.ps.request_cap import RequestCap
-from elasticdl.ps.servicer import PserverServicer
+from elasticdl.ps.servicer import PserverServicer, wire_handlers
 from elasticdl.ps.updater import ParameterServer, UpdatePolicy
 
 logger = logging.getLogger(__name__)
@@ -141,6 +141,7 @@ class PSServer:
             )
             + [message_caps.SizeCapInterceptor(self.request_cap)],
         )
+        server.add_generic_rpc_handlers((wire_handlers(self.servicer),))
         pb_grpc.add_PserverServicer_to_server(self.servicer, server)
         address = _bind_address(c.bind_host, c.port)
         port = server.add_insecure_port(address)

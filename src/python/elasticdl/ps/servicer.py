@@ -78,6 +78,20 @@ def _rpc(method):
     return wrapper
 
 
+def wire_handlers(servicer: "PserverServicer") -> grpc.GenericRpcHandler:
+    """Handlers that take precedence over the generated ones (register them first): the pull of
+    embedding rows answers with Tensor bytes it serialized itself, one copy of the rows instead
+    of three (figures: benchmarks/ps/README.md)."""
+    pull = grpc.unary_unary_rpc_method_handler(
+        servicer.pull_embedding_vectors_bytes,
+        request_deserializer=pb.PullEmbeddingVectorsRequest.FromString,
+        response_serializer=None,  # the handler's bytes as they are
+    )
+    return grpc.method_handlers_generic_handler(
+        "elasticdl.Pserver", {"pull_embedding_vectors": pull}
+    )
+
+
 class PserverServicer(pb_grpc.PserverServicer):
     def __init__(
         self,
@@ -110,10 +124,18 @@ class PserverServicer(pb_grpc.PserverServicer):
 
     @_rpc
     def pull_embedding_vectors(self, request: pb.PullEmbeddingVectorsRequest, context):
+        return pb.Tensor.FromString(self._rows_bytes(request))
+
+    @_rpc
+    def pull_embedding_vectors_bytes(self, request: pb.PullEmbeddingVectorsRequest, context):
+        """The rows as a serialized Tensor, written with one copy (see `wire_handlers`)."""
+        return self._rows_bytes(request)
+
+    def _rows_bytes(self, request: pb.PullEmbeddingVectorsRequest) -> bytes:
         if not request.HasField("ids"):
             raise PSError("PullEmbeddingVectorsRequest.ids is missing")
         ids = tu.pb_to_ndarray(request.ids).reshape(-1)
-        return tu.ndarray_to_pb(self.ps.pull_embedding_vectors(request.name, ids))
+        return tu.ndarray_to_tensor_bytes(self.ps.pull_embedding_vectors(request.name, ids))
 
     @_rpc
     def push_gradients(self, request: pb.PushGradientsRequest, context):

@@ -24,6 +24,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
+from elasticdl import ops
 from elasticdl.common import shared_memory as shm
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.common.tensor_utils import (
@@ -31,6 +32,7 @@ from elasticdl.common.tensor_utils import (
     indexed_rows_to_pb,
     ndarray_to_pb,
     pb_to_ndarray,
+    tensor_bytes_to_ndarray,
 )
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
@@ -121,6 +123,11 @@ def deduplicate_indexed_rows(values: np.ndarray, ids: np.ndarray) -> Tuple[np.nd
     """Sum the rows of equal ids: gradients of one embedding row must reach the PS once."""
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     values = np.asarray(values)
+    if values.dtype == np.float32 and values.ndim == 2 and values.shape[0] == ids.size:
+        # One sort and a multi-threaded sum (elasticdl.ops) instead of NumPy's unique, a
+        # scatter-add and, with no duplicates, a second sort.
+        unique, summed = ops.sparse_aggregate(ids, values)
+        return summed, unique
     unique, inverse = np.unique(ids, return_inverse=True)
     if unique.size == ids.size:
         order = np.argsort(ids, kind="stable")
@@ -153,6 +160,18 @@ class PSClient:
         self.max_message_bytes = int(max_message_bytes)
         self._channels = [build_channel(a, secret) for a in self.addrs]
         self._stubs = [pb_grpc.PserverStub(c) for c in self._channels]
+        self._links = [
+            PSLink(i, addr, stub, self.worker_id, rpc_timeout)
+            for i, (addr, stub) in enumerate(zip(self.addrs, self._stubs))
+        ]
+        for stub, channel in zip(self._stubs, self._channels):
+            # Rows come back as a view of the received bytes, not through a parsed message
+            # (the PS writes them with one copy: elasticdl.ps.servicer.wire_handlers).
+            stub.pull_embedding_vectors = channel.unary_unary(
+                "/elasticdl.Pserver/pull_embedding_vectors",
+                request_serializer=pb.PullEmbeddingVectorsRequest.SerializeToString,
+                response_deserializer=tensor_bytes_to_ndarray,
+            )
         self._links = [
             PSLink(i, addr, stub, self.worker_id, rpc_timeout)
             for i, (addr, stub) in enumerate(zip(self.addrs, self._stubs))
@@ -400,11 +419,15 @@ class PSClient:
         dim = dim or self._table_dims.get(name) or 1
         return max(1, self.max_message_bytes // (4 * int(dim)))
 
-    def pull_embedding_vectors(self, name: str, ids, dim: Optional[int] = None) -> np.ndarray:
+    def pull_embedding_vectors(
+        self, name: str, ids, dim: Optional[int] = None, ids_unique: bool = False
+    ) -> np.ndarray:
         """Rows `ids` (any order, duplicates allowed) of table `name`, shape (len(ids), dim).
 
-        Ids are de-duplicated before they travel; each PS gets its own ids in messages whose
-        responses stay under the message budget, all in flight at once.
+        Ids are de-duplicated before they travel (`ids_unique=True`: the caller's are already,
+        e.g. from tf.unique, so no sort is spent on it); each PS gets its own ids in messages
+        whose responses stay under the message budget, all in flight at once. The result may
+        be a read-only view of the received bytes: copy it to write to it.
         """
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
@@ -412,30 +435,43 @@ class PSClient:
             return np.zeros((0, d), dtype=np.float32)
         if ids.min() < 0:
             raise ValueError(f"embedding {name}: ids must be non-negative, got {int(ids.min())}")
-        unique, inverse = np.unique(ids, return_inverse=True)
-        owner = unique % self.num_ps
+        if ids_unique:
+            unique, inverse = ids, None
+        else:
+            unique, inverse = np.unique(ids, return_inverse=True)
         chunk = self.rows_per_message(name, dim)
         reqs, slots = [], []
         for ps_id in range(self.num_ps):
-            positions = np.flatnonzero(owner == ps_id)
-            for s in range(0, positions.size, chunk):
-                pos = positions[s : s + chunk]
+            if self.num_ps == 1:
+                positions = None  # every id, in order: contiguous slices below
+            else:
+                positions = np.flatnonzero(unique % self.num_ps == ps_id)
+            count = unique.size if positions is None else positions.size
+            for s in range(0, count, chunk):
+                pos = (
+                    slice(s, min(s + chunk, count))
+                    if positions is None
+                    else positions[s : s + chunk]
+                )
                 req = pb.PullEmbeddingVectorsRequest(name=name)
                 ndarray_to_pb(unique[pos], req.ids)
                 reqs.append((ps_id, req))
                 slots.append(pos)
         responses = self._fan_out("pull_embedding_vectors", reqs)
-        out = None
-        for pos, resp in zip(slots, responses):
-            rows = pb_to_ndarray(resp)
-            if rows.shape[0] != pos.size:
+        for pos, rows in zip(slots, responses):
+            expected = unique[pos].shape[0]
+            if rows.ndim != 2 or rows.shape[0] != expected:
                 raise RuntimeError(
-                    f"embedding {name}: PS returned {rows.shape[0]} rows for {pos.size} ids"
+                    f"embedding {name}: PS returned {rows.shape[0] if rows.ndim else 0} rows "
+                    f"for {expected} ids"
                 )
-            if out is None:
-                out = np.empty((unique.size,) + rows.shape[1:], dtype=rows.dtype)
-            out[pos] = rows
-        return out[inverse]
+        if len(responses) == 1:
+            out = responses[0]
+        else:
+            out = np.empty((unique.size,) + responses[0].shape[1:], dtype=responses[0].dtype)
+            for pos, rows in zip(slots, responses):
+                out[pos] = rows
+        return out if inverse is None else out[inverse]
 
     def pull_embedding_table(self, name: str) -> IndexedRows:
         """Every row the PS hold for table `name` (used to export a self-contained model)."""

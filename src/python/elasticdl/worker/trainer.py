@@ -199,7 +199,8 @@ class PSTrainer:
 
     def _lookup(self, name: str, ids: np.ndarray) -> np.ndarray:
         dim = next((l.output_dim for l in self.embedding_layers if l.name == name), None)
-        return self.ps.pull_embedding_vectors(name, ids, dim=dim)
+        # The layer looks up tf.unique's output: no second de-duplication in the client.
+        return self.ps.pull_embedding_vectors(name, ids, dim=dim, ids_unique=True)
 
     def pull_model(self, force: bool = False) -> None:
         """Bring the local dense parameters up to the PS's (re-initialising a restarted PS)."""
