@@ -15,6 +15,21 @@ import pytest
             "elasticdl.worker.callbacks",
         ),
         ("elasticdl.python.elasticdl.callbacks", "MaxStepsStopping", "elasticdl.worker.callbacks"),
+        (
+            "elasticdl.python.elasticdl.callbacks",
+            "SavedModelExporter",
+            "elasticdl.worker.callbacks",
+        ),
+        (
+            "elasticdl.python.elasticdl.callbacks.saved_model_exporter",
+            "SavedModelExporter",
+            "elasticdl.worker.callbacks",
+        ),
+        (
+            "elasticdl.python.elasticdl.callbacks.max_steps_stopping",
+            "MaxStepsStopping",
+            "elasticdl.worker.callbacks",
+        ),
         ("elasticdl.python.elasticdl.layers.embedding", "Embedding", "elasticdl.worker.layers"),
         (
             "elasticdl.python.worker.prediction_outputs_processor",

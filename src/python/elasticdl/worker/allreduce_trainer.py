@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 from elasticdl.common.model_utils import ModelSpec
 from elasticdl.worker.allreduce_group import AllreduceMasterClient, CollectiveError, CommGroup
+from elasticdl.worker.saved_model import batch_spec, write_saved_model
 
 logger = logging.getLogger(__name__)
 
@@ -93,9 +94,7 @@ class AllreduceTrainer:
             return self.model
         model = model if model is not None else self.spec.model_fn()
         model(features, training=False)  # creates the variables of subclassed models too
-        self.feature_spec = tf.nest.map_structure(
-            lambda t: tf.TensorSpec([None] + list(t.shape[1:]), t.dtype), features
-        )
+        self.feature_spec = batch_spec(features)
         self.optimizer = self.spec.optimizer()
         self._vars = list(model.trainable_variables)
         # Slots exist before the first broadcast, so newcomers receive them too.
@@ -285,11 +284,5 @@ class AllreduceTrainer:
     def export_saved_model(self, path: str) -> None:
         if self.model is None:
             raise RuntimeError("cannot export: the model was never built (no data seen)")
-        model = self.model
-        archive = keras.export.ExportArchive()
-        archive.track(model)
-        archive.add_endpoint(
-            "serve", lambda x: model(x, training=False), input_signature=[self.feature_spec]
-        )
-        archive.write_out(path)
+        write_saved_model(self.model, self.feature_spec, path)
         logger.info("Exported SavedModel (step %d) to %s", self.steps, path)

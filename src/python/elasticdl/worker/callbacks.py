@@ -2,12 +2,13 @@
 
 The worker calls `on_train_batch_begin(version)` / `on_train_batch_end(version)` with the PS
 model version as the "batch", so schedules follow global progress, not one worker's steps.
-Standard Keras callbacks are accepted too and get the same calls.
+Standard Keras callbacks are accepted too and get the same calls. `on_train_end` runs once per
+training job, on the worker that gets the master's train-end task, after every record trained.
 """
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Optional
 
 import keras
 
@@ -42,6 +43,35 @@ class MaxStepsStopping(keras.callbacks.Callback):
                 "Model version %d reached max_steps %d: stop training", batch, self.max_steps
             )
             self.model.stop_training = True
+
+
+class SavedModelExporter(keras.callbacks.Callback):
+    """Exports the trained model as a SavedModel to the job's `--output` when training ends.
+
+    Every training job with `--output` exports this way: the worker adds one of these when the
+    model file lists none (as the original ElasticDL did), so listing it in `callbacks()`
+    changes nothing but where it runs among the others. The export itself is the trainer's
+    (PS: the newest parameters and whole embedding tables pulled from the PS; AllReduce: the
+    worker's replica), handed over by the worker with `bind`. The original's constructor
+    arguments (task data service, feed, model handler) are accepted and not needed.
+    """
+
+    def __init__(self, task_data_service=None, feed=None, model_handler=None):
+        super().__init__()
+        self._export: Optional[Callable[[str], None]] = None
+        self._path = ""
+
+    def bind(self, export: Callable[[str], None], saved_model_path: str) -> None:
+        self._export = export
+        self._path = saved_model_path
+
+    def on_train_end(self, logs=None):
+        if not self._path:
+            logger.info("No --output: the SavedModel is not exported")
+            return
+        if self._export is None:
+            raise RuntimeError("SavedModelExporter runs inside an ElasticDL worker only")
+        self._export(self._path)
 
 
 class BasePredictionOutputsProcessor:

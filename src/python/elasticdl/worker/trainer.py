@@ -30,6 +30,7 @@ from elasticdl.worker.ps_client import (
     PSClient,
     PullResult,
 )
+from elasticdl.worker.saved_model import batch_spec, write_saved_model
 
 logger = logging.getLogger(__name__)
 
@@ -154,9 +155,7 @@ class PSTrainer:
         model(features, training=False)  # creates the variables of subclassed models too
         for layer in self.embedding_layers:
             layer.reset_records()
-        self.feature_spec = tf.nest.map_structure(
-            lambda t: tf.TensorSpec([None] + list(t.shape[1:]), t.dtype), features
-        )
+        self.feature_spec = batch_spec(features)
         self.model = model
         try:  # callbacks such as LearningRateScheduler reach the lr through model.optimizer
             model.compile(optimizer=self.optimizer)
@@ -451,11 +450,5 @@ class PSTrainer:
             raise RuntimeError("cannot export: the model was never built (no data seen)")
         self.pull_model(force=True)
         self.materialize_embeddings()
-        model = self.model
-        archive = keras.export.ExportArchive()
-        archive.track(model)
-        archive.add_endpoint(
-            "serve", lambda x: model(x, training=False), input_signature=[self.feature_spec]
-        )
-        archive.write_out(path)
+        write_saved_model(self.model, self.feature_spec, path)
         logger.info("Exported SavedModel (version %d) to %s", self.model_version, path)

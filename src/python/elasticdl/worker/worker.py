@@ -4,7 +4,8 @@ TRAINING       train every minibatch of the shard through the PS; report records
 EVALUATION     forward the shard with the newest parameters; send outputs + labels to the master,
                which computes the metrics of `eval_metrics_fn` for the task's model version.
 PREDICTION     forward the shard; hand predictions to the model's PredictionOutputsProcessor.
-TRAIN_END_CALLBACK  export the PS's final model as a SavedModel; run callbacks' on_train_end.
+TRAIN_END_CALLBACK  run callbacks' on_train_end, a SavedModelExporter (the model file's or
+               the worker's) among them: the final model as a SavedModel at --output.
 WAIT           nothing to do now (others finish the epoch): sleep and ask again.
 NONE           the job has no more work: exit 0.
 
@@ -42,6 +43,7 @@ import tensorflow as tf
 from elasticdl.common.model_utils import Mode, ModelSpec
 from elasticdl.common.types import JobType
 from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.worker.callbacks import SavedModelExporter
 from elasticdl.worker.master_client import MasterClient
 from elasticdl.worker.task_data_service import TaskDataService
 from elasticdl.worker.trainer import PSTrainer  # or an AllreduceTrainer (same interface)
@@ -70,6 +72,8 @@ class WorkerFailedError(RuntimeError):
 
 def _num_examples(batch) -> int:
     first = tf.nest.flatten(batch)[0]
+    if isinstance(first, tf.SparseTensor):  # its static batch size may be unknown
+        return int(first.dense_shape[0])
     return int(first.shape[0]) if first.shape.rank else 1
 
 
@@ -379,16 +383,13 @@ class Worker:
                 self.trainer.pull_model()
                 pulled = True
             predictions = self.trainer.forward(features)
-            preds = (
-                tf.nest.map_structure(np.asarray, predictions)
-                if isinstance(predictions, dict)
-                else np.asarray(predictions)
-            )
             processor = self._prediction_processor()
             if processor is not None:
-                processor.process(preds, self.config.worker_id)
+                # The model's outputs as they come (eager tensors), as the original ElasticDL
+                # handed them: processors written for it call `predictions.numpy()`.
+                processor.process(predictions, self.config.worker_id)
             else:
-                self._write_predictions(task, preds)
+                self._write_predictions(task, tf.nest.map_structure(np.asarray, predictions))
             records += _num_examples(features)
             batches += 1
         return {"records": records, "batches": batches}
@@ -416,10 +417,13 @@ class Worker:
                 "cannot export: this worker never saw data and the model has "
                 "no declared inputs (subclassed model)"
             )
-        if path:
-            self.trainer.export_saved_model(path)
-        else:
-            logger.info("No saved_model_path/--output: skipping SavedModel export")
-        for cb in self.callbacks():
+        callbacks = self.callbacks()
+        if not any(isinstance(cb, SavedModelExporter) for cb in callbacks):
+            # Not kept in self._callbacks: an exporter there would make every step run the
+            # per-batch callback work for a callback that only acts at the end.
+            callbacks = [SavedModelExporter()] + callbacks
+        for cb in callbacks:
+            if isinstance(cb, SavedModelExporter):
+                cb.bind(self.trainer.export_saved_model, path)
             cb.on_train_end()
         return {}
