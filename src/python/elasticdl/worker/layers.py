@@ -8,6 +8,12 @@ gradient arrives per *unique* id (already summed over duplicates): exactly what 
 For export the trainer materialises the table from the PS into the layer
 (`set_local_table`), after which the layer is an ordinary gather over a Keras variable and the
 SavedModel is self-contained.
+
+Ids may come dense, as a `tf.SparseTensor` (a bag of ids per row, e.g. from
+`tf.io.VarLenFeature`) or as a `tf.RaggedTensor`. A bag is combined the way
+`tf.nn.safe_embedding_lookup_sparse` combines it with unit weights, and the original ElasticDL
+did: "sum", "mean" (sum / number of ids) or "sqrtn" (sum / sqrt(number of ids)), an empty bag
+giving zeros.
 """
 from __future__ import annotations
 
@@ -50,7 +56,9 @@ class Embedding(keras.layers.Layer):
             fixed-size table when ids were never seen in training.
         embeddings_initializer: Keras initializer *name* the PS uses for new rows.
         combiner: None -> output (..., ids, output_dim); "sum" | "mean" | "sqrtn" -> reduce the
-            last id axis, output (..., output_dim) (a bag of ids per example).
+            last id axis, output (..., output_dim) (a bag of ids per example). Required for a
+            SparseTensor input (its missing entries are not ids); a RaggedTensor without one
+            gives a RaggedTensor of vectors.
         mask_zero: id 0 is padding: without a combiner the layer passes a Keras mask
             (`ids != 0`) to the layers after it, as `keras.layers.Embedding` does.
         input_length: the length of the id sequences, when constant (the original ElasticDL's
@@ -149,21 +157,70 @@ class Embedding(keras.layers.Layer):
     def compute_mask(self, inputs, mask=None):
         if not self.mask_zero or self.combiner is not None:
             return None
+        if isinstance(inputs, (tf.SparseTensor, tf.RaggedTensor)):
+            return None  # no dense mask for them (a SparseTensor with mask_zero is refused)
         return keras.ops.not_equal(inputs, 0)  # also on the symbolic inputs of a functional model
 
-    def call(self, inputs):
-        ids = tf.cast(inputs, tf.int64)
-        flat = tf.reshape(ids, [-1])
+    def _vectors(self, flat_ids):
+        """The vectors of a 1-D tensor of ids, (n, output_dim), recorded for the gradients."""
         if self.local_table is not None:
-            vectors = tf.gather(self.local_table.value, flat)
-        else:
-            unique, idx = tf.unique(flat)
-            rows = tf.py_function(self._lookup, [unique], tf.float32)
-            rows = tf.ensure_shape(rows, [None, self.output_dim])
-            if self._remote.tape is not None:
-                self._remote.tape.watch(rows)
-            self._remote.records.append(EmbeddingRecord(unique, rows))
-            vectors = tf.gather(rows, idx)
+            return tf.gather(self.local_table.value, flat_ids)
+        unique, idx = tf.unique(flat_ids)
+        rows = tf.py_function(self._lookup, [unique], tf.float32)
+        rows = tf.ensure_shape(rows, [None, self.output_dim])
+        if self._remote.tape is not None:
+            self._remote.tape.watch(rows)
+        self._remote.records.append(EmbeddingRecord(unique, rows))
+        return tf.gather(rows, idx)
+
+    def _combine_bags(self, vectors, bag_ids, num_bags):
+        """Combine the vectors of each bag (`bag_ids[i]`: the bag of `vectors[i]`)."""
+        bag_ids = tf.cast(bag_ids, tf.int32)
+        num_bags = tf.cast(num_bags, tf.int32)
+        total = tf.math.unsorted_segment_sum(vectors, bag_ids, num_bags)
+        if self.combiner == "sum":
+            return total
+        ones = tf.ones_like(bag_ids, dtype=vectors.dtype)
+        count = tf.maximum(tf.math.unsorted_segment_sum(ones, bag_ids, num_bags), 1.0)
+        if self.combiner == "sqrtn":
+            count = tf.sqrt(count)
+        return total / tf.expand_dims(count, -1)
+
+    def _sparse_call(self, ids: tf.SparseTensor):
+        if self.combiner is None:
+            raise ValueError(
+                f"Embedding {self.name}: a SparseTensor input needs a combiner "
+                f"(one of {COMBINERS}): its rows are bags of ids"
+            )
+        if self.mask_zero:
+            raise ValueError(
+                f"Embedding {self.name}: mask_zero does not apply to a SparseTensor input "
+                "(its missing entries are not ids); pass mask_zero=False"
+            )
+        ids = tf.sparse.reorder(ids)
+        # Bags along the last axis, whatever the leading ones: rows of a 2-D view.
+        leading = ids.dense_shape[:-1]
+        flat = tf.sparse.reshape(ids, tf.stack([tf.reduce_prod(leading), ids.dense_shape[-1]]))
+        vectors = self._vectors(tf.cast(flat.values, tf.int64))
+        out = self._combine_bags(vectors, flat.indices[:, 0], flat.dense_shape[0])
+        return tf.reshape(out, tf.concat([tf.cast(leading, tf.int32), [self.output_dim]], 0))
+
+    def _ragged_call(self, ids: tf.RaggedTensor):
+        if self.combiner is None or ids.flat_values.shape.rank != 1:
+            # Vectors in place of the ids (a uniform last axis is combined as dense ids are).
+            return ids.with_flat_values(self._dense_call(ids.flat_values))
+        inner = ids
+        while isinstance(inner.values, tf.RaggedTensor):
+            inner = inner.values
+        vectors = self._vectors(tf.cast(inner.values, tf.int64))
+        out = self._combine_bags(vectors, inner.value_rowids(), inner.nrows())
+        if ids.ragged_rank == 1:
+            return out
+        return tf.RaggedTensor.from_nested_row_splits(out, ids.nested_row_splits[:-1])
+
+    def _dense_call(self, inputs):
+        ids = tf.cast(inputs, tf.int64)
+        vectors = self._vectors(tf.reshape(ids, [-1]))
         out = tf.reshape(vectors, tf.concat([tf.shape(ids), [self.output_dim]], axis=0))
         if self.combiner is None:
             return out
@@ -173,6 +230,13 @@ class Embedding(keras.layers.Layer):
             return tf.reduce_mean(out, axis=-2)
         n = tf.cast(tf.shape(out)[-2], out.dtype)
         return tf.reduce_sum(out, axis=-2) / tf.sqrt(n)
+
+    def call(self, inputs):
+        if isinstance(inputs, tf.SparseTensor):
+            return self._sparse_call(inputs)
+        if isinstance(inputs, tf.RaggedTensor):
+            return self._ragged_call(inputs)
+        return self._dense_call(inputs)
 
     def get_config(self):
         config = super().get_config()

@@ -1,0 +1,85 @@
+"""The PS-backed Embedding fed SparseTensor bags of ids (the original ElasticDL's sparse
+inputs, with its `combiner`) in a short local PS job on real Fashion-MNIST records in the
+original generators' schema: each image becomes the bag of its bright pixels' positions. The
+job must evaluate well above chance (10%), and the model it exports to --output (the table
+pulled from the PS) must take a SparseTensor and predict as well."""
+import json
+from pathlib import Path
+
+import elasticdl.worker.main  # noqa: F401  (run by the worker processes; tells the build)
+import numpy as np
+import pytest
+import tensorflow as tf
+from elasticdl.common.job_spec import spec_from_text
+from elasticdl.data import recordio
+from elasticdl.data.datasets import prepare
+from elasticdl.data.datasets.errors import DatasetError
+from elasticdl.data.example_codec import decode_example_values
+from elasticdl.master.job import Job
+
+ZOO = Path(__file__).resolve().parent / "testdata" / "model_zoo"
+RECORDS = 2048
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fashion_mnist_original")
+    try:
+        return prepare(
+            "fashion_mnist",
+            str(out),
+            progress=False,
+            limit=RECORDS,
+            records_per_shard=1024,
+            schema="original",
+        )
+    except DatasetError as e:  # no network and no cached copy of the Debian package
+        pytest.skip(f"Fashion-MNIST unavailable: {e}")
+
+
+def test_sparse_bags_of_ids_train_with_a_ps_and_export(tmp_path, data):
+    values = {
+        "job_name": "bags",
+        "model_zoo": str(ZOO),
+        "model_def": "fashion_bag.fashion_bag_of_pixels.custom_model",
+        "model_params": "combiner='sum'",
+        "training_data": f"{data.output_dir}/train",
+        "validation_data": f"{data.output_dir}/test",
+        "minibatch_size": "64",
+        "num_minibatches_per_task": "4",
+        "num_epochs": "2",
+        "num_workers": "1",
+        "platform": "local",
+        "output": str(tmp_path / "exported"),
+        "job_dir": str(tmp_path / "job"),
+    }
+    spec, _ = spec_from_text("train", values).resolve()
+    code = Job(spec).run()
+    status = json.loads((tmp_path / "job" / "status.json").read_text())
+    assert code == 0, status["message"]
+    print("bags of pixels", status["evaluation_metrics"])
+    assert status["records_trained"] == 2 * RECORDS
+    assert status["evaluation_metrics"]["accuracy"] > 0.5, status["evaluation_metrics"]
+
+    # The exported model: the whole table in the layer, a SparseTensor signature.
+    import sys
+
+    sys.path.insert(0, str(ZOO))
+    try:
+        from fashion_bag.fashion_bag_of_pixels import bright_pixels
+    finally:
+        sys.path.remove(str(ZOO))
+    bags, labels = [], []
+    for path in data.files["test"]:
+        for record in recordio.Scanner(path):
+            example = decode_example_values(record)
+            bags.append(bright_pixels(tf.constant(example["image"], tf.float32)))
+            labels.append(int(example["label"][0]))
+    batch = tf.sparse.concat(
+        0, [tf.sparse.expand_dims(b, 0) for b in bags], expand_nonconcat_dims=True
+    )
+    loaded = tf.saved_model.load(str(tmp_path / "exported"))
+    logits = loaded.serve({"pixels": batch}).numpy()
+    accuracy = float(np.mean(logits.argmax(axis=1) == np.asarray(labels)))
+    print("exported bags of pixels", accuracy)
+    assert accuracy > 0.5
