@@ -22,6 +22,21 @@ master creates (worker/PS pods and services, all owned by the master pod).
   collector removes the pods, services, Secret and NetworkPolicy it owns. ``cancel`` waits
   until no pod, service or NetworkPolicy of the job is left.
 
+A restartable master (issue #19; a job submitted with ``--job_dir`` on a ``--volume``): the
+master pod is the template of a batch/v1 Job ``elasticdl-<job>-master`` (``restartPolicy:
+Never``, ``backoffLimit`` :data:`MASTER_RESTARTS`) that creates a new master pod (named
+``elasticdl-<job>-master-<suffix>`` by the Job controller) whenever one fails; the new master
+resumes from the journal in ``--job_dir`` (see ``elasticdl.platform.kubernetes``). The Job,
+not a master pod, owns the job's objects (NetworkPolicy, the master's headless Service, and
+what the master creates), and ``cancel`` deletes the Job: nothing recreates a master after it.
+The job's current master is its newest master pod. Why a Job and not a ReplicaSet: a
+ReplicaSet's pods must have ``restartPolicy: Always``, so a master that *finished* the job
+would be started again; a Job ends when its pod exits 0 and gives up after ``backoffLimit``
+failures, so a master that crashes at every start does not loop forever. The master exits 0
+whenever it ended the job itself (outcome in its ``status`` label and published status) and
+non-zero only when it died. Without ``--job_dir`` the master is a bare pod as before: a
+master that dies ends the job (nothing outside its pod to resume from).
+
 The ``kubernetes`` package is imported only when this backend is used.
 """
 
@@ -65,6 +80,39 @@ MASTER_MODULE = "elasticdl.master.main"
 POD_LOG_DIR_ENV = "ELASTICDL_K8S_POD_LOG_DIR"
 _CANCEL_WAIT_SECONDS = 60.0
 _FINAL_LABELS = {JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED}
+# How many times the Job starts a new master after one died (restartable masters only).
+MASTER_RESTARTS = 6
+# How long submit waits for the Job controller's first master pod.
+_FIRST_MASTER_WAIT_SECONDS = 60.0
+
+
+def restartable(job: JobSpec) -> bool:
+    """A master whose journal outlives its pod (``--job_dir`` on a volume) can be restarted."""
+    return bool(job.job_dir)
+
+
+def check_job_dir(job: JobSpec) -> None:
+    """``--job_dir`` on Kubernetes must lie under a writable ``--volume`` mount: the journal
+    a restarted master resumes from must outlive the master's pod."""
+    from elasticdl.k8s.volumes import parse_volumes
+
+    path = os.path.normpath(job.job_dir)
+    hint = (
+        "mount a volume there, e.g. --volume='claim_name=<pvc>,mount_path=/data' "
+        "--job_dir=/data/jobs/<job>, or leave --job_dir out (a master that dies then ends the job)"
+    )
+    if not os.path.isabs(path):
+        raise ClientError(f"--job_dir {job.job_dir!r} must be an absolute path in the pods; {hint}")
+    try:
+        volumes = parse_volumes(job.volume) if job.volume else []
+    except ValueError as e:
+        raise ClientError(str(e)) from None
+    for volume in volumes:
+        mount_path = os.path.normpath(volume.mount_path)
+        inside = path == mount_path or path.startswith(mount_path.rstrip("/") + "/")
+        if inside and not volume.read_only:
+            return
+    raise ClientError(f"--job_dir {job.job_dir!r} is on no writable --volume; {hint}")
 
 
 class KubernetesBackend(JobBackend):
@@ -108,8 +156,11 @@ class KubernetesBackend(JobBackend):
             raise ClientError(str(e)) from None
         template.namespace = self.namespace
         template.service_account = service_account
-        # The master never restarts on its own: a restarted master would lose the task queue.
+        # Never restarted in place: a restartable master's Job makes a new pod instead (each
+        # life's exit code and log stay readable); a bare master pod is not restarted at all.
         template.restart_policy = "Never"
+        if restartable(job):
+            check_job_dir(job)
         # The whole job in one argument; only the fields that differ from their defaults, so
         # the manifest stays readable.
         sent = job.replace(platform=PlatformName.KUBERNETES, namespace=self.namespace)
@@ -131,10 +182,36 @@ class KubernetesBackend(JobBackend):
         except ValueError as e:
             raise ClientError(str(e)) from None
 
+    def build_master_job(self, pod, job: JobSpec):
+        """The batch/v1 Job whose pod template is the master pod ``pod`` (restartable)."""
+        from kubernetes import client
+
+        return client.V1Job(
+            api_version="batch/v1",
+            kind="Job",
+            metadata=client.V1ObjectMeta(
+                name=master_pod_name(job.job_name),
+                namespace=self.namespace,
+                labels=dict(pod.metadata.labels or {}),
+            ),
+            spec=client.V1JobSpec(
+                backoff_limit=MASTER_RESTARTS,
+                completions=1,
+                parallelism=1,
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(
+                        labels=dict(pod.metadata.labels or {}),
+                        annotations=pod.metadata.annotations,
+                    ),
+                    spec=pod.spec,
+                ),
+            ),
+        )
+
     def submit(self, job: JobSpec, yaml_path: str = "") -> JobHandle:
         if yaml_path:
             pod = self.build_master_pod(job)
-            write_manifest(pod, yaml_path)
+            write_manifest(self.build_master_job(pod, job) if restartable(job) else pod, yaml_path)
             return JobHandle(
                 job_name=job.job_name,
                 platform=self.platform,
@@ -147,7 +224,7 @@ class KubernetesBackend(JobBackend):
         service_account = self._job_service_account()
         if service_account:
             pod.spec.service_account_name = pod.spec.service_account_name or service_account
-        existing = self._get_pod(pod.metadata.name)
+        existing = self._find_master(job.job_name)
         if existing is not None:
             status = self._status_of(existing)
             raise JobConflictError(
@@ -155,6 +232,8 @@ class KubernetesBackend(JobBackend):
                 f"({status.phase}); "
                 f"remove it with 'elasticdl cancel {job.job_name}' or use another --job_name"
             )
+        if restartable(job):
+            return self._submit_restartable(job, pod)
         try:
             created = self.k8s.create_pod(pod)
         except K8sApiError as e:
@@ -163,7 +242,11 @@ class KubernetesBackend(JobBackend):
                     f"job {job.job_name} already exists in namespace {self.namespace}"
                 ) from None
             raise ClientError(f"cannot submit job {job.job_name}: {e}") from None
-        self._restrict_ingress(job.job_name, created)
+        self._restrict_ingress(
+            job.job_name,
+            K8sClient.owner_reference(created),
+            undo=lambda: self.k8s.delete_pod(created.metadata.name, grace_seconds=0),
+        )
         created_at = (
             created.metadata.creation_timestamp.timestamp()
             if created.metadata.creation_timestamp
@@ -177,12 +260,61 @@ class KubernetesBackend(JobBackend):
             master=created.metadata.name,
         )
 
-    def _restrict_ingress(self, job_name: str, master) -> None:
-        """The job's NetworkPolicy (:mod:`elasticdl.k8s.network_policy`), owned by its master
-        pod. A job its policy cannot protect is not left running: the master pod goes again."""
+    def _submit_restartable(self, job: JobSpec, pod) -> JobHandle:
+        """Create the master's Job, then what it owns: the NetworkPolicy and the master's
+        Service (the address a restarted master keeps), and wait for its first pod."""
+        from elasticdl.k8s.pods import PodTemplate, build_service
+
+        try:
+            created = self.k8s.create_job(self.build_master_job(pod, job))
+        except K8sApiError as e:
+            if e.status == 409:
+                raise JobConflictError(
+                    f"job {job.job_name} already exists in namespace {self.namespace}"
+                ) from None
+            raise ClientError(f"cannot submit job {job.job_name}: {e}") from None
+        owner = K8sClient.job_owner_reference(created.metadata.name, created.metadata.uid)
+
+        def undo() -> None:
+            self.k8s.delete_job(created.metadata.name)
+
+        self._restrict_ingress(job.job_name, owner, undo=undo)
+        service = build_service(
+            PodTemplate(namespace=self.namespace),
+            name=master_pod_name(job.job_name),
+            job_name=job.job_name,
+            replica_type=MASTER_TYPE,
+            replica_id=0,
+            port=job.port,
+            owner_reference=owner,
+        )
+        try:
+            self.k8s.create_service(service)
+        except K8sApiError as e:
+            undo()
+            raise ClientError(f"cannot submit job {job.job_name}: its Service: {e}") from None
+        deadline = time.monotonic() + _FIRST_MASTER_WAIT_SECONDS
+        master = self._find_master(job.job_name)
+        while master is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            master = self._find_master(job.job_name)
+        return JobHandle(
+            job_name=job.job_name,
+            platform=self.platform,
+            created_at=created.metadata.creation_timestamp.timestamp()
+            if created.metadata.creation_timestamp
+            else time.time(),
+            namespace=self.namespace,
+            master=master.metadata.name if master is not None else created.metadata.name,
+        )
+
+    def _restrict_ingress(self, job_name: str, owner_reference, undo) -> None:
+        """The job's NetworkPolicy (:mod:`elasticdl.k8s.network_policy`), owned by what owns
+        the job (its master pod, or the master's Job). A job its policy cannot protect is not
+        left running: ``undo`` removes it again."""
         from elasticdl.k8s.network_policy import build_network_policy
 
-        policy = build_network_policy(job_name, self.namespace, K8sClient.owner_reference(master))
+        policy = build_network_policy(job_name, self.namespace, owner_reference)
         name = policy.metadata.name
         try:
             try:
@@ -203,7 +335,7 @@ class KubernetesBackend(JobBackend):
                 self.k8s.create_network_policy(policy)
         except (K8sApiError, ClientError) as e:
             try:  # a job its policy does not protect is not left running
-                self.k8s.delete_pod(master.metadata.name, grace_seconds=0)
+                undo()
             except K8sApiError:
                 pass
             if isinstance(e, ClientError):
@@ -228,8 +360,20 @@ class KubernetesBackend(JobBackend):
         except K8sApiError as e:
             raise ClientError(str(e)) from None
 
-    def _master(self, name: str):
+    def _find_master(self, name: str):
+        """The job's master pod (a restartable master's: the newest, the running one first),
+        or None."""
         pod = self._get_pod(master_pod_name(name))
+        if pod is not None:
+            return pod
+        try:
+            pods = self.k8s.list_pods(job_selector(name, MASTER_TYPE))
+        except K8sApiError as e:
+            raise ClientError(str(e)) from None
+        return _current_master(pods)
+
+    def _master(self, name: str):
+        pod = self._find_master(name)
         if pod is None:
             raise JobNotFoundError(
                 f"no job {name!r} in namespace {self.namespace} (see 'elasticdl list')"
@@ -244,7 +388,7 @@ class KubernetesBackend(JobBackend):
             masters = self.k8s.list_pods(masters_selector())
         except K8sApiError as e:
             raise ClientError(str(e)) from None
-        jobs = [self._status_of(p) for p in masters]
+        jobs = [self._status_of(p) for p in current_masters(masters)]
         return sorted(jobs, key=lambda s: s.created_at or 0)
 
     def _status_of(self, master, with_replicas: bool = False) -> JobStatus:
@@ -264,6 +408,12 @@ class KubernetesBackend(JobBackend):
         reading = read_termination(master)
         phase = _job_phase(labels.get(LABEL_STATUS, ""), reading.phase, published.get("phase", ""))
         message = published.get("message", "") or ""
+        if phase == JobPhase.FAILED and not labels.get(LABEL_STATUS) and self._restarting(master):
+            phase = JobPhase.RUNNING
+            message = (
+                f"the master pod {master.metadata.name} died ({_master_failure(reading)}); "
+                "its Job starts a new master, which resumes the job"
+            )
         if phase == JobPhase.FAILED and not message:
             message = _master_failure(reading)
         created = (
@@ -283,6 +433,20 @@ class KubernetesBackend(JobBackend):
         if with_replicas and not status.replicas:
             status.replicas = self._replicas(job_name)
         return status
+
+    def _restarting(self, master) -> bool:
+        """A dead master pod whose Job has not given up: a new master is on its way."""
+        owners = [o for o in master.metadata.owner_references or [] if o.kind == "Job"]
+        if not owners:
+            return False
+        try:
+            job = self.k8s.get_job(owners[0].name)
+        except K8sApiError:
+            return False
+        if job is None or job.metadata.deletion_timestamp is not None:
+            return False
+        conditions = (job.status.conditions or []) if job.status else []
+        return not any(c.type in ("Failed", "Complete") and c.status == "True" for c in conditions)
 
     def _replicas(self, job_name: str) -> list[ReplicaStatus]:
         try:
@@ -313,7 +477,7 @@ class KubernetesBackend(JobBackend):
     # ---- logs ----------------------------------------------------------------------------
     def _pod_for_replica(self, name: str, replica: str) -> str:
         if replica in ("", MASTER_TYPE):
-            return master_pod_name(name)
+            return self._master(name).metadata.name
         rtype, _, rid = replica.rpartition("-")
         if rtype not in (WORKER_TYPE, PS_TYPE) or not rid.isdigit():
             raise ClientError(f"replica {replica!r} is invalid; use master, worker-<i> or ps-<i>")
@@ -386,7 +550,9 @@ class KubernetesBackend(JobBackend):
             status.phase = JobPhase.CANCELLED
             status.message = "cancelled by the user"
         try:
-            self.k8s.delete_pod(master.metadata.name, propagation="Background")
+            # A restartable master's Job goes first: nothing may start a master after cancel.
+            if not self.k8s.delete_job(master_pod_name(name)):
+                self.k8s.delete_pod(master.metadata.name, propagation="Background")
         except K8sApiError as e:
             raise ClientError(f"cannot cancel job {name}: {e}") from None
         leftovers = self._wait_job_gone(name, _CANCEL_WAIT_SECONDS)
@@ -409,6 +575,8 @@ class KubernetesBackend(JobBackend):
                     f"networkpolicy/{p.metadata.name}"
                     for p in self.k8s.list_network_policies(selector)
                 ]
+                if self.k8s.get_job(master_pod_name(name)) is not None:
+                    left.append(f"job/{master_pod_name(name)}")
             except K8sApiError as e:
                 raise ClientError(str(e)) from None
             if not left or time.monotonic() >= deadline:
@@ -435,11 +603,36 @@ def write_manifest(pod, path: str) -> None:
         raise ClientError(f"--yaml {path!r}: cannot write it ({e.strerror})") from None
 
 
+def _current_master(pods: list):
+    """Of one job's master pods (a restartable master leaves its dead lives behind), the one
+    that runs, else the newest."""
+    if not pods:
+        return None
+
+    def key(pod):
+        created = pod.metadata.creation_timestamp
+        return (not read_termination(pod).is_terminal, created.timestamp() if created else 0)
+
+    return max(pods, key=key)
+
+
+def current_masters(pods: list) -> list:
+    """One master pod per job (:func:`_current_master`) of the master pods ``pods``."""
+    by_job: dict[str, list] = {}
+    for pod in pods:
+        by_job.setdefault((pod.metadata.labels or {}).get(LABEL_JOB, pod.metadata.name), []).append(
+            pod
+        )
+    return [_current_master(group) for group in by_job.values()]
+
+
 def _job_phase(label: str, pod_phase: str | None, published: str) -> str:
     if label in _FINAL_LABELS:
         return label
     if pod_phase == "Succeeded":
-        return JobPhase.SUCCEEDED
+        # A restartable master exits 0 also when the job failed (so its Job does not start it
+        # again); its published phase says how the job ended when its label could not.
+        return published if published in _FINAL_LABELS else JobPhase.SUCCEEDED
     if pod_phase == "Failed":
         return JobPhase.FAILED
     if pod_phase == "Running":

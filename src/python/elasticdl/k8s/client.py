@@ -205,6 +205,7 @@ class K8sClient:
         self.api_client = api_client if api_client is not None else load_api_client(config)
         self.core = client.CoreV1Api(self.api_client)
         self.networking = client.NetworkingV1Api(self.api_client)
+        self.batch = client.BatchV1Api(self.api_client)
 
     # -- generic call wrapper --
     def _call(self, what: str, fn, *args, missing_ok: bool = False, **kwargs):
@@ -493,6 +494,32 @@ class K8sClient:
         )
         return result is not None
 
+    # -- jobs (the controller that recreates a restartable master's pod) --
+    def create_job(self, job):
+        return self._call(
+            f"create job {job.metadata.name}", self.batch.create_namespaced_job, self.namespace, job
+        )
+
+    def get_job(self, name: str):
+        """The batch/v1 Job, or ``None`` if it does not exist."""
+        return self._call(
+            f"get job {name}", self.batch.read_namespaced_job, name, self.namespace, missing_ok=True
+        )
+
+    def delete_job(self, name: str) -> bool:
+        """Delete the Job and, in the background, everything it owns (the API's default for
+        Jobs is to orphan their pods); False if it did not exist."""
+        result = self._call(
+            f"delete job {name}",
+            self.batch.delete_namespaced_job,
+            name,
+            self.namespace,
+            missing_ok=True,
+            _preload_content=False,
+            propagation_policy="Background",
+        )
+        return result is not None
+
     # -- owner references --
     @staticmethod
     def owner_reference(pod):
@@ -507,6 +534,22 @@ class K8sClient:
             name=pod.metadata.name,
             uid=pod.metadata.uid,
             controller=True,
+            block_owner_deletion=False,
+        )
+
+    @staticmethod
+    def job_owner_reference(name: str, uid: str):
+        """An owner reference to the batch/v1 Job ``name``: what it owns is garbage-collected
+        with it. Not a *controller* reference: the Job controller would count a replica pod it
+        controls as one of the Job's own (its failures against ``backoffLimit``)."""
+        from kubernetes import client
+
+        return client.V1OwnerReference(
+            api_version="batch/v1",
+            kind="Job",
+            name=name,
+            uid=uid,
+            controller=False,
             block_owner_deletion=False,
         )
 

@@ -61,7 +61,12 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    return job.run()
+    code = job.run()
+    if code and getattr(job.platform, "restarts_dead_master", False):
+        # The job ended here (its outcome is on the master pod's status label): exit 0, or
+        # the Job that restarts dead masters would start another one.
+        return 0
+    return code
 
 
 if __name__ == "__main__":

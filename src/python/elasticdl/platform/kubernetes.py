@@ -3,7 +3,8 @@
 * PS ``i`` -> pod ``elasticdl-<job>-ps-<i>`` + headless service of the same name; worker
   ``i`` -> pod ``elasticdl-<job>-worker-<i>`` (a service too if it listens on a port), named
   and labelled by :mod:`elasticdl.k8s.names`. All are owned by the master pod
-  (``ownerReferences``), so deleting the master pod deletes the job.
+  (``ownerReferences``), so deleting the master pod deletes the job — or, for a restartable
+  master, by the batch/v1 Job that controls the master pod (see below).
 * Pod objects come from :mod:`elasticdl.k8s.pods` (resources, volumes, priorities, image
   pull policy, restart policy ``Never``, ``MY_POD_IP``, ``--envs``, cluster spec).
 * One watch thread (the job's PS and worker pods) turns pod changes into
@@ -25,6 +26,26 @@ Addresses (``address(type, id)``), chosen by ``network``:
     ``<master IP>:<port>`` with a distinct free port per replica, stable for the platform's
     lifetime. Selected with ``ELASTICDL_K8S_NETWORK=host`` in the master's environment
     (e.g. ``--envs=ELASTICDL_K8S_NETWORK=host``).
+
+A restartable master (issue #19): the client submits the master pod as the template of a
+batch/v1 Job (``elasticdl.client.k8s_backend``: why a Job and not a ReplicaSet) whenever the
+job has a ``--job_dir`` on a ``--volume``, where the master keeps its journal (a volume, not
+API objects: etcd caps an object at ~1.5 MiB and the task journal of a long job grows past
+that between snapshots). Such a master finds the Job as its own pod's controller and
+
+* makes the Job the owner of everything it creates (``replicas_outlive_master``): replica
+  pods and services survive the master pod, and deleting the Job (``elasticdl cancel``)
+  still removes every one;
+* records each replica's pod name and UID (``replica_identity``) and, restarted, adopts the
+  pod that still has both (``adopt``), stops a pod it finds under a name it never recorded
+  (``reclaim``), and in ``host`` mode takes back the recorded ports (``reserve_address``);
+* is reached at the same address: in ``pod`` mode the headless Service
+  ``elasticdl-<job>-master`` the client created (a new pod has a new IP), in ``host`` mode
+  the node's IP (one node: the same).
+
+Events of pods that this platform neither launched nor adopted are held back, so a new
+master hears nothing of its predecessor's pods before it adopts them; ``adopt`` then reports
+each pod's state as it reads it from the API server, and the watch goes on from there.
 """
 
 from __future__ import annotations
@@ -33,6 +54,7 @@ import dataclasses
 import json
 import logging
 import os
+import queue
 import threading
 from typing import TYPE_CHECKING
 
@@ -46,6 +68,7 @@ from elasticdl.k8s.names import (
     NETWORK_HOST,
     NETWORK_POD,
     POD_IP_ENV,
+    POD_NAME_ENV,
     STATUS_ANNOTATION,
     job_labels,
     master_pod_name,
@@ -119,9 +142,23 @@ class KubernetesPlatform(Platform):
         self._deleted_by_master: set[str] = set()  # pod uids
         self._closed = False
         self._secret_data: dict[str, str] | None = None  # what the job's Secret holds
-        self._owner = self._find_owner(
-            master_pod if master_pod is not None else master_pod_name(job_name)
+        # The pod this master runs in: a restartable master's has a name the Job chose.
+        self.master_pod = (
+            master_pod
+            if master_pod is not None
+            else os.environ.get(POD_NAME_ENV) or master_pod_name(job_name)
         )
+        self._owner = self._find_owner(self.master_pod)
+        # Pods launched or adopted here (uids); events of any other pod are held back.
+        self._ours: set[str] = set()
+        self._held: dict[str, list[ReplicaEvent]] = {}
+        self._uids: dict[tuple[ReplicaType, int], str] = {}
+        # One ordered stream of events from the watch and from adopt().
+        self._events: "queue.Queue[ReplicaEvent | None]" = queue.Queue()
+        self._dispatcher = threading.Thread(
+            target=self._dispatch, name="k8s-platform-dispatch", daemon=True
+        )
+        self._dispatcher.start()
         self._stop = threading.Event()
         self._watch_timeout = watch_timeout_seconds
         self._watcher = threading.Thread(
@@ -160,7 +197,21 @@ class KubernetesPlatform(Platform):
                 self.namespace,
             )
             return None
+        for ref in pod.metadata.owner_references or []:
+            if ref.kind == "Job" and ref.controller:  # a restartable master: the Job owns all
+                return K8sClient.job_owner_reference(ref.name, ref.uid)
         return K8sClient.owner_reference(pod)
+
+    @property
+    def restarts_dead_master(self) -> bool:
+        """A Job runs this master: one that exits non-zero is started again."""
+        return self.replicas_outlive_master
+
+    @property
+    def replicas_outlive_master(self) -> bool:
+        """Under a Job (which starts a new master when this one dies), the replicas are the
+        Job's and keep running for the next master to adopt."""
+        return self._owner is not None and self._owner.kind == "Job"
 
     @property
     def shares_host_network(self) -> bool:
@@ -204,7 +255,22 @@ class KubernetesPlatform(Platform):
         return f"{service_host(self.job_name, key[0].value, replica_id, self.namespace)}:{port}"
 
     def master_address(self, port: int) -> str:
+        if self.replicas_outlive_master and self.network == NETWORK_POD:
+            # A new master pod has a new IP; the Service the client made keeps the name.
+            return f"{master_pod_name(self.job_name)}.{self.namespace}.svc:{port}"
         return f"{self.master_host}:{port}"
+
+    def reserve_address(self, replica_type: ReplicaType, replica_id: int, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        if not port.isdigit():
+            raise PlatformError(f"address {address!r} has no port")
+        if self.network == NETWORK_HOST and host != self.master_host:
+            raise PlatformError(
+                f"address {address!r} is not on this node ({self.master_host}): the host "
+                "network mode keeps addresses only on one node"
+            )
+        with self._lock:
+            self._ports[(ReplicaType(replica_type), replica_id)] = int(port)
 
     def log_location(self, replica_type: ReplicaType, replica_id: int) -> str:
         name = self._pod_name(replica_type, replica_id)
@@ -237,7 +303,8 @@ class KubernetesPlatform(Platform):
                 port=spec.port,
                 secret_env=self._secret_refs(spec.secret_env),
             )
-            self.k8s.create_pod(pod)
+            created = self.k8s.create_pod(pod)
+            self._own(key, created.metadata.uid)
             if spec.port is not None:
                 self._ensure_service(name, spec)
         except K8sApiError as e:
@@ -245,6 +312,95 @@ class KubernetesPlatform(Platform):
         except ValueError as e:  # bad resource / volume strings
             raise PlatformError(f"cannot launch {name}: {e}") from None
         logger.info("launched pod %s", name)
+
+    def _own(self, key: tuple[ReplicaType, int], uid: str) -> None:
+        """From now on report the events of pod ``uid``, the ones held back so far first."""
+        with self._lock:
+            self._uids[key] = uid
+            self._ours.add(uid)
+            for event in self._held.pop(uid, []):
+                self._events.put(event)
+
+    # ---- a restarted master ----------------------------------------------------------------
+    def replica_identity(self, replica_type: ReplicaType, replica_id: int) -> dict | None:
+        key = (ReplicaType(replica_type), replica_id)
+        with self._lock:
+            uid = self._uids.get(key)
+        return {"pod": self._pod_name(*key), "uid": uid} if uid else None
+
+    def reclaim(self, replica_type: ReplicaType, replica_id: int) -> int:
+        """The pod of this replica, if any, was created by a master that did not live to record
+        it: delete it (and wait), so launching it again makes no twin."""
+        name = self._pod_name(replica_type, replica_id)
+        try:
+            pod = self.k8s.get_pod(name)
+            if pod is None:
+                return 0
+            logger.warning(
+                "Deleting pod %s: a previous master started it but never recorded it", name
+            )
+            self.k8s.delete_pod(name, grace_seconds=0)
+            self.k8s.wait_pod_gone(name, _RELAUNCH_WAIT_SECONDS)
+        except K8sApiError as e:
+            raise PlatformError(f"cannot delete {name}: {e}") from None
+        return 1
+
+    def adopt(self, spec: ReplicaSpec, identity: dict | None) -> bool:
+        """Take over the pod a previous master launched as ``spec`` if it still exists with the
+        recorded name and UID: report its state as read now (``Running``, or how it ended) and
+        its changes from then on. A pod under that name with another UID is not this replica:
+        it is deleted, and the replica reported ``Deleted``."""
+        key = (spec.replica_type, spec.replica_id)
+        name = self._pod_name(*key)
+        if spec.port is not None:
+            with self._lock:
+                self._ports.setdefault(key, spec.port)
+        uid = (identity or {}).get("uid")
+        with self._lock:  # the watch computes no event of this pod meanwhile
+            if self._closed:
+                raise PlatformError("platform is shut down; cannot adopt replicas")
+            try:
+                pod = self.k8s.get_pod(name)
+            except K8sApiError as e:
+                raise PlatformError(f"cannot read {name}: {e}") from None
+            if pod is None or not uid or pod.metadata.uid != uid:
+                if pod is not None:
+                    self._deleted_by_master.add(pod.metadata.uid)
+                    self.k8s.delete_pod(name, grace_seconds=0)
+                self._events.put(
+                    ReplicaEvent(
+                        spec.replica_type,
+                        spec.replica_id,
+                        ReplicaPhase.DELETED,
+                        reason="Deleted",
+                        message="pod gone while the master was away",
+                    )
+                )
+                return False
+            self._held.pop(uid, None)  # what it did before: superseded by the reading below
+            self._uids[key] = uid
+            self._ours.add(uid)
+            state = self._states.setdefault(uid, _PodState(*key))
+            reading = read_termination(pod)
+            try:
+                phase = ReplicaPhase(reading.phase)
+            except ValueError:  # "Unknown": the watch reports the definite answer
+                phase = ReplicaPhase.RUNNING
+            state.phase, state.terminal = phase, phase.is_terminal
+            if phase.is_terminal:
+                self._events.put(
+                    ReplicaEvent(
+                        *key,
+                        phase,
+                        exit_code=reading.exit_code,
+                        reason=reading.reason,
+                        message=reading.message,
+                    )
+                )
+                return False
+            self._events.put(ReplicaEvent(*key, phase))
+        logger.info("adopted pod %s (uid %s)", name, uid)
+        return True
 
     def _clear_previous(self, name: str) -> None:
         """A pod of the same name may still exist (a finished replica, or one being
@@ -329,7 +485,7 @@ class KubernetesPlatform(Platform):
     def mark_job_status(self, status: str) -> bool:
         """Label the master pod ``status=<status>`` (e.g. ``Succeeded``/``Failed``) so users and
         the client see the outcome after the master exits. False if there is no master pod."""
-        name = master_pod_name(self.job_name)
+        name = self.master_pod
         try:
             if self.k8s.get_pod(name) is None:
                 return False
@@ -345,7 +501,7 @@ class KubernetesPlatform(Platform):
         ``elasticdl status`` reads it. Bulky history fields are left out to keep the pod
         object small. False if there is no master pod or the update failed."""
         slim = {k: v for k, v in status.to_dict().items() if k not in _UNPUBLISHED_STATUS_KEYS}
-        name = master_pod_name(self.job_name)
+        name = self.master_pod
         text = json.dumps(slim, default=str, sort_keys=True)
         try:
             return self.k8s.annotate_pod(name, {STATUS_ANNOTATION: text})
@@ -371,22 +527,37 @@ class KubernetesPlatform(Platform):
                 logger.warning("cleanup of job %s incomplete: %s", self.job_name, e)
         self._stop.set()
         self._watcher.join(self._watch_timeout + 5)
+        self._events.put(None)
+        self._dispatcher.join(5)
 
     # ---- events --------------------------------------------------------------------------
     def _watch(self) -> None:
         for kind, pod in self.k8s.watch_pods(
             replicas_selector(self.job_name), self._stop, timeout_seconds=self._watch_timeout
         ):
-            try:
-                event = self._translate(kind, pod)
-            except Exception:  # a malformed pod must not kill the event thread
-                logger.exception("cannot translate event %s of pod %s", kind, pod.metadata.name)
-                continue
-            if event is not None:
+            with self._lock:  # computed and queued in one step: adopt() sees no half
                 try:
-                    self._emit(event)
-                except Exception:
-                    logger.exception("event listener failed on %s", event)
+                    event = self._translate(kind, pod)
+                except Exception:  # a malformed pod must not kill the event thread
+                    logger.exception("cannot translate event %s of pod %s", kind, pod.metadata.name)
+                    continue
+                if event is None:
+                    continue
+                uid = pod.metadata.uid
+                if uid in self._ours:
+                    self._events.put(event)
+                elif not self._closed:  # a pod not (yet) known as ours: launch() or adopt()
+                    self._held.setdefault(uid, []).append(event)
+
+    def _dispatch(self) -> None:
+        while True:
+            event = self._events.get()
+            if event is None:
+                return
+            try:
+                self._emit(event)
+            except Exception:
+                logger.exception("event listener failed on %s", event)
 
     def _translate(self, kind: str, pod) -> ReplicaEvent | None:
         labels = pod.metadata.labels or {}

@@ -8,7 +8,7 @@ own label; another user's job is "not found", exactly like a job that does not e
 from __future__ import annotations
 
 from elasticdl.client.errors import JobNotFoundError
-from elasticdl.client.k8s_backend import KubernetesBackend
+from elasticdl.client.k8s_backend import KubernetesBackend, current_masters
 from elasticdl.common.job_status import JobStatus
 from elasticdl.k8s.names import masters_selector
 
@@ -36,4 +36,7 @@ class OwnedKubernetesBackend(KubernetesBackend):
 
     def list_jobs(self) -> list[JobStatus]:
         masters = self.k8s.list_pods(f"{masters_selector()},{OWNER_LABEL}={self.owner}")
-        return sorted((self._status_of(p) for p in masters), key=lambda s: s.created_at or 0)
+        return sorted(
+            (self._status_of(p) for p in current_masters(masters)),
+            key=lambda s: s.created_at or 0,
+        )

@@ -7,8 +7,8 @@ Debian's source package; etcd from Debian), found in ``$ELASTICDL_K8S_BIN`` or
 
 What is real: the API server with its validation, admission (incl. Priority), RBAC,
 token authentication, watch semantics and graceful deletion; the garbage collector
-(owner references / cascading deletion), the namespace controller and the service-account
-controllers of kube-controller-manager. What is not there: a scheduler and a kubelet —
+(owner references / cascading deletion), the namespace, service-account and Job controllers
+of kube-controller-manager. What is not there: a scheduler and a kubelet —
 ``elasticdl_tests.k8s.process_kubelet`` stands in for both.
 
 Authentication uses static bearer tokens (``tokens.csv``): :attr:`LocalCluster.admin_token`
@@ -352,7 +352,7 @@ class LocalCluster:
                 str(self.bin_dir / "kube-controller-manager"),
                 f"--kubeconfig={self.kubeconfig}",
                 "--leader-elect=false",
-                "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token",
+                "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,job",
                 f"--service-account-private-key-file={c / 'sa.key'}",
                 f"--root-ca-file={self.ca_file}",
                 "--port=0",

@@ -1,0 +1,153 @@
+"""A restartable master on Kubernetes (issue #19): the job's master pod is run by a batch/v1
+Job; its process is SIGKILLed mid-job, the Job controller makes a new master pod, the new master
+resumes from the journal in ``--job_dir`` (on a ``--volume``), adopts the running PS and worker
+pods by name and UID instead of starting new ones, and the job trains every record once. Then
+``cancel`` removes the Job and everything it owns, and no master comes back.
+
+Real: the client, master, PS and workers (TensorFlow), the API server, the garbage collector and
+the Job controller. FAKE: the kubelet (``process_kubelet``): pods are local processes sharing
+127.0.0.1 (``ELASTICDL_K8S_NETWORK=host`` addressing), and it ignores volumes, so the hostPath
+``--volume`` and the ``--job_dir`` under it are the same directory for this test and the pods.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from elasticdl_tests.k8s.e2e_test import _fashion_mnist_subset, _wait
+
+pytest.importorskip("tensorflow")
+pytest.importorskip("elasticdl.master.main")
+pytest.importorskip("elasticdl.worker.main")
+pytest.importorskip("elasticdl.ps.main")
+
+logger = logging.getLogger(__name__)
+JOB = "k8s-restart"
+RECORDS = 2 * 128
+# Enough work that the kill (at the first records the status file shows) lands mid-job on a
+# fast machine too: a task of 32 records takes a few ms of training here.
+EPOCHS = 48
+TASKS = EPOCHS * RECORDS // 32
+
+
+def test_master_killed_on_kubernetes_resumes_and_adopts(
+    k8s_cluster, served_namespace, kubelet, k8s, tmp_path, monkeypatch
+):
+    import mnist.mnist_functional_api
+    from elasticdl.client.backend import get_backend
+    from elasticdl.client.main import build_parser, main
+    from elasticdl.client.submit import spec_from_flags
+    from elasticdl.k8s.names import job_selector, replicas_selector
+    from elasticdl.platform.local import pick_free_port
+
+    zoo = Path(mnist.mnist_functional_api.__file__).resolve().parent.parent
+    monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))  # inherited by the master
+    monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ELASTICDL_K8S_POD_LOG_DIR", str(kubelet.root))
+    monkeypatch.delenv("ELASTICDL_CONFIG", raising=False)
+    ns = served_namespace
+    volume = tmp_path / "volume"
+    job_dir = volume / "jobs" / JOB
+    volume.mkdir()
+    argv = [
+        "train",
+        f"--job_name={JOB}",
+        "--image_name=local/elasticdl:test",
+        "--platform=kubernetes",
+        f"--namespace={ns}",
+        f"--model_zoo={zoo}",
+        "--model_def=mnist.mnist_functional_api.custom_model",
+        f"--training_data={_fashion_mnist_subset(tmp_path / 'train', 'train', 2, 128)}",
+        "--minibatch_size=16",
+        "--num_minibatches_per_task=2",
+        f"--num_epochs={EPOCHS}",
+        "--num_workers=2",
+        "--num_ps_pods=1",
+        "--image_pull_policy=Never",
+        f"--volume=host_path={volume},mount_path={volume}",
+        f"--job_dir={job_dir}",
+        "--envs=ELASTICDL_K8S_NETWORK=host",
+        "--detach",
+    ]
+    spec, _ = spec_from_flags("train", build_parser().parse_args(argv))
+    backend = get_backend("kubernetes", ns)
+    handle = backend.submit(spec.replace(port=pick_free_port()))  # see e2e_test for the port
+    first = handle.master
+    assert first.startswith(f"elasticdl-{JOB}-master-"), first  # named by the Job controller
+
+    def pods(selector: str) -> dict:
+        return {p.metadata.name: p for p in k8s.list_pods(selector)}
+
+    def diagnose() -> str:
+        out = [f"pods: {[(n, p.status.phase) for n, p in pods('').items()]}"]
+        for name in pods(""):
+            path = kubelet.log_path(ns, name)
+            if path.exists():
+                out.append(f"--- {name} ---\n" + path.read_text(errors="replace")[-2500:])
+        return "\n".join(out)
+
+    def status_of_restarted() -> int | None:
+        try:
+            status = json.loads((job_dir / "status.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if status.get("master", {}).get("restarts", 0) != 1:
+            return None
+        return status["records_trained"] or -1
+
+    def trained() -> int:
+        try:
+            return json.loads((job_dir / "status.json").read_text())["records_trained"]
+        except (OSError, ValueError, KeyError):
+            return 0
+
+    # Kill the master once the workers trained some but not most of the records.
+    _wait(lambda: trained() > 0, 240, "the first records trained", diagnose)
+    before = {n: p.metadata.uid for n, p in pods(replicas_selector(JOB)).items()}
+    assert sorted(before) == [f"elasticdl-{JOB}-{r}" for r in ("ps-0", "worker-0", "worker-1")]
+    for pod in pods(replicas_selector(JOB)).values():  # owned by the Job, not a master pod
+        assert [(o.kind, o.name) for o in pod.metadata.owner_references] == [
+            ("Job", f"elasticdl-{JOB}-master")
+        ]
+    killed_at = trained()
+    assert kubelet.kill(ns, first, signal.SIGKILL)
+    kill_time = time.monotonic()
+    logger.info("master pod %s killed at %d records trained", first, killed_at)
+
+    def second_master():
+        for name, pod in pods(job_selector(JOB, "master")).items():
+            if name != first and pod.status.phase == "Running":
+                return name
+        return None
+
+    second = _wait(second_master, 120, "the Job's next master pod", diagnose)
+    logger.info("master pod %s runs %.1f s after the kill", second, time.monotonic() - kill_time)
+    # The new master's status file (rewritten every 2 s): what it resumed, then more.
+    resumed = _wait(lambda: status_of_restarted(), 120, "the new master's status", diagnose)
+    _wait(lambda: trained() > resumed, 300, "training to go on", diagnose)
+    logger.info("trained again %.1f s after the kill", time.monotonic() - kill_time)
+    target = ["--platform=kubernetes", f"--namespace={ns}"]
+    assert main(["wait", JOB, "--timeout=600", *target]) == 0, diagnose()
+    final = json.loads((job_dir / "status.json").read_text())
+    log = kubelet.log_path(ns, second).read_text(errors="replace")
+    assert final["phase"] == "Succeeded", log[-3000:]
+    assert killed_at < RECORDS * EPOCHS, "the job ended before its master was killed"
+    assert "Resuming job" in log, log[-3000:]
+    for name in before:  # adopted, not launched again: the same pods, no twins
+        assert f"adopted pod {name}" in log, log[-3000:]
+    assert final["records_trained"] == final["records_expected"] == RECORDS * EPOCHS
+    assert final["tasks_done"] == TASKS, final  # every task counted once
+    assert "launched pod" not in log, log[-3000:]  # the new master started no replica
+    status = backend.status(JOB)
+    assert status.phase == "Succeeded" and status.records_trained == RECORDS * EPOCHS
+
+    # Cancel removes the Job and everything it owns; nothing starts a master again.
+    backend.cancel(JOB)
+    time.sleep(3)
+    assert k8s.list_pods() == [] and k8s.list_services() == []
+    assert k8s.list_network_policies() == [] and k8s.get_job(f"elasticdl-{JOB}-master") is None
