@@ -51,7 +51,16 @@ def build_services(config: ServerConfig) -> Services:
     )
     data = DataStore(config.data_dir, config.sums_dir, config.tmp_dir, config.max_data_bytes)
     target = KubernetesTarget(config.namespace, config.kube_context, config.data_volume)
-    jobs = JobService(config.jobs_dir, packages, data, platform=config.platform, kubernetes=target)
+    jobs = JobService(
+        config.jobs_dir,
+        packages,
+        data,
+        platform=config.platform,
+        kubernetes=target,
+        builds=config.builds,
+        state_root=config.root,
+    )
+    jobs.start_builds()
     return Services(config, TokenStore(config.tokens_file), packages, data, jobs)
 
 
@@ -82,6 +91,52 @@ def _one_line_validation_error(exc: RequestValidationError) -> tuple[int, str]:
     if first.get("type") == "missing":
         return 422, f"field {where!r} is required"
     return 422, f"field {where!r}: {first.get('msg', 'invalid')}"
+
+
+class BodyCap:
+    """ASGI middleware: ``POST /v1/jobs`` bodies over ``limit`` bytes get 413 before anything
+    parses them (a job request is a spec of a few KiB; FastAPI would read any size into
+    memory). A body without Content-Length is read up to the limit and replayed."""
+
+    def __init__(self, app, path: str, limit: int) -> None:
+        self.app = app
+        self.path = path
+        self.limit = limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        if length.isdigit():
+            if int(length) > self.limit:
+                return await self._too_large(scope, receive, send)
+            return await self.app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                return await self._too_large(scope, receive, send)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+    async def _too_large(self, scope, receive, send) -> None:
+        reason = (
+            f"the request body is over the server's limit of {self.limit >> 10} KiB; "
+            "send a smaller spec"
+        )
+        await JSONResponse({"detail": reason}, status_code=413)(scope, receive, send)
 
 
 def create_app(config: ServerConfig, services: Services | None = None) -> FastAPI:
@@ -206,6 +261,9 @@ def create_app(config: ServerConfig, services: Services | None = None) -> FastAP
         return StreamingResponse(chunks, media_type="text/plain; charset=utf-8")
 
     app.include_router(v1)
+    app.add_middleware(
+        BodyCap, path=f"/{API_VERSION}/jobs", limit=services.config.max_request_bytes
+    )
     # The dashboard: its pages (public, no data) and GET /v1/jobs/{name}/metrics.
     app.include_router(dashboard_router(services.jobs.status))
     return app

@@ -236,6 +236,14 @@ CASES = {
         422,
         "--model_def 'mnist.nope.f'",
     ),
+    "job-body-too-large": (
+        "POST",
+        "/v1/jobs",
+        job({"envs": "A=" + "x" * (1 << 20)}),
+        {},
+        413,
+        "the request body is over the server's limit of 1024 KiB",
+    ),
     "job-unknown": ("GET", "/v1/jobs/nobody", None, {}, 404, "no job named 'nobody'"),
     "cancel-unknown": ("DELETE", "/v1/jobs/nobody", None, {}, 404, "no job named 'nobody'"),
     "logs-unknown": ("GET", "/v1/jobs/nobody/logs", None, {}, 404, "no job named 'nobody'"),
@@ -263,3 +271,18 @@ def test_bad_input(server, case):
     assert isinstance(reason, str) and "\n" not in reason and words in reason, reason
     assert snapshot(server.state_dir) == before
     assert not any((server.state_dir / "tmp").iterdir())
+
+
+def test_job_body_without_length_is_capped_too(server):
+    """A chunked body (no Content-Length) is read only up to the limit, then refused."""
+    import http.client
+    import json
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    chunks = iter([b'{"spec": {"envs": "'] + [b"x" * 65536] * 20 + [b'"}}'])
+    headers = {"Authorization": f"Bearer {server.token}", "Content-Type": "application/json"}
+    conn.request("POST", "/v1/jobs", body=chunks, headers=headers, encode_chunked=True)
+    response = conn.getresponse()
+    reason = json.loads(response.read())["detail"]
+    conn.close()
+    assert response.status == 413 and "over the server's limit" in reason

@@ -8,6 +8,9 @@ Layout of ``state_dir`` (everything the server writes, nothing else)::
     data/<user>/...      what users uploaded (and what their jobs write: checkpoints, outputs)
     data-sums/<user>/... sha256 of uploaded files, with the size and mtime they describe
     jobs/<user>/<job>/   local job directories (see ``elasticdl.client.local_backend``)
+    builds/<user>/<job>.json  Kubernetes jobs waiting for their image (``image_builds``)
+    images/<tag>         images this server built and pushed (reused by later jobs)
+    builder/             the build pods' program (mounted into them)
     tmp/                 uploads and extractions in progress; emptied when the server starts
 
 All state is on disk, so a restarted server sees every job and package the last one had.
@@ -18,6 +21,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from elasticdl.server.image_builds import BuildSettings
 
 MIB = 1 << 20
 
@@ -39,6 +46,29 @@ class ServerConfig:
     namespace: str = "default"
     kube_context: str = ""
     data_volume: str = ""
+    # In-cluster image builds of packages (image_builds.py); off unless all three are given.
+    build_base_image: str = ""
+    build_repository: str = ""
+    state_volume: str = ""
+    registry_secret: str = ""
+    registry_insecure: bool = False
+    build_host_network: bool = False
+    max_request_bytes: int = 1 * MIB  # POST /v1/jobs bodies (a spec is a few KiB)
+
+    @property
+    def builds(self) -> "BuildSettings | None":
+        from elasticdl.server.image_builds import BuildSettings
+
+        if not (self.build_base_image and self.build_repository and self.state_volume):
+            return None
+        return BuildSettings(
+            base_image=self.build_base_image,
+            repository=self.build_repository,
+            state_volume=self.state_volume,
+            registry_secret=self.registry_secret,
+            insecure=self.registry_insecure,
+            host_network=self.build_host_network,
+        )
 
     @property
     def root(self) -> Path:

@@ -18,6 +18,7 @@ import dataclasses
 import itertools
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -28,8 +29,10 @@ from elasticdl.common import job_spec
 from elasticdl.common.job_status import JobStatus
 from elasticdl.common.spec_codec import SpecError
 from elasticdl.common.types import PlatformName
+from elasticdl.k8s.names import master_pod_name
 from elasticdl.server.data_store import DataStore, check_relative_path
 from elasticdl.server.errors import BadRequest, Conflict, NotFound, Unprocessable
+from elasticdl.server.image_builds import BuildRecord, BuildRecords, BuildSettings, ImageBuilds
 from elasticdl.server.packages import PackageStore
 
 # Spec fields that are paths in the user's data directory.
@@ -117,6 +120,8 @@ class JobService:
         platform: str = "local",
         cancel_grace_seconds: float = 15.0,
         kubernetes: KubernetesTarget | None = None,
+        builds: BuildSettings | None = None,
+        state_root: Path | None = None,
     ) -> None:
         self.jobs_dir = jobs_dir
         self.packages = packages
@@ -127,6 +132,32 @@ class JobService:
         self._backends: dict[str, JobBackend] = {}
         self._lock = threading.Lock()  # one submit at a time: job names are checked, then taken
         self._backends_lock = threading.Lock()
+        # Kubernetes: package jobs wait for their image (image_builds.py).
+        self.build_settings = builds
+        self.records = BuildRecords(state_root or jobs_dir.parent)
+        self.builds: ImageBuilds | None = None
+
+    def start_builds(self) -> None:
+        """Start the thread that drives image builds (a server on Kubernetes with builds)."""
+        if self.platform != PlatformName.KUBERNETES or self.build_settings is None:
+            return
+        from elasticdl.server.image_builds import write_builder
+        from elasticdl.server.k8s_jobs import OWNER_LABEL
+
+        write_builder(self.records.builds.parent)
+        k8s = self.backend("").k8s  # the namespace's client; builds are not one user's
+        self.builds = ImageBuilds(
+            self.build_settings, self.records, k8s, OWNER_LABEL, self._submit_built
+        )
+        self.builds.start()
+
+    def _submit_built(self, record: BuildRecord) -> None:
+        spec = job_spec.spec_from_values(record.command, record.values)
+        spec, _ = spec.resolve()
+        try:
+            self.backend(record.owner).submit(spec)
+        except JobConflictError:
+            pass  # submitted before this server restarted
 
     def backend(self, user: str) -> JobBackend:
         with self._backends_lock:
@@ -184,12 +215,29 @@ class JobService:
         values["platform"] = self.platform
         return values
 
-    def _kubernetes_values(self, user: str, request: SubmitRequest) -> dict[str, Any]:
-        if not request.image:
+    def _image(self, request: SubmitRequest) -> str:
+        """The job's image: the given one, or the one built from the package."""
+        if request.image and request.package:
+            raise Unprocessable("give either image or package, not both")
+        if request.image:
+            return request.image
+        if not request.package:
             raise Unprocessable(
-                "image is required: this server cannot build images in the cluster yet; build "
-                "and push one (elasticdl zoo build/push) and give 'image'"
+                "give image (built with elasticdl zoo build/push) or package (POST /v1/packages)"
             )
+        if self.build_settings is None:
+            raise Unprocessable(
+                "package: this server builds no images (start it with --build_base_image, "
+                "--build_repository and --state_volume); give image instead"
+            )
+        try:
+            self.packages.path(request.package)
+        except NotFound as e:
+            raise Unprocessable(f"package: {e.reason}") from None
+        return self.build_settings.image_for(request.package)
+
+    def _kubernetes_values(self, user: str, request: SubmitRequest) -> dict[str, Any]:
+        image = self._image(request)
         values = dict(request.spec)
         for name, why in KUBERNETES_SERVER_FIELDS.items():
             if name in values:
@@ -213,7 +261,7 @@ class JobService:
                     f"spec.{name}: this server has no data volume for its jobs (--data_volume)"
                 )
             values[name] = f"{self.kubernetes.data_mount}/{user}/{rel}"
-        values["image_name"] = request.image
+        values["image_name"] = image
         values["platform"] = PlatformName.KUBERNETES.value
         values["namespace"] = self.kubernetes.namespace
         if self.kubernetes.data_volume:
@@ -234,6 +282,12 @@ class JobService:
             for other in self._owners(name):
                 if other != user:
                     raise Conflict(f"job name {name!r} is taken; choose another job_name")
+            if self.records.taken(name):
+                raise Conflict(
+                    f"job name {name!r} is taken (its image is being built); choose another job_name"
+                )
+            if self._needs_build(request, values):
+                return self._record_build(user, request, values, name)
             try:
                 self.backend(user).submit(spec)
             except JobConflictError:
@@ -249,6 +303,31 @@ class JobService:
             except ClientError as e:
                 raise Unprocessable(self._user_view(user, str(e))) from None
         return self.status(user, name)
+
+    def _needs_build(self, request: SubmitRequest, values: dict[str, Any]) -> bool:
+        if self.platform != PlatformName.KUBERNETES or request.image or not request.package:
+            return False
+        return not self.records.pushed(values["image_name"])  # else: built before, reused
+
+    def _record_build(
+        self, user: str, request: SubmitRequest, values: dict[str, Any], name: str
+    ) -> JobStatus:
+        if self.backend(user).k8s.get_pod(master_pod_name(name)) is not None:
+            raise Conflict(
+                f"job name {name!r} is taken in namespace {self.kubernetes.namespace}; "
+                "choose another job_name"
+            )
+        record = BuildRecord(
+            job_name=name,
+            owner=user,
+            command=request.command,
+            values=values,
+            package=request.package,
+            image=values["image_name"],
+            created_at=time.time(),
+        )
+        self.records.save(record)
+        return record.status(self.kubernetes.namespace)
 
     def _owners(self, name: str) -> list[str]:
         if not self.jobs_dir.is_dir():
@@ -277,14 +356,30 @@ class JobService:
 
     def list(self, user: str) -> list[JobStatus]:
         try:
-            return self.backend(user).list_jobs()
+            jobs = self.backend(user).list_jobs()
         except ClientError as e:
             raise BadRequest(str(e)) from None
+        submitted = {job.job_name for job in jobs}
+        waiting = [
+            r.status(self.kubernetes.namespace)
+            for r in self.records.of(user)
+            if r.job_name not in submitted
+        ]
+        return sorted(jobs + waiting, key=lambda s: s.created_at or 0)
 
     def status(self, user: str, name: str) -> JobStatus:
+        record = self.records.get(user, name)
+        if record is not None:
+            return record.status(self.kubernetes.namespace)
         return self._call(user, name, "status")
 
     def cancel(self, user: str, name: str) -> JobStatus:
+        record = self.records.get(user, name)
+        if record is not None and self.builds is not None:
+            return self.builds.cancel(record)
+        if record is not None:  # a server without builds now: the record is all there is
+            self.records.remove(user, name)
+            return record.status(self.kubernetes.namespace)
         return self._call(user, name, "cancel")
 
     def logs(
@@ -295,6 +390,10 @@ class JobService:
         are now (what a page showing a log's end polls), not with ``follow``."""
         if tail and follow:
             raise BadRequest("tail: give either tail (the last lines now) or follow, not both")
+        record = self.records.get(user, name)
+        if record is not None:  # the image build's log until the job runs
+            text = self.builds.logs(record) if self.builds else record.message + "\n"
+            return iter([last_lines([text], tail) if tail else text])
         chunks = self._call(user, name, "logs", replica, follow=follow)
         try:
             first = next(chunks, "")

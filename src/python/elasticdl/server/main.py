@@ -42,6 +42,43 @@ def _serve_parser() -> StrictArgumentParser:
         "(e.g. claim_name=edl-state,sub_path=data,mount_path=/data); data paths of jobs are "
         "paths in it",
     )
+    builds = parser.add_argument_group(
+        "image builds (Kubernetes)",
+        "Jobs from an uploaded package run in an image a build pod makes: the base image + "
+        "the package's requirements + the package at /model_zoo (deploy/k8s/README.md)",
+    )
+    builds.add_argument(
+        "--build_base_image",
+        default="",
+        help="The base image, in the registry of --build_repository (e.g. "
+        "registry.example:5000/elasticdl:cpu); the build pods run it",
+    )
+    builds.add_argument(
+        "--build_repository",
+        default="",
+        help="Where built images go, HOST[:PORT]/NAME (tags come from the package id)",
+    )
+    builds.add_argument(
+        "--state_volume",
+        default="",
+        help="The volume holding --state_dir, as build pods mount it: claim_name=PVC or "
+        "host_path=DIR",
+    )
+    builds.add_argument(
+        "--registry_secret",
+        default="",
+        help="A Secret in --namespace with keys username and password (push credentials)",
+    )
+    builds.add_argument(
+        "--registry_insecure",
+        action="store_true",
+        help="Plain HTTP to the registry (one on loopback or without TLS inside the cluster)",
+    )
+    builds.add_argument(
+        "--build_host_network",
+        action="store_true",
+        help="Build pods on the host network (a one-node cluster with its registry on loopback)",
+    )
     parser.add_argument("--state_dir", required=True, help="Packages, data, jobs and tokens")
     parser.add_argument("--host", default="127.0.0.1", help="Address to listen on")
     parser.add_argument("--port", type=int, default=8080, help="Port (0: a free one)")
@@ -88,10 +125,17 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         )
     if args.platform != "kubernetes" and (args.data_volume or args.kube_context):
         raise SpecError("--data_volume and --kube_context are for --platform=kubernetes")
+    _check_builds(args)
     return ServerConfig(
         namespace=args.namespace,
         kube_context=args.kube_context,
         data_volume=args.data_volume,
+        build_base_image=args.build_base_image,
+        build_repository=args.build_repository,
+        state_volume=args.state_volume,
+        registry_secret=args.registry_secret,
+        registry_insecure=args.registry_insecure,
+        build_host_network=args.build_host_network,
         state_dir=args.state_dir,
         platform=args.platform,
         host=args.host,
@@ -101,6 +145,36 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_package_bytes=args.max_package_mb * MIB,
         max_data_bytes=args.max_upload_mb * MIB,
     )
+
+
+def _check_builds(args: argparse.Namespace) -> None:
+    from elasticdl.common.spec_codec import SpecError
+    from elasticdl.images.oci_build import BuildError, ImageRef
+
+    flags = ("build_base_image", "build_repository", "state_volume")
+    given = [f for f in flags if getattr(args, f)]
+    if not given:
+        return
+    if args.platform != "kubernetes":
+        raise SpecError(f"--{given[0]} is for --platform=kubernetes (image builds in the cluster)")
+    missing = [f"--{f}" for f in flags if not getattr(args, f)]
+    if missing:
+        raise SpecError(f"image builds need {', '.join(missing)} too (or none of the three)")
+    try:
+        base = ImageRef.parse(args.build_base_image)
+        target = ImageRef.parse(args.build_repository + ":x")
+    except BuildError as e:
+        raise SpecError(f"--build_base_image/--build_repository: {e}") from None
+    if base.registry != target.registry:
+        raise SpecError(
+            "--build_base_image must be in the registry of --build_repository (the build "
+            "mounts its layers there)"
+        )
+    key, _, value = args.state_volume.partition("=")
+    if key not in ("claim_name", "host_path") or not value:
+        raise SpecError(
+            f"--state_volume {args.state_volume!r}: use claim_name=PVC or host_path=DIR"
+        )
 
 
 def _lock_state_dir(config: ServerConfig) -> int:
