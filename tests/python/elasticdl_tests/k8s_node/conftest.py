@@ -20,6 +20,7 @@ from elasticdl_tests.k8s_node.node import (
     NodeUnavailable,
     bin_dir,
     missing_binaries,
+    repo_root,
     why_not_here,
 )
 
@@ -52,6 +53,22 @@ def k8s_node():
         yield node
     finally:
         lease.release()
+
+
+@pytest.fixture(scope="session")
+def base_image(k8s_node):
+    """The real CPU base image in the node's engine, built once for all real-node test files
+    (see base_image.py): (name, seconds this process spent building it; 0 when reused)."""
+    from elasticdl_tests.k8s_node import base_image as images
+
+    root = repo_root()
+    dist = images.wheel_dir(root)
+    if dist is None:
+        pytest.skip(
+            "the image installs the Pants wheels: set ELASTICDL_WHEEL_DIR or run ./pants package "
+            "//:elasticdl-wheel src/python:elasticdl-client-wheel src/cc:native"
+        )
+    return images.ensure_base_image(k8s_node, root, dist)
 
 
 @pytest.fixture

@@ -35,75 +35,11 @@ from elasticdl.k8s import security
 from elasticdl.k8s.termination import read_termination
 from elasticdl_tests.k8s_node.node import repo_root
 
-BUILD_TIMEOUT_S = 1500  # a cold wheel cache downloads ~530 MB first
 TRAIN_RECORDS = 1024
 TEST_RECORDS = 256
 RECORDS_PER_SHARD = 128
 EPOCHS = 2
 MINIBATCH = 32
-
-
-def _wheel_dir(root: Path) -> str | None:
-    checkouts = [root] + [Path(p) for p in [os.environ.get("ELASTICDL_SOURCE_ROOT", "")] if p]
-    for d in [os.environ.get("ELASTICDL_WHEEL_DIR", "")] + [str(c / "dist") for c in checkouts]:
-        if d and list(Path(d).glob("elasticdl-[0-9]*.whl")):
-            return d
-    return None
-
-
-def _node_script(node, *args: str, timeout: float = 600) -> str:
-    r = subprocess.run(
-        ["bash", str(repo_root() / "scripts" / "k8s" / "start-node.sh"), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "ELASTICDL_NODE_DIR": str(node.state_dir)},
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def base_image(k8s_node):
-    """The real CPU base image, built in the node's engine: (name, build seconds)."""
-    root = repo_root()
-    dist = _wheel_dir(root)
-    if dist is None:
-        pytest.skip(
-            "the image installs the Pants wheels: set ELASTICDL_WHEEL_DIR or run ./pants package "
-            "//:elasticdl-wheel src/python:elasticdl-client-wheel src/cc:native"
-        )
-    os_base = _node_script(k8s_node, "base-image")  # Debian + python3, from the host's packages
-    name = "elasticdl:cpu"
-    t0 = time.monotonic()
-    python = shutil.which("python3") or "python3"
-    r = subprocess.run(
-        [
-            "bash",
-            str(root / "deploy" / "docker" / "build-images.sh"),
-            "cpu",
-            "--dist",
-            dist,
-            "--download-deps",
-            "--tag",
-            name,
-            "--base-image",
-            os_base,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT_S,
-        env={**os.environ, "DOCKER_HOST": k8s_node.docker_host, "PYTHON": python},
-    )
-    assert r.returncode == 0, r.stderr[-5000:]
-    try:
-        yield name, time.monotonic() - t0
-    finally:
-        # ~2.5 GB each: the images this module made go, and the untagged ones earlier builds of
-        # this engine left (the node's engine holds only what the project put there).
-        for image in (name, f"{k8s_node.registry}/elasticdl:mnist_ps"):
-            k8s_node.docker("rmi", "-f", image, check=False)
-        k8s_node.docker("image", "prune", "-f", check=False)
 
 
 @pytest.fixture
@@ -203,7 +139,11 @@ def mnist_image(k8s_node, base_image, tmp_path_factory):
         ).stdout
     )
     assert "mnist_ps" in tags["tags"]
-    return image, ctx, build_s
+    try:
+        yield image, ctx, build_s
+    finally:
+        # The base image stays for the other real-node test files (conftest's base_image).
+        k8s_node.docker("rmi", "-f", image, check=False)
 
 
 def _train_argv(
