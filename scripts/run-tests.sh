@@ -19,6 +19,12 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   fi
 fi
 
+# Debian's openssl: the mutual-TLS tests make their certificates with it (master/tls_test.py).
+if ! command -v openssl >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  log "openssl"
+  apt-get -qq install -y --no-install-recommends openssl >/dev/null
+fi
+
 # Kubernetes 1.20.2 built from Debian's source package, cached in ~/.cache/elasticdl (~10-15 min
 # once): kube-apiserver + etcd + controller-manager for the Kubernetes tests with the stand-in
 # kubelet, and where the machine can run a real node (root, cgroup v1) also kube-scheduler,

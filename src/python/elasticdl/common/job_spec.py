@@ -437,7 +437,9 @@ class JobSpec:
     )
     job_dir: str = _field(
         "",
-        "Local platform: job directory with status and logs (default: ~/.elasticdl/jobs/<job_name>)",
+        "Job directory with status, logs and the master's journal (local default: "
+        "~/.elasticdl/jobs/<job_name>); on Kubernetes a path under a writable --volume, which "
+        "makes the master restartable (a Job starts a new one that resumes the job)",
         "job",
     )
     num_workers: int = _field(2, "Number of workers", "job", check=_positive)
@@ -466,6 +468,22 @@ class JobSpec:
     )
     aux_params: str = _field("", "Auxiliary parameters: disable_relaunch", "job", check=_aux_params)
     log_file_path: str = _field("", "Also write the master log to this file", "job")
+    tls_cert_file: str = _field(
+        "",
+        "Mutual TLS between the job's replicas: this job's PEM certificate (with --tls_key_file "
+        "and --tls_ca_file; the job secret is checked as well)",
+        "job",
+    )
+    tls_key_file: str = _field("", "Mutual TLS: the PEM private key of --tls_cert_file", "job")
+    tls_ca_file: str = _field(
+        "", "Mutual TLS: the PEM CA certificate every replica's certificate must chain to", "job"
+    )
+    tls_server_name: str = _field(
+        "",
+        "Mutual TLS: the name channels expect in the servers' certificate instead of the host of "
+        "the address they dial",
+        "job",
+    )
     job_type: JobType | None = _field(
         None, "What the job does (default: from the command and the data given)", "job", commands=()
     )
@@ -678,6 +696,7 @@ class JobSpec:
             raise SpecError(
                 "--model_def is required, e.g. --model_def=mnist.mnist_functional_api.custom_model"
             )
+        _check_tls(self, check_local_paths)
         if check_local_paths:
             _check_model_zoo(self.model_zoo, self.model_def)
         job_type = self.job_type or infer_job_type(self)
@@ -987,7 +1006,15 @@ def default_job_dir(job_name: str) -> str:
 # Paths on this machine; on the local platform they are made absolute so the job does not
 # depend on the directory its master starts in. Inputs only when they exist (they may also be
 # table names or URLs); outputs always.
-_LOCAL_INPUTS = ("training_data", "validation_data", "prediction_data", "checkpoint_dir_for_init")
+_LOCAL_INPUTS = (
+    "training_data",
+    "validation_data",
+    "prediction_data",
+    "checkpoint_dir_for_init",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_ca_file",
+)
 _LOCAL_OUTPUTS = (
     "model_zoo",
     "checkpoint_dir",
@@ -1041,6 +1068,22 @@ def default_checkpoint_dir(platform: PlatformName | None, job_dir: str) -> tuple
         "the checkpoints are lost with the pods: pass --checkpoint_dir under a --volume "
         "mount_path to keep them"
     )
+
+
+def _check_tls(spec: "JobSpec", check_local_paths: bool) -> None:
+    """All three TLS files or none; readable PEM where the job runs on this machine (in pods
+    they come from a Secret volume: elasticdl.common.tls)."""
+    from elasticdl.common import tls
+
+    try:
+        if check_local_paths:
+            tls.TLS.of(spec)
+        else:
+            tls.check_flags(
+                spec.tls_cert_file, spec.tls_key_file, spec.tls_ca_file, spec.tls_server_name
+            )
+    except tls.TLSError as e:
+        raise SpecError(str(e)) from None
 
 
 def _looks_like_local_path(value: str) -> bool:

@@ -55,6 +55,11 @@ class WorkerSpec:
     # The original ElasticDL's model-file conventions (see common.model_utils.load_model_spec).
     dataset_fn: str = ""
     model_params: str = ""
+    # Mutual TLS (elasticdl.common.tls): PEM files inside the replica's host or pod; "" = off.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""
+    tls_server_name: str = ""
 
     def __post_init__(self) -> None:
         spec_codec.check_types(self)
@@ -108,6 +113,11 @@ class PSSpec:
     # The job's minibatch: with the model, it sizes the largest push this PS accepts
     # (elasticdl.common.message_caps).
     minibatch_size: int = 64
+    # Mutual TLS (elasticdl.common.tls): PEM files inside the replica's host or pod; "" = off.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""
+    tls_server_name: str = ""
 
     def __post_init__(self) -> None:
         spec_codec.check_types(self)

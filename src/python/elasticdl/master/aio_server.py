@@ -109,6 +109,12 @@ class AsyncServer:
     async def _add_port(self, address):
         return self._server.add_insecure_port(address)
 
+    def add_secure_port(self, address: str, credentials) -> int:
+        return self._run(self._add_secure_port(address, credentials))
+
+    async def _add_secure_port(self, address, credentials):
+        return self._server.add_secure_port(address, credentials)
+
     def start(self) -> None:
         self._run(self._server.start())
 

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from elasticdl.common import auth, message_caps
+from elasticdl.common import auth, message_caps, tls
 from elasticdl.common.job_spec import DEFAULT_MASTER_PORT, JobSpec
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
 from elasticdl.common.types import JobPhase, JobType, PlatformName
@@ -96,6 +96,7 @@ class Job:
         a = self.job_spec
         if self.job_dir is not None:
             (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.tls = tls.TLS.of(a)  # read before anything starts: a bad file is a one-line error
         self.model_spec = load_model_of(
             a, require_feed=False, require_eval_metrics_fn=self.evaluates
         )
@@ -341,7 +342,7 @@ class Job:
     def _server_args(self) -> dict:
         """How the master's server admits calls: the job secret and the largest request."""
         cap = message_caps.master_cap(self.records_per_task, self.evaluates)
-        return dict(secret=self.secret, max_message_bytes=cap)
+        return dict(secret=self.secret, max_message_bytes=cap, tls_config=self.tls)
 
     def _start_server(self):
         traits = self.platform.traits

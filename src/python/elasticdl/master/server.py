@@ -7,7 +7,7 @@ import logging
 from concurrent import futures
 
 import grpc
-from elasticdl.common import auth, message_caps
+from elasticdl.common import auth, message_caps, tls
 from elasticdl.master.aio_server import AsyncServer
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
@@ -30,6 +30,7 @@ def create_master_server(
     *,
     secret: str | None,
     max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES,
+    tls_config: tls.TLS | None = None,
 ) -> tuple[grpc.Server, int]:
     """Start serving ``servicer`` on ``bind_host:port`` (port 0 = any free port).
 
@@ -39,6 +40,7 @@ def create_master_server(
     dispatch rate) instead of the thread-pool server.
     ``max_message_bytes``: the largest request accepted (``message_caps.master_cap``); gRPC
     answers larger ones RESOURCE_EXHAUSTED before any servicer code runs.
+    ``tls_config``: serve mutual TLS (``elasticdl.common.tls``) instead of plain TCP.
 
     Returns the started server and the port it is bound to.
     """
@@ -62,7 +64,7 @@ def create_master_server(
         pb_grpc.add_MasterServicer_to_server(servicer, server)
     host = f"[{bind_host}]" if ":" in bind_host and not bind_host.startswith("[") else bind_host
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = tls.add_port(server, f"{host}:{port}", tls_config)
     except RuntimeError as e:  # grpc raises RuntimeError when it cannot bind
         bound = 0
         cause = e

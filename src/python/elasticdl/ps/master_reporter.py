@@ -12,7 +12,7 @@ import threading
 import time
 
 import grpc
-from elasticdl.common import auth
+from elasticdl.common import auth, tls
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
@@ -29,9 +29,11 @@ class MasterReporter:
         timeout_s: float = 10.0,
         max_pending: int = 64,
         secret: str | None = None,
+        tls_config: tls.TLS | None = None,
     ):
         self.master_addr = master_addr
         self.secret = secret
+        self.tls_config = tls_config
         self.ps_id = ps_id
         self.timeout_s = timeout_s
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
@@ -61,7 +63,7 @@ class MasterReporter:
             logger.warning("PS %d: %s", self.ps_id, message)
 
     def _run(self) -> None:
-        channel = grpc.insecure_channel(self.master_addr)
+        channel = tls.channel(self.master_addr, [], self.tls_config)
         if self.secret is not None:
             channel = auth.authenticated_channel(channel, self.secret)
         stub = pb_grpc.MasterStub(channel)

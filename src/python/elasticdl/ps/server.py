@@ -12,7 +12,7 @@ from concurrent import futures
 from dataclasses import dataclass, fields
 
 import grpc
-from elasticdl.common import auth, message_caps
+from elasticdl.common import auth, message_caps, tls
 from elasticdl.common.replica_spec import PSSpec
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps import checkpoint
@@ -79,8 +79,12 @@ class PSServer:
             c.ps_id,
             c.num_ps_pods,
         )
+        try:
+            self.tls = tls.TLS.of(c)
+        except tls.TLSError as e:
+            raise PSError(str(e)) from None
         self.reporter = (
-            MasterReporter(c.master_addr, c.ps_id, secret=secret)
+            MasterReporter(c.master_addr, c.ps_id, secret=secret, tls_config=self.tls)
             if c.master_addr and c.evaluation_steps
             else None
         )
@@ -144,7 +148,7 @@ class PSServer:
         server.add_generic_rpc_handlers((wire_handlers(self.servicer),))
         pb_grpc.add_PserverServicer_to_server(self.servicer, server)
         address = _bind_address(c.bind_host, c.port)
-        port = server.add_insecure_port(address)
+        port = tls.add_port(server, address, self.tls)
         if port == 0:
             raise PSError(f"cannot listen on {address}: port in use or host not local")
         server.start()

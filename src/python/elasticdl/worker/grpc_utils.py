@@ -6,7 +6,7 @@ import time
 from typing import Callable, TypeVar
 
 import grpc
-from elasticdl.common import auth, message_caps
+from elasticdl.common import auth, message_caps, tls
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +31,13 @@ RETRYABLE_CODES = (grpc.StatusCode.UNAVAILABLE,)
 T = TypeVar("T")
 
 
-def build_channel(addr: str, secret: str | None = None) -> grpc.Channel:
+def build_channel(
+    addr: str, secret: str | None = None, tls_config: tls.TLS | None = None
+) -> grpc.Channel:
     """A channel to a job's server; with the job's ``secret`` on every call (servers started
-    by a job's master require it, see ``elasticdl.common.auth``)."""
-    channel = grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
+    by a job's master require it, see ``elasticdl.common.auth``), over mutual TLS when the job
+    has certificates (``elasticdl.common.tls``)."""
+    channel = tls.channel(addr, list(CHANNEL_OPTIONS), tls_config)
     return channel if secret is None else auth.authenticated_channel(channel, secret)
 
 

@@ -15,6 +15,7 @@ from elasticdl.common.model_utils import ModelSpecError, get_dict_from_params_st
 from elasticdl.common.parent_watch import exit_with_parent, run_main
 from elasticdl.common.replica_spec import worker_spec_from_argv
 from elasticdl.common.spec_codec import SpecError
+from elasticdl.common.tls import TLS
 
 logger = logging.getLogger("elasticdl.worker.main")
 
@@ -39,6 +40,7 @@ def main(argv=None) -> int:
             apply_training_split()
         model = load_model_of(spec, require_eval_metrics_fn=False)
         reader_params = get_dict_from_params_str(spec.data_reader_params)
+        tls_config = TLS.of(spec)
     except (ModelSpecError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -58,7 +60,11 @@ def main(argv=None) -> int:
         from elasticdl.worker.allreduce_trainer import AllreduceTrainer, AllreduceTrainerConfig
 
         master = AllreduceMasterClient(
-            spec.master_addr, spec.worker_id, retry_timeout=spec.retry_timeout, secret=secret
+            spec.master_addr,
+            spec.worker_id,
+            retry_timeout=spec.retry_timeout,
+            secret=secret,
+            tls_config=tls_config,
         )
         group = CommGroup(master, GroupConfig(backend=spec.allreduce_backend, secret=secret))
         trainer = AllreduceTrainer(
@@ -69,13 +75,18 @@ def main(argv=None) -> int:
         )
     else:
         master = MasterClient(
-            spec.master_addr, spec.worker_id, retry_timeout=spec.retry_timeout, secret=secret
+            spec.master_addr,
+            spec.worker_id,
+            retry_timeout=spec.retry_timeout,
+            secret=secret,
+            tls_config=tls_config,
         )
         ps = PSClient(
             list(spec.ps_addrs),
             worker_id=spec.worker_id,
             retry_timeout=spec.retry_timeout,
             secret=secret,
+            tls_config=tls_config,
         )
         trainer = PSTrainer(
             model,

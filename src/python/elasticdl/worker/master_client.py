@@ -7,6 +7,7 @@ from typing import Dict, Mapping, Optional
 import grpc
 import numpy as np
 from elasticdl.common.tensor_utils import ndarray_to_pb
+from elasticdl.common.tls import TLS
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.worker.grpc_utils import build_channel, call_with_retry
@@ -29,12 +30,13 @@ class MasterClient:
         retry_timeout: float = 120.0,
         rpc_timeout: float = 60.0,
         secret: str | None = None,
+        tls_config: TLS | None = None,
     ):
         self.addr = master_addr
         self.worker_id = int(worker_id)
         self.retry_timeout = retry_timeout
         self.rpc_timeout = rpc_timeout
-        self._channel = build_channel(master_addr, secret)
+        self._channel = build_channel(master_addr, secret, tls_config)
         self._stub = pb_grpc.MasterStub(self._channel)
         self._combined = True  # False once the master turned out not to have the combined RPC
 

@@ -34,6 +34,7 @@ from elasticdl.common.tensor_utils import (
     pb_to_ndarray,
     tensor_bytes_to_ndarray,
 )
+from elasticdl.common.tls import TLS
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.worker.grpc_utils import Backoff, build_channel, is_retryable
@@ -147,6 +148,7 @@ class PSClient:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         shared_memory: Optional[bool] = None,
         secret: Optional[str] = None,
+        tls_config: Optional[TLS] = None,
     ):
         if not ps_addrs:
             raise ValueError(
@@ -158,7 +160,7 @@ class PSClient:
         self.retry_timeout = retry_timeout
         self.rpc_timeout = rpc_timeout
         self.max_message_bytes = int(max_message_bytes)
-        self._channels = [build_channel(a, secret) for a in self.addrs]
+        self._channels = [build_channel(a, secret, tls_config) for a in self.addrs]
         self._stubs = [pb_grpc.PserverStub(c) for c in self._channels]
         self._links = [
             PSLink(i, addr, stub, self.worker_id, rpc_timeout)
