@@ -10,8 +10,8 @@ secret is still checked on every call: a certificate admits a connection, the se
 All replicas use one certificate, so it must name every address they dial: the hosts of the
 master and PS addresses (127.0.0.1 for local jobs, the Service names on Kubernetes), or one
 name given as `--tls_server_name` that channels expect instead of the address's host.
-On Kubernetes the files must exist inside the pods: mount a Secret holding them with
-`--volume=secret_name=<secret>,mount_path=/etc/elasticdl-tls` and pass paths under it.
+On Kubernetes the paths are those inside the pods (the client checks only that all three are
+given); the files come from a Secret volume (SECURITY.md).
 """
 from __future__ import annotations
 
