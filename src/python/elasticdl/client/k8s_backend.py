@@ -436,11 +436,11 @@ class KubernetesBackend(JobBackend):
 
     def _restarting(self, master) -> bool:
         """A dead master pod whose Job has not given up: a new master is on its way."""
-        owners = [o for o in master.metadata.owner_references or [] if o.kind == "Job"]
-        if not owners:
+        controller = _master_job(master)
+        if not controller:
             return False
         try:
-            job = self.k8s.get_job(owners[0].name)
+            job = self.k8s.get_job(controller)
         except K8sApiError:
             return False
         if job is None or job.metadata.deletion_timestamp is not None:
@@ -549,22 +549,24 @@ class KubernetesBackend(JobBackend):
                 logger.warning("cannot label %s cancelled: %s", master.metadata.name, e)
             status.phase = JobPhase.CANCELLED
             status.message = "cancelled by the user"
+        controller = _master_job(master)
         try:
-            # A restartable master's Job goes first: nothing may start a master after cancel.
-            if not self.k8s.delete_job(master_pod_name(name)):
+            if controller:  # the Job goes, not the pod: nothing may start a master after cancel
+                self.k8s.delete_job(controller)
+            else:
                 self.k8s.delete_pod(master.metadata.name, propagation="Background")
         except K8sApiError as e:
             raise ClientError(f"cannot cancel job {name}: {e}") from None
-        leftovers = self._wait_job_gone(name, _CANCEL_WAIT_SECONDS)
+        leftovers = self._wait_job_gone(name, _CANCEL_WAIT_SECONDS, controller)
         if leftovers:
             status.message = (status.message + "; " if status.message else "") + (
                 f"still terminating: {', '.join(leftovers)}"
             )
         return status
 
-    def _wait_job_gone(self, name: str, timeout: float) -> list[str]:
-        """Wait until no pod, service or NetworkPolicy of the job is left; returns what
-        remains."""
+    def _wait_job_gone(self, name: str, timeout: float, controller: str = "") -> list[str]:
+        """Wait until no pod, service or NetworkPolicy of the job (nor its master's Job
+        ``controller``) is left; returns what remains."""
         deadline = time.monotonic() + timeout
         selector = job_selector(name)
         while True:
@@ -575,8 +577,8 @@ class KubernetesBackend(JobBackend):
                     f"networkpolicy/{p.metadata.name}"
                     for p in self.k8s.list_network_policies(selector)
                 ]
-                if self.k8s.get_job(master_pod_name(name)) is not None:
-                    left.append(f"job/{master_pod_name(name)}")
+                if controller and self.k8s.get_job(controller) is not None:
+                    left.append(f"job/{controller}")
             except K8sApiError as e:
                 raise ClientError(str(e)) from None
             if not left or time.monotonic() >= deadline:
@@ -601,6 +603,14 @@ def write_manifest(pod, path: str) -> None:
             f.write(text)
     except OSError as e:
         raise ClientError(f"--yaml {path!r}: cannot write it ({e.strerror})") from None
+
+
+def _master_job(master) -> str:
+    """The name of the Job that runs this master pod (a restartable master), or ""."""
+    for ref in master.metadata.owner_references or []:
+        if ref.kind == "Job" and ref.controller:
+            return ref.name
+    return ""
 
 
 def _current_master(pods: list):
