@@ -55,7 +55,10 @@ class EmbeddingTable:
         in rows created later)."""
         block = self._slots.get(slot)
         if block is None:
-            block = np.full_like(self._values, init)
+            # Only the live rows are written (rows appended later get `init` then): the
+            # capacity beyond them, up to as much again, stays untouched and not resident.
+            block = np.empty_like(self._values)
+            block[: self._size] = init
             self._slots[slot] = block
             self._slot_init[slot] = float(init)
         return block[: self._size]

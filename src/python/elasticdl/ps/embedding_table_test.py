@@ -122,3 +122,11 @@ def test_bad_input_is_rejected_with_clear_messages():
         t.set(np.array([1]), np.zeros((1, 3)))
     with pytest.raises(PSError, match="no row for ids"):
         t.rows(np.array([42]), create=False)
+
+
+def test_a_slot_created_late_holds_init_in_old_and_new_rows():
+    table = EmbeddingTable("e", 4)
+    table.rows(np.arange(100))  # capacity 128: a slot made now writes only the 100 live rows
+    np.testing.assert_array_equal(table.slot("m", 0.5), np.full((100, 4), 0.5, np.float32))
+    table.rows(np.arange(100, 300))  # grows past the capacity the slot was made with
+    np.testing.assert_array_equal(table.slot("m"), np.full((300, 4), 0.5, np.float32))
