@@ -271,3 +271,54 @@ def test_a_result_no_look_ahead_picks_up_is_sent_before_the_next_task_runs():
     assert worker.run() == 0
     assert evaluated == [True]
     assert reported == [1, 2]
+
+
+_EXPORTER_MODEL = _MODEL.replace(
+    "from elasticdl.worker.callbacks import LearningRateScheduler, MaxStepsStopping",
+    "from elasticdl.worker.callbacks import LearningRateScheduler, MaxStepsStopping, "
+    "SavedModelExporter",
+).replace(
+    "    return [LearningRateScheduler(_schedule), MaxStepsStopping(5)]",
+    """    return [LearningRateScheduler(_schedule), CountingExporter(None, None, None)]
+
+EXPORTS = []
+
+class CountingExporter(SavedModelExporter):
+    def on_train_end(self, logs=None):
+        EXPORTS.append(self)
+        super().on_train_end(logs)""",
+)
+
+
+def test_the_model_files_saved_model_exporter_is_the_only_export(tmp_path, monkeypatch):
+    # The model file lists a SavedModelExporter (with the original's three constructor
+    # arguments): the worker runs that one and adds none of its own, so the model is exported
+    # once, by it, to --output.
+    zoo = tmp_path / "zoo"
+    (zoo / "linexp").mkdir(parents=True)
+    (zoo / "linexp" / "__init__.py").write_text("")
+    (zoo / "linexp" / "model.py").write_text(textwrap.dedent(_EXPORTER_MODEL))
+    from elasticdl.worker import trainer
+
+    exported = []
+    real_export = trainer.PSTrainer.export_saved_model
+
+    def export(self, path):
+        exported.append(path)
+        real_export(self, path)
+
+    monkeypatch.setattr(trainer.PSTrainer, "export_saved_model", export)
+    result = run_local_job(
+        str(zoo),
+        "linexp.model.custom_model",
+        training_data=_data(str(tmp_path / "train.rio"), 64),
+        saved_model_path=str(tmp_path / "sm"),
+        minibatch_size=8,
+        num_minibatches_per_task=2,
+        num_ps=1,
+    )
+    assert result.exit_code == 0
+    import linexp.model as m
+
+    assert len(m.EXPORTS) == 1 and exported == [str(tmp_path / "sm")]
+    assert (tmp_path / "sm" / "saved_model.pb").exists()
