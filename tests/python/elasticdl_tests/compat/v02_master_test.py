@@ -68,7 +68,7 @@ def job(tmp_path_factory):
             JOB,
             f"--training_data={_subset(data_cache() / 'train', root / 'train', 2048)}",
             f"--validation_data={_subset(data_cache() / 'test', root / 'test', 256)}",
-            "--num_epochs=1",
+            "--num_epochs=2",  # training lasts a few throttles even on a fast machine
             "--minibatch_size=16",
             "--num_minibatches_per_task=8",
             "--num_workers=1",
@@ -94,8 +94,8 @@ def test_tensorboard_event_files_hold_loss_and_accuracy(job):
     events.Reload()
     assert {"loss", "accuracy"} <= set(events.Tags()["scalars"]), events.Tags()
     loss = events.Scalars("loss")
-    # One mean loss per training task: 2048 records / 128 per task.
-    assert len(loss) == 16, len(loss)
+    # One mean loss per training task: 2 epochs x 2048 records / 128 per task.
+    assert len(loss) == 32, len(loss)
     assert all(0 < e.value < 10 for e in loss), [e.value for e in loss]
     first, last = loss[0].value, sum(e.value for e in loss[-8:]) / 8
     assert last < first, (first, last)  # it trained
@@ -117,9 +117,11 @@ def test_time_based_evaluation_honours_delay_and_throttle(job):
     assert len(started) == 1 and timed, log[-3000:]
     # Several timed rounds while training (and the final one after it), none too early.
     assert len(rounds) == len(timed) + 1 == len(status["evaluation_history"])
-    assert (timed[0] - started[0]).total_seconds() >= DELAY_S - 0.01
+    # The lines are logged a little after the checks the scheduler times (a busy machine can
+    # delay one line more than the next): a margin well below the 1 s between the master's checks.
+    assert (timed[0] - started[0]).total_seconds() >= DELAY_S - 0.25
     gaps = [(b - a).total_seconds() for a, b in zip(timed, timed[1:])]
-    assert all(g >= THROTTLE_S - 0.01 for g in gaps), gaps
+    assert all(g >= THROTTLE_S - 0.25 for g in gaps), gaps
 
 
 def _round_lines(log: str) -> list[str]:
@@ -137,4 +139,4 @@ def test_the_tutorials_log_lines(job):
     assert len(losses) >= 3, worker[-2000:]
     assert all(0 < float(value) < 10 for value, _ in losses), losses
     steps = [int(s) for _, s in losses]
-    assert steps == sorted(steps) and steps[-1] >= 120, steps  # every 10 of 128 steps
+    assert steps == sorted(steps) and steps[-1] >= 250, steps  # every 10 of 256 steps
