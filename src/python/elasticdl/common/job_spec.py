@@ -551,7 +551,8 @@ class JobSpec:
     ps_pod_priority: str = _field("", "PriorityClass of the PS pods", "kubernetes")
     volume: str = _field(
         "",
-        "Volumes: 'claim_name=c1,mount_path=/p;host_path=/h,mount_path=/q[,type=Directory][,sub_path=s]'",
+        "Volumes: 'claim_name=c1,mount_path=/p;host_path=/h,mount_path=/q[,type=Directory][,sub_path=s]'"
+        " or a Secret's keys as files: 'secret_name=s,mount_path=/etc/tls'",
         "kubernetes",
         check=_volume,
     )

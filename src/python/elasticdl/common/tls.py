@@ -11,7 +11,8 @@ All replicas use one certificate, so it must name every address they dial: the h
 master and PS addresses (127.0.0.1 for local jobs, the Service names on Kubernetes), or one
 name given as `--tls_server_name` that channels expect instead of the address's host.
 On Kubernetes the paths are those inside the pods (the client checks only that all three are
-given); the files come from a Secret volume (SECURITY.md).
+given): put the files in a Secret and mount it with
+`--volume=secret_name=<secret>,mount_path=/etc/elasticdl-tls` (files 0440, group of the pods).
 """
 from __future__ import annotations
 

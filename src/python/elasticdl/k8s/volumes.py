@@ -4,10 +4,12 @@ Syntax: volumes separated by ``;``, each a ``,``-separated list of ``key=value``
 
     claim_name=c1,mount_path=/data;host_path=/h,mount_path=/q,type=Directory,sub_path=x
 
-Keys: ``claim_name`` (a PersistentVolumeClaim) or ``host_path`` (a node directory) - exactly
-one of them; ``mount_path`` (required, absolute); ``sub_path`` and ``read_only`` (optional);
-``type`` (host paths only: the Kubernetes hostPath type). Several entries may mount the same
-claim or host path at different places; they share one volume (Kubernetes rejects two volumes
+Keys: ``claim_name`` (a PersistentVolumeClaim), ``host_path`` (a node directory) or
+``secret_name`` (a Secret of the job's namespace, its keys as read-only files readable by the
+pods' group, e.g. the job's TLS certificate and key) - exactly one of them; ``mount_path``
+(required, absolute); ``sub_path`` and ``read_only`` (optional); ``type`` (host paths only: the
+Kubernetes hostPath type). Several entries may mount the same claim, host path or Secret at
+different places; they share one volume (Kubernetes rejects two volumes
 of one pod with the same source name, and it is what users expect).
 
 Results are plain dataclasses whose ``to_dict()`` uses the Kubernetes API field names, so the
@@ -18,10 +20,16 @@ module importing the Kubernetes SDK.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from elasticdl.k8s.names import volume_name
 
-_KEYS = ("claim_name", "host_path", "mount_path", "sub_path", "type", "read_only")
+_KEYS = ("claim_name", "host_path", "secret_name", "mount_path", "sub_path", "type", "read_only")
+_SOURCES = ("claim_name", "host_path", "secret_name")
+_SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+# Secret files: readable by their owner (root) and the pods' group (fsGroup, k8s.security),
+# not by others; never writable.
+SECRET_MODE = 0o440
 HOST_PATH_TYPES = (
     "",
     "DirectoryOrCreate",
@@ -48,9 +56,12 @@ class VolumeSpec:
     type: str = ""
     sub_path: str = ""
     read_only: bool = False
+    secret_name: str = ""
 
     @property
     def source_key(self) -> tuple[str, str]:
+        if self.secret_name:
+            return ("secret", self.secret_name)
         return ("pvc", self.claim_name) if self.claim_name else ("host", self.host_path)
 
 
@@ -60,8 +71,12 @@ class Volume:
     claim_name: str = ""
     host_path: str = ""
     type: str = ""
+    secret_name: str = ""
 
     def to_dict(self) -> dict:
+        if self.secret_name:
+            secret = {"secretName": self.secret_name, "defaultMode": SECRET_MODE}
+            return {"name": self.name, "secret": secret}
         if self.claim_name:
             return {"name": self.name, "persistentVolumeClaim": {"claimName": self.claim_name}}
         host = {"path": self.host_path}
@@ -104,10 +119,20 @@ def _parse_entry(entry: str) -> VolumeSpec:
         if not value:
             raise VolumeError(f"{key}= has no value in volume {entry!r}")
         fields[key] = value
-    if "claim_name" in fields and "host_path" in fields:
-        raise VolumeError(f"volume {entry!r} has both claim_name and host_path; use one per volume")
-    if "claim_name" not in fields and "host_path" not in fields:
-        raise VolumeError(f"volume {entry!r} needs claim_name=<pvc> or host_path=<dir>")
+    sources = [k for k in _SOURCES if k in fields]
+    if len(sources) > 1:
+        raise VolumeError(
+            f"volume {entry!r} has both {sources[0]} and {sources[1]}; use one per volume"
+        )
+    if not sources:
+        raise VolumeError(
+            f"volume {entry!r} needs claim_name=<pvc> or host_path=<dir> (or secret_name=<secret>)"
+        )
+    if "secret_name" in fields and not _SECRET_NAME.fullmatch(fields["secret_name"]):
+        raise VolumeError(
+            f"secret_name {fields['secret_name']!r} in volume {entry!r} is not a Secret name: "
+            "use lowercase letters, digits, '-' and '.'"
+        )
     if "mount_path" not in fields:
         raise VolumeError(f"volume {entry!r} needs mount_path=<absolute path in the container>")
     if not fields["mount_path"].startswith("/"):
@@ -132,6 +157,7 @@ def _parse_entry(entry: str) -> VolumeSpec:
         type=fields.get("type", ""),
         sub_path=fields.get("sub_path", ""),
         read_only=read_only == "true",
+        secret_name=fields.get("secret_name", ""),
     )
 
 
@@ -168,6 +194,7 @@ def volumes_and_mounts(volume: str) -> tuple[list[Volume], list[VolumeMount]]:
                 claim_name=spec.claim_name,
                 host_path=spec.host_path,
                 type=spec.type,
+                secret_name=spec.secret_name,
             )
             by_source[spec.source_key] = shared
         elif spec.host_path and spec.type and shared.type != spec.type:

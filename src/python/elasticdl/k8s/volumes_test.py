@@ -38,6 +38,18 @@ def test_several_volumes_and_claim_reuse():
     assert mounts[3].to_dict()["readOnly"] is True
 
 
+def test_secret_volume_for_the_jobs_tls_files():
+    volumes, mounts = volumes_and_mounts(
+        "secret_name=job-tls,mount_path=/etc/elasticdl-tls;claim_name=c1,mount_path=/data"
+    )
+    assert volumes[0].to_dict() == {
+        "name": "volume-0",
+        "secret": {"secretName": "job-tls", "defaultMode": 0o440},
+    }
+    assert mounts[0].to_dict() == {"name": "volume-0", "mountPath": "/etc/elasticdl-tls"}
+    assert volumes[1].to_dict()["persistentVolumeClaim"] == {"claimName": "c1"}
+
+
 def test_empty():
     assert parse_volumes("") == []
     assert volumes_and_mounts("") == ([], [])
@@ -58,6 +70,9 @@ def test_empty():
         ("claim_name=,mount_path=/p", "has no value"),
         ("claim_name=c1,mount_path", "is not key=value"),
         ("claim_name=c1,mount_path=/p,read_only=maybe", "use true or false"),
+        ("secret_name=s,host_path=/h,mount_path=/p", "both host_path and secret_name"),
+        ("secret_name=Job_TLS,mount_path=/p", "is not a Secret name"),
+        ("secret_name=s,mount_path=/p,type=File", "host_path volumes only"),
     ],
 )
 def test_errors(bad, message):

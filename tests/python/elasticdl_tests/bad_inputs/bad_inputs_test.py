@@ -104,6 +104,18 @@ def _finished_job(tmp: Path) -> None:
 
 CONFIG = (("ELASTICDL_CONFIG", "{tmp}/config.yaml"),)
 
+PEM = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+TLS_PEMS = (
+    ("job.pem", PEM),
+    ("job.key", PEM.replace("CERTIFICATE", "PRIVATE KEY")),
+    ("ca.pem", PEM),
+)
+TLS_FILES = (
+    "--tls_cert_file={tmp}/job.pem",
+    "--tls_key_file={tmp}/job.key",
+    "--tls_ca_file={tmp}/ca.pem",
+)
+
 
 def config_row(id: str, text: str | bytes, expect: str) -> Row:
     return Row(id, ("list",), expect, files=(("config.yaml", text),), env=CONFIG)
@@ -308,6 +320,32 @@ CLI_ROWS = [
         files=(("precious/job.json", '{"job_name": "good-job"}'), ("precious/x", "keep")),
     ),
     Row("job-dir-is-a-file", train("--job_dir={tmp}/afile"), "--job_dir", files=(("afile", "x"),)),
+    # ---- mutual TLS: all three PEM files or none ------------------------------------------
+    Row(
+        "tls-cert-without-key-and-ca",
+        train("--tls_cert_file={tmp}/job.pem"),
+        "--tls_cert_file needs --tls_key_file, --tls_ca_file",
+        files=(("job.pem", PEM),),
+    ),
+    Row(
+        "tls-key-file-missing",
+        train(*TLS_FILES[:1], "--tls_key_file={tmp}/none.key", *TLS_FILES[2:]),
+        "--tls_key_file",
+        files=TLS_PEMS,
+    ),
+    Row(
+        "tls-ca-not-pem",
+        train(*TLS_FILES[:2], "--tls_ca_file={tmp}/ca.der"),
+        "--tls_ca_file",
+        files=TLS_PEMS + (("ca.der", b"0\x82\x01"),),
+    ),
+    Row("tls-server-name-alone", train("--tls_server_name=job.example"), "--tls_server_name"),
+    Row("tls-partial-on-k8s", k8s("--tls_key_file=/etc/tls/job.key"), "--tls_key_file needs"),
+    Row(
+        "volume-secret-bad-name",
+        k8s("--volume=secret_name=Job_TLS,mount_path=/etc/tls"),
+        "is not a Secret name",
+    ),
     # ---- model files: the client compiles the module (runs none of it) --------------------
     Row(
         "zoo-module-syntax-error",
