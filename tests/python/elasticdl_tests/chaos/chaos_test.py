@@ -1,0 +1,287 @@
+"""The chaos suite (issue #17): one real local training job on Fashion-MNIST survives every
+fault at once, and ends as the same job undisturbed does.
+
+While the job trains (1 PS, 2 workers, checkpoints every 20 model versions on a small tmpfs):
+
+* a random worker is SIGKILLed every ~10 s (the master re-queues its task, launches another);
+* once a checkpoint is complete, the PS is SIGKILLed (relaunched, restored from it);
+* the relaunched PS is SIGSTOPped until the master has taken back the workers' tasks for
+  exceeding ``--task_timeout`` (10 s here), then SIGCONTed;
+* the checkpoint disk is filled: each later save fails in one log line, the newest complete
+  checkpoint stays whole, training goes on.
+
+The same job (same data in the same order, same flags) runs undisturbed first. The chaos job
+must succeed with ``records_trained == records_expected``, every task counted once
+(``tasks_done`` = training tasks + one evaluation round, none failed) and a final test accuracy
+within 1 point of the undisturbed one. The test prints the counts as a table.
+
+The tmpfs needs root (``mount``); without it the disk-full part is skipped with its reason and
+the rest still runs. Longer runs: ``ELASTICDL_CHAOS_TRAIN_FILES`` (Fashion-MNIST files of 4,096
+records, default 2, 15 = all 60,000), ``ELASTICDL_CHAOS_EPOCHS`` (default 3, near the
+model's plateau, where two undisturbed runs agree well within a point),
+``ELASTICDL_CHAOS_KILL_EVERY_S`` (default 10) and ``ELASTICDL_CHAOS_SEED``.
+"""
+import collections
+import contextlib
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from elasticdl.common.tmpfs import TmpfsUnavailable, fill, mounted_tmpfs
+from elasticdl.data.reader import create_data_reader
+from elasticdl.ps import checkpoint
+from elasticdl_tests.e2e.conftest import TERMINAL, replica
+
+TRAIN_FILES = int(os.environ.get("ELASTICDL_CHAOS_TRAIN_FILES", "2"))
+EPOCHS = int(os.environ.get("ELASTICDL_CHAOS_EPOCHS", "3"))
+KILL_EVERY_S = float(os.environ.get("ELASTICDL_CHAOS_KILL_EVERY_S", "10"))
+SEED = int(os.environ.get("ELASTICDL_CHAOS_SEED", "0")) or None
+TASK_TIMEOUT_S = 10
+CHECKPOINT_STEPS = 20
+TASK_RECORDS = 128  # --minibatch_size=64 x --num_minibatches_per_task=2
+DISK_BYTES = 16 * 1024 * 1024  # a few checkpoints of the model (~1.3 MiB each)
+SAVE_FAILED = "did not write checkpoint version"
+
+
+@pytest.fixture(scope="module")
+def data(fashion_mnist, tmp_path_factory) -> dict:
+    """The first TRAIN_FILES training files and the first test file (4,096 records each)."""
+    root = tmp_path_factory.mktemp("chaos-data")
+    out = {}
+    for split, count in (("train", TRAIN_FILES), ("test", 1)):
+        d = root / split
+        d.mkdir()
+        names = sorted(n for n in os.listdir(fashion_mnist / split) if not n.startswith("."))
+        assert len(names) >= count, f"{fashion_mnist / split} has {len(names)} files"
+        for name in names[:count]:
+            (d / name).symlink_to(fashion_mnist / split / name)
+        out[split] = d
+    return out
+
+
+def _flags(data: dict, checkpoint_dir: Path) -> tuple:
+    return (
+        f"--training_data={data['train']}",
+        f"--validation_data={data['test']}",
+        f"--num_epochs={EPOCHS}",
+        "--minibatch_size=64",
+        "--num_minibatches_per_task=2",
+        "--num_workers=2",
+        "--num_ps_pods=1",
+        f"--checkpoint_dir={checkpoint_dir}",
+        f"--checkpoint_steps={CHECKPOINT_STEPS}",
+        "--keep_checkpoint_max=3",
+        f"--task_timeout={TASK_TIMEOUT_S}",
+    )
+
+
+def _shard_sizes(directory: Path) -> list[int]:
+    """Records of each file, as the master's reader counts them (the last file is short)."""
+    return [s.end - s.start for s in create_data_reader(str(directory)).create_shards()]
+
+
+def _newest_version(ckpt: Path) -> int:
+    dirs = checkpoint.list_version_dirs(str(ckpt))
+    return dirs[-1][0] if dirs else -1
+
+
+def _signal(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:  # it ended on its own meanwhile
+        return False
+
+
+class Chaos:
+    """Drives the faults from the job's status.json, one poll at a time."""
+
+    def __init__(self, cli, job: str, ckpt: Path, disk: Path | None):
+        self.cli, self.job, self.ckpt, self.disk = cli, job, ckpt, disk
+        self.rng = random.Random(SEED)
+        self.counts: collections.Counter = collections.Counter()
+        self.next_kill = time.monotonic() + KILL_EVERY_S
+        self.ps_killed_pid: int | None = None
+        self.version_at_10pct: int | None = None
+        self.stopped: tuple[int, float, int] | None = None  # pid, since, timeout lines before
+        self.continued = False
+        self.filled = False
+        self.newest_before_fill = -1
+        self.stop_seconds = 0.0
+
+    def step(self, s: dict) -> None:
+        now = time.monotonic()
+        if not any(r["name"] == "ps-0" for r in s["replicas"]):
+            return  # not launched yet
+        done = s["records_trained"] / max(1, s["records_expected"])
+        ps = replica(s, "ps-0")
+        if now >= self.next_kill:
+            self._kill_a_worker(s)
+            self.next_kill = now + KILL_EVERY_S * self.rng.uniform(0.7, 1.3)
+        if self.ps_killed_pid is None:
+            if done >= 0.1 and self.version_at_10pct is None:
+                self.version_at_10pct = _newest_version(self.ckpt)
+            # Right after a checkpoint completes, so the relaunched PS loses little.
+            if (
+                self.version_at_10pct is not None
+                and _newest_version(self.ckpt) > self.version_at_10pct
+                and ps["pid"]
+                and _signal(ps["pid"], signal.SIGKILL)
+            ):
+                self.ps_killed_pid = ps["pid"]
+                self.counts["ps_kills"] += 1
+        elif self.stopped is None:
+            relaunched = ps["pid"] and ps["pid"] != self.ps_killed_pid and ps["phase"] == "Running"
+            if relaunched and done >= 0.3 and _signal(ps["pid"], signal.SIGSTOP):
+                timeouts = self.cli.master_log(self.job).count("exceeded the task timeout")
+                self.stopped = (ps["pid"], now, timeouts)
+                self.counts["ps_stops"] += 1
+        elif not self.continued:
+            pid, since, before = self.stopped
+            # Stopped until the master took tasks back for the timeout (3x the longest task
+            # may exceed --task_timeout), and a little more.
+            timed_out = self.cli.master_log(self.job).count("exceeded the task timeout") > before
+            if (timed_out and now - since > TASK_TIMEOUT_S + 3) or now - since > 150:
+                _signal(pid, signal.SIGCONT)
+                self.continued = True
+                self.stop_seconds = now - since
+        elif not self.filled and self.disk is not None:
+            self.newest_before_fill = _newest_version(self.ckpt)
+            fill(self.disk)
+            self.filled = True
+
+    def _kill_a_worker(self, s: dict) -> None:
+        alive = [
+            r
+            for r in s["replicas"]
+            if r["type"] == "worker" and r["phase"] == "Running" and r["pid"]
+        ]
+        if alive and _signal(self.rng.choice(alive)["pid"], signal.SIGKILL):
+            self.counts["worker_kills"] += 1
+
+    def resume_ps(self) -> None:
+        """Never leave a stopped PS behind, whatever failed."""
+        if self.stopped is not None and not self.continued:
+            _signal(self.stopped[0], signal.SIGCONT)
+
+
+def _table(rows: list[tuple[str, object]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def test_job_survives_chaos(cli, data, tmp_path_factory):
+    train_shards = _shard_sizes(data["train"])
+    records = EPOCHS * sum(train_shards)
+    train_tasks = EPOCHS * sum(-(-n // TASK_RECORDS) for n in train_shards)
+    eval_tasks = sum(-(-n // TASK_RECORDS) for n in _shard_sizes(data["test"]))
+
+    # Both jobs run at once (the chaos job idles while replicas restart): CI time.
+    cli.submit("train", "undisturbed", *_flags(data, tmp_path_factory.mktemp("ckpt-undisturbed")))
+    with contextlib.ExitStack() as stack:
+        try:
+            disk = stack.enter_context(
+                mounted_tmpfs(tmp_path_factory.mktemp("chaos-disk"), DISK_BYTES)
+            )
+            skipped = None
+        except TmpfsUnavailable as e:
+            disk, skipped = None, str(e)
+            print(f"chaos: disk-full part skipped: {e}")
+        ckpt = (disk or tmp_path_factory.mktemp("ckpt-chaos")) / "ckpt"
+        started = time.monotonic()
+        cli.submit("train", "chaos", *_flags(data, ckpt))
+        chaos = Chaos(cli, "chaos", ckpt, disk)
+        stack.callback(chaos.resume_ps)
+        cli.status("chaos", timeout=120)
+        deadline = time.monotonic() + 900
+        while True:
+            s = cli.status("chaos")
+            if s["phase"] in TERMINAL:
+                break
+            assert time.monotonic() < deadline, f"chaos job still {s['phase']} after 900 s"
+            chaos.step(s)
+            time.sleep(0.2)
+        chaos.resume_ps()
+        final = cli.wait_end("chaos", timeout=120)
+        chaos_seconds = time.monotonic() - started
+        base = cli.wait_end("undisturbed", timeout=900)
+        assert base["phase"] == "Succeeded", cli.master_log("undisturbed")[-4000:]
+        ps_log = cli.replica_log("chaos", "ps-0")
+        master_log = cli.master_log("chaos")
+        # What the full disk left: checked before the tmpfs goes.
+        failed_saves = [line for line in ps_log.splitlines() if SAVE_FAILED in line]
+        versions = checkpoint.list_version_dirs(str(ckpt), valid_only=False)
+        incomplete = [p for _, p in versions if not checkpoint.is_valid_version_dir(p)]
+        temporary = [str(p) for p in ckpt.rglob("*.tmp")]
+        newest = _newest_version(ckpt)
+        restored = checkpoint.restore(str(ckpt), 0, 1).version if newest >= 0 else None
+
+    status_replicas = final["replicas"]
+    relaunched = sum(1 for r in status_replicas if r["type"] == "worker" and r["replaced_by"])
+    ps = replica(final, "ps-0")
+    accuracy = final["evaluation_metrics"].get("accuracy")
+    base_accuracy = base["evaluation_metrics"]["accuracy"]
+    print(
+        "\nchaos suite counts (train files %d, epochs %d, kill every ~%.0f s):\n%s"
+        % (
+            TRAIN_FILES,
+            EPOCHS,
+            KILL_EVERY_S,
+            _table(
+                [
+                    ("worker SIGKILLs", chaos.counts["worker_kills"]),
+                    ("workers relaunched", relaunched),
+                    ("PS SIGKILLs / PS restarts", f"{chaos.counts['ps_kills']} / {ps['restarts']}"),
+                    ("PS SIGSTOP seconds", f"{chaos.stop_seconds:.1f}"),
+                    ("tasks re-queued (dead/hung)", final["tasks_recovered"]),
+                    ("late reports ignored", final["stale_reports"]),
+                    (
+                        "tasks retried / failed",
+                        f"{final['tasks_retried']} / {final['tasks_failed']}",
+                    ),
+                    (
+                        "checkpoint saves refused",
+                        f"{len(failed_saves)}" if skipped is None else f"skipped: {skipped}",
+                    ),
+                    (
+                        "newest checkpoint kept",
+                        f"version-{newest} (before fill {chaos.newest_before_fill})",
+                    ),
+                    ("records trained / expected", f"{final['records_trained']} / {records}"),
+                    (
+                        "tasks done / expected",
+                        f"{final['tasks_done']} / {train_tasks + eval_tasks}",
+                    ),
+                    ("accuracy chaos / undisturbed", f"{accuracy} / {base_accuracy:.4f}"),
+                    ("chaos job seconds (both jobs at once)", f"{chaos_seconds:.0f}"),
+                ]
+            ),
+        )
+    )
+
+    assert final["phase"] == "Succeeded", master_log[-4000:]
+    assert final["records_trained"] == final["records_expected"] == records
+    assert final["records_trained_per_epoch"] == {
+        str(e): records // EPOCHS for e in range(1, EPOCHS + 1)
+    }
+    # Every task counted once: each training task of each epoch plus one evaluation round.
+    assert len(final["evaluation_history"]) == 1, final["evaluation_history"]
+    assert final["tasks_done"] == train_tasks + eval_tasks, final
+    assert final["tasks_failed"] == 0
+    # Each fault happened and did what it should.
+    assert chaos.counts["worker_kills"] >= 1 and relaunched >= 1, (chaos.counts, relaunched)
+    assert chaos.counts["ps_kills"] == 1 and ps["restarts"] == 1, ps
+    assert "restored version" in ps_log, ps_log[-3000:]
+    assert chaos.continued and "exceeded the task timeout" in master_log, master_log[-3000:]
+    assert final["tasks_recovered"] >= 1
+    if skipped is None:
+        assert chaos.filled and failed_saves, ps_log[-3000:]
+        for line in failed_saves:
+            assert "no space left on the device" in line, line
+        # The newest complete checkpoint is the one from before the disk filled, whole.
+        assert newest >= chaos.newest_before_fill >= 0 and restored == newest, newest
+        assert not incomplete and not temporary, (incomplete, temporary)
+    assert accuracy is not None and abs(accuracy - base_accuracy) <= 0.01, (accuracy, base_accuracy)
