@@ -18,8 +18,11 @@ Guarantees kept here, on top of the original design:
   shard and the last error. A task taken back from a dead worker is not a failure of the task
   and does not consume a retry.
 * **Hung workers.** A task running longer than ``max(timeout_floor_s, timeout_factor x the
-  longest task seen so far)`` is taken back (``check_timeouts``) and its worker is reported to
-  the caller, which deletes/relaunches it.
+  longest task seen so far)`` (the floor is ``--task_timeout``) is taken back
+  (``check_timeouts``) and its worker is reported to the caller, which deletes/relaunches it
+  with ``--relaunch_timeout_worker``; otherwise the worker's late report of it is ignored
+  unless the task is still queued (then it counts, once). A stopped PS stalls every worker
+  this way; the job goes on when it resumes.
 * **Journaled.** With a journal attached (``attach_journal``, see ``master.journal``) every
   transition is recorded as one small op (task handed out, reported, re-queued, evaluation
   tasks created, training done, job failed) before the call that caused it returns, so before
