@@ -54,6 +54,8 @@ SERVER_FIELDS = {
 }
 
 
+BUILT_MODEL_ZOO = "/model_zoo"
+
 # On Kubernetes the server also decides where jobs run and what they mount.
 KUBERNETES_SERVER_FIELDS = {
     "job_dir": "jobs on Kubernetes have no job directory",
@@ -261,6 +263,11 @@ class JobService:
                     f"spec.{name}: this server has no data volume for its jobs (--data_volume)"
                 )
             values[name] = f"{self.kubernetes.data_mount}/{user}/{rel}"
+        if request.package:
+            if "model_zoo" in values:
+                raise Unprocessable(f"spec.model_zoo cannot be set: {SERVER_FIELDS['model_zoo']}")
+            # Where the built image holds the package (oci_build, as zoo build's COPY).
+            values["model_zoo"] = BUILT_MODEL_ZOO
         values["image_name"] = image
         values["platform"] = PlatformName.KUBERNETES.value
         values["namespace"] = self.kubernetes.namespace
