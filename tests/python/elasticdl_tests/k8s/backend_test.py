@@ -464,3 +464,30 @@ def test_a_cluster_that_does_not_answer_does_not_hold_up_local_jobs(
     out = capsys.readouterr()
     assert [j["job_name"] for j in json.loads(out.out)] == ["here"]
     assert "not listed" in out.err and out.err.count("\n") == 1, out.err
+
+
+def test_the_jobs_tls_files_come_from_a_secret_volume(k8s, namespace):
+    """Mutual TLS on Kubernetes: the master pod mounts the user's Secret as 0440 files (the
+    API server's record) and the job spec it reads names the paths under that mount."""
+    backend = KubernetesBackend(namespace=namespace, k8s=k8s)
+    args = _args(
+        namespace,
+        "--volume=secret_name=job-tls,mount_path=/etc/elasticdl-tls",
+        "--tls_cert_file=/etc/elasticdl-tls/tls.crt",
+        "--tls_key_file=/etc/elasticdl-tls/tls.key",
+        "--tls_ca_file=/etc/elasticdl-tls/ca.crt",
+        job="tls",
+    )
+    backend.submit(args)
+    pod = to_dict(k8s.get_pod(master_pod_name("tls")))
+    volume = pod["spec"]["volumes"][0]
+    assert volume["name"] == "volume-0"
+    assert volume["secret"]["secretName"] == "job-tls" and volume["secret"]["defaultMode"] == 0o440
+    container = pod["spec"]["containers"][0]
+    assert {"name": "volume-0", "mountPath": "/etc/elasticdl-tls"} in container["volumeMounts"]
+    from elasticdl.master.main import read_job_spec
+
+    sent = read_job_spec(container["command"][3:])
+    assert sent.tls_key_file == "/etc/elasticdl-tls/tls.key"
+    assert sent.tls_ca_file == "/etc/elasticdl-tls/ca.crt"
+    backend.cancel("tls")
