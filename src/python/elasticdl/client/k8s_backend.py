@@ -177,7 +177,10 @@ class KubernetesBackend(JobBackend):
                 resource_request=job.master_resource_request,
                 resource_limit=job.master_resource_limit,
                 priority_class=job.master_pod_priority,
-                port=job.port,
+                # A port a restartable master declares would, on the host network, be a host
+                # port its dead predecessor's pod still holds for the scheduler: the next master
+                # would never be scheduled. It listens all the same.
+                port=None if restartable(job) else job.port,
             )
         except ValueError as e:
             raise ClientError(str(e)) from None
@@ -614,8 +617,8 @@ def _master_job(master) -> str:
 
 
 def _current_master(pods: list):
-    """Of one job's master pods (a restartable master leaves its dead lives behind), the one
-    that runs, else the newest."""
+    """Of one job's master pods (a restartable master leaves its dead lives behind), the
+    newest live one, else the newest."""
     if not pods:
         return None
 
