@@ -1093,6 +1093,11 @@ def _looks_like_local_path(value: str) -> bool:
     return "://" not in value and (os.sep in value or value.startswith((".", "~")))
 
 
+def check_model_zoo(model_zoo: str, model_def: str) -> None:
+    """``model_def``'s file is in the directory ``model_zoo`` and compiles."""
+    _check_model_zoo(model_zoo, model_def)
+
+
 def _check_model_zoo(model_zoo: str, model_def: str) -> None:
     zoo = os.path.expanduser(model_zoo or ".")
     if not os.path.isdir(zoo):

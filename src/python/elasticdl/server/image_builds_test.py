@@ -137,3 +137,61 @@ def test_bad_build_flags_are_one_line(tmp_path, capsys, flags, words):
     assert main([f"--state_dir={tmp_path}", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and words in err, err
+
+
+def _service(tmp_path):
+    import asyncio
+    import gzip
+    import io
+    import tarfile
+
+    from elasticdl.server.data_store import DataStore
+    from elasticdl.server.jobs import JobService, KubernetesTarget
+    from elasticdl.server.packages import PackageStore
+
+    for d in ("packages", "tmp", "data", "sums", "jobs"):
+        (tmp_path / d).mkdir()
+    packages = PackageStore(tmp_path / "packages", tmp_path / "tmp", 1 << 20, 1 << 20, 100)
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        data = b"def custom_model():\n    return 1\n"
+        info = tarfile.TarInfo("mnist/model.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    body = gzip.compress(raw.getvalue())
+
+    async def chunks():
+        yield body
+
+    info, _ = asyncio.run(packages.add(chunks(), len(body)))
+    data_store = DataStore(tmp_path / "data", tmp_path / "sums", tmp_path / "tmp", 1 << 20)
+    target = KubernetesTarget("ns1", "", "host_path=/srv/data,mount_path=/data")
+    service = JobService(
+        tmp_path / "jobs", packages, data_store, "kubernetes", kubernetes=target, builds=SETTINGS
+    )
+    return service, info.id
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        (
+            {"model_def": "mnist.nope.custom_model"},
+            "--model_def 'mnist.nope.custom_model': no file",
+        ),
+        ({"model_zoo": "/elsewhere"}, "spec.model_zoo cannot be set"),
+    ],
+)
+def test_package_jobs_are_checked_before_any_build(tmp_path, spec, words):
+    """Refused at POST (the build would take minutes before the master found out); no record."""
+    from elasticdl.server.errors import Unprocessable
+    from elasticdl.server.jobs import SubmitRequest
+
+    service, package = _service(tmp_path)
+    fields = {"job_name": "j1", "model_def": "mnist.model.custom_model", "training_data": "t"}
+    with pytest.raises(Unprocessable) as refused:
+        service.submit("alice", SubmitRequest("train", {**fields, **spec}, package=package))
+    assert words in refused.value.reason and str(tmp_path) not in refused.value.reason
+    assert service.records.all() == []
+    with pytest.raises(Unprocessable, match="either image or package"):
+        service.submit("alice", SubmitRequest("train", fields, package=package, image="r.io/x:1"))

@@ -282,6 +282,9 @@ class JobService:
             if self.platform == PlatformName.LOCAL:
                 spec = spec.replace(job_dir=str(self.jobs_dir / user / spec.job_name))
             spec, _ = spec.resolve()
+            if self.platform == PlatformName.KUBERNETES and request.package:
+                # Checked here, not by the master after a build of minutes.
+                job_spec.check_model_zoo(str(self.packages.path(request.package)), spec.model_def)
         except SpecError as e:
             raise Unprocessable(self._user_view(user, str(e))) from None
         name = spec.job_name
