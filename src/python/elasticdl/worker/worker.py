@@ -17,7 +17,9 @@ TaskDataService) trains, a background thread asks the master for the next task a
 small training task too, computes its minibatches, so neither the RPC nor the input pipeline
 sits between two tasks' steps. The worker then owns two tasks at once, which the master already
 handles (a dead worker's tasks are all re-queued); a WAIT answered ahead is dropped and asked
-again after the report, so no work is skipped and task order is unchanged.
+again after the report, so no work is skipped and task order is unchanged. A look-ahead that
+gets back the task the loop is running (the master took both tasks back past
+``--task_timeout``, e.g. while a PS was stopped) asks for another instead of running it twice.
 
 Round trips: one RPC per task, `report_and_get_task`, whose answer is the next task. Without a
 look-ahead the worker reports and gets its next task at once. With one, the next task is already
@@ -129,6 +131,7 @@ class Worker:
         self._report_future: Optional[futures.Future] = None
         # A successful task's (task_id, counters) waiting to ride with the next look-ahead.
         self._deferred_report: Optional[tuple] = None
+        self._running_task_id = 0  # the task the loop runs now (read by the look-ahead)
 
     # ------------------------------------------------------------------ loop
     def run(self) -> int:
@@ -162,6 +165,15 @@ class Worker:
             task_id, counters = report
             task = self.master.report_and_get_task(task_id, "", counters)
         else:
+            task = self.master.get_task()
+        if task.task_id != 0 and task.task_id == self._running_task_id:
+            # The master took back the task this worker is running (it ran past
+            # --task_timeout) and handed it to us again: we will report it once it ends. A
+            # second copy would train it twice, and its report, stale, would make the master
+            # hand us the next task twice too, and so on.
+            logger.info(
+                "Task %d, which this worker runs, came back ahead: asking for another", task.task_id
+            )
             task = self.master.get_task()
         if task.type == pb.TRAINING and task.task_id != 0 and self._fits_one_call(task):
             try:
@@ -252,6 +264,7 @@ class Worker:
                 if leave is not None:
                     leave()
                 return 0
+            self._running_task_id = task.task_id
             try:
                 counters = self.run_task(task, batches)
             except Exception as err:  # report, let the master re-queue, go on

@@ -322,3 +322,60 @@ def test_the_model_files_saved_model_exporter_is_the_only_export(tmp_path, monke
 
     assert len(m.EXPORTS) == 1 and exported == [str(tmp_path / "sm")]
     assert (tmp_path / "sm" / "saved_model.pb").exists()
+
+
+def test_a_timed_out_task_handed_back_while_it_runs_trains_once(tmp_path, monkeypatch):
+    """The master takes back both tasks a worker holds (they ran past the task timeout, as
+    when its PS was stopped) while the worker runs one of them; the look-ahead then gets that
+    same task again. It must not train it a second time: every task reported once, no stale
+    report, every record counted once."""
+    import threading
+
+    from elasticdl.worker import testing
+    from elasticdl.worker.master_client import MasterClient
+
+    managers = []
+
+    class Captured(testing.TaskManager):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            managers.append(self)
+
+    reports = []
+    timed_out = []
+
+    class TimingOut(MasterClient):
+        def report_and_get_task(self, task_id, *a, **k):
+            reports.append(task_id)
+            if not timed_out and threading.current_thread().name.startswith("task-ahead"):
+                tm = managers[0]
+                floor, factor = tm.config.timeout_floor_s, tm.config.timeout_factor
+                tm.config.timeout_floor_s = tm.config.timeout_factor = 0.0
+                timed_out.append(tm.check_timeouts())
+                tm.config.timeout_floor_s, tm.config.timeout_factor = floor, factor
+            return super().report_and_get_task(task_id, *a, **k)
+
+        def report_task_result(self, task_id, *a, **k):
+            reports.append(task_id)
+            return super().report_task_result(task_id, *a, **k)
+
+    monkeypatch.setattr(testing, "TaskManager", Captured)
+    monkeypatch.setattr(testing, "MasterClient", TimingOut)
+    zoo = tmp_path / "zoo"
+    (zoo / "lin").mkdir(parents=True)
+    (zoo / "lin" / "__init__.py").write_text("")
+    (zoo / "lin" / "model.py").write_text(
+        textwrap.dedent(_MODEL).replace("MaxStepsStopping(5)", "MaxStepsStopping(10**6)")
+    )
+    train = _data(str(tmp_path / "train.rio"), 96)
+    result = testing.run_local_job(
+        str(zoo), "lin.model.custom_model", training_data=train, minibatch_size=8, num_ps=1
+    )
+    assert result.exit_code == 0
+    # Both tasks the worker held were taken back: the one it reported and the one it ran.
+    assert timed_out and len(next(iter(timed_out[0].values()))) == 2, timed_out
+    summary = result.task_summary
+    assert summary.tasks_recovered == 2
+    assert summary.stale_reports == 0, reports
+    assert sorted(reports) == sorted(set(reports)), reports  # each task reported once
+    assert summary.finished and summary.records_trained == 96 and summary.tasks_done == 6
