@@ -48,11 +48,15 @@ def node_script(node, root: Path, *args: str, timeout: float = 600) -> str:
 
 def _inputs_digest(dist: str, root: Path) -> str:
     digest = hashlib.sha256()
-    files = sorted(Path(dist).glob("*.whl")) + sorted((root / "deploy" / "docker").iterdir())
+    docker = root / "deploy" / "docker"
+    # What the build reads; the same in a checkout and in Pants' sandbox (which lacks BUILD).
+    files = sorted(Path(dist).glob("*.whl")) + [
+        docker / "Dockerfile.cpu",
+        docker / "build-images.sh",
+    ]
     for path in files:
-        if path.is_file():
-            digest.update(f"{path.name}\n".encode())
-            digest.update(path.read_bytes())
+        digest.update(f"{path.name}\n".encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 

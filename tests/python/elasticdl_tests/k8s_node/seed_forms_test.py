@@ -153,7 +153,7 @@ def _running_pods(k8s, job: str) -> dict:
 
 
 def test_seed_003_builds_pushes_and_runs_with_the_cluster_spec(
-    client_env, node_namespace, node_k8s, base_image, tmp_path, monkeypatch, capsys
+    base_image, client_env, node_namespace, node_k8s, tmp_path, monkeypatch, capsys
 ):
     node, ns = client_env, node_namespace
     base, _ = base_image
