@@ -206,3 +206,8 @@ def test_package_job_built_in_cluster_runs(
         print(f"package job: submit -> Succeeded {job_s:.1f} s (build, restart, run)")
     finally:
         server.stop()
+        # The built images the kubelet pulled (their base layers stay: the base image's).
+        listed = node.docker("images", "--format", "{{.Repository}}:{{.Tag}}", check=False)
+        for pulled in listed.split():
+            if pulled.startswith(f"{repository}:"):
+                node.docker("rmi", pulled, check=False)
