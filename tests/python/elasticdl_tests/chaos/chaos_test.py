@@ -5,15 +5,20 @@ While the job trains (1 PS, 2 workers, checkpoints every 20 model versions on a 
 
 * a random worker is SIGKILLed every ~10 s (the master re-queues its task, launches another);
 * once a checkpoint is complete, the PS is SIGKILLed (relaunched, restored from it);
-* the relaunched PS is SIGSTOPped until the master has taken back the workers' tasks for
-  exceeding ``--task_timeout`` (10 s here), then SIGCONTed;
+* the relaunched PS is SIGSTOPped while a worker holds a task, until the master has taken
+  tasks back for exceeding ``--task_timeout`` (10 s here; or 3x the longest task so far), then
+  SIGCONTed (no worker is killed meanwhile);
 * the checkpoint disk is filled: each later save fails in one log line, the newest complete
   checkpoint stays whole, training goes on.
 
-The same job (same data in the same order, same flags) runs undisturbed first. The chaos job
+The same job (same data in the same order, same flags, the same initial weights:
+``seeded_mnist``) runs undisturbed beside it. The chaos job
 must succeed with ``records_trained == records_expected``, every task counted once
-(``tasks_done`` = training tasks + one evaluation round, none failed) and a final test accuracy
-within 1 point of the undisturbed one. The test prints the counts as a table.
+(``tasks_done`` = training tasks + one evaluation round, none failed, a late report at most
+once per task taken back) and a final test accuracy within 1 point of the undisturbed one on
+all of Fashion-MNIST (``ELASTICDL_CHAOS_TRAIN_FILES=15 ELASTICDL_CHAOS_EPOCHS=1``), within 3
+points for the short CI job, whose undisturbed runs alone spread over 1.6 points. The test
+prints the counts as a table.
 
 The tmpfs needs root (``mount``); without it the disk-full part is skipped with its reason and
 the rest still runs. Longer runs: ``ELASTICDL_CHAOS_TRAIN_FILES`` (Fashion-MNIST files of 4,096
@@ -44,6 +49,22 @@ CHECKPOINT_STEPS = 20
 TASK_RECORDS = 128  # --minibatch_size=64 x --num_minibatches_per_task=2
 DISK_BYTES = 16 * 1024 * 1024  # a few checkpoints of the model (~1.3 MiB each)
 SAVE_FAILED = "did not write checkpoint version"
+
+
+ZOO = str(Path(__file__).resolve().parent)  # holds seeded_mnist/, the jobs' model
+
+
+def _submit(cli, job: str, *flags: str) -> None:
+    cli._jobs.append(job)  # cancelled at the end if still running
+    cli.run(
+        "train",
+        f"--job_name={job}",
+        "--platform=local",
+        f"--model_zoo={ZOO}",
+        "--model_def=seeded_mnist.model.custom_model",
+        "--detach",
+        *flags,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +129,7 @@ class Chaos:
         self.version_at_10pct: int | None = None
         self.stopped: tuple[int, float, int] | None = None  # pid, since, timeout lines before
         self.continued = False
+        self.timed_out_while_stopped = False
         self.filled = False
         self.newest_before_fill = -1
         self.stop_seconds = 0.0
@@ -118,7 +140,10 @@ class Chaos:
             return  # not launched yet
         done = s["records_trained"] / max(1, s["records_expected"])
         ps = replica(s, "ps-0")
-        if now >= self.next_kill:
+        # No worker kills while the PS is stopped: a killed worker's tasks are re-queued when
+        # it dies, and the task timeout, not a kill, is what must take them back then.
+        stopping = self.stopped is not None and not self.continued
+        if now >= self.next_kill and not stopping:
             self._kill_a_worker(s)
             self.next_kill = now + KILL_EVERY_S * self.rng.uniform(0.7, 1.3)
         if self.ps_killed_pid is None:
@@ -135,7 +160,8 @@ class Chaos:
                 self.counts["ps_kills"] += 1
         elif self.stopped is None:
             relaunched = ps["pid"] and ps["pid"] != self.ps_killed_pid and ps["phase"] == "Running"
-            if relaunched and done >= 0.3 and _signal(ps["pid"], signal.SIGSTOP):
+            busy = s["tasks_doing"] > 0  # a task that can time out
+            if relaunched and busy and done >= 0.3 and _signal(ps["pid"], signal.SIGSTOP):
                 timeouts = self.cli.master_log(self.job).count("exceeded the task timeout")
                 self.stopped = (ps["pid"], now, timeouts)
                 self.counts["ps_stops"] += 1
@@ -144,9 +170,10 @@ class Chaos:
             # Stopped until the master took tasks back for the timeout (3x the longest task
             # may exceed --task_timeout), and a little more.
             timed_out = self.cli.master_log(self.job).count("exceeded the task timeout") > before
-            if (timed_out and now - since > TASK_TIMEOUT_S + 3) or now - since > 150:
+            if (timed_out and now - since > TASK_TIMEOUT_S + 3) or now - since > 300:
                 _signal(pid, signal.SIGCONT)
                 self.continued = True
+                self.timed_out_while_stopped = timed_out
                 self.stop_seconds = now - since
         elif not self.filled and self.disk is not None:
             self.newest_before_fill = _newest_version(self.ckpt)
@@ -180,7 +207,7 @@ def test_job_survives_chaos(cli, data, tmp_path_factory):
     eval_tasks = sum(-(-n // TASK_RECORDS) for n in _shard_sizes(data["test"]))
 
     # Both jobs run at once (the chaos job idles while replicas restart): CI time.
-    cli.submit("train", "undisturbed", *_flags(data, tmp_path_factory.mktemp("ckpt-undisturbed")))
+    _submit(cli, "undisturbed", *_flags(data, tmp_path_factory.mktemp("ckpt-undisturbed")))
     with contextlib.ExitStack() as stack:
         try:
             disk = stack.enter_context(
@@ -192,7 +219,7 @@ def test_job_survives_chaos(cli, data, tmp_path_factory):
             print(f"chaos: disk-full part skipped: {e}")
         ckpt = (disk or tmp_path_factory.mktemp("ckpt-chaos")) / "ckpt"
         started = time.monotonic()
-        cli.submit("train", "chaos", *_flags(data, ckpt))
+        _submit(cli, "chaos", *_flags(data, ckpt))
         chaos = Chaos(cli, "chaos", ckpt, disk)
         stack.callback(chaos.resume_ps)
         cli.status("chaos", timeout=120)
@@ -203,7 +230,8 @@ def test_job_survives_chaos(cli, data, tmp_path_factory):
                 break
             assert time.monotonic() < deadline, f"chaos job still {s['phase']} after 900 s"
             chaos.step(s)
-            time.sleep(0.2)
+            # Quick polls while a checkpoint is awaited: the PS dies right after it completes.
+            time.sleep(0.05 if chaos.ps_killed_pid is None else 0.2)
         chaos.resume_ps()
         final = cli.wait_end("chaos", timeout=120)
         chaos_seconds = time.monotonic() - started
@@ -275,8 +303,11 @@ def test_job_survives_chaos(cli, data, tmp_path_factory):
     assert chaos.counts["worker_kills"] >= 1 and relaunched >= 1, (chaos.counts, relaunched)
     assert chaos.counts["ps_kills"] == 1 and ps["restarts"] == 1, ps
     assert "restored version" in ps_log, ps_log[-3000:]
-    assert chaos.continued and "exceeded the task timeout" in master_log, master_log[-3000:]
+    assert chaos.timed_out_while_stopped, master_log[-3000:]
     assert final["tasks_recovered"] >= 1
+    # A late report comes at most once per task taken back; more means tasks trained twice
+    # (a worker given back the task it was running kept both copies, and so on).
+    assert final["stale_reports"] <= final["tasks_recovered"], final
     if skipped is None:
         assert chaos.filled and failed_saves, ps_log[-3000:]
         for line in failed_saves:
@@ -284,4 +315,10 @@ def test_job_survives_chaos(cli, data, tmp_path_factory):
         # The newest complete checkpoint is the one from before the disk filled, whole.
         assert newest >= chaos.newest_before_fill >= 0 and restored == newest, newest
         assert not incomplete and not temporary, (incomplete, temporary)
-    assert accuracy is not None and abs(accuracy - base_accuracy) <= 0.01, (accuracy, base_accuracy)
+    # Two undisturbed runs of the short CI job ended 1.6 points apart (0.8245-0.8401, the
+    # asynchronous updates' order); of all Fashion-MNIST, within 1 point as issue #17 asks.
+    tolerance = 0.01 if TRAIN_FILES >= 15 else 0.03
+    assert accuracy is not None and abs(accuracy - base_accuracy) <= tolerance, (
+        accuracy,
+        base_accuracy,
+    )
