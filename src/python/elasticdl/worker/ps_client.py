@@ -162,10 +162,6 @@ class PSClient:
         self.max_message_bytes = int(max_message_bytes)
         self._channels = [build_channel(a, secret, tls_config) for a in self.addrs]
         self._stubs = [pb_grpc.PserverStub(c) for c in self._channels]
-        self._links = [
-            PSLink(i, addr, stub, self.worker_id, rpc_timeout)
-            for i, (addr, stub) in enumerate(zip(self.addrs, self._stubs))
-        ]
         for stub, channel in zip(self._stubs, self._channels):
             # Rows come back as a view of the received bytes, not through a parsed message
             # (the PS writes them with one copy: elasticdl.ps.servicer.wire_handlers).
@@ -563,6 +559,11 @@ class PSClient:
                 parts.append(PushPart(req, dense={}))
         for name, (values, ids) in (embedding_grads or {}).items():
             values, ids = deduplicate_indexed_rows(values, ids)
+            if self.num_ps == 1:  # no split, so no copy of the rows through a mask
+                indexed_rows_to_pb(
+                    IndexedRows(values, ids), parts[0].request.gradients.embedding_tables[name]
+                )
+                continue
             owner = ids % self.num_ps
             for ps_id in range(self.num_ps):
                 mask = owner == ps_id
