@@ -36,7 +36,7 @@ from elasticdl.k8s.termination import read_termination
 from elasticdl_tests.k8s_node.node import repo_root
 
 TRAIN_RECORDS = 1024
-TEST_RECORDS = 256
+TEST_RECORDS = TRAIN_RECORDS  # prepare(limit=...) keeps that many rows of each split
 RECORDS_PER_SHARD = 128
 EPOCHS = 2
 MINIBATCH = 32
@@ -89,6 +89,7 @@ def data_dir(tmp_path_factory) -> Path:
         records_per_shard=RECORDS_PER_SHARD,
     )
     assert prepared.counts["train"] == TRAIN_RECORDS
+    assert prepared.counts["test"] == TEST_RECORDS
     # The pods run as the non-root user 10001 (--pod_security=restricted): a hostPath keeps its
     # owner and mode, so the data must be readable by others (deploy/k8s/README.md).
     _make_readable(data)
@@ -154,22 +155,41 @@ def _train_argv(
     api: str,
     epochs: int,
     checkpoints: Path | None = None,
+    strategy: str = "ParameterServerStrategy",
 ) -> list[str]:
     """The seed's `elasticdl train` command, on the node (host network, the API on loopback)."""
-    api_host, api_port = api.rsplit(":", 1)
-    volume = f"host_path={data},mount_path=/data"
     checkpointing = []
     if checkpoints is not None:
-        volume += f";host_path={checkpoints},mount_path=/checkpoints"
         checkpointing = ["--checkpoint_dir=/checkpoints", "--checkpoint_steps=16"]
+    ps = ["--num_ps_pods=1"] if strategy == "ParameterServerStrategy" else []
     return [
         "train",
-        f"--image_name={image}",
-        "--model_zoo=model_zoo",
-        "--model_def=mnist.mnist_functional_api.custom_model",
+        *_job_argv(job, ns, image, data, api, checkpoints),
         "--training_data=/data/train",
         "--validation_data=/data/test",
         f"--num_epochs={epochs}",
+        "--num_minibatches_per_task=2",
+        *ps,
+        "--num_workers=2",
+        "--evaluation_steps=16",
+        *checkpointing,
+        f"--distribution_strategy={strategy}",
+    ]
+
+
+def _job_argv(
+    job: str, ns: str, image: str, data: Path, api: str, checkpoints: Path | None = None
+) -> list[str]:
+    """What every job of these tests is given: image, zoo, resources, volumes, the node's
+    network (host network, the API server on loopback), --detach."""
+    api_host, api_port = api.rsplit(":", 1)
+    volume = f"host_path={data},mount_path=/data"
+    if checkpoints is not None:
+        volume += f";host_path={checkpoints},mount_path=/checkpoints"
+    return [
+        f"--image_name={image}",
+        "--model_zoo=model_zoo",
+        "--model_def=mnist.mnist_functional_api.custom_model",
         "--master_resource_request=cpu=0.2,memory=1024Mi",
         "--master_resource_limit=cpu=1,memory=2048Mi",
         "--worker_resource_request=cpu=0.4,memory=1024Mi",
@@ -177,16 +197,10 @@ def _train_argv(
         "--ps_resource_request=cpu=0.2,memory=1024Mi",
         "--ps_resource_limit=cpu=1,memory=2048Mi",
         f"--minibatch_size={MINIBATCH}",
-        "--num_minibatches_per_task=2",
-        "--num_ps_pods=1",
-        "--num_workers=2",
-        "--evaluation_steps=16",
         f"--job_name={job}",
         f"--namespace={ns}",
         "--image_pull_policy=IfNotPresent",
         f"--volume={volume}",
-        *checkpointing,
-        "--distribution_strategy=ParameterServerStrategy",
         # One-node cluster without a pod network or kube-proxy: the job's pods use the node's
         # network, and the master reaches the API server on loopback.
         f"--envs=ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
@@ -267,8 +281,13 @@ def test_mnist_ps_job_in_real_containers(
     # A worker's log, read through the kubelet while it trains (the master removes the
     # replicas' pods when the job ends).
     capsys.readouterr()
-    assert main(["logs", job, "--replica", "worker-0", *target]) == 0, diagnose()
-    assert capsys.readouterr().out.strip(), "empty worker-0 log"
+
+    def worker_log() -> str:
+        # A container that has just started may not have written anything yet.
+        assert main(["logs", job, "--replica", "worker-0", *target]) == 0, diagnose()
+        return capsys.readouterr().out.strip()
+
+    _wait(worker_log, 120, "worker-0 to write its log", diagnose)
     assert main(["wait", job, "--timeout=900", *target]) == 0, diagnose()
     job_s = time.monotonic() - t_submit
     capsys.readouterr()
@@ -294,12 +313,87 @@ def test_mnist_ps_job_in_real_containers(
     # cancel: the finished job and everything it owned are removed.
     assert main(["cancel", job, *target]) == 0
     assert _wait(lambda: node_k8s.list_pods() == [], 60, "the job's pods to go", diagnose)
+
+    # evaluate and predict from the newest checkpoint on the volume, side by side.
+    latest = max(
+        (p for p in checkpoints.iterdir() if p.name.startswith("version-")),
+        key=lambda p: int(p.name.split("-")[1]),
+    )
+    from_checkpoint = [f"--checkpoint_dir_for_init=/checkpoints/{latest.name}", "--num_ps_pods=1"]
+    evaluated, predicted = f"{job}-eval", f"{job}-pred"
+    for command, name, data in (
+        ("evaluate", evaluated, "--validation_data=/data/test"),
+        ("predict", predicted, "--prediction_data=/data/test"),
+    ):
+        argv = [command, *_job_argv(name, ns, image, data_dir, node.api, checkpoints)]
+        argv += [data, "--num_workers=1", *from_checkpoint]
+        assert main(argv) == 0, capsys.readouterr().err[-3000:]
+    t_second = time.monotonic()
+    for name in (evaluated, predicted):
+        assert main(["wait", name, "--timeout=600", *target]) == 0, diagnose()
+    second_s = time.monotonic() - t_second
+    capsys.readouterr()
+    assert main(["status", evaluated, "-o", "json", *target]) == 0
+    evaluation = json.loads(capsys.readouterr().out)
+    assert evaluation["phase"] == "Succeeded", evaluation
+    # The restored model scores what the training job's last evaluation saw, well above chance.
+    assert evaluation["evaluation_metrics"]["accuracy"] > 0.5, evaluation
+    assert main(["status", predicted, "-o", "json", *target]) == 0
+    prediction = json.loads(capsys.readouterr().out)
+    assert prediction["phase"] == "Succeeded", prediction
+    assert prediction["records_predicted"] == TEST_RECORDS, prediction
+    for name in (evaluated, predicted):
+        assert main(["cancel", name, *target]) == 0
+    assert _wait(lambda: node_k8s.list_pods() == [], 60, "the jobs' pods to go", diagnose)
     with capsys.disabled():
         print(
             f"\nreal-node job: base image {base_s:.0f}s, zoo build {zoo_s:.1f}s, "
             f"submit -> 4 pods Running {first_running_s:.1f}s, submit -> Succeeded {job_s:.1f}s, "
-            f"{total} records, accuracy {accuracy:.3f}"
+            f"{total} records, accuracy {accuracy:.3f}; evaluate + predict from {latest.name} "
+            f"{second_s:.1f}s, accuracy {evaluation['evaluation_metrics']['accuracy']:.3f}"
         )
+
+
+def test_allreduce_job_in_real_containers(
+    cli_env, mnist_image, data_dir, node_namespace, node_k8s, monkeypatch, capsys
+):
+    """--distribution_strategy=AllreduceStrategy on the node: two worker containers build a Gloo
+    group through the master's store (host network) and train every record once."""
+    node = cli_env
+    image, ctx, _ = mnist_image
+    ns = node_namespace
+    _rbac(node, ns, capsys)
+    monkeypatch.chdir(ctx)
+    job = f"allreduce-{uuid.uuid4().hex[:4]}"
+    target = [f"--namespace={ns}", "--platform=kubernetes"]
+    argv = _train_argv(job, ns, image, data_dir, node.api, EPOCHS, strategy="AllreduceStrategy")
+    capsys.readouterr()
+    assert main(argv) == 0, capsys.readouterr().err[-3000:]
+
+    def diagnose() -> str:
+        out = node.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False)
+        for replica in ("master", "worker-0", "worker-1"):
+            out += f"\n--- {replica} ---\n" + node.kubectl(
+                "logs", "-n", ns, f"elasticdl-{job}-{replica}", "--tail=40", check=False
+            )
+        return out
+
+    assert main(["wait", job, "--timeout=900", *target]) == 0, diagnose()
+    capsys.readouterr()
+    assert main(["status", job, "-o", "json", *target]) == 0
+    status = json.loads(capsys.readouterr().out)
+    total = TRAIN_RECORDS * EPOCHS
+    assert status["phase"] == "Succeeded", status
+    assert status["records_trained"] == status["records_expected"] == total, status
+    assert status["evaluation_metrics"]["accuracy"] > 0.5, status
+    replicas = {r["name"] for r in status["replicas"]}
+    assert {"worker-0", "worker-1"} <= replicas and not any(r.startswith("ps-") for r in replicas)
+    assert main(["logs", job, *target]) == 0
+    master_log = capsys.readouterr().out
+    # Both workers were in one generation of the group at some point.
+    assert re.search(r"Rendezvous: generation \d+, world size 2", master_log), master_log[-3000:]
+    assert main(["cancel", job, *target]) == 0
+    assert _wait(lambda: node_k8s.list_pods() == [], 60, "the job's pods to go", diagnose)
 
 
 def test_killed_worker_container_is_relaunched_and_nothing_is_lost(
