@@ -2,17 +2,21 @@
 ``--job_spec_file=PATH``), the job spec the client resolved (``JobSpec.to_json``).
 
 Exit status: 0 when the job succeeded, 1 when it failed or was cancelled, 2 when the spec or
-the model definition is unusable (one-line error on stderr).
+the model definition is unusable (one-line error on stderr); 3 when a master under a Kubernetes
+Job was stopped while its Job still wants the job to run (a deleted or evicted pod): the Job
+starts the next master, which resumes from the journal.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 
 LOG_FORMAT = "[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] %(message)s"
 PROG = "elasticdl master"
+EXIT_FOR_NEXT_MASTER = 3
 
 
 def _setup_logging(level: str, log_file: str = "") -> None:
@@ -56,7 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     def on_signal(signum, frame):
-        logger.warning("Received %s: stopping the job", signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if signum == signal.SIGTERM and getattr(job.platform, "master_still_wanted", bool)():
+            # The pod was deleted or evicted, not the job: leave like a killed master (the
+            # journal is already written, the replicas keep running) for the next one to resume.
+            logger.warning("Received %s: the job goes on under the next master", name)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os._exit(EXIT_FOR_NEXT_MASTER)
+        logger.warning("Received %s: stopping the job", name)
         job.cancel()
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -213,6 +213,24 @@ class KubernetesPlatform(Platform):
         Job's and keep running for the next master to adopt."""
         return self._owner is not None and self._owner.kind == "Job"
 
+    def master_still_wanted(self) -> bool:
+        """Whether the job still wants a master after this one was told to stop (SIGTERM): its
+        Job exists and is not being deleted, so the pod was deleted or evicted by itself and
+        the Job starts a new master. ``elasticdl cancel`` deletes the Job first: False then,
+        and False whenever the Job cannot be read (stopping is what the signal asked for)."""
+        if not self.restarts_dead_master:
+            return False
+        try:
+            job = self.k8s.get_job(self._owner.name)
+        except K8sApiError as e:
+            logger.warning("cannot read the master's Job %s: %s", self._owner.name, e)
+            return False
+        return (
+            job is not None
+            and job.metadata.uid == self._owner.uid
+            and job.metadata.deletion_timestamp is None
+        )
+
     @property
     def shares_host_network(self) -> bool:
         """True when all pods share one network namespace (``host`` mode)."""

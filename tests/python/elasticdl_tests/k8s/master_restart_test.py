@@ -1,8 +1,9 @@
 """A restartable master on Kubernetes (issue #19): the job's master pod is run by a batch/v1
 Job; its process is SIGKILLed mid-job, the Job controller makes a new master pod, the new master
 resumes from the journal in ``--job_dir`` (on a ``--volume``), adopts the running PS and worker
-pods by name and UID instead of starting new ones, and the job trains every record once. Then
-``cancel`` removes the Job and everything it owns, and no master comes back.
+pods by name and UID instead of starting new ones. Then the new master's pod is deleted (as a
+drain or an eviction does): that master leaves the job to the next one instead of cancelling
+it. The job trains every record once; ``cancel`` removes the Job and everything it owns, and no master comes back.
 
 Real: the client, master, PS and workers (TensorFlow), the API server, the garbage collector and
 the Job controller. FAKE: the kubelet (``process_kubelet``): pods are local processes sharing
@@ -91,12 +92,12 @@ def test_master_killed_on_kubernetes_resumes_and_adopts(
                 out.append(f"--- {name} ---\n" + path.read_text(errors="replace")[-2500:])
         return "\n".join(out)
 
-    def status_of_restarted() -> int | None:
+    def status_of_restarted(restarts: int) -> int | None:
         try:
             status = json.loads((job_dir / "status.json").read_text())
         except (OSError, ValueError):
             return None
-        if status.get("master", {}).get("restarts", 0) != 1:
+        if status.get("master", {}).get("restarts", 0) != restarts:
             return None
         return status["records_trained"] or -1
 
@@ -119,22 +120,33 @@ def test_master_killed_on_kubernetes_resumes_and_adopts(
     kill_time = time.monotonic()
     logger.info("master pod %s killed at %d records trained", first, killed_at)
 
-    def second_master():
+    def next_master(*previous: str):
         for name, pod in pods(job_selector(JOB, "master")).items():
-            if name != first and pod.status.phase == "Running":
+            if name not in previous and pod.status.phase == "Running":
                 return name
         return None
 
-    second = _wait(second_master, 120, "the Job's next master pod", diagnose)
+    second = _wait(lambda: next_master(first), 120, "the Job's next master pod", diagnose)
     logger.info("master pod %s runs %.1f s after the kill", second, time.monotonic() - kill_time)
     # The new master's status file (rewritten every 2 s): what it resumed, then more.
-    resumed = _wait(lambda: status_of_restarted(), 120, "the new master's status", diagnose)
+    resumed = _wait(lambda: status_of_restarted(1), 120, "the new master's status", diagnose)
     _wait(lambda: trained() > resumed, 300, "training to go on", diagnose)
     logger.info("trained again %.1f s after the kill", time.monotonic() - kill_time)
+
+    # Deleting the master's pod (as a drain or an eviction does) is not a cancel: the master
+    # gets SIGTERM while its Job still exists, leaves the job to the next master.
+    assert trained() < RECORDS * EPOCHS, "the job ended before its master pod was deleted"
+    assert k8s.delete_pod(second, grace_seconds=10)
+    third = _wait(lambda: next_master(first, second), 120, "a master after the delete", diagnose)
+    deleted_log = kubelet.log_path(ns, second).read_text(errors="replace")
+    assert "the job goes on under the next master" in deleted_log, deleted_log[-3000:]
+    resumed = _wait(lambda: status_of_restarted(2), 120, "the third master's status", diagnose)
+    _wait(lambda: trained() > resumed, 300, "training to go on again", diagnose)
+
     target = ["--platform=kubernetes", f"--namespace={ns}"]
     assert main(["wait", JOB, "--timeout=600", *target]) == 0, diagnose()
     final = json.loads((job_dir / "status.json").read_text())
-    log = kubelet.log_path(ns, second).read_text(errors="replace")
+    log = kubelet.log_path(ns, third).read_text(errors="replace")
     assert final["phase"] == "Succeeded", log[-3000:]
     assert killed_at < RECORDS * EPOCHS, "the job ended before its master was killed"
     assert "Resuming job" in log, log[-3000:]
