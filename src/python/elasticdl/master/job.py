@@ -137,11 +137,7 @@ class Job:
         self.opt_type, self.opt_args = opt_type, opt_args
 
         self.platform = self._platform or create_platform(a)
-        if (
-            self.job_dir is not None
-            and self.platform.replicas_outlive_master
-            and not self.allreduce  # the rendezvous is not journaled: such jobs do not resume
-        ):
+        if self.job_dir is not None and self.platform.replicas_outlive_master:
             self.journal = JobJournal(self.job_dir, a.to_json(only_changed=False))
             try:
                 self.previous = self.journal.previous()
@@ -334,10 +330,20 @@ class Job:
     def _start_rendezvous(self):
         """AllReduce: the rendezvous and the torch TCPStore the workers build groups through
         (hosted here so it outlives any worker; torch is imported only for these jobs)."""
-        from elasticdl.master.rendezvous import Rendezvous, RendezvousConfig, RendezvousStore
+        from elasticdl.master.rendezvous import (
+            Rendezvous,
+            RendezvousConfig,
+            RendezvousStore,
+            generation_base,
+        )
 
         self._store = RendezvousStore(self.platform.traits.bind_host)
-        return Rendezvous(RendezvousConfig(store_port=self._store.port))
+        # Not journaled: the workers that outlived a dead master keep their group and see this
+        # master's generations as newer (life-major ids), so they regroup through its store.
+        lives = self.previous.lives if self.previous is not None else 0
+        return Rendezvous(
+            RendezvousConfig(store_port=self._store.port, first_generation=generation_base(lives))
+        )
 
     def _server_args(self) -> dict:
         """How the master's server admits calls: the job secret and the largest request."""

@@ -58,10 +58,21 @@ class CommRank:
     store_port: int
 
 
+# Generation ids are life-major: the n-th master of a job (after n - 1 restarts) numbers its
+# generations from n << 32, above any generation an earlier master formed.
+_LIFE_SHIFT = 32
+
+
+def generation_base(lives: int) -> int:
+    """The generation a master starts from after ``lives`` earlier masters of its job."""
+    return int(lives) << _LIFE_SHIFT
+
+
 @dataclasses.dataclass
 class RendezvousConfig:
     store_host: str = ""
     store_port: int = 0
+    first_generation: int = 0  # generation_base(...): where this master's ids start
     settle_s: float = 1.0
     answer_timeout_s: float = 300.0
 
@@ -81,7 +92,7 @@ class Rendezvous:
         self.config = config or RendezvousConfig()
         self._clock = clock
         self._lock = threading.Lock()
-        self._generation = 0
+        self._generation = self.config.first_generation
         self._members: list[int] = []  # worker ids of the current generation, by rank
         self._answered: set[int] = set()  # members that answered the current generation
         self._wanted: "OrderedDict[int, str]" = OrderedDict()  # worker id -> host, joining order

@@ -5,7 +5,7 @@ joins and leaves (platform events included). Pure logic with a manual clock."""
 import elasticdl.client.main  # noqa: F401
 import elasticdl.master.job  # noqa: F401
 import elasticdl.ps.main  # noqa: F401
-from elasticdl.master.rendezvous import Rendezvous, RendezvousConfig, store_prefix
+from elasticdl.master.rendezvous import Rendezvous, RendezvousConfig, generation_base, store_prefix
 from elasticdl.platform.base import ReplicaEvent, ReplicaPhase, ReplicaType
 
 
@@ -40,6 +40,19 @@ def test_first_generation_after_settle_with_ranks_in_join_order():
     assert c1.rendezvous_id == 1
     assert (c1.store_host, c1.store_port) == ("10.0.0.1", 1234)
     assert r.get_comm_rank(7).rank == -1  # not a member
+
+
+def test_a_restarted_master_numbers_its_generations_above_every_earlier_masters():
+    """Workers that outlived a master hold a generation of it: the next master's first
+    generation id must be newer than any, or they would wait for a newer one forever."""
+    clock = Clock()
+    first = generation_base(1)
+    r = Rendezvous(RendezvousConfig("h", 1, first_generation=first), clock)
+    assert r.get_comm_rank(0).rendezvous_id == first > 2**31  # above a long first life's ids
+    r.join(0, "h0")
+    clock.now += 1.1
+    assert (r.get_comm_rank(0).rank, r.generation) == (0, first + 1)
+    assert generation_base(0) == 0 and generation_base(2) > first + 2**31
 
 
 def test_new_generation_only_after_all_members_acknowledged():

@@ -124,3 +124,43 @@ def test_job_survives_master_kills(cli, small_data, fashion_mnist):
         result["undisturbed_accuracy"] = baseline["evaluation_metrics"]["accuracy"]
         assert abs(accuracy - result["undisturbed_accuracy"]) <= 0.01, result
     print(json.dumps(result))
+
+
+def test_allreduce_job_survives_a_master_kill(cli, small_data):
+    """AllReduce: the workers keep their group while the master is away, then regroup through
+    the new master's store (its generations are numbered above the dead one's) and finish."""
+    job = "allreduce-restart"
+    records, test_records = 16384, 4096
+    flags = [f for f in _flags(small_data, 40) if not f.startswith("--num_ps_pods")]
+    cli.submit("train", job, *flags, "--distribution_strategy=AllreduceStrategy")
+    workers = ("worker-0", "worker-1")
+    status = cli.wait_for(
+        job,
+        lambda s: s["records_trained"] >= records // 4
+        and all(replica(s, n)["pid"] for n in workers),
+        timeout=300,
+        what="a quarter of the records trained by both workers",
+    )
+    before = {n: replica(status, n)["pid"] for n in workers}
+    kill(status["master"]["pid"])
+    cli.wait_for(
+        job, lambda s: s["master"].get("restarts", 0) == 1, timeout=180, what="restarted master"
+    )
+    final = cli.wait_end(job, timeout=600)
+    log = cli.master_log(job)
+    assert final["phase"] == "Succeeded", log[-4000:]
+    assert status["records_trained"] < records, "the job ended before its master was killed"
+    assert final["records_trained"] == final["records_expected"] == records
+    rounds = len(final["evaluation_history"])
+    train_tasks, eval_tasks = -(-records // TASK_RECORDS), -(-test_records // TASK_RECORDS)
+    assert final["tasks_done"] == train_tasks + rounds * eval_tasks, final
+    # The same two workers throughout (adopted), regrouped by the second master.
+    for name in workers:
+        assert replica(final, name)["restarts"] == 0, final["replicas"]
+        assert replica(final, name)["pid"] in (before[name], None), (before, final["replicas"])
+    assert "Rendezvous: generation 4294967297, world size" in log, log[-4000:]
+    assert final["evaluation_metrics"]["accuracy"] >= 0.65, final["evaluation_metrics"]
+    deadline = time.monotonic() + 30
+    while _job_processes(cli.job_dir(job).resolve()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _job_processes(cli.job_dir(job).resolve())
