@@ -237,14 +237,7 @@ class KubernetesBackend(JobBackend):
             )
         if restartable(job):
             return self._submit_restartable(job, pod)
-        try:
-            created = self.k8s.create_pod(pod)
-        except K8sApiError as e:
-            if e.status == 409:
-                raise JobConflictError(
-                    f"job {job.job_name} already exists in namespace {self.namespace}"
-                ) from None
-            raise ClientError(f"cannot submit job {job.job_name}: {e}") from None
+        created = self._create(job.job_name, self.k8s.create_pod, pod)
         self._restrict_ingress(
             job.job_name,
             K8sClient.owner_reference(created),
@@ -263,19 +256,24 @@ class KubernetesBackend(JobBackend):
             master=created.metadata.name,
         )
 
+    def _create(self, job_name: str, create, obj):
+        """``create(obj)`` for the job's master object; a taken name is a JobConflictError, any
+        other refusal one ClientError line."""
+        try:
+            return create(obj)
+        except K8sApiError as e:
+            if e.status == 409:
+                raise JobConflictError(
+                    f"job {job_name} already exists in namespace {self.namespace}"
+                ) from None
+            raise ClientError(f"cannot submit job {job_name}: {e}") from None
+
     def _submit_restartable(self, job: JobSpec, pod) -> JobHandle:
         """Create the master's Job, then what it owns: the NetworkPolicy and the master's
         Service (the address a restarted master keeps), and wait for its first pod."""
         from elasticdl.k8s.pods import PodTemplate, build_service
 
-        try:
-            created = self.k8s.create_job(self.build_master_job(pod, job))
-        except K8sApiError as e:
-            if e.status == 409:
-                raise JobConflictError(
-                    f"job {job.job_name} already exists in namespace {self.namespace}"
-                ) from None
-            raise ClientError(f"cannot submit job {job.job_name}: {e}") from None
+        created = self._create(job.job_name, self.k8s.create_job, self.build_master_job(pod, job))
         owner = K8sClient.job_owner_reference(created.metadata.name, created.metadata.uid)
 
         def undo() -> None:
