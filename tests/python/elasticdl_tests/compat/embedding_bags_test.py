@@ -12,10 +12,9 @@ import pytest
 import tensorflow as tf
 from elasticdl.common.job_spec import spec_from_text
 from elasticdl.data import recordio
-from elasticdl.data.datasets import prepare
-from elasticdl.data.datasets.errors import DatasetError
 from elasticdl.data.example_codec import decode_example_values
 from elasticdl.master.job import Job
+from elasticdl_tests.compat.original_data import prepare_original_fashion_mnist
 
 ZOO = Path(__file__).resolve().parent / "testdata" / "model_zoo"
 RECORDS = 2048
@@ -23,18 +22,9 @@ RECORDS = 2048
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fashion_mnist_original")
-    try:
-        return prepare(
-            "fashion_mnist",
-            str(out),
-            progress=False,
-            limit=RECORDS,
-            records_per_shard=1024,
-            schema="original",
-        )
-    except DatasetError as e:  # no network and no cached copy of the Debian package
-        pytest.skip(f"Fashion-MNIST unavailable: {e}")
+    return prepare_original_fashion_mnist(
+        tmp_path_factory.mktemp("fashion_mnist_original"), RECORDS
+    )
 
 
 def test_sparse_bags_of_ids_train_with_a_ps_and_export(tmp_path, data):

@@ -15,24 +15,14 @@ from elasticdl.data.datasets import prepare
 from elasticdl.data.datasets.errors import DatasetError
 from elasticdl.data.example_codec import decode_example_values
 from elasticdl.master.job import Job
+from elasticdl_tests.compat.original_data import prepare_original_fashion_mnist
 
 ZOO = str(Path(__file__).resolve().parent / "testdata" / "model_zoo")
 
 
 @pytest.fixture(scope="module")
 def original_fashion_mnist(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fashion_mnist_original")
-    try:
-        return prepare(
-            "fashion_mnist",
-            str(out),
-            progress=False,
-            limit=4096,
-            records_per_shard=1024,
-            schema="original",
-        )
-    except DatasetError as e:  # no network and no cached copy of the Debian package
-        pytest.skip(f"Fashion-MNIST unavailable: {e}")
+    return prepare_original_fashion_mnist(tmp_path_factory.mktemp("fashion_mnist_original"), 4096)
 
 
 def _train(tmp_path, data, records=4096, epochs=2, zoo=ZOO, **flags):
