@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 from elasticdl.common.model_utils import ModelSpec
 from elasticdl.worker.allreduce_group import AllreduceMasterClient, CollectiveError, CommGroup
+from elasticdl.worker.model_inputs import zeros_of_declared_inputs
 from elasticdl.worker.saved_model import batch_spec, write_saved_model
 
 logger = logging.getLogger(__name__)
@@ -112,15 +113,9 @@ class AllreduceTrainer:
         if self.model is not None:
             return True
         probe = self.spec.model_fn()
-        inputs = getattr(probe, "inputs", None)
-        if not inputs:
+        zeros = zeros_of_declared_inputs(probe)
+        if zeros is None:
             return False
-        structure = getattr(probe, "_inputs_struct", None) or inputs
-        zeros = tf.nest.map_structure(
-            lambda t: tf.zeros([1] + [d or 1 for d in t.shape[1:]], t.dtype), structure
-        )
-        if isinstance(zeros, list) and len(zeros) == 1:
-            zeros = zeros[0]
         self.ensure_model(zeros, model=probe)
         return True
 

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 from elasticdl.common.model_utils import ModelSpec
 from elasticdl.worker.layers import Embedding, find_embedding_layers
+from elasticdl.worker.model_inputs import zeros_of_declared_inputs
 from elasticdl.worker.ps_client import (
     EmbeddingTableInfo,
     PackedGradients,
@@ -179,15 +180,9 @@ class PSTrainer:
         if self.model is not None:
             return True
         probe = self.spec.model_fn()
-        inputs = getattr(probe, "inputs", None)
-        if not inputs:
+        zeros = zeros_of_declared_inputs(probe)
+        if zeros is None:
             return False
-        structure = getattr(probe, "_inputs_struct", None) or inputs
-        zeros = tf.nest.map_structure(
-            lambda t: tf.zeros([1] + [d or 1 for d in t.shape[1:]], t.dtype), structure
-        )
-        if isinstance(zeros, list) and len(zeros) == 1:
-            zeros = zeros[0]
         # Reuse the probe: a second model would get other auto-generated variable names.
         self.ensure_model(zeros, model=probe)
         return True
