@@ -14,6 +14,7 @@ original's images made it by placing the zoo at `/model_zoo`.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import importlib.machinery
@@ -21,10 +22,11 @@ import importlib.util
 import inspect
 import os
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 
 class Mode(str, enum.Enum):
@@ -110,20 +112,30 @@ def _import_model_module(model_zoo: str, model_def: str) -> Tuple[ModuleType, st
     _prepare_runtime(model_zoo, path)
     module_name = ".".join(model_def.split(".")[:-1])
     try:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError:
-            # A directory without __init__.py that clashes with an installed package: load the
-            # file.
-            spec = importlib.util.spec_from_file_location(module_name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[module_name] = module
-            spec.loader.exec_module(module)
-        if os.path.abspath(getattr(module, "__file__", "") or "") != path:
-            # An installed package shadows the zoo's module name: load the zoo's file explicitly.
-            spec = importlib.util.spec_from_file_location(module_name, path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+        with _exits_raise():
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError:
+                # A directory without __init__.py that clashes with an installed package: load
+                # the file.
+                spec = importlib.util.spec_from_file_location(module_name, path)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[module_name] = module
+                spec.loader.exec_module(module)
+            if os.path.abspath(getattr(module, "__file__", "") or "") != path:
+                # An installed package shadows the zoo's module name: load the zoo's file
+                # explicitly.
+                spec = importlib.util.spec_from_file_location(module_name, path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+    except (SystemExit, _ProcessExit) as e:
+        # Left to propagate, the exit would end the master or worker with the model's status and
+        # no error line (status 0 even read as success).
+        call = "os._exit" if isinstance(e, _ProcessExit) else "sys.exit"
+        raise ModelSpecError(
+            f"--model_def {model_def!r}: {_zoo_line(e, model_zoo, path)} called "
+            f"{call}({e.code!r}) at import; raise an exception there instead of exiting"
+        ) from None
     except ImportError as e:
         raise ModelSpecError(_import_error_message(model_def, path, e, model_zoo)) from None
     except SyntaxError as e:
@@ -139,6 +151,32 @@ def _import_model_module(model_zoo: str, model_def: str) -> Tuple[ModuleType, st
             f"{_zoo_line(e, model_zoo, path)}: {_one_line(str(e))}; fix the model file"
         ) from None
     return module, path
+
+
+class _ProcessExit(BaseException):
+    """os._exit called by a model file while it is imported, raised in its place."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def _exits_raise() -> Iterator[None]:
+    """While this thread imports a model file, os._exit raises _ProcessExit instead: the real
+    one would end the process before any error line is written. Other threads exit as before."""
+    real_exit, importer = os._exit, threading.get_ident()
+
+    def _exit(code: int) -> None:
+        if threading.get_ident() == importer:
+            raise _ProcessExit(code)
+        real_exit(code)
+
+    os._exit = _exit
+    try:
+        yield
+    finally:
+        os._exit = real_exit
 
 
 def _one_line(text: str) -> str:

@@ -591,6 +591,36 @@ MODEL_ROWS = [
         (("model.py", "\n\nrate = 1 / 0\n"),),
         ("raised ZeroDivisionError at", "model.py line 3"),
     ),
+    # Exits would end the master with the model's status and no error line (0 read as success).
+    ModelRow(
+        "model-calls-sys-exit-with-a-message",
+        (("model.py", "import sys\n\nsys.exit('needs a GPU')\n"),),
+        ("model.py line 3 called sys.exit('needs a GPU') at import", "instead of exiting"),
+    ),
+    ModelRow(
+        "model-calls-sys-exit-0",
+        (("model.py", "import sys\nsys.exit(0)\n"),),
+        ("model.py line 2 called sys.exit(0)",),
+    ),
+    ModelRow(
+        "model-raises-systemexit",
+        (("model.py", "raise SystemExit\n"),),
+        ("model.py line 1 called sys.exit(None)",),
+    ),
+    ModelRow(
+        "model-sibling-calls-sys-exit",
+        (
+            ("model.py", "from . import helper\n"),
+            ("helper.py", "import sys\n\nif True:\n    sys.exit(3)\n"),
+            ("__init__.py", ""),
+        ),
+        ("helper.py line 4 called sys.exit(3)",),
+    ),
+    ModelRow(
+        "model-calls-os-exit",
+        (("model.py", "import os\n\nos._exit(0)\n"),),
+        ("model.py line 3 called os._exit(0)",),
+    ),
 ]
 
 
