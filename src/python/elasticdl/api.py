@@ -211,6 +211,8 @@ def logs(
     namespace: str | None = None,
     kube_context: str | None = None,
 ) -> Iterator[str]:
+    """A replica's log in chunks: ``master``, ``ps-N``, ``worker-N``, or (a job built from a
+    package by a job server) ``build``, the image build's log, followed while it runs."""
     return _backend_of(name, platform, namespace, kube_context).logs(name, replica, follow=follow)
 
 

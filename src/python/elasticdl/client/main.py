@@ -482,7 +482,11 @@ def build_parser() -> StrictArgumentParser:
     logs.add_argument(
         "-f", "--follow", action="store_true", help="Keep printing until the replica ends"
     )
-    logs.add_argument("--replica", default="master", help="master (default), ps-N or worker-N")
+    logs.add_argument(
+        "--replica",
+        default="master",
+        help="master (default), ps-N, worker-N, or build (a job server's image build)",
+    )
     _add_target_params(logs)
 
     wait = _add_command(

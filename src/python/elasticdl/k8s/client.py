@@ -337,9 +337,11 @@ class K8sClient:
             raise _wrap(e, f"read log of pod {name}") from None
         return response.data.decode("utf-8", errors="replace")
 
-    def follow_pod_log(self, name: str) -> Iterator[str]:
-        """The pod's log text as it is written, until its container ends. The request is made
-        here (errors raise :class:`K8sApiError` now); the text comes as the result is iterated."""
+    def follow_pod_log(self, name: str, container: str | None = None) -> Iterator[str]:
+        """The pod's log text as it is written, until its container ends (``container``: one
+        of several). The request is made here (errors raise :class:`K8sApiError` now); the
+        text comes as the result is iterated."""
+        kwargs: dict[str, Any] = {"container": container} if container else {}
         response = self._call(
             f"follow log of pod {name}",
             self.core.read_namespaced_pod_log,
@@ -347,6 +349,7 @@ class K8sClient:
             self.namespace,
             follow=True,
             _preload_content=False,
+            **kwargs,
         )
 
         def chunks() -> Iterator[str]:

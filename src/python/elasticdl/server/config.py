@@ -10,6 +10,7 @@ Layout of ``state_dir`` (everything the server writes, nothing else)::
     jobs/<user>/<job>/   local job directories (see ``elasticdl.client.local_backend``)
     builds/<user>/<job>.json  Kubernetes jobs waiting for their image (``image_builds``)
     images/<tag>         images this server built and pushed (reused by later jobs)
+    build-logs/<user>/<job>.log  the last MiBs of a job's image build log (``build_logs``)
     builder/             the build pods' program (mounted into them)
     tmp/                 uploads and extractions in progress; emptied when the server starts
 

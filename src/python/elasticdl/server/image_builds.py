@@ -13,9 +13,13 @@ is checked as for any job, then the job is recorded in ``<state_dir>/builds/<use
    registry credentials), its container packs and pushes the image
    (``elasticdl.images.oci_build``, copied to ``<state_dir>/builder/`` and mounted with the
    package from the server's state volume);
-3. the pod Succeeded: the job is submitted with the new image (its master pod, as any job),
-   the record and the build pod go. Failed: the record turns ``failed`` with the build log's
-   last lines, which the job's status shows.
+3. the pod Succeeded: its log is kept (``build_logs``), the job is submitted with the new
+   image (its master pod, as any job), the record and the build pod go. Failed: its log is
+   kept and the record turns ``failed`` with the log's last lines, which the job's status
+   shows.
+
+The logs API's ``replica=build`` follows the build pod's log while it runs, then serves the
+kept log (:meth:`ImageBuilds.follow`).
 
 Everything is in the records and in Kubernetes objects, so a restarted server resumes every
 build where it was (a master pod that already exists means the job was submitted). Cancel
@@ -24,6 +28,7 @@ deletes the build pod (found by name and labels) and the record.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import hashlib
 import inspect
@@ -33,12 +38,13 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from elasticdl.common.job_status import JobStatus
 from elasticdl.common.types import JobPhase, PlatformName
 from elasticdl.k8s import security
 from elasticdl.k8s.names import APP_LABEL, APP_NAME, LABEL_JOB, LABEL_REPLICA_TYPE
+from elasticdl.server.build_logs import CONTAINERS, BuildLogs, pod_log_file, read_build_log
 
 logger = logging.getLogger(__name__)
 
@@ -305,10 +311,12 @@ class ImageBuilds:
         k8s,  # elasticdl.k8s.client.K8sClient of the jobs' namespace
         owner_label: str,
         submit: Callable[[BuildRecord], None],
+        build_logs: BuildLogs,
         interval: float = 1.0,
     ) -> None:
         self.settings = settings
         self.records = records
+        self.build_logs = build_logs
         self.k8s = k8s
         self.owner_label = owner_label
         self.submit = submit
@@ -352,11 +360,13 @@ class ImageBuilds:
             return
         phase = pod.status.phase if pod.status else None
         if phase == "Succeeded":
+            self._keep_log(record)
             self.records.mark_pushed(record.image)
             self._submit(record)
         elif phase == "Failed":
+            text = self._keep_log(record)
             record.phase = FAILED
-            record.message = f"image build failed: {self._log_tail(name, pod)}"
+            record.message = f"image build failed: {self._log_tail(text, pod)}"
             self.records.save(record)
             self.k8s.delete_pod(name, grace_seconds=0)
         else:
@@ -376,15 +386,15 @@ class ImageBuilds:
         self.records.remove(record.owner, record.job_name)
         self.k8s.delete_pod(build_pod_name(record.job_name), grace_seconds=0)
 
-    def _log_tail(self, name: str, pod) -> str:
+    def _keep_log(self, record: BuildRecord) -> str:
+        """Keep the ended build pod's log (before the pod goes); answers it."""
+        text = read_build_log(self.k8s, build_pod_name(record.job_name))
+        self.build_logs.keep(record.owner, record.job_name, text)
+        return text
+
+    def _log_tail(self, text: str, pod) -> str:
         reason = pod.status.reason or ""
-        lines: list[str] = []
-        for container in ("install", "push"):
-            try:
-                text = self.k8s.read_pod_log(name, tail_lines=LOG_LINES, container=container)
-            except Exception:
-                text = None
-            lines += [ln for ln in (text or "").splitlines() if ln.strip()]
+        lines = [ln for ln in text.splitlines() if ln.strip()]
         tail = " | ".join(lines[-LOG_LINES:])
         if reason:  # e.g. DeadlineExceeded: the build ran past its time
             tail = f"{reason} {pod.status.message or ''}".strip() + (f": {tail}" if tail else "")
@@ -394,22 +404,106 @@ class ImageBuilds:
         with self._lock:
             self.k8s.delete_pod(build_pod_name(record.job_name), grace_seconds=0)
             self.records.remove(record.owner, record.job_name)
+            self.build_logs.remove(record.owner, record.job_name)  # the job is gone
         status = record.status(self.k8s.namespace)
         status.phase = JobPhase.CANCELLED
         status.message = "cancelled while its image was being built"
         return status
 
     def logs(self, record: BuildRecord) -> str:
-        """A build's log as it is now (both containers), or a failed build's kept lines."""
+        """A build's log as it is now: the pod's while it runs, else the kept one."""
+        if record.phase == BUILDING:
+            text = read_build_log(self.k8s, build_pod_name(record.job_name))
+            if text:
+                return text
+        kept = self.build_logs.read(record.owner, record.job_name)
+        if kept:
+            return kept
         if record.phase == FAILED:
             return record.message + "\n"
+        return f"{record.status(self.k8s.namespace).message}\n"
+
+    def follow(self, record: BuildRecord, poll: float = 0.3) -> Iterator[str]:
+        """The build pod's log as it is written, until the pod ends; then the rest of the
+        log this server kept (what was written after the last read, if anything)."""
+        seen: list[str] = []
+        for chunk in self._follow_pod(record, poll):
+            seen.append(chunk)
+            yield chunk
+        # The reconcile thread keeps the log, then drops the record (or marks it failed).
+        while self._building(record):
+            time.sleep(poll)
+        streamed = "".join(seen)
+        kept = self.build_logs.read(record.owner, record.job_name)
+        if kept is None:
+            if not streamed:
+                yield self.logs(self.records.get(record.owner, record.job_name) or record)
+        elif kept.startswith(streamed):
+            rest = kept[len(streamed) :]
+            if rest:
+                yield rest
+
+    def _building(self, record: BuildRecord) -> bool:
+        current = self.records.get(record.owner, record.job_name)
+        return current is not None and current.phase == BUILDING
+
+    def _pod(self, name: str):
+        try:
+            return self.k8s.get_pod(name)
+        except Exception:  # the API server away for a moment: as if the pod were not seen yet
+            return None
+
+    def _follow_pod(self, record: BuildRecord, poll: float) -> Iterator[str]:
         name = build_pod_name(record.job_name)
-        parts = []
-        for container in ("install", "push"):
+        path = pod_log_file(self.k8s.namespace, name)
+        if path is not None:
+            yield from self._follow_file(record, name, path, poll)
+            return
+        for container in CONTAINERS:
+            if not self._wait_started(record, name, container, poll):
+                return
             try:
-                text = self.k8s.read_pod_log(name, container=container)
-            except Exception:
-                text = None
+                yield from self.k8s.follow_pod_log(name, container=container)
+            except Exception as e:  # the pod was deleted under the stream
+                logger.info("image builds: stopped following %s/%s: %s", name, container, e)
+                return
+
+    def _wait_started(self, record: BuildRecord, name: str, container: str, poll: float) -> bool:
+        """Wait until ``container`` of the build pod has started (True), or until it never
+        will: the pod ended or went, or the build is no longer in progress (False)."""
+        while self._building(record):
+            pod = self._pod(name)
+            if pod is not None and pod.status is not None:
+                statuses = (pod.status.init_container_statuses or []) + (
+                    pod.status.container_statuses or []
+                )
+                for status in statuses:
+                    state = status.state
+                    if status.name == container and state and (state.running or state.terminated):
+                        return True
+                if pod.status.phase in ("Succeeded", "Failed"):
+                    return False
+            time.sleep(poll)
+        return False
+
+    def _follow_file(self, record: BuildRecord, name: str, path, poll: float) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        offset = 0
+        while True:
+            # Ended is seen before the last read, so that read has all the pod wrote.
+            pod = self._pod(name)
+            phase = pod.status.phase if pod is not None and pod.status else None
+            ended = phase in ("Succeeded", "Failed") or not self._building(record)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+            except FileNotFoundError:
+                data = b""
+            offset += len(data)
+            text = decoder.decode(data, final=ended)
             if text:
-                parts.append(text)
-        return "".join(parts) or f"{record.status(self.k8s.namespace).message}\n"
+                yield text
+            if ended:
+                return
+            time.sleep(poll)

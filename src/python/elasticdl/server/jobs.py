@@ -30,6 +30,7 @@ from elasticdl.common.job_status import JobStatus
 from elasticdl.common.spec_codec import SpecError
 from elasticdl.common.types import PlatformName
 from elasticdl.k8s.names import master_pod_name
+from elasticdl.server.build_logs import BUILD_REPLICA, BuildLogs
 from elasticdl.server.data_store import DataStore, check_relative_path
 from elasticdl.server.errors import BadRequest, Conflict, NotFound, Unprocessable
 from elasticdl.server.image_builds import BuildRecord, BuildRecords, BuildSettings, ImageBuilds
@@ -137,6 +138,7 @@ class JobService:
         # Kubernetes: package jobs wait for their image (image_builds.py).
         self.build_settings = builds
         self.records = BuildRecords(state_root or jobs_dir.parent)
+        self.build_logs = BuildLogs((state_root or jobs_dir.parent) / "build-logs")
         self.builds: ImageBuilds | None = None
 
     def start_builds(self) -> None:
@@ -149,7 +151,7 @@ class JobService:
         write_builder(self.records.builds.parent)
         k8s = self.backend("").k8s  # the namespace's client; builds are not one user's
         self.builds = ImageBuilds(
-            self.build_settings, self.records, k8s, OWNER_LABEL, self._submit_built
+            self.build_settings, self.records, k8s, OWNER_LABEL, self._submit_built, self.build_logs
         )
         self.builds.start()
 
@@ -312,6 +314,7 @@ class JobService:
                 ) from None
             except ClientError as e:
                 raise Unprocessable(self._user_view(user, str(e))) from None
+            self.build_logs.remove(user, name)  # an earlier job's of the same name, if any
         return self.status(user, name)
 
     def _needs_build(self, request: SubmitRequest, values: dict[str, Any]) -> bool:
@@ -336,6 +339,7 @@ class JobService:
             image=values["image_name"],
             created_at=time.time(),
         )
+        self.build_logs.remove(user, name)  # an earlier job's of the same name, if any
         self.records.save(record)
         return record.status(self.kubernetes.namespace)
 
@@ -390,7 +394,9 @@ class JobService:
         if record is not None:  # a server without builds now: the record is all there is
             self.records.remove(user, name)
             return record.status(self.kubernetes.namespace)
-        return self._call(user, name, "cancel")
+        status = self._call(user, name, "cancel")
+        self.build_logs.remove(user, name)  # the job is gone, and the log of its build
+        return status
 
     def logs(
         self, user: str, name: str, replica: str, follow: bool, tail: int = 0
@@ -401,9 +407,9 @@ class JobService:
         if tail and follow:
             raise BadRequest("tail: give either tail (the last lines now) or follow, not both")
         record = self.records.get(user, name)
-        if record is not None:  # the image build's log until the job runs
-            text = self.builds.logs(record) if self.builds else record.message + "\n"
-            return iter([last_lines([text], tail) if tail else text])
+        if record is not None or replica == BUILD_REPLICA:
+            chunks = self._build_log(user, name, record, follow)
+            return iter([last_lines(chunks, tail)]) if tail else chunks
         chunks = self._call(user, name, "logs", replica, follow=follow)
         try:
             first = next(chunks, "")
@@ -411,6 +417,25 @@ class JobService:
             raise NotFound(self._user_view(user, str(e))) from None
         chunks = itertools.chain([first], chunks)
         return iter([last_lines(chunks, tail)]) if tail else chunks
+
+    def _build_log(
+        self, user: str, name: str, record: BuildRecord | None, follow: bool
+    ) -> Iterator[str]:
+        """The image build's log (``replica=build``; any replica until the job runs)."""
+        if record is not None and self.builds is not None:
+            if follow and record.phase != "failed":
+                return self.builds.follow(record)
+            return iter([self.builds.logs(record)])
+        if record is not None:  # a server without builds now: the record is all there is
+            return iter([self.build_logs.read(user, name) or record.message + "\n"])
+        self._call(user, name, "status")  # an unknown job is not found
+        kept = self.build_logs.read(user, name)
+        if kept is None:
+            raise NotFound(
+                f"job {name!r} has no image build log (it runs a given image, or one built "
+                "for an earlier job); see replica=master"
+            )
+        return iter([kept])
 
 
 def last_lines(chunks: Iterable[str], count: int) -> str:

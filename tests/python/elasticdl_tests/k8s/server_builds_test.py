@@ -1,0 +1,173 @@
+"""Image builds of the job server against the real kube-apiserver: the server process (under
+deploy/k8s/server.yaml's Role) creates the build pod, keeps its log and submits the job.
+
+STAND-IN: nothing here runs the build pod's containers (the real node does that:
+tests/python/elasticdl_tests/k8s_node/server_build_test.py). The test plays the kubelet for
+the build pod: it writes the pod's log file where the server reads pod logs on a cluster that
+cannot serve them (``ELASTICDL_K8S_POD_LOG_DIR``, as for the process kubelet) and reports the
+pod's phase through ``pods/status``, as a kubelet does.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from elasticdl.client.errors import ClientError, JobNotFoundError
+from elasticdl.client.server_client import JobServerClient
+from elasticdl.k8s.client import K8sClient
+from elasticdl.k8s.names import master_pod_name
+from elasticdl.server.image_builds import build_pod_name
+from elasticdl.server.testing import ServerProcess
+from elasticdl_tests.k8s.cluster import write_kubeconfig
+from elasticdl_tests.k8s.server_test import _apply, _token
+
+BASE = "registry.test:5000/elasticdl:cpu"
+REPOSITORY = "registry.test:5000/jobs"
+
+
+@pytest.fixture
+def builds(k8s_cluster, namespace, tmp_path):
+    _apply(k8s_cluster.api_client(), namespace)
+    kubeconfig = tmp_path / "kubeconfig"
+    token = _token(k8s_cluster.api_client(), namespace, "elasticdl-server")
+    write_kubeconfig(kubeconfig, k8s_cluster.server, k8s_cluster.ca_file, token, namespace)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
+    env["KUBECONFIG"] = str(kubeconfig)
+    env["ELASTICDL_K8S_POD_LOG_DIR"] = str(tmp_path / "pod-logs")
+    state = tmp_path / "state"
+    server = ServerProcess(
+        state,
+        env,
+        "--platform=kubernetes",
+        f"--namespace={namespace}",
+        "--data_volume=host_path=/srv/edl/data,mount_path=/data",
+        f"--build_base_image={BASE}",
+        f"--build_repository={REPOSITORY}",
+        f"--state_volume=host_path={state}",
+    )
+    server.tokens = {u: server.add_user(u) for u in ("alice", "bob")}
+    server.start()
+    server.pod_logs = tmp_path / "pod-logs" / namespace
+    server.pod_logs.mkdir(parents=True)
+    yield server
+    server.stop()
+
+
+def _zoo(tmp_path: Path, marker: str) -> Path:
+    zoo = tmp_path / f"zoo-{marker}"
+    (zoo / "mnist").mkdir(parents=True)
+    (zoo / "mnist" / "model.py").write_text(f"# {marker}\ndef custom_model():\n    pass\n")
+    (zoo / "requirements.txt").write_text("")
+    return zoo
+
+
+def _spec(job: str) -> dict:
+    return {"job_name": job, "model_def": "mnist.model.custom_model", "training_data": "t"}
+
+
+def _until(predicate, what: str, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+
+def _set_phase(admin: K8sClient, pod: str, phase: str, exit_code: int = 0) -> None:
+    """What a kubelet reports (the init container ran; the container runs or ended)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if phase == "Running":
+        state = {"running": {"startedAt": now}}
+    else:
+        state = {"terminated": {"exitCode": exit_code, "reason": "Completed", "finishedAt": now}}
+    done = {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now}}
+    statuses = lambda name, s: [  # noqa: E731
+        {"name": name, "state": s, "ready": False, "restartCount": 0, "image": BASE, "imageID": ""}
+    ]
+    admin.core.patch_namespaced_pod_status(
+        pod,
+        admin.namespace,
+        {
+            "status": {
+                "phase": phase,
+                "initContainerStatuses": statuses("install", done),
+                "containerStatuses": statuses("push", state),
+            }
+        },
+    )
+
+
+def test_build_log_is_followed_then_kept(builds, k8s_cluster, namespace, tmp_path):
+    alice = JobServerClient(builds.url, builds.tokens["alice"])
+    bob = JobServerClient(builds.url, builds.tokens["bob"])
+    admin = K8sClient(namespace, api_client=k8s_cluster.api_client())
+    package = alice.upload_package(_zoo(tmp_path, "one"))
+    status = alice.submit_job(_spec("blog"), package_id=package)
+    assert status.phase == "Pending" and "building image" in status.message
+    pod = build_pod_name("blog")
+    _until(lambda: admin.get_pod(pod), "the build pod")
+    log_file = builds.pod_logs / f"{pod}.log"
+    log_file.write_text("Collecting numpy\n")
+    _set_phase(admin, pod, "Running")
+
+    # Followed while the pod runs: the first line arrives before the build ends.
+    followed: list[str] = []
+    follower = threading.Thread(
+        target=lambda: followed.extend(alice.tail_logs("blog", replica="build", follow=True)),
+        daemon=True,
+    )
+    follower.start()
+    _until(lambda: "Collecting numpy" in "".join(followed), "the followed first line")
+    assert follower.is_alive()
+    with open(log_file, "a") as f:
+        f.write("pushed the image\n")
+    _set_phase(admin, pod, "Succeeded")
+
+    # The build pod goes, the job runs from the built image, the log stays.
+    master = _until(lambda: admin.get_pod(master_pod_name("blog")), "the job's master pod")
+    assert master.spec.containers[0].image.startswith(f"{REPOSITORY}:pkg-{package[:24]}")
+    _until(lambda: admin.get_pod(pod) is None, "the build pod's deletion")
+    follower.join(timeout=30)
+    assert not follower.is_alive()
+    full = "Collecting numpy\npushed the image\n"
+    assert "".join(followed) == full
+    assert "".join(alice.tail_logs("blog", replica="build")) == full
+    assert "".join(alice.tail_logs("blog", replica="build", tail=1)) == "pushed the image\n"
+    assert (builds.state_dir / "build-logs" / "alice" / "blog.log").read_text() == full
+    with pytest.raises(JobNotFoundError):
+        list(bob.tail_logs("blog", replica="build"))
+
+    # The same package again: its image is reused, no build, so no build log.
+    alice.submit_job(_spec("again"), package_id=package)
+    assert admin.get_pod(build_pod_name("again")) is None
+    with pytest.raises(JobNotFoundError, match="no image build log"):
+        list(alice.tail_logs("again", replica="build"))
+
+    # A failed build: its log is kept too, and the job's status tells its last lines.
+    other = alice.upload_package(_zoo(tmp_path, "two"))
+    alice.submit_job(_spec("bfail"), package_id=other)
+    failing = build_pod_name("bfail")
+    _until(lambda: admin.get_pod(failing), "the second build pod")
+    (builds.pod_logs / f"{failing}.log").write_text(
+        "Collecting nope==9\nERROR: No matching distribution found for nope==9\n"
+    )
+    _set_phase(admin, failing, "Failed", exit_code=1)
+    failed = _until(
+        lambda: (s := alice.get_job_status("bfail")).phase == "Failed" and s, "the failed build"
+    )
+    assert "No matching distribution found for nope==9" in failed.message
+    _until(lambda: admin.get_pod(failing) is None, "the failed build pod's deletion")
+    kept = "".join(alice.tail_logs("bfail", replica="build", follow=True))
+    assert kept == "Collecting nope==9\nERROR: No matching distribution found for nope==9\n"
+
+    # Cancel: the job and its kept build log go.
+    alice.stop_job("blog")
+    with pytest.raises(ClientError):
+        list(alice.tail_logs("blog", replica="build"))
+    assert not (builds.state_dir / "build-logs" / "alice" / "blog.log").exists()
