@@ -52,9 +52,10 @@ if [ -x scripts/chromium/install.sh ]; then
   export ELASTICDL_REQUIRE_CHROMIUM=1
 fi
 
-# The CPU base-image test installs the project's own wheels into an image: build them first.
+# The CPU base-image test installs the project's own wheels into an image, and the real-node
+# server test the server wheel into its image: build them first.
 log "./pants package (wheels for the image tests)"
-./pants package //:elasticdl-wheel src/python:elasticdl-client-wheel src/cc:native
+./pants package //:elasticdl-wheel src/python:elasticdl-client-wheel src/cc:native //:elasticdl-server-wheel
 export ELASTICDL_WHEEL_DIR="$root/dist" ELASTICDL_SOURCE_ROOT="$root"
 
 targets=("$@")

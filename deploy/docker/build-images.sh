@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Build the ElasticDL base image (CPU or GPU) from the project's wheels.
+# Build the ElasticDL base image (CPU or GPU), or the job server's image, from the project's
+# wheels.
 #
-#   deploy/docker/build-images.sh [cpu|gpu] [options]
+#   deploy/docker/build-images.sh [cpu|gpu|server] [options]
+# server: Dockerfile.server, DIST's elasticdl_server-*.whl (./pants package
+# //:elasticdl-server-wheel) on --base-image (default elasticdl:cpu); --download-deps fetches
+# only its requirements the base image lacks (FastAPI, uvicorn and theirs). The cpu and gpu
+# images never take that wheel (the jobs' images do not run the server).
 #     --dist DIR             wheels to install (default: dist/, what `./pants package ::` writes)
 #     --from-source          no Pants build needed: a development wheel of src/python/elasticdl
 #                            (deploy/docker/dev_wheel.py) + the kernels: DIST's
 #                            elasticdl_native-*.whl if there, else `pip wheel src/cc`
 #     --build-native         with --from-source: always compile src/cc
-#     --tag NAME             image name (default: elasticdl:cpu / elasticdl:gpu)
+#     --tag NAME             image name (default: elasticdl:cpu / elasticdl:gpu /
+#                            elasticdl-server:latest)
 #     --base-image IMAGE     BASE_IMAGE build arg (e.g. local/base on machines without a registry)
 #     --extra-pypi-index URL EXTRA_PYPI_INDEX build arg (also used by --download-deps)
 #     --tensorflow SPEC      TENSORFLOW build arg; "" = no TensorFlow (light image)
@@ -45,7 +51,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE="$ROOT/deploy/docker"
 PYTHON=${PYTHON:-python3}
 KIND=cpu
-[[ ${1:-} == cpu || ${1:-} == gpu ]] && { KIND=$1; shift; }
+[[ ${1:-} == cpu || ${1:-} == gpu || ${1:-} == server ]] && { KIND=$1; shift; }
 DIST="$ROOT/dist"; FROM_SOURCE=0; BUILD_NATIVE=0; TAG=""; NOCACHE=0
 BUILD_ARGS=(); WHEELS=(); WHEEL_CACHE=""; DOWNLOAD_OPTIONS=""; KEEP_STAGE=0
 TENSORFLOW_SET=0; TENSORFLOW=""; PIP_OPTIONS_SET=0; EXTRA_INDEX=""; TORCH_SET=0; TORCH=""
@@ -72,16 +78,24 @@ while (($#)); do
     *) die "unknown option $1 (see the header of $0)" ;;
   esac
 done
+if [[ $KIND == server ]]; then
+  TAG=${TAG:-elasticdl-server:latest}
+  ((FROM_SOURCE == 0)) || die "server: no --from-source; build the wheel with ./pants package //:elasticdl-server-wheel"
+  ls "$DIST"/elasticdl_server-*.whl >/dev/null 2>&1 ||
+    die "server: no elasticdl_server-*.whl in $DIST; run ./pants package //:elasticdl-server-wheel (or give --dist)"
+fi
 TAG=${TAG:-elasticdl:$KIND}
 CTX=$(mktemp -d "${TMPDIR:-/tmp}/elasticdl-image.XXXXXX")
 trap 'rm -rf "$CTX" "$CTX.src"' EXIT
 cp "$HERE/Dockerfile.$KIND" "$CTX/Dockerfile"
 
-if ((FROM_SOURCE == 0)) && ! ls "$DIST"/elasticdl-[0-9]*.whl >/dev/null 2>&1; then
+if [[ $KIND != server ]] && ((FROM_SOURCE == 0)) && ! ls "$DIST"/elasticdl-[0-9]*.whl >/dev/null 2>&1; then
   echo "build-images: no elasticdl-*.whl in $DIST; building wheels from source" >&2
   FROM_SOURCE=1
 fi
-if ((FROM_SOURCE)); then
+if [[ $KIND == server ]]; then
+  cp "$(ls -t "$DIST"/elasticdl_server-*.whl | head -n 1)" "$CTX/"
+elif ((FROM_SOURCE)); then
   "$PYTHON" "$HERE/dev_wheel.py" "$CTX" >/dev/null
   native=$(ls -t "$DIST"/elasticdl_native-*.whl 2>/dev/null | head -n 1 || true)
   if [[ -n $native && $BUILD_NATIVE == 0 ]]; then
@@ -97,6 +111,7 @@ if ((FROM_SOURCE)); then
   fi
 else
   cp "$DIST"/*.whl "$CTX/"
+  rm -f "$CTX"/elasticdl_server-*.whl  # the server's own image takes it (KIND server)
 fi
 CACHE_ROOT=${ELASTICDL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/elasticdl}
 if [[ $KIND == gpu ]]; then
@@ -151,6 +166,9 @@ if [[ $KIND == gpu ]]; then
   [[ -n $TORCH ]] && TORCH_REQUIREMENTS=$(arg_default TORCH_REQUIREMENTS)
   # TENSORFLOW and TORCH replace the framework's CPU builds of both.
   REPLACED="tensorflow tensorflow-cpu torch"
+elif [[ $KIND == server ]]; then
+  # In the base image already, with their requirements.
+  REPLACED="elasticdl elasticdl-client elasticdl-native"
 else
   REPLACED=""
 fi

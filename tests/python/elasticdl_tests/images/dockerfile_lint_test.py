@@ -72,6 +72,27 @@ def test_gpu_dockerfile_is_the_cpu_base_with_cuda_wheels():
     assert gpu["PYTHON_PPA"] == ""  # only for NVIDIA's Ubuntu images
 
 
+def test_server_dockerfile_adds_one_layer_of_new_files_to_the_base():
+    """The job server's image: the CPU base plus what its install stage put under /staging
+    (pip --root: only what the base lacks); the wheels stay in that stage; it runs as 10001."""
+    text = _read("Dockerfile.server")
+    assert lint(text) == []
+    ins = parse(text)
+    froms = [n for n, i in enumerate(ins) if i.keyword == "FROM"]
+    assert [ins[n].args for n in froms] == ["${BASE_IMAGE} AS install", "${BASE_IMAGE}"]
+    assert ins[0].args == "BASE_IMAGE=elasticdl:cpu"
+    install, image = ins[froms[0] : froms[1]], ins[froms[1] :]
+    assert any(i.keyword == "COPY" and i.args.startswith("*.whl ") for i in install)
+    assert any(i.keyword == "RUN" and "--root /staging" in i.args for i in install)
+    assert any(i.keyword == "LABEL" and "${INSTALL_STAGE_ID}" in i.args for i in install)
+    assert [i.args for i in image if i.keyword in ("COPY", "ADD")] == [
+        "--from=install /staging/usr/local /usr/local"
+    ]
+    assert any(i.keyword == "RUN" and "elasticdl-server --help" in i.args for i in image)
+    assert [i.args for i in image if i.keyword == "USER"][-1] == "10001:10001"
+    assert [i.args for i in image if i.keyword == "ENTRYPOINT"] == ['["elasticdl-server"]']
+
+
 def test_zoo_init_output_lints_clean(tmp_path):
     (tmp_path / "zoo").mkdir()
     (tmp_path / "zoo" / "requirements.txt").write_text("")

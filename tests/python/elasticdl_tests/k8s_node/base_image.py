@@ -50,7 +50,9 @@ def _inputs_digest(dist: str, root: Path) -> str:
     digest = hashlib.sha256()
     docker = root / "deploy" / "docker"
     # What the build reads; the same in a checkout and in Pants' sandbox (which lacks BUILD).
-    files = sorted(Path(dist).glob("*.whl")) + [
+    # The server's wheel is not in the base image (build-images.sh leaves it to KIND server).
+    wheels = [w for w in Path(dist).glob("*.whl") if not w.name.startswith("elasticdl_server-")]
+    files = sorted(wheels) + [
         docker / "Dockerfile.cpu",
         docker / "build-images.sh",
     ]
