@@ -16,6 +16,7 @@ import threading
 
 from elasticdl.common.auth import MissingJobSecret, job_secret_from_env
 from elasticdl.common.malloc_tuning import tune_malloc
+from elasticdl.common.omp_tuning import passive_omp_wait
 from elasticdl.common.parent_watch import exit_with_parent, run_main
 from elasticdl.common.replica_spec import ps_spec_from_argv
 from elasticdl.common.spec_codec import SpecError
@@ -27,6 +28,8 @@ logger = logging.getLogger("elasticdl.ps.main")
 def main(argv=None) -> int:
     # Before any model-sized buffer exists (see elasticdl.common.malloc_tuning).
     tune_malloc()
+    # Before the native kernels load (see elasticdl.common.omp_tuning).
+    passive_omp_wait()
     try:
         spec = ps_spec_from_argv(sys.argv[1:] if argv is None else argv)
         secret = job_secret_from_env()
