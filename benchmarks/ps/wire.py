@@ -186,7 +186,8 @@ class Bench:
 
     def run(self, case: str, data: dict) -> None:
         if case == "pull":
-            rows = self.msg.pull_embedding_vectors(TABLE, data["ids"], self.dim)
+            # As the trainer pulls: the embedding layer's ids come from tf.unique.
+            rows = self.msg.pull_embedding_vectors(TABLE, data["ids"], self.dim, ids_unique=True)
             assert rows.shape == (data["n"], self.dim)
         elif case == "push":
             res = self.msg.push_gradients({}, {TABLE: (data["grads"], data["ids"])})
@@ -332,6 +333,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from elasticdl.common.malloc_tuning import tune_malloc
+
+    # As the PS and worker processes do at start: the echo server and the client (which
+    # stands for the worker) recycle megabyte buffers the same way.
+    tune_malloc()
     if args.serve_echo:
         serve_echo(args.serve_echo)
         return 0
