@@ -27,7 +27,7 @@ using edl::OptSlots;
 
 namespace {
 
-constexpr int kAbiVersion = 2;  // 2: IdMap
+constexpr int kAbiVersion = 3;  // 2: IdMap; 3: IdMap.items, IdMap.nbytes
 
 template <typename T>
 T* P(uintptr_t a) {
@@ -225,6 +225,20 @@ PYBIND11_MODULE(elasticdl_native, m) {
       .def(py::init<int64_t>(), py::arg("capacity") = 1024)
       .def("__len__", &edl::cpu::IdMap::size)
       .def_property_readonly("capacity", &edl::cpu::IdMap::capacity)
+      .def_property_readonly("nbytes", &edl::cpu::IdMap::bytes)
+      .def("items",
+           [](const edl::cpu::IdMap& map) {
+             // The size only grows: ids inserted meanwhile may be left out, never overrun.
+             const int64_t n = map.size();
+             IdArray ids(n), rows(n);
+             int64_t* i = ids.mutable_data();
+             int64_t* r = rows.mutable_data();
+             {
+               py::gil_scoped_release nogil;
+               map.items(i, r, n);
+             }
+             return py::make_tuple(ids, rows);
+           })
       .def("lookup",
            [](const edl::cpu::IdMap& map, IdArray ids) {
              const int64_t n = ids.size();

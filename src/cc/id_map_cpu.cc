@@ -2,9 +2,11 @@
 #include "id_map_cpu.h"
 
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <mutex>
+#include <new>
 
 #include "kernels.h"
 
@@ -14,29 +16,50 @@ namespace cpu {
 namespace {
 constexpr int64_t kProbeAhead = 8;         // ids ahead whose home slot a lookup prefetches
 constexpr int64_t kParallelMin = 1 << 15;  // smaller batches: one thread
+constexpr size_t kMinSlots = 16;
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Slots that hold `ids` ids at the largest load factor.
+size_t slots_for(int64_t ids) {
+  return static_cast<size_t>((ids * IdMap::kLoadDen + IdMap::kLoadNum - 1) / IdMap::kLoadNum);
+}
 }  // namespace
 
-IdMap::IdMap(int64_t capacity) {
-  const int64_t want = std::max<int64_t>(capacity, 8) * 2;  // load factor <= 1/2
-  while ((int64_t{1} << bits_) < want && bits_ < 62) ++bits_;
-  slots_.assign(static_cast<size_t>(int64_t{1} << bits_), Slot{0, -1});
+IdMap::Slot* IdMap::allocate(size_t n) {
+  void* p = mmap(nullptr, n * sizeof(Slot), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  // Probes land anywhere in the array: 2 MB pages spare most of their TLB misses.
+  if (n * sizeof(Slot) >= kHugePage) madvise(p, n * sizeof(Slot), MADV_HUGEPAGE);
+#endif
+  return static_cast<Slot*>(p);
 }
+
+void IdMap::release(Slot* slots, size_t n) {
+  if (slots != nullptr) munmap(slots, n * sizeof(Slot));
+}
+
+IdMap::IdMap(int64_t capacity) {
+  n_slots_ = std::max(kMinSlots, slots_for(std::max<int64_t>(capacity, 0)));
+  slots_ = allocate(n_slots_);
+}
+
+IdMap::~IdMap() { release(slots_, n_slots_); }
 
 void IdMap::lookup(const int64_t* ids, int64_t n, int64_t* rows) const {
   std::shared_lock<std::shared_mutex> lock(mu_);
   follow_load();
-  const Slot* slots = slots_.data();
-  const uint64_t mask = (uint64_t{1} << bits_) - 1;
+  const Slot* slots = slots_;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     if (i + kProbeAhead < n) __builtin_prefetch(slots + home(ids[i + kProbeAhead]), 0, 1);
     const int64_t id = ids[i];
     int64_t row = -1;
-    for (uint64_t j = home(id);; j = (j + 1) & mask) {
+    for (uint64_t j = home(id);; j = next(j)) {
       const Slot& s = slots[j];
-      if (s.row < 0) break;
+      if (s.row1 == 0) break;
       if (s.key == id) {
-        row = s.row;
+        row = static_cast<int64_t>(s.row1 - 1);
         break;
       }
     }
@@ -44,42 +67,58 @@ void IdMap::lookup(const int64_t* ids, int64_t n, int64_t* rows) const {
   }
 }
 
-void IdMap::put(int64_t id, int64_t row) {
-  const uint64_t mask = (uint64_t{1} << bits_) - 1;
-  for (uint64_t j = home(id);; j = (j + 1) & mask) {
+void IdMap::put(int64_t id, uint64_t row1) {
+  for (uint64_t j = home(id);; j = next(j)) {
     Slot& s = slots_[j];
-    if (s.row < 0) {
-      s = Slot{id, row};
+    if (s.row1 == 0) {
+      s = Slot{id, row1};
       ++size_;
       return;
     }
     if (s.key == id) {
-      s.row = row;
+      s.row1 = row1;
       return;
     }
   }
 }
 
 void IdMap::grow(int64_t needed) {
-  int bits = bits_;
-  while ((int64_t{1} << bits) < 2 * needed && bits < 62) ++bits;
-  if (bits == bits_) return;
-  std::vector<Slot> old(static_cast<size_t>(int64_t{1} << bits), Slot{0, -1});
-  old.swap(slots_);
-  bits_ = bits;
+  if (slots_for(needed) <= n_slots_) return;
+  size_t n = n_slots_;
+  while (n < slots_for(needed)) n += n / 2;
+  Slot* old = slots_;
+  const size_t old_n = n_slots_;
+  slots_ = allocate(n);
+  n_slots_ = n;
   size_ = 0;
-  for (const Slot& s : old) {
-    if (s.row >= 0) put(s.key, s.row);
+  constexpr size_t kAhead = 16;  // old slots ahead whose new home is prefetched
+  for (size_t i = 0; i < old_n; ++i) {
+    if (i + kAhead < old_n && old[i + kAhead].row1 != 0)
+      __builtin_prefetch(slots_ + home(old[i + kAhead].key), 1, 1);
+    if (old[i].row1 != 0) put(old[i].key, old[i].row1);
   }
+  release(old, old_n);
 }
 
 void IdMap::insert(const int64_t* ids, const int64_t* rows, int64_t n) {
   std::unique_lock<std::shared_mutex> lock(mu_);
   grow(size_ + n);  // at most n new ids
   for (int64_t i = 0; i < n; ++i) {
-    if (i + kProbeAhead < n) __builtin_prefetch(slots_.data() + home(ids[i + kProbeAhead]), 1, 1);
-    put(ids[i], rows[i]);
+    if (i + kProbeAhead < n) __builtin_prefetch(slots_ + home(ids[i + kProbeAhead]), 1, 1);
+    put(ids[i], static_cast<uint64_t>(rows[i]) + 1);
   }
+}
+
+int64_t IdMap::items(int64_t* ids, int64_t* rows, int64_t max_n) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  int64_t k = 0;
+  for (size_t j = 0; j < n_slots_ && k < max_n; ++j) {
+    if (slots_[j].row1 == 0) continue;
+    ids[k] = slots_[j].key;
+    rows[k] = static_cast<int64_t>(slots_[j].row1 - 1);
+    ++k;
+  }
+  return k;
 }
 
 }  // namespace cpu

@@ -50,6 +50,71 @@ def test_id_index_large_batches(native):
     np.testing.assert_array_equal(index.lookup(query), expect)
 
 
+@pytest.mark.parametrize("native", _id_index_kinds(), ids=lambda n: "native" if n else "numpy")
+def test_id_index_one_at_a_time_tiny_map_and_items(native):
+    """A map made for 1 id takes 3,000 one-id inserts (every growth step, probes that wrap
+    around the end of a small array at full load), then answers for each, for absent ids, and
+    gives its pairs back through items()."""
+    rng = np.random.default_rng(3)
+    index, reference = IdIndex(capacity=1, native=native), {}
+    ids = rng.permutation(np.unique(rng.integers(0, 1 << 63, 3000, dtype=np.int64)))
+    for k, i in enumerate(ids.tolist()):
+        index.insert(np.array([i]), np.array([k]))
+        reference[i] = k
+        if k in (0, 1, 7, 99, 1000):  # everything so far, and nothing else
+            got = index.lookup(ids[: k + 1])
+            np.testing.assert_array_equal(got, np.arange(k + 1))
+            assert index.lookup(ids[k + 1 : k + 2]).tolist() == [-1]
+    keys, rows = index.items()
+    assert sorted(zip(keys.tolist(), rows.tolist())) == sorted(reference.items())
+    assert index.lookup(np.array([0, (1 << 63) - 1])).tolist() == [
+        reference.get(0, -1),
+        reference.get((1 << 63) - 1, -1),
+    ]
+
+
+def test_native_id_map_load_stays_within_its_bounds():
+    """The native map holds at most 4/5 of its slots, grows by 3/2 (so at least ~8/15 full
+    right after a growth), and an id inserted again takes its new row."""
+    from elasticdl.ops import _backend
+
+    if _backend.native is None:
+        pytest.skip("elasticdl_native is not built")
+    m = _backend.native.IdMap(0)
+    loads = []
+    rng = np.random.default_rng(4)
+    seen = np.empty(0, np.int64)
+    for n in [1, 5, 100, 1000, 4096, 50_000, 70_000]:
+        ids = np.setdiff1d(rng.integers(0, 1 << 62, n), seen)
+        order = rng.permutation(ids.size)  # id seen[k] gets row k, inserted in random order
+        m.insert(ids[order], np.arange(seen.size, seen.size + ids.size)[order])
+        seen = np.concatenate([seen, ids])
+        assert len(m) == seen.size <= 0.8 * m.capacity
+        assert m.nbytes == 16 * m.capacity
+        loads.append(len(m) / m.capacity)
+    assert loads[-1] > 0.5  # not sized for the doubling of a power of two
+    before = m.capacity
+    m.insert(seen[:10], np.arange(10) + 10**9)  # re-insert: new rows, no new entries
+    assert len(m) == seen.size and m.capacity == before
+    np.testing.assert_array_equal(m.lookup(seen[:12])[:10], np.arange(10) + 10**9)
+    np.testing.assert_array_equal(m.lookup(seen[10:12]), [10, 11])
+    with pytest.raises(ValueError, match="rows must be >= 0"):
+        m.insert(np.array([1]), np.array([-1]))
+
+
+def test_ids_and_export_come_back_from_the_index():
+    t = EmbeddingTable("e", 2, "zeros")
+    ids = np.array([10**12, 3, 77, 5, 1 << 62])
+    t.set(ids, np.arange(10, dtype=np.float32).reshape(5, 2))
+    t.get(np.array([4, 3]))
+    # By block row: a batch's new ids get theirs in id order.
+    np.testing.assert_array_equal(t.ids, [3, 5, 77, 10**12, 1 << 62, 4])
+    got_ids, got = t.export()
+    np.testing.assert_array_equal(got_ids, [3, 4, 5, 77, 10**12, 1 << 62])
+    np.testing.assert_array_equal(got[:, 0], [2, 0, 6, 4, 0, 8])
+    assert t.index_nbytes > 0
+
+
 def test_lazy_init_is_deterministic_per_id_and_order_independent():
     a = EmbeddingTable("user", 8, "uniform")
     b = EmbeddingTable("user", 8, "uniform")

@@ -2,8 +2,9 @@
 
 Embedding lookups arrive as batches of thousands of ids; a Python dict would cost one
 interpreter round trip per id. With the native ops backend the map is ``elasticdl_native.IdMap``
-(C++ open addressing, prefetched and multi-threaded lookups; figures in benchmarks/ops/RESULTS.md);
-otherwise, or with ``ELASTICDL_OPS_BACKEND=reference``, the NumPy table below, which
+(C++ open addressing at load factor <= 4/5, prefetched and multi-threaded lookups; figures in
+benchmarks/ops/RESULTS.md and benchmarks/ps/README.md); otherwise, or with
+``ELASTICDL_OPS_BACKEND=reference``, the NumPy table below, which
 resolves a batch with a handful of vectorised passes (linear probing, multiplicative hashing,
 load factor <= 1/2) and inserts in O(batch) rather than O(table) as a sorted-array index would.
 Both give the same answers; the tests run each.
@@ -43,6 +44,16 @@ class IdIndex:
         if ids.size:
             self._impl.insert(ids, rows)
 
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, rows) of every entry, in no particular order: the table keeps no id column,
+        so checkpoints and exports read the ids back from here."""
+        return self._impl.items()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the map's slots take."""
+        return int(self._impl.nbytes)
+
 
 class NumpyIdIndex:
     def __init__(self, capacity: int = 1024):
@@ -53,6 +64,14 @@ class NumpyIdIndex:
 
     def __len__(self) -> int:
         return self._size
+
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        live = self._keys != _EMPTY
+        return self._keys[live], self._vals[live]
+
+    @property
+    def nbytes(self) -> int:
+        return self._keys.nbytes + self._vals.nbytes
 
     @property
     def _mask(self) -> int:
