@@ -4,6 +4,9 @@ Example::
 
     namespace: ml-team          # default --namespace
     registry: reg.example.com/team   # prefixed to --image_name values without a registry
+    image_pull_secrets: regcred # default --image_pull_secrets: a private registry's pull
+                                # credentials, a Secret in the namespace (not with a server:
+                                # the server's --image_pull_secrets apply to its jobs)
     kube_context: prod-cluster  # default --kube_context
     platform: kubernetes        # default --platform (else: kubernetes iff --image_name)
     server:                     # a job server (elasticdl server): jobs and data go through it
@@ -44,6 +47,7 @@ class ClientConfig:
     registry: str = ""
     kube_context: str = ""
     platform: str = ""
+    image_pull_secrets: str = ""
     path: str = ""  # where it was read from ("" = no file)
     server: ServerSettings | None = None
 
@@ -115,6 +119,14 @@ def load_config(path: str | None = None) -> ClientConfig:
         raise ConfigError(
             f"{path}: platform {values['platform']!r} is invalid; use one of {', '.join(platforms)}"
         )
+    if "image_pull_secrets" in values:
+        from elasticdl.common.job_spec import parse_pull_secrets
+        from elasticdl.common.spec_codec import SpecError
+
+        try:
+            parse_pull_secrets(values["image_pull_secrets"], "image_pull_secrets")
+        except SpecError as e:
+            raise ConfigError(f"{path}: {e}") from None
     return ClientConfig(path=path, **values)
 
 
@@ -135,12 +147,15 @@ def apply_registry(image: str, registry: str) -> str:
 
 def with_config(values: dict[str, Any], config: ClientConfig) -> dict[str, Any]:
     """``values`` (what the user gave) completed from the config file: the file's namespace,
-    kube_context and platform where the user gave none, its registry prefixed to images."""
+    kube_context and platform where the user gave none, its registry prefixed to images, its
+    image_pull_secrets where the user gave none (not with a server: the server's own apply)."""
     result = dict(values)
     for key in ("namespace", "kube_context", "platform"):
         value = getattr(config, key)
         if value and key not in result:
             result[key] = value
+    if config.image_pull_secrets and config.server is None:
+        result.setdefault("image_pull_secrets", config.image_pull_secrets)
     if config.registry:
         for key in ("image_name", "worker_image"):
             if result.get(key):

@@ -48,6 +48,7 @@ def test_values(tmp_path):
         ("- a\n- b\n", "expected a mapping"),
         ("namespace: 3\n", "namespace must be a non-empty string"),
         ("platform: cloud\n", "platform 'cloud' is invalid"),
+        ("image_pull_secrets: a,,b\n", "image_pull_secrets 'a,,b' has an empty Secret name"),
     ],
 )
 def test_errors_name_the_key(tmp_path, text, message):

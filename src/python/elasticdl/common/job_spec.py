@@ -167,6 +167,10 @@ def _secret_envs(name: str, value: str) -> None:
     parse_secret_envs(value)
 
 
+def _pull_secrets(name: str, value: str) -> None:
+    parse_pull_secrets(value, f"--{name}")
+
+
 def _env_patterns(name: str, value: str) -> None:
     for pattern in env_name_patterns(value):
         try:
@@ -559,6 +563,14 @@ class JobSpec:
     image_pull_policy: str = _field(
         "Always", "Image pull policy", "kubernetes", choices=IMAGE_PULL_POLICIES
     )
+    image_pull_secrets: str = _field(
+        "",
+        "Secrets of the namespace (type kubernetes.io/dockerconfigjson, comma-separated) the "
+        "kubelet pulls the job's images with, for a registry that needs credentials to pull: "
+        "every pod's imagePullSecrets (no one reads them but the kubelet)",
+        "kubernetes",
+        check=_pull_secrets,
+    )
     restart_policy: str = _field(
         "Never", "Pod restart policy", "kubernetes", choices=RESTART_POLICIES
     )
@@ -606,6 +618,10 @@ class JobSpec:
 
     def env_vars(self) -> dict[str, str]:
         return parse_envs(self.envs)
+
+    def pull_secret_names(self) -> list[str]:
+        """``--image_pull_secrets`` as a list of Secret names."""
+        return parse_pull_secrets(self.image_pull_secrets)
 
     def secret_env_refs(self) -> dict[str, tuple[str, str]]:
         """``--secret_envs`` as variable -> (Secret name, key)."""
@@ -944,6 +960,30 @@ _SECRET_REF_PREFIX = "secretKeyRef:"
 # A Secret's name (DNS-1123 subdomain) and a key of its data.
 _SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def parse_pull_secrets(value: str, flag: str = "--image_pull_secrets") -> list[str]:
+    """``"regcred,other"`` -> ["regcred", "other"]; an empty item, a name that is not a
+    Secret's or one given twice raises :class:`SpecError` naming ``flag``."""
+    if not (value or "").strip():
+        return []
+    names: list[str] = []
+    for piece in value.split(","):
+        name = piece.strip()
+        if not name:
+            raise SpecError(
+                f"{flag} {value!r} has an empty Secret name; give NAME[,NAME...] "
+                "(e.g. regcred, a Secret of type kubernetes.io/dockerconfigjson)"
+            )
+        if len(name) > 253 or not _SECRET_NAME.match(name):
+            raise SpecError(
+                f"{flag}: {name!r} is not a Secret name: use lowercase letters, digits, '-' "
+                "and '.'"
+            )
+        if name in names:
+            raise SpecError(f"{flag}: {name} is given twice; keep one")
+        names.append(name)
+    return names
 
 
 def parse_secret_envs(value: str) -> dict[str, tuple[str, str]]:

@@ -18,6 +18,7 @@ Every pod:
   (one-node clusters);
 * runs under the restricted securityContext of :mod:`elasticdl.k8s.security` (non-root,
   read-only root filesystem, writable ``/tmp``) unless ``--pod_security=none``;
+* pulls its image with the job's ``--image_pull_secrets`` (``imagePullSecrets``), if any;
 * carries resource requests/limits from ``elasticdl.k8s.resources`` (``gpu`` ->
   ``nvidia.com/gpu``; the limit defaults to the request), volumes from
   ``elasticdl.k8s.volumes``, an optional PriorityClass, and an owner reference to the
@@ -63,6 +64,8 @@ class PodTemplate:
     cluster_spec: ClusterSpec = dataclasses.field(default_factory=ClusterSpec)
     service_account: str = ""  # "" = the namespace's default service account
     pod_security: str = security.POD_SECURITY_RESTRICTED  # --pod_security
+    # --image_pull_secrets: what the kubelet pulls a private registry's images with.
+    image_pull_secrets: tuple[str, ...] = ()
 
     @classmethod
     def from_spec(cls, job: "JobSpec", cluster_spec: ClusterSpec | None = None) -> "PodTemplate":
@@ -78,6 +81,7 @@ class PodTemplate:
             secret_envs=job.secret_env_refs(),
             cluster_spec=cluster_spec if cluster_spec is not None else ClusterSpec.from_spec(job),
             pod_security=job.pod_security,
+            image_pull_secrets=tuple(job.pull_secret_names()),
         )
 
 
@@ -182,6 +186,10 @@ def build_pod(
             volumes=pod_volumes or None,
             security_context=security.pod_security_context(template.pod_security),
             service_account_name=template.service_account or None,
+            image_pull_secrets=[
+                client.V1LocalObjectReference(name=secret) for secret in template.image_pull_secrets
+            ]
+            or None,
             # Only the master talks to the API server; its replicas get no credentials for it.
             automount_service_account_token=False if replica_type != MASTER_TYPE else None,
             # host network mode: the pods of the job share the node's network namespace.

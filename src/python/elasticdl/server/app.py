@@ -50,7 +50,9 @@ def build_services(config: ServerConfig) -> Services:
         config.max_package_members,
     )
     data = DataStore(config.data_dir, config.sums_dir, config.tmp_dir, config.max_data_bytes)
-    target = KubernetesTarget(config.namespace, config.kube_context, config.data_volume)
+    target = KubernetesTarget(
+        config.namespace, config.kube_context, config.data_volume, config.image_pull_secrets
+    )
     jobs = JobService(
         config.jobs_dir,
         packages,

@@ -47,6 +47,7 @@ class ServerConfig:
     namespace: str = "default"
     kube_context: str = ""
     data_volume: str = ""
+    image_pull_secrets: str = ""  # what the kubelet pulls job and build images with
     # In-cluster image builds of packages (image_builds.py); off unless all three are given.
     build_base_image: str = ""
     build_repository: str = ""
@@ -69,6 +70,7 @@ class ServerConfig:
             registry_secret=self.registry_secret,
             insecure=self.registry_insecure,
             host_network=self.build_host_network,
+            image_pull_secrets=self.image_pull_secrets,
         )
 
     @property

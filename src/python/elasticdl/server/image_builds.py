@@ -69,6 +69,7 @@ class BuildSettings:
     insecure: bool = False  # plain HTTP to the registry
     host_network: bool = False  # a one-node cluster whose registry is on the node's loopback
     timeout_seconds: int = 1800
+    image_pull_secrets: str = ""  # what the kubelet pulls the base image with (comma-separated)
 
     def image_for(self, package_id: str) -> str:
         """One image per package and base image: the same package on another base is
@@ -282,6 +283,9 @@ def build_pod(
     }
     if settings.host_network:
         spec["hostNetwork"] = True
+    pull = [s.strip() for s in settings.image_pull_secrets.split(",") if s.strip()]
+    if pull:
+        spec["imagePullSecrets"] = [{"name": secret} for secret in pull]
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -20,6 +20,7 @@ SETTINGS = BuildSettings(
     repository="reg.example:5000/jobs",
     state_volume="claim_name=edl-state",
     registry_secret="reg-creds",
+    image_pull_secrets="pull-creds",
 )
 
 
@@ -76,6 +77,7 @@ def test_build_pod_is_restricted_and_credentials_reach_only_the_push_step():
     ]
     assert f"--target={SETTINGS.image_for(PACKAGE)}" in push["command"]
     assert "--insecure" not in push["command"]
+    assert spec["imagePullSecrets"] == [{"name": "pull-creds"}]  # the base image's registry
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["state"]["persistentVolumeClaim"] == {"claimName": "edl-state", "readOnly": True}
 
@@ -131,6 +133,11 @@ def test_builder_file_is_the_module(tmp_path):
             ],
             "--state_volume '/srv': use claim_name=PVC or host_path=DIR",
         ),
+        (
+            ["--platform=kubernetes", "--image_pull_secrets=regcred,"],
+            "--image_pull_secrets 'regcred,' has an empty Secret name",
+        ),
+        (["--image_pull_secrets=regcred"], "are for --platform=kubernetes"),
     ],
 )
 def test_bad_build_flags_are_one_line(tmp_path, capsys, flags, words):
@@ -180,6 +187,7 @@ def _service(tmp_path):
             "--model_def 'mnist.nope.custom_model': no file",
         ),
         ({"model_zoo": "/elsewhere"}, "spec.model_zoo cannot be set"),
+        ({"image_pull_secrets": "mine"}, "spec.image_pull_secrets cannot be set"),
     ],
 )
 def test_package_jobs_are_checked_before_any_build(tmp_path, spec, words):

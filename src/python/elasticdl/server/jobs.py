@@ -65,6 +65,7 @@ KUBERNETES_SERVER_FIELDS = {
     "kube_context": "the server uses its own service account",
     "force_use_kube_config_file": "the server uses its own service account",
     "image_name": "give 'image' beside the spec",
+    "image_pull_secrets": "the server pulls images with its own --image_pull_secrets",
 }
 
 
@@ -76,6 +77,7 @@ class KubernetesTarget:
     namespace: str = "default"
     kube_context: str = ""
     data_volume: str = ""
+    image_pull_secrets: str = ""  # --image_pull_secrets, put on every job
 
     @property
     def data_mount(self) -> str:
@@ -275,6 +277,8 @@ class JobService:
         values["namespace"] = self.kubernetes.namespace
         if self.kubernetes.data_volume:
             values["volume"] = self.kubernetes.data_volume
+        if self.kubernetes.image_pull_secrets:
+            values["image_pull_secrets"] = self.kubernetes.image_pull_secrets
         return values
 
     def submit(self, user: str, request: SubmitRequest) -> JobStatus:

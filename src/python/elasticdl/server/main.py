@@ -42,6 +42,13 @@ def _serve_parser() -> StrictArgumentParser:
         "(e.g. claim_name=edl-state,sub_path=data,mount_path=/data); data paths of jobs are "
         "paths in it",
     )
+    parser.add_argument(
+        "--image_pull_secrets",
+        default="",
+        help="Kubernetes: Secrets in --namespace (type kubernetes.io/dockerconfigjson, "
+        "comma-separated) every job pod and build pod pulls its image with, for a registry "
+        "that needs credentials to pull; the server never reads them",
+    )
     builds = parser.add_argument_group(
         "image builds (Kubernetes)",
         "Jobs from an uploaded package run in an image a build pod makes: the base image + "
@@ -105,6 +112,7 @@ def _add_user_parser() -> StrictArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    from elasticdl.common.job_spec import parse_pull_secrets
     from elasticdl.common.spec_codec import SpecError
 
     if bool(args.tls_cert) != bool(args.tls_key):
@@ -123,13 +131,19 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             f"--data_volume {args.data_volume!r} has no mount_path; e.g. "
             "claim_name=edl-state,sub_path=data,mount_path=/data"
         )
-    if args.platform != "kubernetes" and (args.data_volume or args.kube_context):
-        raise SpecError("--data_volume and --kube_context are for --platform=kubernetes")
+    if args.platform != "kubernetes" and (
+        args.data_volume or args.kube_context or args.image_pull_secrets
+    ):
+        raise SpecError(
+            "--data_volume, --kube_context and --image_pull_secrets are for --platform=kubernetes"
+        )
+    parse_pull_secrets(args.image_pull_secrets)
     _check_builds(args)
     return ServerConfig(
         namespace=args.namespace,
         kube_context=args.kube_context,
         data_volume=args.data_volume,
+        image_pull_secrets=args.image_pull_secrets,
         build_base_image=args.build_base_image,
         build_repository=args.build_repository,
         state_volume=args.state_volume,

@@ -48,6 +48,7 @@ def builds(k8s_cluster, namespace, tmp_path):
         f"--build_base_image={BASE}",
         f"--build_repository={REPOSITORY}",
         f"--state_volume=host_path={state}",
+        "--image_pull_secrets=regcred",  # a registry that needs credentials to pull
     )
     server.tokens = {u: server.add_user(u) for u in ("alice", "bob")}
     server.start()
@@ -111,7 +112,8 @@ def test_build_log_is_followed_then_kept(builds, k8s_cluster, namespace, tmp_pat
     status = alice.submit_job(_spec("blog"), package_id=package)
     assert status.phase == "Pending" and "building image" in status.message
     pod = build_pod_name("blog")
-    _until(lambda: admin.get_pod(pod), "the build pod")
+    build = _until(lambda: admin.get_pod(pod), "the build pod")
+    assert [s.name for s in build.spec.image_pull_secrets] == ["regcred"]
     log_file = builds.pod_logs / f"{pod}.log"
     log_file.write_text("Collecting numpy\n")
     _set_phase(admin, pod, "Running")
@@ -132,6 +134,8 @@ def test_build_log_is_followed_then_kept(builds, k8s_cluster, namespace, tmp_pat
     # The build pod goes, the job runs from the built image, the log stays.
     master = _until(lambda: admin.get_pod(master_pod_name("blog")), "the job's master pod")
     assert master.spec.containers[0].image.startswith(f"{REPOSITORY}:pkg-{package[:24]}")
+    assert [s.name for s in master.spec.image_pull_secrets] == ["regcred"]
+    assert '"image_pull_secrets":"regcred"' in " ".join(master.spec.containers[0].command)
     _until(lambda: admin.get_pod(pod) is None, "the build pod's deletion")
     follower.join(timeout=30)
     assert not follower.is_alive()
