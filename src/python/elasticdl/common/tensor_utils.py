@@ -114,22 +114,28 @@ class IndexedRows:
     indices: np.ndarray  # (n,) int64
 
 
-def indexed_rows_to_pb(rows: IndexedRows, out: pb.IndexedSlices | None = None) -> pb.IndexedSlices:
-    msg = out if out is not None else pb.IndexedSlices()
+def checked_indexed_rows(rows: IndexedRows) -> tuple[np.ndarray, np.ndarray]:
+    """(values, int64 indices) of `rows`, ValueError unless there is one row per index."""
     values = np.asarray(rows.values)
     indices = np.asarray(rows.indices, dtype=np.int64).reshape(-1)
     if values.ndim == 0 or values.shape[0] != indices.shape[0]:
         raise ValueError(
             f"IndexedSlices has {indices.shape[0]} indices but values of shape {values.shape}"
         )
+    return values, indices
+
+
+def indexed_rows_to_pb(rows: IndexedRows, out: pb.IndexedSlices | None = None) -> pb.IndexedSlices:
+    msg = out if out is not None else pb.IndexedSlices()
+    values, indices = checked_indexed_rows(rows)
     ndarray_to_pb(values, msg.values)
     ndarray_to_pb(indices, msg.indices)
     return msg
 
 
-def pb_to_indexed_rows(msg: pb.IndexedSlices) -> IndexedRows:
-    values = pb_to_ndarray(msg.values)
-    indices = pb_to_ndarray(msg.indices)
+def indexed_rows_of(values: np.ndarray, indices: np.ndarray) -> IndexedRows:
+    """Decoded values and indices as IndexedRows (int64 indices), ValueError unless there is
+    one row per index."""
     if indices.dtype != np.int64:
         indices = indices.astype(np.int64)
     if values.shape[:1] != indices.shape:
@@ -137,6 +143,10 @@ def pb_to_indexed_rows(msg: pb.IndexedSlices) -> IndexedRows:
             f"IndexedSlices has {indices.shape[0]} indices but values of shape {values.shape}"
         )
     return IndexedRows(values=values, indices=indices)
+
+
+def pb_to_indexed_rows(msg: pb.IndexedSlices) -> IndexedRows:
+    return indexed_rows_of(pb_to_ndarray(msg.values), pb_to_ndarray(msg.indices))
 
 
 # ------------------------------------------------------------------ Tensor wire bytes
@@ -178,6 +188,12 @@ def _read_varint(data, pos: int) -> tuple[int, int]:
 def ndarray_to_tensor_bytes(array) -> bytes:
     """The serialized `Tensor` of a numeric array, as `ndarray_to_pb(a).SerializeToString()`
     parses, with the array's bytes copied once."""
+    return b"".join(ndarray_to_tensor_pieces(array))
+
+
+def ndarray_to_tensor_pieces(array) -> list:
+    """The serialized `Tensor` of an array as pieces to join: its head, then a view of its
+    bytes (no copy yet) when it is numeric."""
     array = np.asarray(array)
     dims = array.shape  # before ascontiguousarray, which makes a 0-d array 1-d
     array = np.ascontiguousarray(array)
@@ -185,14 +201,15 @@ def ndarray_to_tensor_bytes(array) -> bytes:
         array = array.astype(array.dtype.newbyteorder("<"))
     dtype = dtype_to_pb(array.dtype)
     if dtype == pb.DT_STRING:
-        return ndarray_to_pb(array).SerializeToString()
+        return [ndarray_to_pb(array).SerializeToString()]
     shape = b"".join(_varint(d) for d in dims)
     head = [_varint(_TENSOR_DTYPE << 3 | _VARINT), _varint(dtype)]
     if shape:
         head += [_varint(_TENSOR_SHAPE << 3 | _LEN), _varint(len(shape)), shape]
-    if array.nbytes:
-        head += [_varint(_TENSOR_CONTENT << 3 | _LEN), _varint(array.nbytes)]
-    return b"".join(head + [memoryview(array.reshape(-1)).cast("B")])
+    if not array.nbytes:
+        return [b"".join(head)]
+    head += [_varint(_TENSOR_CONTENT << 3 | _LEN), _varint(array.nbytes)]
+    return [b"".join(head), memoryview(array.reshape(-1)).cast("B")]
 
 
 def tensor_bytes_to_ndarray(data: bytes) -> np.ndarray:

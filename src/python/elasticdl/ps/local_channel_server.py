@@ -19,6 +19,7 @@ from typing import Callable, Optional, Set, Tuple
 import grpc
 from elasticdl.common import local_channel as lc
 from elasticdl.common import message_caps
+from elasticdl.common.push_wire import decode_push
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.errors import PSError
 from elasticdl.ps.shared_regions import SharedRegions
@@ -47,7 +48,8 @@ class LocalChannelServer:
     def __init__(
         self,
         regions: SharedRegions,
-        handle_push: Callable[[pb.PushGradientsRequest], pb.PushGradientsResponse],
+        # (request, its embedding gradients read apart from it, or None) -> answer
+        handle_push: Callable[..., pb.PushGradientsResponse],
         status_for: Callable[[Exception], grpc.StatusCode],
         tag: str = "",
         request_cap: Optional[Callable[[], Tuple[int, str]]] = None,
@@ -134,10 +136,10 @@ class LocalChannelServer:
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
                         message_caps.oversize_message("push_gradients", len(payload), cap, why),
                     )
-            request = pb.PushGradientsRequest.FromString(payload)
-            if request.shared_memory_region != region_id:
+            push = decode_push(payload)
+            if push.request.shared_memory_region != region_id:
                 raise PSError("a push on this channel must name the channel's region")
-            return lc.OK, self._handle_push(request).SerializeToString()
+            return lc.OK, self._handle_push(push.request, push.embedding).SerializeToString()
         except PSError as e:
             return lc.ERROR, lc.error_payload(self._status_for(e), str(e))
         except Exception as e:  # noqa: BLE001 - the worker must get an answer, not a hang

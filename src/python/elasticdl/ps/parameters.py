@@ -14,6 +14,8 @@ Not thread-safe by itself: `ParameterServer` (updater.py) holds the lock.
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
 from elasticdl.common import tensor_utils as tu
 from elasticdl.common.hash_utils import string_to_id
@@ -156,9 +158,13 @@ class Parameters:
             )
         return ids
 
-    def check_grad(self, gradients: pb.Model) -> tuple[dict, dict]:
+    def check_grad(
+        self, gradients: pb.Model, embedding: Mapping[str, tu.IndexedRows] | None = None
+    ) -> tuple[dict, dict]:
         """Decode and validate a gradient push before anything is applied, so a bad push
-        leaves the model untouched. Returns ({name: grad}, {table: (ids, grads)})."""
+        leaves the model untouched. `embedding`: the push's embedding gradients when the
+        transport read them itself (elasticdl.common.push_wire), else they are read from
+        `gradients`. Returns ({name: grad}, {table: (ids, grads)})."""
         dense = {}
         for name, tensor in gradients.dense_parameters.items():
             param = self.dense.get(name)
@@ -173,8 +179,12 @@ class Parameters:
                 )
             dense[name] = np.ascontiguousarray(grad, dtype=np.float32)
         sparse = {}
-        for name, slices in gradients.embedding_tables.items():
-            rows = tu.pb_to_indexed_rows(slices)
+        if embedding is None:
+            embedding = {
+                name: tu.pb_to_indexed_rows(slices)
+                for name, slices in gradients.embedding_tables.items()
+            }
+        for name, rows in embedding.items():
             ids = self.check_embedding_ids(name, rows.indices)
             dim = self.embedding_tables[name].dim
             if rows.values.ndim != 2 or rows.values.shape[1] != dim:

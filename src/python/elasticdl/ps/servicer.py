@@ -9,12 +9,13 @@ import functools
 import logging
 import os
 import threading
-from typing import Callable
+from typing import Callable, Mapping
 
 import grpc
 import numpy as np
 from elasticdl.common import shared_memory as shm
 from elasticdl.common import tensor_utils as tu
+from elasticdl.common.push_wire import DecodedPush, decode_push
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps.checkpointer import Checkpointer
@@ -81,14 +82,20 @@ def _rpc(method):
 def wire_handlers(servicer: "PserverServicer") -> grpc.GenericRpcHandler:
     """Handlers that take precedence over the generated ones (register them first): the pull of
     embedding rows answers with Tensor bytes it serialized itself, one copy of the rows instead
-    of three (figures: benchmarks/ps/README.md)."""
+    of three, and a push's embedding gradients are read as views of the request's bytes
+    (elasticdl.common.push_wire) instead of two copies (figures: benchmarks/ps/README.md)."""
     pull = grpc.unary_unary_rpc_method_handler(
         servicer.pull_embedding_vectors_bytes,
         request_deserializer=pb.PullEmbeddingVectorsRequest.FromString,
         response_serializer=None,  # the handler's bytes as they are
     )
+    push = grpc.unary_unary_rpc_method_handler(
+        servicer.push_gradients_decoded,
+        request_deserializer=decode_push,
+        response_serializer=pb.PushGradientsResponse.SerializeToString,
+    )
     return grpc.method_handlers_generic_handler(
-        "elasticdl.Pserver", {"pull_embedding_vectors": pull}
+        "elasticdl.Pserver", {"pull_embedding_vectors": pull, "push_gradients": push}
     )
 
 
@@ -141,14 +148,24 @@ class PserverServicer(pb_grpc.PserverServicer):
     def push_gradients(self, request: pb.PushGradientsRequest, context):
         return self.handle_push(request)
 
-    def handle_push(self, request: pb.PushGradientsRequest) -> pb.PushGradientsResponse:
-        """A push, from gRPC or from a local channel; raises PSError for a bad request."""
+    @_rpc
+    def push_gradients_decoded(self, push: DecodedPush, context):
+        """A push read by `decode_push` (see `wire_handlers`)."""
+        return self.handle_push(push.request, push.embedding)
+
+    def handle_push(
+        self,
+        request: pb.PushGradientsRequest,
+        embedding: Mapping[str, tu.IndexedRows] | None = None,
+    ) -> pb.PushGradientsResponse:
+        """A push, from gRPC or from a local channel (`embedding`: its embedding gradients when
+        read apart from `request`); raises PSError for a bad request."""
         resp = pb.PushGradientsResponse()
         pull_into = resp.dense_parameters if request.pull_dense_parameters else None
         region = None
         if request.shared_memory_region:
             region = self.regions.get(request.shared_memory_region)
-        result = self.ps.push_gradients(request, pull_into, region)
+        result = self.ps.push_gradients(request, pull_into, region, embedding)
         if pull_into is not None:
             resp.dense_parameters.SetInParent()  # present even when nothing is newer
         resp.accepted = result.accepted

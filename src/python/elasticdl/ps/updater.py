@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 from elasticdl import ops
 from elasticdl.common.shared_memory import SharedMemoryError, SharedRegion
+from elasticdl.common.tensor_utils import IndexedRows
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.errors import PSError
 from elasticdl.ps.optimizer import Optimizer
@@ -214,21 +215,27 @@ class ParameterServer:
         request: pb.PushGradientsRequest,
         pull_into: pb.PullDenseParametersResponse | None = None,
         region: SharedRegion | None = None,
+        embedding: Mapping[str, IndexedRows] | None = None,
     ) -> PushResult:
         """Handle one push; with `pull_into`, also fill it as `pull_dense(gradients.version)`
         would right after the push, under the same lock (no other update in between).
 
         With `region` (the one the request names), the dense gradients are read from its
-        gradient slots and the pulled parameters written to its parameter slots."""
+        gradient slots and the pulled parameters written to its parameter slots. `embedding`:
+        the embedding gradients when the transport read them apart from `request`."""
         grad_version = int(request.gradients.version)
         with self.lock:
-            result = self._push_locked(request, grad_version, region)
+            result = self._push_locked(request, grad_version, region, embedding)
             if pull_into is not None:
                 self._fill_pull(pull_into, grad_version, region)
             return result
 
     def _push_locked(
-        self, request: pb.PushGradientsRequest, grad_version: int, region: SharedRegion | None
+        self,
+        request: pb.PushGradientsRequest,
+        grad_version: int,
+        region: SharedRegion | None,
+        embedding: Mapping[str, IndexedRows] | None,
     ) -> PushResult:
         p = self.params
         if not p.initialized:
@@ -236,7 +243,7 @@ class ParameterServer:
             # finds initialized=false and pushes its model again.
             logger.warning("PS %d rejects gradients: model not initialised", p.ps_id)
             return PushResult(False, p.version)
-        dense, sparse = p.check_grad(request.gradients)
+        dense, sparse = p.check_grad(request.gradients, embedding)
         if region is not None:
             if dense:
                 raise PSError(

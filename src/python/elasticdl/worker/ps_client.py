@@ -29,7 +29,6 @@ from elasticdl.common import shared_memory as shm
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.common.tensor_utils import (
     IndexedRows,
-    indexed_rows_to_pb,
     ndarray_to_pb,
     pb_to_ndarray,
     tensor_bytes_to_ndarray,
@@ -110,6 +109,11 @@ class PushResult:
     pulled: Optional[PullResult] = None
 
 
+def _serialize(request) -> bytes:
+    """A request message, or a ps_links.PushRequest, as bytes."""
+    return request.SerializeToString()
+
+
 def _reissue_or_raise(
     requests: List[Tuple[int, object]], i: int, err: grpc.RpcError, reissue
 ) -> None:
@@ -169,6 +173,13 @@ class PSClient:
                 "/elasticdl.Pserver/pull_embedding_vectors",
                 request_serializer=pb.PullEmbeddingVectorsRequest.SerializeToString,
                 response_deserializer=tensor_bytes_to_ndarray,
+            )
+            # A push is sent as a ps_links.PushRequest, whose embedding rows go into the
+            # request's bytes without protobuf's copies (elasticdl.common.push_wire).
+            stub.push_gradients = channel.unary_unary(
+                "/elasticdl.Pserver/push_gradients",
+                request_serializer=_serialize,
+                response_deserializer=pb.PushGradientsResponse.FromString,
             )
         self._links = [
             PSLink(i, addr, stub, self.worker_id, rpc_timeout)
@@ -560,18 +571,13 @@ class PSClient:
         for name, (values, ids) in (embedding_grads or {}).items():
             values, ids = deduplicate_indexed_rows(values, ids)
             if self.num_ps == 1:  # no split, so no copy of the rows through a mask
-                indexed_rows_to_pb(
-                    IndexedRows(values, ids), parts[0].request.gradients.embedding_tables[name]
-                )
+                parts[0].embedding[name] = IndexedRows(values, ids)
                 continue
             owner = ids % self.num_ps
             for ps_id in range(self.num_ps):
                 mask = owner == ps_id
                 if mask.any():
-                    indexed_rows_to_pb(
-                        IndexedRows(values[mask], ids[mask]),
-                        parts[ps_id].request.gradients.embedding_tables[name],
-                    )
+                    parts[ps_id].embedding[name] = IndexedRows(values[mask], ids[mask])
         return parts
 
     def _send_pushes(self) -> List[pb.PushGradientsResponse]:
@@ -590,7 +596,7 @@ class PSClient:
             if by_grpc:
                 answers = self._fan_out(
                     "push_gradients",
-                    [(link.ps_id, link.request) for link in by_grpc],
+                    [(link.ps_id, link.in_flight()) for link in by_grpc],
                     reissue=self._reissue_push,
                 )
                 for link, resp in zip(by_grpc, answers):

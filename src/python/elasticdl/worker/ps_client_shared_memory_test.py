@@ -147,13 +147,14 @@ def test_pushes_go_through_the_local_channel_not_grpc(ps_cluster, monkeypatch):
     from elasticdl.ps.servicer import PserverServicer
 
     grpc_pushes = []
-    original = PserverServicer.push_gradients
+    original = PserverServicer.push_gradients_decoded
 
-    def counting(self, request, context):
-        grpc_pushes.append(request.shared_memory_region)
-        return original(self, request, context)
+    def counting(self, push, context):
+        grpc_pushes.append(push.request.shared_memory_region)
+        return original(self, push, context)
 
-    monkeypatch.setattr(PserverServicer, "push_gradients", counting)  # before the servers start
+    # Before the servers start (the gRPC handler of a push; the local channel's is handle_push).
+    monkeypatch.setattr(PserverServicer, "push_gradients_decoded", counting)
     cluster = ps_cluster(2, opt_type="Adam", opt_args="learning_rate=0.01;")
     twin = ps_cluster(2, opt_type="Adam", opt_args="learning_rate=0.01;")
     fast, slow = _client(cluster, True), _client(twin, False)

@@ -128,15 +128,14 @@ def test_push_with_pull_dense_returns_what_a_pull_would(ps_cluster):
 def test_push_with_pull_dense_against_a_ps_that_predates_it(ps_cluster, monkeypatch):
     from elasticdl.ps.servicer import PserverServicer
 
-    original = PserverServicer.push_gradients
+    original = PserverServicer.handle_push
 
-    def old_ps_push_gradients(self, request, context):  # an older PS: the field is unknown
-        resp = original(self, request, context)
+    def old_ps_handle_push(self, *args):  # an older PS: the field is unknown
+        resp = original(self, *args)
         resp.ClearField("dense_parameters")
         return resp
 
-    # Before the server starts: gRPC binds the handlers when the servicer is registered.
-    monkeypatch.setattr(PserverServicer, "push_gradients", old_ps_push_gradients)
+    monkeypatch.setattr(PserverServicer, "handle_push", old_ps_handle_push)
     cluster = ps_cluster(1)
     client = PSClient(cluster.addrs)
     client.push_model({"w": np.zeros(3, np.float32)})

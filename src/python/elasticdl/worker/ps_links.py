@@ -30,14 +30,15 @@ push's state (`prepare_push` to `receive` / `in_message`) itself.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Mapping, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, Mapping, Optional, Tuple
 
 import grpc
 import numpy as np
 from elasticdl.common import local_channel as lc
 from elasticdl.common import shared_memory as shm
-from elasticdl.common.tensor_utils import ndarray_to_pb
+from elasticdl.common.push_wire import encode_push
+from elasticdl.common.tensor_utils import IndexedRows, ndarray_to_pb
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.grpc_utils import is_retryable
 
@@ -59,18 +60,32 @@ Entries = Tuple[Tuple[str, int, int, Tuple[int, ...]], ...]
 
 @dataclass
 class PushPart:
-    """One PS's share of a push: its request without the dense gradients, and those gradients,
-    either by name or as one flat block laid out by `entries` (from the packed step)."""
+    """One PS's share of a push: its request without the dense and embedding gradients, those
+    dense gradients, either by name or as one flat block laid out by `entries` (from the packed
+    step), and its embedding gradients (table -> rows)."""
 
     request: pb.PushGradientsRequest
     dense: Optional[Mapping[str, np.ndarray]] = None
     block: Optional[np.ndarray] = None
     entries: Entries = ()
+    embedding: Dict[str, IndexedRows] = field(default_factory=dict)
 
     def dense_by_name(self) -> Mapping[str, np.ndarray]:
         if self.dense is None:
             self.dense = shm.unpack_block(self.entries, self.block)
         return self.dense
+
+
+@dataclass
+class PushRequest:
+    """A push as it is sent: the request message and the embedding rows that its bytes carry
+    besides (`SerializeToString` writes them without protobuf's copies: push_wire)."""
+
+    message: pb.PushGradientsRequest
+    embedding: Mapping[str, IndexedRows]
+
+    def SerializeToString(self) -> bytes:
+        return encode_push(self.message, self.embedding)
 
 
 def dense_to_message(grads: Mapping[str, np.ndarray], req: pb.PushGradientsRequest) -> None:
@@ -209,7 +224,7 @@ class PSLink:
         shared.close()
 
     # ------------------------------------------------------------------ one push
-    def prepare_push(self, part: PushPart) -> pb.PushGradientsRequest:
+    def prepare_push(self, part: PushPart) -> PushRequest:
         """Route `part`'s dense gradients (the region when it fits them, else the message) and
         make its request this link's push in flight."""
         req = part.request
@@ -219,13 +234,17 @@ class PSLink:
         self.request, self._part = req, part
         self.on_channel = bool(req.shared_memory_region) and shared.channel is not None
         self.sent = False
-        return req
+        return self.in_flight()
+
+    def in_flight(self) -> PushRequest:
+        """The push in flight, to send."""
+        return PushRequest(self.request, self._part.embedding)
 
     def send(self) -> None:
         """Send the push on the local channel (only when `on_channel`); a channel that cannot
         take it leaves `sent` False, and the push goes by gRPC in a message instead."""
         try:
-            self.shared.channel.send(lc.PUSH, self.request.SerializeToString())
+            self.shared.channel.send(lc.PUSH, self.in_flight().SerializeToString())
             self.sent = self._answer_unread = True
         except lc.LocalChannelError:
             self.sent = False
@@ -242,17 +261,18 @@ class PSLink:
             logger.warning("PS %d local channel: %s; sending in a message", self.ps_id, err)
             return None
 
-    def reissue(
-        self, req: pb.PushGradientsRequest, err: grpc.RpcError
-    ) -> Optional[pb.PushGradientsRequest]:
+    def reissue(self, req: PushRequest, err: grpc.RpcError) -> Optional[PushRequest]:
         """After gRPC call `req` of this push failed with `err` (not UNAVAILABLE): the request to
         send instead, or None to raise `err`. Only a PS that lost the region gets one."""
-        if err.code() != grpc.StatusCode.FAILED_PRECONDITION or not req.shared_memory_region:
+        if (
+            err.code() != grpc.StatusCode.FAILED_PRECONDITION
+            or not req.message.shared_memory_region
+        ):
             return None
         logger.warning("PS %d lost this worker's shared memory: %s", self.ps_id, err.details())
         return self.in_message()
 
-    def in_message(self) -> pb.PushGradientsRequest:
+    def in_message(self) -> PushRequest:
         """The push in flight as a plain message, after its region or channel failed; the region
         is dropped and attached again at the next push."""
         self.drop_shared()
@@ -261,7 +281,7 @@ class PSLink:
         del req.shared_memory_missing[:]
         dense_to_message(self._part.dense_by_name(), req)
         self.on_channel = False
-        return req
+        return self.in_flight()
 
     def end_push(self) -> None:
         """Forget the push in flight (its request may be large). When an error elsewhere cut

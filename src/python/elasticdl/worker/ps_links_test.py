@@ -14,6 +14,7 @@ from elasticdl.worker.ps_links import (
     ATTACH_RETRY_PUSHES,
     PSLink,
     PushPart,
+    PushRequest,
     SharedMemoryLink,
 )
 
@@ -49,6 +50,9 @@ class _Method:
 
 
 def _copy(msg):
+    """What the PS would read: a push (a PushRequest) as its bytes parse."""
+    if isinstance(msg, PushRequest):
+        return pb.PushGradientsRequest.FromString(msg.SerializeToString())
     out = type(msg)()
     out.CopyFrom(msg)
     return out
@@ -121,6 +125,8 @@ def _part(dense=GRADS, **kw):
 
 
 def _in_message(req):
+    if isinstance(req, PushRequest):
+        req = req.message
     return {
         n: np.frombuffer(t.content, np.float32) for n, t in req.gradients.dense_parameters.items()
     }
@@ -202,7 +208,7 @@ def test_a_channel_that_cannot_connect_leaves_pushes_on_grpc():
 # ---------------------------------------------------------------------------------- routing
 def test_without_a_region_the_gradients_travel_in_the_message():
     link = _link()
-    req = link.prepare_push(_part())
+    req = link.prepare_push(_part()).message
     assert not req.shared_memory_region and not link.on_channel
     assert {n: v.tolist() for n, v in _in_message(req).items()} == {
         n: v.reshape(-1).tolist() for n, v in GRADS.items()
@@ -211,7 +217,7 @@ def test_without_a_region_the_gradients_travel_in_the_message():
 
 def test_gradients_go_into_the_region_and_the_message_names_it():
     link = _attached()
-    req = link.prepare_push(_part({"a": GRADS["a"]}))
+    req = link.prepare_push(_part({"a": GRADS["a"]})).message
     assert req.shared_memory_region == 7 and list(req.shared_memory_missing) == ["b"]
     assert not req.gradients.dense_parameters and not link.on_channel
     np.testing.assert_array_equal(link.shared.region.gradient("a"), GRADS["a"])
@@ -222,7 +228,7 @@ def test_a_packed_block_goes_into_the_region_in_one_copy():
     link = _attached()
     packed = link.shared.region.packed()
     block = np.arange(packed.gradients.size, dtype=np.float32)
-    req = link.prepare_push(_part(dense=None, block=block, entries=packed.entries))
+    req = link.prepare_push(_part(dense=None, block=block, entries=packed.entries)).message
     assert req.shared_memory_region == 7 and not req.shared_memory_missing
     np.testing.assert_array_equal(packed.gradients, block)
     # A block laid out otherwise (here "b" first) is written tensor by tensor.
@@ -236,7 +242,7 @@ def test_a_packed_block_goes_into_the_region_in_one_copy():
 
 def test_a_tensor_the_region_lacks_sends_the_whole_push_in_a_message():
     link = _attached(channel=FakeChannel())
-    req = link.prepare_push(_part({**GRADS, "c": np.ones(5, np.float32)}))
+    req = link.prepare_push(_part({**GRADS, "c": np.ones(5, np.float32)})).message
     assert not req.shared_memory_region and not link.on_channel
     assert sorted(req.gradients.dense_parameters) == ["a", "b", "c"]
     link.close()
@@ -248,8 +254,8 @@ def test_a_ps_that_lost_the_region_gets_the_push_in_a_message_and_a_new_attach()
     region = link.shared.region
     req = link.prepare_push(_part())
     again = link.reissue(req, _error(grpc.StatusCode.FAILED_PRECONDITION, "unknown region"))
-    assert again is not None and not again.shared_memory_region
-    assert not again.shared_memory_missing and again.worker_id == 3
+    assert again is not None and not again.message.shared_memory_region
+    assert not again.message.shared_memory_missing and again.message.worker_id == 3
     np.testing.assert_array_equal(_in_message(again)["b"], GRADS["b"].reshape(-1))
     assert link.shared is None and region.packed() is None  # dropped and unmapped
     link.maybe_attach(TENSORS)  # at once, not after a refusal's wait
@@ -290,7 +296,7 @@ def test_a_send_that_fails_leaves_the_push_to_a_message():
     link.prepare_push(_part())
     link.send()
     assert not link.sent
-    req = link.in_message()
+    req = link.in_message().message
     assert not req.shared_memory_region and sorted(req.gradients.dense_parameters) == ["a", "b"]
     assert link.shared is None and channel.closed and not link.on_channel
 
@@ -303,7 +309,7 @@ def test_a_broken_channel_answer_asks_for_a_message(code):
     link.send()
     assert link.sent and link.receive() is None
     assert link.shared is not None  # dropped only when the message is made
-    assert not link.in_message().shared_memory_region and link.shared is None
+    assert not link.in_message().message.shared_memory_region and link.shared is None
 
 
 def test_the_ps_verdict_on_the_channel_propagates():

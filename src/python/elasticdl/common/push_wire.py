@@ -1,0 +1,166 @@
+"""A `PushGradientsRequest`'s embedding gradients written and read without protobuf's copies.
+
+Through protobuf the rows of a push are copied three times on the way out (`tobytes`, into the
+message, `SerializeToString`) and twice on the way in (the parsed message, its `content` field).
+Here the worker writes them once (`encode_push`) and the PS reads them as views of the received
+bytes (`decode_push`).
+
+The bytes are the protobuf encoding of the same request: the message without its embedding
+tables, serialized by protobuf, followed by a second `gradients` field that holds only the
+tables. A parser merges repeated occurrences of a message field, so a generated servicer reads
+the whole request, and `decode_push` reads what a generated stub sends: anything it does not
+expect (a field repeated inside a table's entry, a field it does not know there) makes it parse
+the request with protobuf instead, so its answer is always protobuf's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional
+
+from elasticdl.common import tensor_utils as tu
+from elasticdl.proto import elasticdl_pb2 as pb
+
+_LEN = 2
+
+
+def _number(message, name: str) -> int:
+    return message.DESCRIPTOR.fields_by_name[name].number
+
+
+_GRADIENTS = _number(pb.PushGradientsRequest, "gradients")
+_TABLES = _number(pb.Model, "embedding_tables")
+_VALUES = _number(pb.IndexedSlices, "values")
+_INDICES = _number(pb.IndexedSlices, "indices")
+_KEY, _VALUE = 1, 2  # every map entry's fields
+
+
+@dataclass
+class DecodedPush:
+    """A push as the PS reads it: the request (without the tables in `embedding` when those
+    were read as views) and each table's gradient rows."""
+
+    request: pb.PushGradientsRequest
+    embedding: Optional[Dict[str, tu.IndexedRows]] = field(default=None)
+
+
+# ------------------------------------------------------------------ writing
+def _tag(number: int) -> bytes:
+    return tu._varint(number << 3 | _LEN)
+
+
+def _field(number: int, pieces: List, size: int) -> tuple[List, int]:
+    """A length-delimited field around `pieces` (of `size` bytes in all)."""
+    head = _tag(number) + tu._varint(size)
+    return [head] + pieces, len(head) + size
+
+
+def _tensor(number: int, array) -> tuple[List, int]:
+    pieces = tu.ndarray_to_tensor_pieces(array)
+    return _field(number, pieces, sum(memoryview(p).nbytes for p in pieces))
+
+
+def encode_push(request: pb.PushGradientsRequest, embedding: Mapping[str, tu.IndexedRows]) -> bytes:
+    """`request` with `embedding` (table -> rows, ids) added to its gradients, serialized; the
+    rows are copied once. The request itself must not hold those tables."""
+    entries, size = [], 0
+    for name, rows in embedding.items():
+        values, indices = tu.checked_indexed_rows(rows)
+        key, key_size = _field(_KEY, [name.encode()], len(name.encode()))
+        v, v_size = _tensor(_VALUES, values)
+        i, i_size = _tensor(_INDICES, indices)
+        slices, slices_size = _field(_VALUE, v + i, v_size + i_size)
+        entry, entry_size = _field(_TABLES, key + slices, key_size + slices_size)
+        entries += entry
+        size += entry_size
+    head = [request.SerializeToString()]
+    if not entries:
+        return head[0]
+    tables, _ = _field(_GRADIENTS, entries, size)
+    return b"".join(head + tables)
+
+
+# ------------------------------------------------------------------ reading
+class _Unexpected(Exception):
+    """Bytes the fast path does not read: protobuf parses them instead."""
+
+
+def _fields(view: memoryview, start: int, end: int):
+    """(number, wire type, field start, value start, value end) of every field in
+    view[start:end]; the field start is where its tag begins."""
+    pos = start
+    while pos < end:
+        field_start = pos
+        key, pos = tu._read_varint(view, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, value_end = tu._read_varint(view, pos)
+        elif wire == _LEN:
+            size, pos = tu._read_varint(view, pos)
+            value_end = pos + size
+        elif wire == 1:
+            value_end = pos + 8
+        elif wire == 5:
+            value_end = pos + 4
+        else:
+            raise _Unexpected(f"wire type {wire}")
+        if value_end > end:
+            raise _Unexpected("a field runs past its message")
+        yield number, wire, field_start, pos, value_end
+        pos = value_end
+
+
+def _once(view: memoryview, start: int, end: int, wanted) -> Dict[int, tuple[int, int]]:
+    """Where each of the `wanted` length-delimited fields lies in view[start:end]; any other
+    field, or one of them twice, is unexpected."""
+    found: Dict[int, tuple[int, int]] = {}
+    for number, wire, _, value_start, value_end in _fields(view, start, end):
+        if number not in wanted or wire != _LEN or number in found:
+            raise _Unexpected(f"field {number}")
+        found[number] = (value_start, value_end)
+    return found
+
+
+def _table(view: memoryview, start: int, end: int) -> tuple[str, tu.IndexedRows]:
+    entry = _once(view, start, end, (_KEY, _VALUE))
+    if _VALUE not in entry:
+        raise _Unexpected("a table entry without rows")
+    name = str(view[slice(*entry.get(_KEY, (0, 0)))], "utf-8")
+    slices = _once(view, *entry[_VALUE], (_VALUES, _INDICES))
+    if len(slices) != 2:
+        raise _Unexpected("rows without values or indices")
+    values = tu.tensor_bytes_to_ndarray(view[slice(*slices[_VALUES])])
+    indices = tu.tensor_bytes_to_ndarray(view[slice(*slices[_INDICES])])
+    return name, tu.indexed_rows_of(values, indices)
+
+
+def _decode_fast(data: bytes) -> DecodedPush:
+    view = memoryview(data)
+    rest: List = []  # the request's other fields, as they are
+    model: List = []  # the gradients' other fields (occurrences merge: concatenated)
+    embedding: Dict[str, tu.IndexedRows] = {}
+    seen_gradients = False
+    for number, wire, field_start, start, end in _fields(view, 0, len(view)):
+        if number != _GRADIENTS or wire != _LEN:
+            rest.append(view[field_start:end])
+            continue
+        seen_gradients = True
+        for inner, inner_wire, inner_start, s, e in _fields(view, start, end):
+            if inner == _TABLES and inner_wire == _LEN:
+                name, rows = _table(view, s, e)
+                embedding[name] = rows  # a map's later entry wins, as in protobuf
+            else:
+                model.append(view[inner_start:e])
+    if seen_gradients:  # present (maybe empty), as protobuf would leave it
+        body = b"".join(model)
+        rest += [_tag(_GRADIENTS), tu._varint(len(body)), body]
+    request = pb.PushGradientsRequest.FromString(b"".join(rest))
+    return DecodedPush(request, embedding)
+
+
+def decode_push(data: bytes) -> DecodedPush:
+    """The request in `data`, its embedding gradients as read-only views of `data` where the
+    bytes are laid out as usual (see the module docstring)."""
+    try:
+        return _decode_fast(data)
+    except (_Unexpected, ValueError, UnicodeDecodeError):
+        return DecodedPush(pb.PushGradientsRequest.FromString(data))
