@@ -133,7 +133,7 @@ class PackageStore:
                 # The checks above give the reasons; the 'data' filter is the second line of
                 # defence (and drops set-uid bits and odd modes).
                 try:
-                    tar.extractall(staging, members=members, filter="data")
+                    _extract_members(tar, staging, members)
                 except (tarfile.TarError, EOFError, zlib.error) as e:
                     raise BadRequest(
                         f"the package cannot be extracted ({e}); send it again"
@@ -147,3 +147,18 @@ class PackageStore:
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
+
+
+def _extract_members(tar: tarfile.TarFile, staging: Path, members: list[tarfile.TarInfo]) -> None:
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(staging, members=members, filter="data")
+        return
+    # Python before 3.11.4 (Debian 12's 3.11.2, the Python of the server's image) has no
+    # extraction filters. _check let only files and directories inside the package through;
+    # what the 'data' filter does besides: no set-id or sticky bits, no group/other write,
+    # owner read/write, never the archive's owner.
+    for member in members:
+        mode = member.mode & 0o755
+        member.mode = mode | (0o700 if member.isdir() else 0o600)
+        member.uid, member.gid, member.uname, member.gname = -1, -1, "", ""
+    tar.extractall(staging, members=members)
