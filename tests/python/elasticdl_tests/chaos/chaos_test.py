@@ -11,19 +11,23 @@ While the job trains (1 PS, 2 workers, checkpoints every 20 model versions on a 
 * the checkpoint disk is filled: each later save fails in one log line, the newest complete
   checkpoint stays whole, training goes on.
 
-The same job (same data in the same order, same flags, the same initial weights:
-``seeded_mnist``) runs undisturbed beside it. The chaos job
+The same job (same data, flags and initial weights) runs undisturbed beside it. The chaos job
 must succeed with ``records_trained == records_expected``, every task counted once
 (``tasks_done`` = training tasks + one evaluation round, none failed, a late report at most
-once per task taken back) and a final test accuracy within 1 point of the undisturbed one on
-all of Fashion-MNIST (``ELASTICDL_CHAOS_TRAIN_FILES=15 ELASTICDL_CHAOS_EPOCHS=1``), within 3
-points for the short CI job, whose undisturbed runs alone spread over 1.6 points. The test
-prints the counts as a table.
+once per task taken back) and a final accuracy on all 10,000 Fashion-MNIST test records within
+1 point of the undisturbed one. The test prints the counts as a table.
+
+What the two jobs train differs in order (two workers take tasks as they come; the feed
+shuffles within a task) and, in the chaos job, by the minibatches a killed worker had pushed of
+its unfinished task (trained again with the task) and the updates a restored PS lost since its
+checkpoint (the task counts still say every record once: they count reported tasks). The
+model (``seeded_mnist``: softmax regression, L2 weight decay, a learning rate decaying with
+the model version) ends near its loss's one minimum despite both, so the comparison holds to
+a point every run; measured spreads are in README.md.
 
 The tmpfs needs root (``mount``); without it the disk-full part is skipped with its reason and
 the rest still runs. Longer runs: ``ELASTICDL_CHAOS_TRAIN_FILES`` (Fashion-MNIST files of 4,096
-records, default 2, 15 = all 60,000), ``ELASTICDL_CHAOS_EPOCHS`` (default 3, near the
-model's plateau, where two undisturbed runs agree well within a point),
+records, default 2, 15 = all 60,000), ``ELASTICDL_CHAOS_EPOCHS`` (default 10),
 ``ELASTICDL_CHAOS_KILL_EVERY_S`` (default 10) and ``ELASTICDL_CHAOS_SEED``.
 """
 import collections
@@ -38,16 +42,18 @@ import pytest
 from elasticdl.common.tmpfs import TmpfsUnavailable, fill, mounted_tmpfs
 from elasticdl.data.reader import create_data_reader
 from elasticdl.ps import checkpoint
+from elasticdl_tests.chaos.seeded_mnist.model import DECAY_VERSIONS_ENV
 from elasticdl_tests.e2e.conftest import TERMINAL, replica
 
 TRAIN_FILES = int(os.environ.get("ELASTICDL_CHAOS_TRAIN_FILES", "2"))
-EPOCHS = int(os.environ.get("ELASTICDL_CHAOS_EPOCHS", "3"))
+EPOCHS = int(os.environ.get("ELASTICDL_CHAOS_EPOCHS", "10"))
 KILL_EVERY_S = float(os.environ.get("ELASTICDL_CHAOS_KILL_EVERY_S", "10"))
 SEED = int(os.environ.get("ELASTICDL_CHAOS_SEED", "0")) or None
 TASK_TIMEOUT_S = 10
 CHECKPOINT_STEPS = 20
-TASK_RECORDS = 128  # --minibatch_size=64 x --num_minibatches_per_task=2
-DISK_BYTES = 16 * 1024 * 1024  # a few checkpoints of the model (~1.3 MiB each)
+MINIBATCH = 64
+TASK_RECORDS = 128  # --minibatch_size x --num_minibatches_per_task=2
+DISK_BYTES = 16 * 1024 * 1024  # room for the kept checkpoints (~0.1 MiB each) until filled
 SAVE_FAILED = "did not write checkpoint version"
 
 
@@ -69,10 +75,10 @@ def _submit(cli, job: str, *flags: str) -> None:
 
 @pytest.fixture(scope="module")
 def data(fashion_mnist, tmp_path_factory) -> dict:
-    """The first TRAIN_FILES training files and the first test file (4,096 records each)."""
+    """The first TRAIN_FILES training files (4,096 records each) and all 10,000 test records."""
     root = tmp_path_factory.mktemp("chaos-data")
     out = {}
-    for split, count in (("train", TRAIN_FILES), ("test", 1)):
+    for split, count in (("train", TRAIN_FILES), ("test", 3)):
         d = root / split
         d.mkdir()
         names = sorted(n for n in os.listdir(fashion_mnist / split) if not n.startswith("."))
@@ -83,19 +89,26 @@ def data(fashion_mnist, tmp_path_factory) -> dict:
     return out
 
 
-def _flags(data: dict, checkpoint_dir: Path) -> tuple:
+def _minibatches(shards: list[int]) -> int:
+    """Minibatches of one epoch: tasks are TASK_RECORDS of a file, the last one shorter."""
+    per_task = TASK_RECORDS // MINIBATCH
+    return sum(n // TASK_RECORDS * per_task + -(-(n % TASK_RECORDS) // MINIBATCH) for n in shards)
+
+
+def _flags(data: dict, checkpoint_dir: Path, decay_versions: int) -> tuple:
     return (
         f"--training_data={data['train']}",
         f"--validation_data={data['test']}",
         f"--num_epochs={EPOCHS}",
-        "--minibatch_size=64",
-        "--num_minibatches_per_task=2",
+        f"--minibatch_size={MINIBATCH}",
+        f"--num_minibatches_per_task={TASK_RECORDS // MINIBATCH}",
         "--num_workers=2",
         "--num_ps_pods=1",
         f"--checkpoint_dir={checkpoint_dir}",
         f"--checkpoint_steps={CHECKPOINT_STEPS}",
         "--keep_checkpoint_max=3",
         f"--task_timeout={TASK_TIMEOUT_S}",
+        f"--envs={DECAY_VERSIONS_ENV}={decay_versions}",
     )
 
 
@@ -205,9 +218,11 @@ def test_job_survives_chaos(cli, data, tmp_path_factory):
     records = EPOCHS * sum(train_shards)
     train_tasks = EPOCHS * sum(-(-n // TASK_RECORDS) for n in train_shards)
     eval_tasks = sum(-(-n // TASK_RECORDS) for n in _shard_sizes(data["test"]))
+    # The learning rate decays over the undisturbed job's model versions (one per minibatch).
+    decay = EPOCHS * _minibatches(train_shards)
 
     # Both jobs run at once (the chaos job idles while replicas restart): CI time.
-    _submit(cli, "undisturbed", *_flags(data, tmp_path_factory.mktemp("ckpt-undisturbed")))
+    _submit(cli, "undisturbed", *_flags(data, tmp_path_factory.mktemp("ckpt-undisturbed"), decay))
     with contextlib.ExitStack() as stack:
         try:
             disk = stack.enter_context(
@@ -219,7 +234,7 @@ def test_job_survives_chaos(cli, data, tmp_path_factory):
             print(f"chaos: disk-full part skipped: {e}")
         ckpt = (disk or tmp_path_factory.mktemp("ckpt-chaos")) / "ckpt"
         started = time.monotonic()
-        _submit(cli, "chaos", *_flags(data, ckpt))
+        _submit(cli, "chaos", *_flags(data, ckpt, decay))
         chaos = Chaos(cli, "chaos", ckpt, disk)
         stack.callback(chaos.resume_ps)
         cli.status("chaos", timeout=120)
@@ -284,6 +299,10 @@ def test_job_survives_chaos(cli, data, tmp_path_factory):
                         f"{final['tasks_done']} / {train_tasks + eval_tasks}",
                     ),
                     ("accuracy chaos / undisturbed", f"{accuracy} / {base_accuracy:.4f}"),
+                    (
+                        "model versions chaos / undisturbed",
+                        f"{final['model_version']} / {base['model_version']} (decay over {decay})",
+                    ),
                     ("chaos job seconds (both jobs at once)", f"{chaos_seconds:.0f}"),
                 ]
             ),
@@ -315,10 +334,9 @@ def test_job_survives_chaos(cli, data, tmp_path_factory):
         # The newest complete checkpoint is the one from before the disk filled, whole.
         assert newest >= chaos.newest_before_fill >= 0 and restored == newest, newest
         assert not incomplete and not temporary, (incomplete, temporary)
-    # Two undisturbed runs of the short CI job ended 1.6 points apart (0.8245-0.8401, the
-    # asynchronous updates' order); of all Fashion-MNIST, within 1 point as issue #17 asks.
-    tolerance = 0.01 if TRAIN_FILES >= 15 else 0.03
-    assert accuracy is not None and abs(accuracy - base_accuracy) <= tolerance, (
+    # The job ends near its loss's one minimum whatever the order of the updates and the
+    # faults (seeded_mnist): within a point of its undisturbed twin, as issue #17 asks.
+    assert accuracy is not None and abs(accuracy - base_accuracy) <= 0.01, (
         accuracy,
         base_accuracy,
     )
