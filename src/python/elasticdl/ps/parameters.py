@@ -14,7 +14,7 @@ Not thread-safe by itself: `ParameterServer` (updater.py) holds the lock.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 from elasticdl.common import tensor_utils as tu
@@ -22,6 +22,7 @@ from elasticdl.common.hash_utils import string_to_id
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.embedding_table import EmbeddingTable, check_ids
 from elasticdl.ps.errors import NotFoundError, PSError
+from elasticdl.ps.memory_fit import TableDemand
 
 SLOT_PREFIX = "slot:"
 
@@ -52,6 +53,9 @@ class Parameters:
         self.dense: dict[str, np.ndarray] = {}
         self.dense_slots: dict[str, dict[str, np.ndarray]] = {}  # slot -> param -> array
         self.embedding_tables: dict[str, EmbeddingTable] = {}
+        # Called with the tables a push is about to create, before any is; raises to refuse
+        # them all (the server sets elasticdl.ps.memory_fit's check). None: no check.
+        self.check_new_tables: Callable[[list[TableDemand]], None] | None = None
 
     # ------------------------------------------------------------------ ownership
     def owns_dense(self, name: str) -> bool:
@@ -108,6 +112,7 @@ class Parameters:
     def set_embedding_table_infos(self, infos) -> None:
         """Create the tables described by `infos` (pb.EmbeddingTableInfo); existing tables are
         kept, so repeated pushes by every worker are harmless."""
+        new = []
         for info in infos:
             if not info.name:
                 raise PSError("EmbeddingTableInfo.name must not be empty")
@@ -124,6 +129,21 @@ class Parameters:
                         f"a push says {info.dim}"
                     )
                 continue
+            if info.vocabulary < 0:
+                raise PSError(
+                    f"embedding table {info.name!r}: vocabulary must be >= 0 (0: unbounded), "
+                    f"got {info.vocabulary}"
+                )
+            prior = next((n for n in new if n.name == info.name), None)
+            if prior is None:
+                new.append(info)
+            elif prior.dim != info.dim:
+                raise PSError(
+                    f"embedding table {info.name!r} is pushed with dims {prior.dim} and {info.dim}"
+                )
+        if new and self.check_new_tables is not None:
+            self.check_new_tables([TableDemand(i.name, i.vocabulary, i.dim) for i in new])
+        for info in new:
             self.embedding_tables[info.name] = EmbeddingTable(
                 info.name, info.dim, info.initializer, seed=self.seed
             )
@@ -150,6 +170,8 @@ class Parameters:
     def check_embedding_ids(self, table_name: str, ids) -> np.ndarray:
         table = self.get_embedding_table(table_name)
         ids = check_ids(ids, table.name)
+        if self.num_ps == 1:
+            return ids
         foreign = ~self.owns_ids(ids)
         if foreign.any():
             raise PSError(

@@ -15,7 +15,7 @@ import grpc
 from elasticdl.common import auth, message_caps, tls
 from elasticdl.common.replica_spec import PSSpec
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
-from elasticdl.ps import checkpoint
+from elasticdl.ps import checkpoint, memory_fit
 from elasticdl.ps.checkpointer import CheckpointConfig, Checkpointer
 from elasticdl.ps.errors import PSError
 from elasticdl.ps.master_reporter import MasterReporter
@@ -89,12 +89,17 @@ class PSServer:
             else None
         )
         self.params = Parameters(c.ps_id, c.num_ps_pods)
+        self.params.check_new_tables = self._check_tables_fit
         self.ps = ParameterServer(self.params, self.optimizer, self.policy, self._on_version)
         self.restored_from = self._restore()
         self.request_cap = RequestCap(self.params, c.minibatch_size)
         self.servicer = PserverServicer(self.ps, self.checkpointer, request_cap=self.request_cap)
         self._server: grpc.Server | None = None
         self.port: int | None = None
+
+    def _check_tables_fit(self, tables: list[memory_fit.TableDemand]) -> None:
+        slots = len(self.optimizer.slot_names)
+        memory_fit.check_fit(tables, self.config.num_ps_pods, slots, memory_fit.memory_room())
 
     # ------------------------------------------------------------------ start-up restore
     def _restore(self) -> str | None:

@@ -60,6 +60,7 @@ class EmbeddingTableInfo:
     dim: int
     initializer: str = "uniform"
     dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
+    vocabulary: int = 0  # the layer's input_dim; 0: unbounded (the PS cannot check the fit)
 
 
 @dataclass
@@ -367,6 +368,7 @@ class PSClient:
                 dim=int(info.dim),
                 initializer=info.initializer,
                 dtype=dtype_to_pb(info.dtype),
+                vocabulary=int(info.vocabulary or 0),
             )
 
     # ------------------------------------------------------------------ pulls

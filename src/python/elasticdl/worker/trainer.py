@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+import grpc
 import keras
 import numpy as np
 import tensorflow as tf
@@ -48,6 +49,11 @@ class WorkerStuckError(RuntimeError):
 
 class PSNotInitializedError(RuntimeError):
     """Evaluation/prediction found a PS without a model (no checkpoint to start from)."""
+
+
+class PSRefusedModelError(RuntimeError):
+    """A PS refused the model's embedding tables (e.g. they cannot fit in its memory): the
+    message is the PS's one line."""
 
 
 @dataclass
@@ -137,9 +143,22 @@ class PSTrainer:
 
     def embedding_infos(self) -> List[EmbeddingTableInfo]:
         return [
-            EmbeddingTableInfo(name=l.name, dim=l.output_dim, initializer=l.embeddings_initializer)
+            EmbeddingTableInfo(
+                name=l.name,
+                dim=l.output_dim,
+                initializer=l.embeddings_initializer,
+                vocabulary=l.input_dim or 0,
+            )
             for l in self.embedding_layers
         ]
+
+    def _push_embedding_table_infos(self) -> None:
+        try:
+            self.ps.push_embedding_table_infos(self.embedding_infos())
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:  # no use retrying: say why
+                raise PSRefusedModelError(err.details()) from None
+            raise
 
     def ensure_model(self, features, model: Optional[keras.Model] = None) -> keras.Model:
         """Build the model on the first batch, initialise the PS, and sync from it."""
@@ -152,7 +171,7 @@ class PSTrainer:
             layer.set_lookup_fn(self._lookup)
         if self.config.init_model_on_ps:
             # Rows are created lazily by the PS on first pull, so tables must be known first.
-            self.ps.push_embedding_table_infos(self.embedding_infos())
+            self._push_embedding_table_infos()
         model(features, training=False)  # creates the variables of subclassed models too
         for layer in self.embedding_layers:
             layer.reset_records()
@@ -209,7 +228,7 @@ class PSTrainer:
                     "PS %s hold no model (restarted?): pushing the local model again",
                     result.uninitialized_ps,
                 )
-                self.ps.push_embedding_table_infos(self.embedding_infos())
+                self._push_embedding_table_infos()
                 self._push_model()
             elif time.monotonic() > deadline:
                 raise PSNotInitializedError(

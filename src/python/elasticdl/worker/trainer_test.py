@@ -6,7 +6,7 @@ import tensorflow as tf
 from elasticdl.common.model_utils import ModelSpec
 from elasticdl.worker.layers import Embedding
 from elasticdl.worker.ps_client import PSClient
-from elasticdl.worker.trainer import PSTrainer, TrainerConfig, WorkerStuckError
+from elasticdl.worker.trainer import PSRefusedModelError, PSTrainer, TrainerConfig, WorkerStuckError
 
 LR = 0.1
 
@@ -158,6 +158,40 @@ def test_embedding_step_matches_local_keras_embedding(ps_cluster):
         rtol=1e-5,
         atol=1e-6,
     )
+    client.close()
+
+
+def test_tables_that_cannot_fit_on_the_ps_fail_before_any_training(ps_cluster):
+    """The layers' vocabularies reach the PS with the tables; a table whose share of rows
+    cannot fit in the PS's memory (here 10^13 rows: no machine has 1,000 TiB) is refused with
+    one line before the PS holds any table, model or row, and a table that fits then trains."""
+    cluster = ps_cluster(2, opt_type="Adam")
+    client = PSClient(cluster.addrs)
+
+    def huge_model():
+        inp = keras.Input(shape=(3,), dtype="int64")
+        emb = Embedding(16, input_dim=10**13, combiner="mean", name="huge")(inp)
+        return keras.Model(inp, keras.layers.Dense(3, name="out")(emb))
+
+    x = tf.constant([[1, 2, 2], [3, 1, 7], [7, 7, 7]], tf.int64)
+    y = tf.constant([0, 1, 2])
+    trainer = PSTrainer(_spec(huge_model), client)
+    with pytest.raises(PSRefusedModelError) as refused:
+        trainer.train_minibatch(x, y)
+    msg = str(refused.value)
+    assert msg.startswith(
+        "embedding table 'huge' (vocabulary 10,000,000,000,000, dim 16: 5,000,000,000,000 rows "
+        "x 222 B on each PS) need "
+    ), msg
+    assert "GiB on each of 2 PS" in msg and "--num_ps_pods" in msg and "\n" not in msg
+    for server in cluster.servers:
+        assert not server.params.embedding_tables and not server.params.initialized
+        assert server.params.version == 0
+
+    trainer = PSTrainer(_spec(_embedding_model), client)  # input_dim 10: fits anywhere
+    trainer.train_minibatch(x, y)
+    assert [s.params.version for s in cluster.servers] == [1, 1]
+    assert sum(len(s.params.embedding_tables["emb"]) for s in cluster.servers) == 4  # 1, 2, 3, 7
     client.close()
 
 
