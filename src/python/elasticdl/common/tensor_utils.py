@@ -6,6 +6,7 @@ that mutate must copy.
 """
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import Sequence
@@ -92,10 +93,10 @@ def pb_to_ndarray(tensor: pb.Tensor) -> np.ndarray:
     """Decode a Tensor; numeric results are read-only views of the message bytes."""
     shape = tuple(tensor.shape)
     if tensor.dtype == pb.DT_STRING:
-        count = int(np.prod(shape)) if shape else 1
+        count = math.prod(shape)
         return _decode_strings(tensor.content, count).reshape(shape)
     dtype = pb_to_dtype(tensor.dtype)
-    expected = (int(np.prod(shape)) if shape else 1) * dtype.itemsize
+    expected = math.prod(shape) * dtype.itemsize  # Python ints: no overflow, no NumPy call
     # Each read of a bytes field copies it out of the message (upb): read it once.
     content = tensor.content
     if len(content) != expected:
@@ -173,6 +174,8 @@ def _varint(value: int) -> bytes:
 
 
 def _read_varint(data, pos: int) -> tuple[int, int]:
+    if pos < len(data) and data[pos] < 0x80:  # one byte: tags, dtypes, small sizes
+        return data[pos], pos + 1
     result = shift = 0
     while True:
         if pos >= len(data) or shift > 63:
@@ -248,7 +251,7 @@ def tensor_bytes_to_ndarray(data: bytes) -> np.ndarray:
         return pb_to_ndarray(pb.Tensor.FromString(bytes(data)))
     np_dtype = pb_to_dtype(dtype)
     start, end = content
-    expected = (int(np.prod(shape)) if shape else 1) * np_dtype.itemsize
+    expected = math.prod(shape) * np_dtype.itemsize
     if end - start != expected:
         raise ValueError(
             f"Tensor content is {end - start} bytes but shape {shape} of {np_dtype} needs "

@@ -18,6 +18,8 @@ from elasticdl.ps.errors import PSError
 from elasticdl.ps.id_index import IdIndex
 
 _MIN_CAPACITY = 64
+# Gathers of at most this many floats use NumPy (figures: benchmarks/ps/README.md, wire.py).
+_SMALL_GATHER = 16384
 
 
 class EmbeddingTable:
@@ -124,6 +126,9 @@ class EmbeddingTable:
     def get(self, ids: np.ndarray) -> np.ndarray:
         """Copy of the rows for `ids` (n, dim), creating unseen rows lazily."""
         rows = self.rows(ids)
+        if rows.size * self.dim <= _SMALL_GATHER:
+            # A few rows: the kernel's argument checks cost more than NumPy's whole gather.
+            return np.take(self._values, rows, axis=0)
         # The lookup kernel: a prefetched, multi-threaded gather into pooled memory, faster than
         # NumPy's fancy indexing (benchmarks/ops/RESULTS.md).
         return ops.embedding_lookup(self._values, rows)

@@ -195,3 +195,18 @@ def test_a_slot_created_late_holds_init_in_old_and_new_rows():
     np.testing.assert_array_equal(table.slot("m", 0.5), np.full((100, 4), 0.5, np.float32))
     table.rows(np.arange(100, 300))  # grows past the capacity the slot was made with
     np.testing.assert_array_equal(table.slot("m"), np.full((300, 4), 0.5, np.float32))
+
+
+def test_small_and_large_gathers_give_the_same_rows():
+    # Few rows are gathered by NumPy, many by the lookup kernel: the same rows either way.
+    t = EmbeddingTable("e", 16)
+    ids = np.random.default_rng(0).permutation(5000)
+    t.set(ids, np.arange(5000 * 16, dtype=np.float32).reshape(5000, 16))
+    many = t.get(ids)  # 80,000 floats
+    assert many.shape == (5000, 16)
+    few = np.concatenate([t.get(ids[i : i + 100]) for i in range(0, 5000, 100)])
+    np.testing.assert_array_equal(few, many)
+    want = np.arange(5000 * 16, dtype=np.float32).reshape(5000, 16)
+    np.testing.assert_array_equal(many, want)
+    few[0, 0] = -1.0  # copies, not views of the table
+    assert t.get(ids[:1])[0, 0] == 0.0
