@@ -1,22 +1,24 @@
-"""A `PushGradientsRequest`'s embedding gradients written and read without protobuf's copies.
+"""A `PushGradientsRequest`'s gradients written and read without protobuf's copies.
 
-Through protobuf the rows of a push are copied three times on the way out (`tobytes`, into the
-message, `SerializeToString`) and twice on the way in (the parsed message, its `content` field).
-Here the worker writes them once (`encode_push`) and the PS reads them as views of the received
-bytes (`decode_push`).
+Through protobuf the gradients of a push (embedding rows, and the dense tensors when they travel
+in the message) are copied three times on the way out (`tobytes`, into the message,
+`SerializeToString`) and twice on the way in (the parsed message, its `content` field). Here the
+worker writes them once (`encode_push`) and the PS reads them as views of the received bytes
+(`decode_push`).
 
-The bytes are the protobuf encoding of the same request: the message without its embedding
-tables, serialized by protobuf, followed by a second `gradients` field that holds only the
-tables. A parser merges repeated occurrences of a message field, so a generated servicer reads
-the whole request, and `decode_push` reads what a generated stub sends: anything it does not
-expect (a field repeated inside a table's entry, a field it does not know there) makes it parse
-the request with protobuf instead, so its answer is always protobuf's.
+The bytes are the protobuf encoding of the same request: the message without those gradients,
+serialized by protobuf, followed by a second `gradients` field that holds only them. A parser
+merges repeated occurrences of a message field, so a generated servicer reads the whole
+request, and `decode_push` reads what a generated stub sends: anything it does not expect (a
+field repeated inside a map entry, a field it does not know there) makes it parse the request
+with protobuf instead, so its answer is always protobuf's.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
+import numpy as np
 from elasticdl.common import tensor_utils as tu
 from elasticdl.proto import elasticdl_pb2 as pb
 
@@ -29,18 +31,22 @@ def _number(message, name: str) -> int:
 
 _GRADIENTS = _number(pb.PushGradientsRequest, "gradients")
 _TABLES = _number(pb.Model, "embedding_tables")
+_DENSE = _number(pb.Model, "dense_parameters")
 _VALUES = _number(pb.IndexedSlices, "values")
 _INDICES = _number(pb.IndexedSlices, "indices")
 _KEY, _VALUE = 1, 2  # every map entry's fields
+_NONE: Mapping = {}
 
 
 @dataclass
 class DecodedPush:
-    """A push as the PS reads it: the request (without the tables in `embedding` when those
-    were read as views) and each table's gradient rows."""
+    """A push as the PS reads it: the request (without the gradients in `embedding` and
+    `dense` when those were read as views), each table's gradient rows and the dense
+    gradients by name (both None when protobuf parsed the whole request)."""
 
     request: pb.PushGradientsRequest
     embedding: Optional[Dict[str, tu.IndexedRows]] = field(default=None)
+    dense: Optional[Dict[str, np.ndarray]] = field(default=None)
 
 
 # ------------------------------------------------------------------ writing
@@ -59,13 +65,29 @@ def _tensor(number: int, array) -> tuple[List, int]:
     return _field(number, pieces, sum(memoryview(p).nbytes for p in pieces))
 
 
-def encode_push(request: pb.PushGradientsRequest, embedding: Mapping[str, tu.IndexedRows]) -> bytes:
-    """`request` with `embedding` (table -> rows, ids) added to its gradients, serialized; the
-    rows are copied once. The request itself must not hold those tables."""
+def _key(name: str) -> tuple[List, int]:
+    key = name.encode()
+    return _field(_KEY, [key], len(key))
+
+
+def encode_push(
+    request: pb.PushGradientsRequest,
+    embedding: Mapping[str, tu.IndexedRows],
+    dense: Mapping[str, np.ndarray] = _NONE,
+) -> bytes:
+    """`request` with `embedding` (table -> rows, ids) and `dense` (name -> gradient) added to
+    its gradients, serialized; the arrays are copied once. The request itself must not hold
+    those tables or tensors."""
     entries, size = [], 0
+    for name, grad in dense.items():
+        key, key_size = _key(name)
+        value, value_size = _tensor(_VALUE, grad)
+        entry, entry_size = _field(_DENSE, key + value, key_size + value_size)
+        entries += entry
+        size += entry_size
     for name, rows in embedding.items():
         values, indices = tu.checked_indexed_rows(rows)
-        key, key_size = _field(_KEY, [name.encode()], len(name.encode()))
+        key, key_size = _key(name)
         v, v_size = _tensor(_VALUES, values)
         i, i_size = _tensor(_INDICES, indices)
         slices, slices_size = _field(_VALUE, v + i, v_size + i_size)
@@ -120,12 +142,17 @@ def _once(view: memoryview, start: int, end: int, wanted) -> Dict[int, tuple[int
     return found
 
 
-def _table(view: memoryview, start: int, end: int) -> tuple[str, tu.IndexedRows]:
+def _entry(view: memoryview, start: int, end: int) -> tuple[str, tuple[int, int]]:
+    """A map entry's key and where its value lies."""
     entry = _once(view, start, end, (_KEY, _VALUE))
     if _VALUE not in entry:
-        raise _Unexpected("a table entry without rows")
-    name = str(view[slice(*entry.get(_KEY, (0, 0)))], "utf-8")
-    slices = _once(view, *entry[_VALUE], (_VALUES, _INDICES))
+        raise _Unexpected("a map entry without a value")
+    return str(view[slice(*entry.get(_KEY, (0, 0)))], "utf-8"), entry[_VALUE]
+
+
+def _table(view: memoryview, start: int, end: int) -> tuple[str, tu.IndexedRows]:
+    name, value = _entry(view, start, end)
+    slices = _once(view, *value, (_VALUES, _INDICES))
     if len(slices) != 2:
         raise _Unexpected("rows without values or indices")
     values = tu.tensor_bytes_to_ndarray(view[slice(*slices[_VALUES])])
@@ -138,6 +165,7 @@ def _decode_fast(data: bytes) -> DecodedPush:
     rest: List = []  # the request's other fields, as they are
     model: List = []  # the gradients' other fields (occurrences merge: concatenated)
     embedding: Dict[str, tu.IndexedRows] = {}
+    dense: Dict[str, np.ndarray] = {}
     seen_gradients = False
     for number, wire, field_start, start, end in _fields(view, 0, len(view)):
         if number != _GRADIENTS or wire != _LEN:
@@ -148,13 +176,16 @@ def _decode_fast(data: bytes) -> DecodedPush:
             if inner == _TABLES and inner_wire == _LEN:
                 name, rows = _table(view, s, e)
                 embedding[name] = rows  # a map's later entry wins, as in protobuf
+            elif inner == _DENSE and inner_wire == _LEN:
+                name, value = _entry(view, s, e)
+                dense[name] = tu.tensor_bytes_to_ndarray(view[slice(*value)])
             else:
                 model.append(view[inner_start:e])
     if seen_gradients:  # present (maybe empty), as protobuf would leave it
         body = b"".join(model)
         rest += [_tag(_GRADIENTS), tu._varint(len(body)), body]
     request = pb.PushGradientsRequest.FromString(b"".join(rest))
-    return DecodedPush(request, embedding)
+    return DecodedPush(request, embedding, dense)
 
 
 def decode_push(data: bytes) -> DecodedPush:

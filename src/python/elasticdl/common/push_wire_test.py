@@ -74,8 +74,13 @@ def test_the_ps_reads_either_writers_bytes(embedding, writer):
     push = decode_push(data)
     assert push.embedding is not None  # the fast path read them
     assert not push.request.gradients.embedding_tables
-    assert push.request == req
+    assert not push.request.gradients.dense_parameters
+    bare = pb.PushGradientsRequest()
+    bare.CopyFrom(req)
+    bare.gradients.ClearField("dense_parameters")
+    assert push.request == bare
     _assert_same_rows(push.embedding, embedding)
+    assert list(push.dense) == ["w"] and push.dense["w"].tolist() == [1, 1, 1]
 
 
 def test_the_rows_are_read_only_views_of_the_received_bytes():
@@ -190,3 +195,20 @@ def test_a_generated_stubs_push_is_applied_by_the_ps_with_the_handler():
     finally:
         channel.close()
         server.stop(0)
+
+
+def test_dense_gradients_written_by_hand_parse_as_protobufs_and_read_as_views():
+    req = pb.PushGradientsRequest(gradients=pb.Model(version=2), worker_id=4)
+    dense = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(1, np.float32)}
+    data = encode_push(req, {"emb": _rows(3)}, dense)
+    want = _by_protobuf(req, {"emb": _rows(0)})
+    want.gradients.embedding_tables.clear()
+    for name, grad in dense.items():
+        tu.ndarray_to_pb(grad, want.gradients.dense_parameters[name])
+    parsed = pb.PushGradientsRequest.FromString(data)
+    parsed.gradients.embedding_tables.clear()
+    assert parsed == want
+    push = decode_push(data)
+    assert sorted(push.dense) == ["b", "w"] and push.dense["w"].shape == (2, 3)
+    np.testing.assert_array_equal(push.dense["w"], dense["w"])
+    assert np.shares_memory(push.dense["w"], np.frombuffer(data, np.uint8))

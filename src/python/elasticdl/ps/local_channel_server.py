@@ -48,7 +48,7 @@ class LocalChannelServer:
     def __init__(
         self,
         regions: SharedRegions,
-        # (request, its embedding gradients read apart from it, or None) -> answer
+        # (request, its embedding and dense gradients read apart from it, or None) -> answer
         handle_push: Callable[..., pb.PushGradientsResponse],
         status_for: Callable[[Exception], grpc.StatusCode],
         tag: str = "",
@@ -139,7 +139,10 @@ class LocalChannelServer:
             push = decode_push(payload)
             if push.request.shared_memory_region != region_id:
                 raise PSError("a push on this channel must name the channel's region")
-            return lc.OK, self._handle_push(push.request, push.embedding).SerializeToString()
+            return (
+                lc.OK,
+                self._handle_push(push.request, push.embedding, push.dense).SerializeToString(),
+            )
         except PSError as e:
             return lc.ERROR, lc.error_payload(self._status_for(e), str(e))
         except Exception as e:  # noqa: BLE001 - the worker must get an answer, not a hang

@@ -181,19 +181,24 @@ class Parameters:
         return ids
 
     def check_grad(
-        self, gradients: pb.Model, embedding: Mapping[str, tu.IndexedRows] | None = None
+        self,
+        gradients: pb.Model,
+        embedding: Mapping[str, tu.IndexedRows] | None = None,
+        dense_grads: Mapping[str, np.ndarray] | None = None,
     ) -> tuple[dict, dict]:
         """Decode and validate a gradient push before anything is applied, so a bad push
-        leaves the model untouched. `embedding`: the push's embedding gradients when the
-        transport read them itself (elasticdl.common.push_wire), else they are read from
-        `gradients`. Returns ({name: grad}, {table: (ids, grads)})."""
+        leaves the model untouched. `embedding` and `dense_grads`: the push's embedding and
+        dense gradients when the transport read them itself (elasticdl.common.push_wire), else
+        they are read from `gradients`. Returns ({name: grad}, {table: (ids, grads)})."""
+        given = dense_grads is not None
         dense = {}
-        for name, tensor in gradients.dense_parameters.items():
+        for name, grad in (dense_grads if given else gradients.dense_parameters).items():
             param = self.dense.get(name)
             if param is None:
                 why = "belongs to another PS" if not self.owns_dense(name) else "was never pushed"
                 raise NotFoundError(f"gradient for dense parameter {name!r}: the parameter {why}")
-            grad = tu.pb_to_ndarray(tensor)
+            if not given:
+                grad = tu.pb_to_ndarray(grad)
             if grad.shape != param.shape:
                 raise PSError(
                     f"gradient for dense parameter {name!r} has shape {grad.shape}, the "

@@ -151,21 +151,22 @@ class PserverServicer(pb_grpc.PserverServicer):
     @_rpc
     def push_gradients_decoded(self, push: DecodedPush, context):
         """A push read by `decode_push` (see `wire_handlers`)."""
-        return self.handle_push(push.request, push.embedding)
+        return self.handle_push(push.request, push.embedding, push.dense)
 
     def handle_push(
         self,
         request: pb.PushGradientsRequest,
         embedding: Mapping[str, tu.IndexedRows] | None = None,
+        dense: Mapping[str, np.ndarray] | None = None,
     ) -> pb.PushGradientsResponse:
-        """A push, from gRPC or from a local channel (`embedding`: its embedding gradients when
+        """A push, from gRPC or from a local channel (`embedding`, `dense`: its gradients when
         read apart from `request`); raises PSError for a bad request."""
         resp = pb.PushGradientsResponse()
         pull_into = resp.dense_parameters if request.pull_dense_parameters else None
         region = None
         if request.shared_memory_region:
             region = self.regions.get(request.shared_memory_region)
-        result = self.ps.push_gradients(request, pull_into, region, embedding)
+        result = self.ps.push_gradients(request, pull_into, region, embedding, dense)
         if pull_into is not None:
             resp.dense_parameters.SetInParent()  # present even when nothing is newer
         resp.accepted = result.accepted

@@ -216,16 +216,17 @@ class ParameterServer:
         pull_into: pb.PullDenseParametersResponse | None = None,
         region: SharedRegion | None = None,
         embedding: Mapping[str, IndexedRows] | None = None,
+        dense: Mapping[str, np.ndarray] | None = None,
     ) -> PushResult:
         """Handle one push; with `pull_into`, also fill it as `pull_dense(gradients.version)`
         would right after the push, under the same lock (no other update in between).
 
         With `region` (the one the request names), the dense gradients are read from its
-        gradient slots and the pulled parameters written to its parameter slots. `embedding`:
-        the embedding gradients when the transport read them apart from `request`."""
+        gradient slots and the pulled parameters written to its parameter slots. `embedding` and
+        `dense`: the gradients when the transport read them apart from `request`."""
         grad_version = int(request.gradients.version)
         with self.lock:
-            result = self._push_locked(request, grad_version, region, embedding)
+            result = self._push_locked(request, grad_version, region, embedding, dense)
             if pull_into is not None:
                 self._fill_pull(pull_into, grad_version, region)
             return result
@@ -236,6 +237,7 @@ class ParameterServer:
         grad_version: int,
         region: SharedRegion | None,
         embedding: Mapping[str, IndexedRows] | None,
+        dense_grads: Mapping[str, np.ndarray] | None,
     ) -> PushResult:
         p = self.params
         if not p.initialized:
@@ -243,7 +245,7 @@ class ParameterServer:
             # finds initialized=false and pushes its model again.
             logger.warning("PS %d rejects gradients: model not initialised", p.ps_id)
             return PushResult(False, p.version)
-        dense, sparse = p.check_grad(request.gradients, embedding)
+        dense, sparse = p.check_grad(request.gradients, embedding, dense_grads)
         if region is not None:
             if dense:
                 raise PSError(

@@ -78,14 +78,16 @@ class PushPart:
 
 @dataclass
 class PushRequest:
-    """A push as it is sent: the request message and the embedding rows that its bytes carry
-    besides (`SerializeToString` writes them without protobuf's copies: push_wire)."""
+    """A push as it is sent: the request message, and the embedding rows and dense gradients
+    that its bytes carry besides (`SerializeToString` writes them without protobuf's copies:
+    push_wire)."""
 
     message: pb.PushGradientsRequest
     embedding: Mapping[str, IndexedRows]
+    dense: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def SerializeToString(self) -> bytes:
-        return encode_push(self.message, self.embedding)
+        return encode_push(self.message, self.embedding, self.dense)
 
 
 def dense_to_message(grads: Mapping[str, np.ndarray], req: pb.PushGradientsRequest) -> None:
@@ -140,6 +142,8 @@ class PSLink:
         # The push in flight.
         self.request: Optional[pb.PushGradientsRequest] = None
         self._part: Optional[PushPart] = None
+        # The dense gradients the push carries in its bytes (none while the region has them).
+        self._dense_in_message: Mapping[str, np.ndarray] = {}
         self.on_channel = False
         self.sent = False
         self._answer_unread = False
@@ -229,8 +233,9 @@ class PSLink:
         make its request this link's push in flight."""
         req = part.request
         shared = self.shared
+        self._dense_in_message = {}
         if shared is None or not shared.write(part, req):
-            dense_to_message(part.dense_by_name(), req)
+            self._dense_in_message = part.dense_by_name()
         self.request, self._part = req, part
         self.on_channel = bool(req.shared_memory_region) and shared.channel is not None
         self.sent = False
@@ -238,7 +243,7 @@ class PSLink:
 
     def in_flight(self) -> PushRequest:
         """The push in flight, to send."""
-        return PushRequest(self.request, self._part.embedding)
+        return PushRequest(self.request, self._part.embedding, self._dense_in_message)
 
     def send(self) -> None:
         """Send the push on the local channel (only when `on_channel`); a channel that cannot
@@ -279,7 +284,7 @@ class PSLink:
         req = self.request
         req.ClearField("shared_memory_region")
         del req.shared_memory_missing[:]
-        dense_to_message(self._part.dense_by_name(), req)
+        self._dense_in_message = self._part.dense_by_name()
         self.on_channel = False
         return self.in_flight()
 
@@ -293,4 +298,5 @@ class PSLink:
             self._answer_unread = False
             self.drop_shared()
         self.request = self._part = None
+        self._dense_in_message = {}
         self.on_channel = self.sent = False

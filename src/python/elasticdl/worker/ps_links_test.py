@@ -124,9 +124,15 @@ def _part(dense=GRADS, **kw):
     return PushPart(pb.PushGradientsRequest(worker_id=3), dense=dense, **kw)
 
 
-def _in_message(req):
+def _sent(req):
+    """A push as its bytes parse (what the PS reads)."""
     if isinstance(req, PushRequest):
-        req = req.message
+        return pb.PushGradientsRequest.FromString(req.SerializeToString())
+    return req
+
+
+def _in_message(req):
+    req = _sent(req)
     return {
         n: np.frombuffer(t.content, np.float32) for n, t in req.gradients.dense_parameters.items()
     }
@@ -208,7 +214,7 @@ def test_a_channel_that_cannot_connect_leaves_pushes_on_grpc():
 # ---------------------------------------------------------------------------------- routing
 def test_without_a_region_the_gradients_travel_in_the_message():
     link = _link()
-    req = link.prepare_push(_part()).message
+    req = _sent(link.prepare_push(_part()))
     assert not req.shared_memory_region and not link.on_channel
     assert {n: v.tolist() for n, v in _in_message(req).items()} == {
         n: v.reshape(-1).tolist() for n, v in GRADS.items()
@@ -242,7 +248,7 @@ def test_a_packed_block_goes_into_the_region_in_one_copy():
 
 def test_a_tensor_the_region_lacks_sends_the_whole_push_in_a_message():
     link = _attached(channel=FakeChannel())
-    req = link.prepare_push(_part({**GRADS, "c": np.ones(5, np.float32)})).message
+    req = _sent(link.prepare_push(_part({**GRADS, "c": np.ones(5, np.float32)})))
     assert not req.shared_memory_region and not link.on_channel
     assert sorted(req.gradients.dense_parameters) == ["a", "b", "c"]
     link.close()
@@ -296,7 +302,7 @@ def test_a_send_that_fails_leaves_the_push_to_a_message():
     link.prepare_push(_part())
     link.send()
     assert not link.sent
-    req = link.in_message().message
+    req = _sent(link.in_message())
     assert not req.shared_memory_region and sorted(req.gradients.dense_parameters) == ["a", "b"]
     assert link.shared is None and channel.closed and not link.on_channel
 
