@@ -10,6 +10,10 @@ created lazily as in training), then every row is trained once (pushes of --fill
 order: each creates its rows, with Adam's m and v, and applies the step), then --repeats pulls
 and pushes of --batch unique random ids are timed (Adam on the pushed rows).
 
+The table's vocabulary goes to the PS with the model, as a worker's does (the layer's
+input_dim): a table whose share cannot fit in a PS's memory is refused before any row exists
+(elasticdl/ps/memory_fit.py), and the point is reported as refused with the PS's message.
+
 Memory: each PS's RSS from /proc (VmRSS after the fill, VmHWM for the peak) minus its RSS
 with the model pushed and the table empty, summed over the PS, per row. Raw bytes per row:
 the row and the optimizer's slots, (1 + 2) x dim x 4 for Adam (target: RSS <= 1.3x that).
@@ -63,7 +67,7 @@ def _proc_kib(pid: int, key: str) -> int:
 class PSGroup:
     """`n` PS processes of one job and a worker's client to them."""
 
-    def __init__(self, n: int, dim: int, minibatch: int):
+    def __init__(self, n: int, dim: int, minibatch: int, vocab: int):
         from elasticdl.common import auth
         from elasticdl.worker.ps_client import EmbeddingTableInfo, PSClient, wait_for_ps
 
@@ -93,12 +97,17 @@ class PSGroup:
         self.client = PSClient(
             [f"127.0.0.1:{p}" for p in ports], secret=secret, shared_memory=False
         )
-        wait_for_ps(self.client, 60)
-        import numpy as np
+        try:
+            wait_for_ps(self.client, 60)
+            import numpy as np
 
-        self.client.push_model(
-            {"bias": np.zeros(1, np.float32)}, [EmbeddingTableInfo(TABLE, dim, "uniform")]
-        )
+            self.client.push_model(
+                {"bias": np.zeros(1, np.float32)},
+                [EmbeddingTableInfo(TABLE, dim, "uniform", vocabulary=vocab)],
+            )
+        except BaseException:
+            self.close()
+            raise
 
     def rss_kib(self, key: str = "VmRSS") -> list[int]:
         return [_proc_kib(p.pid, key) for p in self.procs]
@@ -116,9 +125,15 @@ class PSGroup:
 
 
 def measure(num_ps: int, vocab: int, args) -> dict:
+    import grpc
     import numpy as np
 
-    group = PSGroup(num_ps, args.dim, args.fill_chunk)
+    try:
+        group = PSGroup(num_ps, args.dim, args.fill_chunk, vocab)
+    except grpc.RpcError as err:
+        if err.code() != grpc.StatusCode.INVALID_ARGUMENT:
+            raise
+        return {"ps": num_ps, "vocab": vocab, "refused": err.details()}
     try:
         empty = group.rss_kib()
         grads = np.full((args.fill_chunk, args.dim), 1e-3, np.float32)
@@ -228,7 +243,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    points = [measure(n, v, args) for n in args.ps for v in args.vocabs]
+    measured = [measure(n, v, args) for n in args.ps for v in args.vocabs]
+    points = [p for p in measured if "refused" not in p]
+    refused = [p for p in measured if "refused" in p]
     common.print_table(
         f"Table size sweep, dim {args.dim}, Adam (raw = row + m + v = "
         f"{(1 + ADAM_SLOTS) * args.dim * 4} B/row)",
@@ -260,14 +277,17 @@ def main(argv=None) -> int:
             for p in points
         ],
     )
-    if args.plot:
+    for p in refused:
+        print(f"{p['ps']} PS, vocab {p['vocab']:,}: refused before training: {p['refused']}")
+    if args.plot and points:
         plot(points, args.plot)
-    largest = max(args.vocabs)
+    largest = max((p["vocab"] for p in points), default=0)
     budget = {}
     for n in args.ps:
-        p = next(q for q in points if q["ps"] == n and q["vocab"] == largest)
-        fits = (args.budget_gib * GIB - p["empty_rss_mib"] * (1 << 20)) / p["peak_bytes_per_row"]
-        budget[str(n)] = int(fits)
+        p = max((q for q in points if q["ps"] == n), key=lambda q: q["vocab"], default=None)
+        if p is not None:
+            room = args.budget_gib * GIB - p["empty_rss_mib"] * (1 << 20)
+            budget[str(n)] = int(room / p["peak_bytes_per_row"])
     at_largest = [p for p in points if p["vocab"] == largest]
     common.print_json(
         {
@@ -277,12 +297,14 @@ def main(argv=None) -> int:
             "points": points,
             "vocabs_run": args.vocabs,
             "vocabs_not_run": [v for v in args.all_vocabs if v > args.max_vocab],
-            "max_rss_ratio": max(p["rss_ratio"] for p in points),
-            "max_rss_ratio_at_largest": max(p["rss_ratio"] for p in at_largest),
+            "refused": refused,
+            "max_rss_ratio": max((p["rss_ratio"] for p in points), default=None),
+            "max_rss_ratio_at_largest": max((p["rss_ratio"] for p in at_largest), default=None),
             "target_ratio": TARGET_RATIO,
-            "targets_met": max(p["rss_ratio"] for p in at_largest) <= TARGET_RATIO,
+            "targets_met": bool(at_largest)
+            and max(p["rss_ratio"] for p in at_largest) <= TARGET_RATIO,
             "budget_gib": args.budget_gib,
-            # Projected from the largest vocab measured (peak bytes per row), per PS count.
+            # Projected from the largest vocab measured per PS count (its peak bytes per row).
             "largest_vocab_in_budget_projected": budget,
             "largest_vocab_measured": largest,
             "load_average": os.getloadavg()[0],

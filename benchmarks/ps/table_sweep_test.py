@@ -15,9 +15,9 @@ def test_tiny_sweep_prints_a_sane_json_line():
             sys.executable,
             SCRIPT,
             "--vocabs",
-            "2e3,2e4,1e9",
+            "2e3,2e4,1e13,1e14",
             "--max_vocab",
-            "2e4",
+            "1e13",
             "--ps",
             "1,2",
             "--batch",
@@ -35,8 +35,13 @@ def test_tiny_sweep_prints_a_sane_json_line():
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["benchmark"] == "ps_table_sweep"
-    assert summary["vocabs_run"] == [2000, 20000]
-    assert summary["vocabs_not_run"] == [10**9]
+    assert summary["vocabs_run"] == [2000, 20000, 10**13]
+    assert summary["vocabs_not_run"] == [10**14]
+    # 10^13 rows fit in no PS's memory: refused before any row, by each PS count.
+    assert [(p["ps"], p["vocab"]) for p in summary["refused"]] == [(1, 10**13), (2, 10**13)]
+    for p in summary["refused"]:
+        assert p["refused"].startswith("embedding table 'emb' (vocabulary 10,000,000,000,000")
+        assert "GiB on each of" in p["refused"] and "--num_ps_pods" in p["refused"]
     points = summary["points"]
     assert [(p["ps"], p["vocab"]) for p in points] == [(1, 2000), (1, 20000), (2, 2000), (2, 20000)]
     for p in points:

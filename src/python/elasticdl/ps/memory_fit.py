@@ -8,9 +8,10 @@ worker); the PS then compares, for the tables it does not hold yet, its share of
 still use, and refuses the tables with one line naming them, the GiB needed and the fixes.
 
 Bytes per row: the row and the optimizer's slots (dim x 4 each) plus the id map's share, at
-most 30 (16-byte slots, at least 8/15 full right after a growth: src/cc/id_map_cpu.h). The
-transient copy while a block doubles is not counted: the check refuses only what cannot fit
-even at rest (benchmarks/ps/README.md has the measured peaks).
+most 30 (16-byte slots, at least 8/15 full right after a growth: src/cc/id_map_cpu.h). Plus the
+peak of a growth: a table's blocks (row, each slot) grow one at a time by a copy into a block
+twice as large, so for a moment one block's live rows exist twice (the measured peaks are in
+benchmarks/ps/README.md).
 
 Memory the PS may use: the smallest cgroup limit over its cgroup and their ancestors (v2
 ``memory.max``, v1 ``memory.limit_in_bytes``; on Kubernetes the container's limit, which
@@ -57,7 +58,10 @@ def rows_per_ps(vocabulary: int, num_ps: int) -> int:
 
 
 def needed_bytes(tables: Sequence[TableDemand], num_ps: int, num_slots: int) -> int:
-    return sum(rows_per_ps(t.vocabulary, num_ps) * bytes_per_row(t.dim, num_slots) for t in tables)
+    """The tables' share on one PS at rest, plus the copy of the largest block while it grows."""
+    rest = sum(rows_per_ps(t.vocabulary, num_ps) * bytes_per_row(t.dim, num_slots) for t in tables)
+    growth = max((rows_per_ps(t.vocabulary, num_ps) * 4 * t.dim for t in tables), default=0)
+    return rest + growth
 
 
 def check_fit(tables: Sequence[TableDemand], num_ps: int, num_slots: int, room: MemoryRoom) -> None:
@@ -75,14 +79,14 @@ def check_fit(tables: Sequence[TableDemand], num_ps: int, num_slots: int, room: 
         "on each PS)"
         for t in known[:3]
     ) + (f" and {len(known) - 3} more" if len(known) > 3 else "")
-    fits_ps = num_ps
+    fits_ps = num_ps + 1
     if room.bytes > 0:
-        total = sum(t.vocabulary * bytes_per_row(t.dim, num_slots) for t in known)
-        fits_ps = max(num_ps + 1, math.ceil(total / room.bytes))
-    noun = "table" if len(known) == 1 else "tables"
+        fits_ps = max(fits_ps, math.ceil(needed_bytes(known, 1, num_slots) / room.bytes))
+    noun, verb = ("table", "needs") if len(known) == 1 else ("tables", "need")
     raise TablesDoNotFitError(
-        f"embedding {noun} {described} need {need / GIB:.1f} GiB on each of {num_ps} PS "
-        f"(row + {num_slots} optimizer slots + id map), more than the {room.bytes / GIB:.1f} GiB "
+        f"embedding {noun} {described} {verb} {need / GIB:.1f} GiB on each of {num_ps} PS "
+        f"(row + {num_slots} optimizer slots + id map, and a block's copy as it grows), more than "
+        f"the {room.bytes / GIB:.1f} GiB "
         f"this PS has ({room.source}): use more PS (--num_ps_pods {fits_ps} or more), a larger "
         "PS memory limit (--ps_resource_limit memory=...) or a smaller dim"
     )

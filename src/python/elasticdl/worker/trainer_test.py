@@ -181,7 +181,7 @@ def test_tables_that_cannot_fit_on_the_ps_fail_before_any_training(ps_cluster):
     msg = str(refused.value)
     assert msg.startswith(
         "embedding table 'huge' (vocabulary 10,000,000,000,000, dim 16: 5,000,000,000,000 rows "
-        "x 222 B on each PS) need "
+        "x 222 B on each PS) needs "
     ), msg
     assert "GiB on each of 2 PS" in msg and "--num_ps_pods" in msg and "\n" not in msg
     for server in cluster.servers:
