@@ -272,6 +272,11 @@ class JobService:
                 raise Unprocessable(f"spec.model_zoo cannot be set: {SERVER_FIELDS['model_zoo']}")
             # Where the built image holds the package (oci_build, as zoo build's COPY).
             values["model_zoo"] = BUILT_MODEL_ZOO
+        else:
+            # A given image from `elasticdl zoo build` holds its zoo there too; the SDK and
+            # the CLI never send model_zoo (a path on the user's machine), and the master
+            # refuses an empty one.
+            values.setdefault("model_zoo", BUILT_MODEL_ZOO)
         values["image_name"] = image
         values["platform"] = PlatformName.KUBERNETES.value
         values["namespace"] = self.kubernetes.namespace
