@@ -318,12 +318,17 @@ def test_job_survives_chaos(cli, data, tmp_path_factory):
     assert len(final["evaluation_history"]) == 1, final["evaluation_history"]
     assert final["tasks_done"] == train_tasks + eval_tasks, final
     assert final["tasks_failed"] == 0
-    # Every minibatch applied once (a version each): exactly, undisturbed. The chaos job
-    # trains again what a re-queued task had pushed before (at most a task's minibatches
-    # each) and loses what its PS applied after the checkpoint it restores (the PS dies just
-    # after one is written; a save cut short leaves the one before).
+    # Every minibatch applied once (a version each), but for what a re-queued task had
+    # pushed before it is trained again (at most a task's minibatches each; undisturbed too,
+    # where a loaded machine can make a task exceed --task_timeout) and, in the chaos job,
+    # what its PS applied after the checkpoint it restores (the PS dies just after one is
+    # written; a save cut short leaves the one before).
     per_task = TASK_RECORDS // MINIBATCH
-    assert base["model_version"] == decay, (base["model_version"], decay)
+    assert decay <= base["model_version"] <= decay + per_task * base["tasks_recovered"], (
+        base["model_version"],
+        decay,
+        base["tasks_recovered"],
+    )
     assert (
         decay - 2 * CHECKPOINT_STEPS
         <= final["model_version"]
