@@ -32,6 +32,8 @@ def _number(message, name: str) -> int:
 _GRADIENTS = _number(pb.PushGradientsRequest, "gradients")
 _TABLES = _number(pb.Model, "embedding_tables")
 _DENSE = _number(pb.Model, "dense_parameters")
+_ANSWER_PULL = _number(pb.PushGradientsResponse, "dense_parameters")
+_PULLED = _number(pb.PullDenseParametersResponse, "dense_parameters")
 _VALUES = _number(pb.IndexedSlices, "values")
 _INDICES = _number(pb.IndexedSlices, "indices")
 _KEY, _VALUE = 1, 2  # every map entry's fields
@@ -70,6 +72,18 @@ def _key(name: str) -> tuple[List, int]:
     return _field(_KEY, [key], len(key))
 
 
+def _tensor_map(number: int, tensors: Mapping[str, np.ndarray]) -> tuple[List, int]:
+    """The entries of map<string, Tensor> field `number` (views of the arrays' bytes)."""
+    entries, size = [], 0
+    for name, array in tensors.items():
+        key, key_size = _key(name)
+        value, value_size = _tensor(_VALUE, array)
+        entry, entry_size = _field(number, key + value, key_size + value_size)
+        entries += entry
+        size += entry_size
+    return entries, size
+
+
 def encode_push(
     request: pb.PushGradientsRequest,
     embedding: Mapping[str, tu.IndexedRows],
@@ -78,13 +92,7 @@ def encode_push(
     """`request` with `embedding` (table -> rows, ids) and `dense` (name -> gradient) added to
     its gradients, serialized; the arrays are copied once. The request itself must not hold
     those tables or tensors."""
-    entries, size = [], 0
-    for name, grad in dense.items():
-        key, key_size = _key(name)
-        value, value_size = _tensor(_VALUE, grad)
-        entry, entry_size = _field(_DENSE, key + value, key_size + value_size)
-        entries += entry
-        size += entry_size
+    entries, size = _tensor_map(_DENSE, dense)
     for name, rows in embedding.items():
         values, indices = tu.checked_indexed_rows(rows)
         key, key_size = _key(name)
@@ -99,6 +107,30 @@ def encode_push(
         return head[0]
     tables, _ = _field(_GRADIENTS, entries, size)
     return b"".join(head + tables)
+
+
+# ------------------------------------------------------------------ the PS's answer
+@dataclass
+class DensePull:
+    """The dense parameters a push's answer carries: `message` (the answer's
+    PullDenseParametersResponse) without them, and their serialized map entries in `tensors`,
+    written by `write` with one copy (under the model lock: the parameters change after it)."""
+
+    message: pb.PullDenseParametersResponse
+    tensors: bytes = b""
+
+    def write(self, params: Mapping[str, np.ndarray]) -> None:
+        entries, _ = _tensor_map(_PULLED, params)
+        self.tensors = b"".join(entries)
+
+
+def encode_push_answer(answer: pb.PushGradientsResponse, pull: Optional[DensePull]) -> bytes:
+    """`answer` serialized with `pull`'s tensors in its dense_parameters (the PS's side of
+    the same protobuf merge as `encode_push`)."""
+    head = answer.SerializeToString()
+    if pull is None or not pull.tensors:
+        return head
+    return b"".join([head, _tag(_ANSWER_PULL), tu._varint(len(pull.tensors)), pull.tensors])
 
 
 # ------------------------------------------------------------------ reading

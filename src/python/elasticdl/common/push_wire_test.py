@@ -8,7 +8,7 @@ import grpc
 import numpy as np
 import pytest
 from elasticdl.common import tensor_utils as tu
-from elasticdl.common.push_wire import decode_push, encode_push
+from elasticdl.common.push_wire import DensePull, decode_push, encode_push, encode_push_answer
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
@@ -212,3 +212,24 @@ def test_dense_gradients_written_by_hand_parse_as_protobufs_and_read_as_views():
     assert sorted(push.dense) == ["b", "w"] and push.dense["w"].shape == (2, 3)
     np.testing.assert_array_equal(push.dense["w"], dense["w"])
     assert np.shares_memory(push.dense["w"], np.frombuffer(data, np.uint8))
+
+
+@pytest.mark.parametrize(
+    "params", [{}, {"w": np.arange(6, dtype=np.float32).reshape(3, 2), "": np.ones(0)}]
+)
+def test_the_ps_answer_with_pulled_parameters_parses_as_protobufs(params):
+    answer = pb.PushGradientsResponse(accepted=True, version=7)
+    pull = DensePull(answer.dense_parameters)
+    pull.message.initialized, pull.message.version = True, 7
+    pull.write(params)
+    params_before = {n: np.array(v) for n, v in params.items()}
+    for value in params.values():
+        value += 1  # the answer holds a copy made by write()
+    parsed = pb.PushGradientsResponse.FromString(encode_push_answer(answer, pull))
+    want = pb.PushGradientsResponse(accepted=True, version=7)
+    want.dense_parameters.initialized, want.dense_parameters.version = True, 7
+    for name, value in params_before.items():
+        tu.ndarray_to_pb(value, want.dense_parameters.dense_parameters[name])
+    assert parsed == want
+    no_pull = pb.PushGradientsResponse(accepted=True, version=7)
+    assert encode_push_answer(no_pull, None) == no_pull.SerializeToString()

@@ -15,7 +15,7 @@ import grpc
 import numpy as np
 from elasticdl.common import shared_memory as shm
 from elasticdl.common import tensor_utils as tu
-from elasticdl.common.push_wire import DecodedPush, decode_push
+from elasticdl.common.push_wire import DecodedPush, DensePull, decode_push, encode_push_answer
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps.checkpointer import Checkpointer
@@ -92,7 +92,7 @@ def wire_handlers(servicer: "PserverServicer") -> grpc.GenericRpcHandler:
     push = grpc.unary_unary_rpc_method_handler(
         servicer.push_gradients_decoded,
         request_deserializer=decode_push,
-        response_serializer=pb.PushGradientsResponse.SerializeToString,
+        response_serializer=None,  # the handler's bytes as they are
     )
     return grpc.method_handlers_generic_handler(
         "elasticdl.Pserver", {"pull_embedding_vectors": pull, "push_gradients": push}
@@ -149,9 +149,13 @@ class PserverServicer(pb_grpc.PserverServicer):
         return self.handle_push(request)
 
     @_rpc
-    def push_gradients_decoded(self, push: DecodedPush, context):
-        """A push read by `decode_push` (see `wire_handlers`)."""
-        return self.handle_push(push.request, push.embedding, push.dense)
+    def push_gradients_decoded(self, push: DecodedPush, context) -> bytes:
+        """A push read by `decode_push`, answered with the pulled parameters written with one
+        copy (see `wire_handlers`)."""
+        resp = pb.PushGradientsResponse()
+        pull = DensePull(resp.dense_parameters) if push.request.pull_dense_parameters else None
+        self._apply_push(push.request, resp, pull, push.embedding, push.dense)
+        return encode_push_answer(resp, pull)
 
     def handle_push(
         self,
@@ -163,6 +167,9 @@ class PserverServicer(pb_grpc.PserverServicer):
         read apart from `request`); raises PSError for a bad request."""
         resp = pb.PushGradientsResponse()
         pull_into = resp.dense_parameters if request.pull_dense_parameters else None
+        return self._apply_push(request, resp, pull_into, embedding, dense)
+
+    def _apply_push(self, request, resp, pull_into, embedding, dense) -> pb.PushGradientsResponse:
         region = None
         if request.shared_memory_region:
             region = self.regions.get(request.shared_memory_region)

@@ -20,6 +20,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 from elasticdl import ops
+from elasticdl.common.push_wire import DensePull
 from elasticdl.common.shared_memory import SharedMemoryError, SharedRegion
 from elasticdl.common.tensor_utils import IndexedRows
 from elasticdl.proto import elasticdl_pb2 as pb
@@ -158,19 +159,23 @@ class ParameterServer:
 
     def _fill_pull(
         self,
-        resp: pb.PullDenseParametersResponse,
+        resp: pb.PullDenseParametersResponse | DensePull,
         request_version: int,
         region: SharedRegion | None = None,
     ) -> None:
         """The parameters newer than `request_version` (all when it is < 0); under the lock.
-        With `region`, they are written to its parameter slots instead of the message."""
+        With `region`, they are written to its parameter slots instead of the message; into a
+        `DensePull`, as serialized bytes (one copy)."""
         p = self.params
-        resp.initialized = p.initialized
-        resp.version = p.version
+        message = resp.message if isinstance(resp, DensePull) else resp
+        message.initialized = p.initialized
+        message.version = p.version
         if p.initialized and (request_version < 0 or p.version > request_version):
             if region is not None:
                 region.write_parameters(p.dense)
-                resp.parameters_in_shared_memory = True
+                message.parameters_in_shared_memory = True
+            elif isinstance(resp, DensePull):
+                resp.write(p.dense)  # copies the bytes while we hold the lock
             else:
                 p.dense_to_pb(resp)  # serialisation copies the bytes while we hold the lock
 
@@ -213,7 +218,7 @@ class ParameterServer:
     def push_gradients(
         self,
         request: pb.PushGradientsRequest,
-        pull_into: pb.PullDenseParametersResponse | None = None,
+        pull_into: pb.PullDenseParametersResponse | DensePull | None = None,
         region: SharedRegion | None = None,
         embedding: Mapping[str, IndexedRows] | None = None,
         dense: Mapping[str, np.ndarray] | None = None,

@@ -128,14 +128,13 @@ def test_push_with_pull_dense_returns_what_a_pull_would(ps_cluster):
 def test_push_with_pull_dense_against_a_ps_that_predates_it(ps_cluster, monkeypatch):
     from elasticdl.ps.servicer import PserverServicer
 
-    original = PserverServicer.handle_push
-
-    def old_ps_handle_push(self, *args):  # an older PS: the field is unknown
-        resp = original(self, *args)
+    def old_ps_push(self, push, context):  # an older PS: the field is unknown
+        resp = self.handle_push(push.request, push.embedding, push.dense)
         resp.ClearField("dense_parameters")
-        return resp
+        return resp.SerializeToString()
 
-    monkeypatch.setattr(PserverServicer, "handle_push", old_ps_handle_push)
+    # Before the server starts: gRPC binds the handlers when the servicer is registered.
+    monkeypatch.setattr(PserverServicer, "push_gradients_decoded", old_ps_push)
     cluster = ps_cluster(1)
     client = PSClient(cluster.addrs)
     client.push_model({"w": np.zeros(3, np.float32)})
