@@ -2,8 +2,9 @@
 
 The master builds a :class:`JobStatus` from its task manager and replica manager, writes it as
 JSON to ``<job_dir>/status.json`` (local platform) or publishes it in an annotation of its pod
-(Kubernetes), and answers ``get_job_status`` from it. The client reads it back with
-:meth:`JobStatus.from_json` / :meth:`JobStatus.from_dict`. Reading is tolerant: unknown keys
+(Kubernetes; :meth:`JobStatus.published`, its curves thinned), and answers
+``get_job_status`` from it. The client reads it back with :meth:`JobStatus.from_json` /
+:meth:`JobStatus.from_dict`. Reading is tolerant: unknown keys
 are ignored and missing keys get defaults, so a newer master and an older client (or the
 reverse) still understand each other. Standard library only.
 """
@@ -111,6 +112,17 @@ class JobStatus:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=True, default=str)
 
+    def published(self) -> dict[str, Any]:
+        """:meth:`to_dict` for where space is scarce and rewritten every few seconds (the
+        master pod's annotation on Kubernetes, under the API server's 256 KiB for all of a
+        pod's annotations): the curves thinned to :data:`PUBLISHED_LOSS_SAMPLES` and
+        :data:`PUBLISHED_EVALUATIONS` points, enough to draw them; no per-epoch counts."""
+        data = self.to_dict()
+        data.pop("records_trained_per_epoch", None)
+        data["loss_history"] = thinned(data["loss_history"], PUBLISHED_LOSS_SAMPLES)
+        data["evaluation_history"] = thinned(data["evaluation_history"], PUBLISHED_EVALUATIONS)
+        return data
+
     # ---- derived -----------------------------------------------------------------------
     @property
     def is_final(self) -> bool:
@@ -130,6 +142,17 @@ class JobStatus:
 # How many loss samples a status keeps: enough for a curve, small enough to rewrite every
 # couple of seconds (~50 KB of JSON).
 MAX_LOSS_SAMPLES = 1000
+# What a published status keeps of its curves (JobStatus.published): ~10 KB and ~8 KB of JSON.
+PUBLISHED_LOSS_SAMPLES = 200
+PUBLISHED_EVALUATIONS = 100
+
+
+def thinned(samples: list[Any], limit: int) -> list[Any]:
+    """At most ``limit`` (>= 2) of ``samples``, evenly spaced, the first and the last kept."""
+    if len(samples) <= limit:
+        return list(samples)
+    step = (len(samples) - 1) / (limit - 1)
+    return [samples[round(i * step)] for i in range(limit)]
 
 
 @dataclasses.dataclass

@@ -71,3 +71,26 @@ def test_metrics_history_of_a_status_read_back():
     # An older master (no loss_history) or a mangled one reads as an empty curve.
     assert MetricsHistory.of(JobStatus.from_dict({"loss_history": "x"})).loss == []
     assert MetricsHistory.of(JobStatus.from_dict({"loss_history": [1, {"loss": 2}]})).loss == []
+
+
+def test_a_published_status_keeps_thinned_curves():
+    from elasticdl.common.job_status import PUBLISHED_EVALUATIONS, PUBLISHED_LOSS_SAMPLES, thinned
+
+    assert thinned(list(range(5)), 10) == [0, 1, 2, 3, 4]
+    assert thinned(list(range(101)), 5) == [0, 25, 50, 75, 100]
+    status = _written_by_a_master()
+    status.loss_history = [{"model_version": v, "loss": 1 / (v + 1)} for v in range(1000)]
+    status.evaluation_history = [
+        {"model_version": v, "metrics": {"accuracy": v / 500}} for v in range(0, 1000, 2)
+    ]
+    published = status.published()
+    assert "records_trained_per_epoch" not in published
+    read = MetricsHistory.of(JobStatus.from_json(json.dumps(published)))
+    assert len(read.loss) == PUBLISHED_LOSS_SAMPLES
+    assert len(read.evaluation) == PUBLISHED_EVALUATIONS
+    # From the first point to the last, versions rising: the whole curve, coarser.
+    assert read.loss[0] == status.loss_history[0] and read.loss[-1] == status.loss_history[-1]
+    assert read.evaluation[-1] == status.evaluation_history[-1]
+    versions = [s["model_version"] for s in read.loss]
+    assert versions == sorted(set(versions))
+    assert len(json.dumps(published)) < 32 << 10  # well under a pod's 256 KiB of annotations

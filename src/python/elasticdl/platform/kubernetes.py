@@ -99,8 +99,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_PORTS = {ReplicaType.PS: 2222, ReplicaType.WORKER: 3333}
 # How long launch() waits for a previous pod of the same name to go.
 _RELAUNCH_WAIT_SECONDS = 60.0
-# Status fields too bulky for the master pod's annotation (they grow with the job).
-_UNPUBLISHED_STATUS_KEYS = ("evaluation_history", "loss_history", "records_trained_per_epoch")
 
 
 @dataclasses.dataclass
@@ -516,9 +514,10 @@ class KubernetesPlatform(Platform):
     def publish_status(self, status: "JobStatus") -> bool:
         """Store the job's status snapshot (the dict the master writes to ``status.json``
         locally) as JSON in the master pod's ``elasticdl-status`` annotation, where
-        ``elasticdl status`` reads it. Bulky history fields are left out to keep the pod
-        object small. False if there is no master pod or the update failed."""
-        slim = {k: v for k, v in status.to_dict().items() if k not in _UNPUBLISHED_STATUS_KEYS}
+        ``elasticdl status`` and the job server (its dashboard's curves) read it. The curves
+        are thinned to keep the pod object small (:meth:`JobStatus.published`). False if
+        there is no master pod or the update failed."""
+        slim = status.published()
         name = self.master_pod
         text = json.dumps(slim, default=str, sort_keys=True)
         try:

@@ -69,6 +69,7 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
     from elasticdl.client.backend import get_backend
     from elasticdl.client.main import build_parser, main
     from elasticdl.client.submit import spec_from_flags
+    from elasticdl.common.job_status import MetricsHistory
     from elasticdl.platform.local import pick_free_port
 
     zoo = Path(mnist.mnist_functional_api.__file__).resolve().parent.parent
@@ -155,6 +156,12 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
     assert replicas["worker-0"].phase == "Deleted", replicas
     assert "worker-2" in replicas, (replicas, master_log[-4000:])
     assert final.records_trained == final.records_expected == 1536
+    # The dashboard's curves (GET /v1/jobs/{name}/metrics) from what the master published:
+    # a loss per task and the evaluations, over rising model versions.
+    curves = MetricsHistory.of(final)
+    versions = [point["model_version"] for point in curves.loss]
+    assert len(versions) >= 20 and versions == sorted(versions) and versions[-1] > 0, curves
+    assert curves.evaluation and "accuracy" in curves.evaluation[-1]["metrics"], curves
 
     # Cancel of a finished job removes it and everything it owned.
     assert backend.cancel(JOB).phase == "Succeeded"

@@ -1,5 +1,6 @@
-"""Image builds of the job server against the real kube-apiserver: the server process (under
-deploy/k8s/server.yaml's Role) creates the build pod, keeps its log and submits the job.
+"""The job server on Kubernetes against the real kube-apiserver, the server process under
+deploy/k8s/server.yaml's Role: image builds (it creates the build pod with the server's
+imagePullSecrets, keeps its log and submits the job) and the dashboard's curves of a job.
 
 STAND-IN: nothing here runs the build pod's containers (the real node does that:
 tests/python/elasticdl_tests/k8s_node/server_build_test.py). The test plays the kubelet for
@@ -175,3 +176,51 @@ def test_build_log_is_followed_then_kept(builds, k8s_cluster, namespace, tmp_pat
     with pytest.raises(ClientError):
         list(alice.tail_logs("blog", replica="build"))
     assert not (builds.state_dir / "build-logs" / "alice" / "blog.log").exists()
+
+
+def test_dashboard_curves_of_a_kubernetes_job(builds, k8s_cluster, namespace):
+    """GET /v1/jobs/{name}/metrics (the dashboard's curves) of a job on Kubernetes: read from
+    the status the master publishes on its pod, written here by the master's own code
+    (StatusWriter -> KubernetesPlatform.publish_status) as the master would (the real master
+    does it in e2e_test)."""
+    from elasticdl.common.job_status import PUBLISHED_LOSS_SAMPLES, JobStatus
+    from elasticdl.master.job_status import LossHistory, StatusWriter
+    from elasticdl.platform.kubernetes import KubernetesPlatform
+    from elasticdl.server.testing import request
+
+    alice = JobServerClient(builds.url, builds.tokens["alice"])
+    spec = dict(_spec("curves"), model_zoo="/model_zoo")
+    alice.submit_job(spec, image="local/elasticdl:test")
+    status, body, _ = request(builds.port, "GET", "/v1/jobs/curves/metrics", builds.tokens["alice"])
+    assert status == 200 and body["loss"] == [] and body["evaluation"] == []
+
+    admin = K8sClient(namespace, api_client=k8s_cluster.api_client())
+    platform = KubernetesPlatform("curves", admin, image="local/elasticdl:test")
+    losses = LossHistory()
+    for version in range(1, 1501):
+        losses.add(version, 2.0 / version)
+    evaluations = [{"model_version": v, "metrics": {"accuracy": v / 1500}} for v in (500, 1000)]
+
+    def snapshot() -> JobStatus:
+        return JobStatus(
+            job_name="curves",
+            platform="kubernetes",
+            phase="Running",
+            model_version=1500,
+            loss_history=losses.samples(),
+            evaluation_history=evaluations,
+            evaluation_metrics=evaluations[-1]["metrics"],
+        )
+
+    try:
+        StatusWriter(None, snapshot, publish=platform.publish_status).write()
+    finally:
+        platform.shutdown(delete_all=False)
+    status, body, _ = request(builds.port, "GET", "/v1/jobs/curves/metrics", builds.tokens["alice"])
+    assert status == 200 and body["model_version"] == 1500  # (its phase: its pod's, Pending)
+    assert len(body["loss"]) == PUBLISHED_LOSS_SAMPLES
+    versions = [point["model_version"] for point in body["loss"]]
+    assert versions[0] == 1 and versions == sorted(versions) and versions[-1] > 1400
+    assert body["evaluation"] == evaluations
+    # Bob's token reaches none of it.
+    assert request(builds.port, "GET", "/v1/jobs/curves/metrics", builds.tokens["bob"])[0] == 404
