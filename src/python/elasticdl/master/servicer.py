@@ -60,6 +60,9 @@ class MasterServicer(pb_grpc.MasterServicer):
         return task.to_pb()
 
     def report_task_result(self, request: pb.ReportTaskResultRequest, context):
+        if request.fatal and request.err_message:
+            # Every retry would fail the same way (e.g. a PS refused the model's tables).
+            self._tm.fail(f"worker {request.worker_id}: {request.err_message}")
         self._tm.report(**self._report_args(request))
         # A stale report is not an error for the worker: the work is simply accounted elsewhere.
         return empty_pb2.Empty()

@@ -57,9 +57,16 @@ class MasterClient:
         )
 
     def report_task_result(
-        self, task_id: int, err_message: str = "", exec_counters: Optional[Mapping[str, int]] = None
+        self,
+        task_id: int,
+        err_message: str = "",
+        exec_counters: Optional[Mapping[str, int]] = None,
+        fatal: bool = False,
     ) -> None:
-        self._call("report_task_result", self._result_request(task_id, err_message, exec_counters))
+        """``fatal``: no retry can fix ``err_message``; the master fails the job with it."""
+        req = self._result_request(task_id, err_message, exec_counters)
+        req.fatal = bool(fatal)
+        self._call("report_task_result", req)
 
     def _result_request(
         self, task_id: int, err_message: str, exec_counters: Optional[Mapping[str, int]]

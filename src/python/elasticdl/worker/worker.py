@@ -48,7 +48,10 @@ from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.callbacks import SavedModelExporter
 from elasticdl.worker.master_client import MasterClient
 from elasticdl.worker.task_data_service import TaskDataService
-from elasticdl.worker.trainer import PSTrainer  # or an AllreduceTrainer (same interface)
+from elasticdl.worker.trainer import (  # or an AllreduceTrainer (same interface)
+    PSRefusedModelError,
+    PSTrainer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +222,12 @@ class Worker:
             )
 
     def _report(
-        self, task_id: int, err_message: str = "", exec_counters=None, get_next: bool = True
+        self,
+        task_id: int,
+        err_message: str = "",
+        exec_counters=None,
+        get_next: bool = True,
+        fatal: bool = False,
     ) -> None:
         """Report a task's result; with `get_next` and no look-ahead in flight, also get the
         next task in the same call (kept in `_pending` for `_next_task`).
@@ -233,6 +241,8 @@ class Worker:
             self._pending = self.master.report_and_get_task(task_id, err_message, exec_counters)
         elif self._ahead is not None and not err_message:
             self._deferred_report = (task_id, exec_counters)
+        elif fatal:
+            self.master.report_task_result(task_id, err_message, exec_counters, fatal=True)
         else:
             self.master.report_task_result(task_id, err_message, exec_counters)
 
@@ -271,9 +281,11 @@ class Worker:
                 failures += 1
                 msg = f"{type(err).__name__}: {err}"
                 logger.error("Task %d failed: %s\n%s", task.task_id, msg, traceback.format_exc())
-                give_up = failures >= self.config.max_consecutive_failures
+                # No retry can fix a refused model: the master fails the job with its line.
+                fatal = isinstance(err, PSRefusedModelError)
+                give_up = fatal or failures >= self.config.max_consecutive_failures
                 # Take no new task when giving up: the master would wait for this worker.
-                self._report(task.task_id, err_message=msg, get_next=not give_up)
+                self._report(task.task_id, err_message=msg, get_next=not give_up, fatal=fatal)
                 if give_up:
                     raise WorkerFailedError(
                         f"{failures} tasks failed in a row, last: {msg}"
