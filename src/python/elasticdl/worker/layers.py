@@ -53,7 +53,8 @@ class Embedding(keras.layers.Layer):
     Args:
         output_dim: vector size.
         input_dim: vocabulary size; optional (the PS table grows lazily) but needed to export a
-            fixed-size table when ids were never seen in training.
+            fixed-size table when ids were never seen in training, and for the PS to refuse,
+            before training, a table that cannot fit in its memory (elasticdl.ps.memory_fit).
         embeddings_initializer: Keras initializer *name* the PS uses for new rows.
         combiner: None -> output (..., ids, output_dim); "sum" | "mean" | "sqrtn" -> reduce the
             last id axis, output (..., output_dim) (a bag of ids per example). Required for a
