@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from typing import Sequence
 
 from elasticdl.client.cli_parser import StrictArgumentParser
@@ -87,6 +88,13 @@ def _serve_parser() -> StrictArgumentParser:
         help="Build pods on the host network (a one-node cluster with its registry on loopback)",
     )
     parser.add_argument("--state_dir", required=True, help="Packages, data, jobs and tokens")
+    parser.add_argument(
+        "--state_lock_timeout",
+        type=float,
+        default=0,
+        help="Seconds to wait for another server on --state_dir to stop (0: refuse at once); "
+        "a replaced pod's predecessor may still be stopping",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="Address to listen on")
     parser.add_argument("--port", type=int, default=8080, help="Port (0: a free one)")
     parser.add_argument("--tls_cert", default="", help="PEM certificate chain (enables TLS)")
@@ -191,7 +199,7 @@ def _check_builds(args: argparse.Namespace) -> None:
         )
 
 
-def _lock_state_dir(config: ServerConfig) -> int:
+def _lock_state_dir(config: ServerConfig, timeout: float = 0) -> int:
     """One server per state directory: a second would clear the first's uploads in progress
     and race it for job names. The kernel drops the lock when the process dies (SIGKILL too),
     so a restarted server starts at once."""
@@ -201,22 +209,35 @@ def _lock_state_dir(config: ServerConfig) -> int:
 
     config.root.mkdir(parents=True, exist_ok=True)
     fd = os.open(config.root / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise SpecError(
-            f"another server is running on --state_dir {config.state_dir}; stop it or choose "
-            "another directory"
-        ) from None
-    return fd
+    deadline = time.monotonic() + timeout
+    waiting = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise SpecError(
+                    f"another server is running on --state_dir {config.state_dir}; stop it or "
+                    "choose another directory"
+                ) from None
+        if not waiting:
+            waiting = True
+            print(
+                f"{PROG}: waiting up to {timeout:g} s for the server on --state_dir to stop",
+                file=sys.stderr,
+                flush=True,
+            )
+        time.sleep(0.2)
 
 
-def serve(config: ServerConfig, log_level: str = "info") -> None:
+def serve(config: ServerConfig, log_level: str = "info", lock_timeout: float = 0) -> None:
     import uvicorn
     from elasticdl.server.app import create_app
 
-    lock = _lock_state_dir(config)  # held until this process ends, however it ends
+    # Held until this process ends, however it ends; the port is bound only once it is held.
+    lock = _lock_state_dir(config, lock_timeout)
     app = create_app(config)
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -255,7 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 0
         args = _serve_parser().parse_args(argv)
-        serve(config_from_args(args), args.log_level)
+        if not 0 <= args.state_lock_timeout <= 3600:
+            raise ValueError(
+                f"--state_lock_timeout must be 0..3600 seconds, got {args.state_lock_timeout:g}"
+            )
+        serve(config_from_args(args), args.log_level, args.state_lock_timeout)
         return 0
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0

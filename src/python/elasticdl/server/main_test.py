@@ -5,6 +5,7 @@ errors for bad flags, add-user, and one server per state directory."""
 import http.client
 import subprocess
 import sys
+import time
 
 import pytest
 from elasticdl.client.errors import ClientError
@@ -70,6 +71,7 @@ def test_https_with_the_ca_and_nothing_else(tmp_path, certificate):
         (["--port=70000"], "--port must be 0..65535"),
         (["--max_upload_mb=0"], "--max_upload_mb must be > 0"),
         (["--platform=mars"], "invalid choice: 'mars'"),
+        (["--state_lock_timeout=-1"], "--state_lock_timeout must be 0..3600 seconds"),
     ],
 )
 def test_bad_server_flags_are_one_line(tmp_path, capsys, flags, message):
@@ -112,4 +114,43 @@ def test_one_server_per_state_directory(tmp_path):
         first.kill()  # the kernel releases the lock of a killed server
         first.start()
     finally:
+        first.stop()
+
+
+def test_a_replacement_server_waits_for_the_state_directory(tmp_path):
+    """--state_lock_timeout: a server started while its predecessor still stops (a replaced
+    pod) waits for the lock instead of exiting, and serves once the predecessor is gone."""
+    first = ServerProcess(tmp_path / "state")
+    first.start()
+    log = tmp_path / "second.log"
+    with open(log, "wb") as out:
+        second = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "elasticdl.server.main",
+                f"--state_dir={tmp_path / 'state'}",
+                "--port=0",
+                "--state_lock_timeout=60",
+            ],
+            env=first.env,
+            stdout=out,
+            stderr=out,
+        )
+    try:
+
+        def wait_for(text: str) -> None:
+            deadline = time.monotonic() + 60
+            while text not in log.read_text():
+                assert second.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+
+        wait_for("waiting up to 60 s for the server on --state_dir to stop")
+        assert "listening on" not in log.read_text()
+        first.kill()
+        wait_for("listening on http://127.0.0.1:")
+    finally:
+        second.terminate()
+        second.wait(timeout=30)
         first.stop()
