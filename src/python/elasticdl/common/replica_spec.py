@@ -109,6 +109,9 @@ class PSSpec:
     log_level: str = "INFO"
     # "0.0.0.0" in a pod; loopback for local processes, which nothing else should reach.
     bind_host: str = "0.0.0.0"
+    # The job's PS are processes on one machine: each counts on its share of the machine's
+    # memory when it checks that the tables fit (elasticdl.ps.memory_fit).
+    shared_host: bool = False
     log_every_versions: int = 100
     # The job's minibatch: with the model, it sizes the largest push this PS accepts
     # (elasticdl.common.message_caps).

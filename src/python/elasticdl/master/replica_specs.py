@@ -67,6 +67,7 @@ class ReplicaSpecs:
             ps_id=ps_id,
             port=_port_of(address),
             bind_host=self.platform.traits.bind_host,
+            shared_host=self.platform.traits.shared_host,
             master_addr=self.context.master_addr,
             checkpoint_dir=checkpointing.directory,
             checkpoint_steps=checkpointing.steps,

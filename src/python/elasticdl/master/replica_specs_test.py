@@ -77,6 +77,7 @@ def test_ps_spec_carries_the_masters_decisions(tmp_path):
             2,
         )
         assert spec.bind_host == "127.0.0.1"  # local processes listen on loopback only
+        assert spec.shared_host is True  # its memory is split over the job's PS
         assert f"127.0.0.1:{spec.port}" == platform.address("ps", 0) and launched.port == spec.port
     finally:
         platform.shutdown()
@@ -132,6 +133,7 @@ def test_workers_of_other_platforms_size_for_their_own_machine(tmp_path, monkeyp
     try:
         assert WORKER_CPUS_ENV not in _specs(platform, _job(num_workers=4)).worker(0).env
         assert _specs(platform).ps_spec(0).bind_host == "0.0.0.0"
+        assert _specs(platform).ps_spec(0).shared_host is False
     finally:
         platform.shutdown()
 

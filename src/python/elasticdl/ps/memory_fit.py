@@ -16,7 +16,8 @@ benchmarks/ps/README.md).
 Memory the PS may use: the smallest cgroup limit over its cgroup and their ancestors (v2
 ``memory.max``, v1 ``memory.limit_in_bytes``; on Kubernetes the container's limit, which
 ``--ps_resource_limit`` sets) less what the PS holds already, and at most the machine's
-``MemAvailable``. Several PS on one machine each see the whole ``MemAvailable``.
+``MemAvailable``. Where the job's PS are processes on one machine (the local platform), each
+counts on its 1/N of that, and more PS would not help.
 """
 from __future__ import annotations
 
@@ -47,6 +48,16 @@ class TableDemand:
 class MemoryRoom:
     bytes: int
     source: str  # where the figure comes from, for the error message
+    shared_by: int = 1  # PS of the job that split the machine's memory (local processes)
+
+
+def split(room: MemoryRoom, num_ps: int) -> MemoryRoom:
+    """This PS's part of `room` when the job's `num_ps` PS run on the same machine."""
+    if num_ps <= 1:
+        return room
+    return MemoryRoom(
+        room.bytes // num_ps, f"{room.source}, split over the job's {num_ps} PS on it", num_ps
+    )
 
 
 def bytes_per_row(dim: int, num_slots: int) -> int:
@@ -79,16 +90,25 @@ def check_fit(tables: Sequence[TableDemand], num_ps: int, num_slots: int, room: 
         "on each PS)"
         for t in known[:3]
     ) + (f" and {len(known) - 3} more" if len(known) > 3 else "")
+    machine = room.bytes * room.shared_by  # all of it, on a machine of its own
     fits_ps = num_ps + 1
-    if room.bytes > 0:
-        fits_ps = max(fits_ps, math.ceil(needed_bytes(known, 1, num_slots) / room.bytes))
+    if machine > 0:
+        fits_ps = max(fits_ps, math.ceil(needed_bytes(known, 1, num_slots) / machine))
+    if room.shared_by > 1:  # more PS on the same machine split the same memory
+        fixes = (
+            f"PS on machines of their own (--num_ps_pods {fits_ps} or more on Kubernetes), "
+            "a machine with more memory or a smaller dim"
+        )
+    else:
+        fixes = (
+            f"more PS (--num_ps_pods {fits_ps} or more), a larger PS memory limit "
+            "(--ps_resource_limit memory=...) or a smaller dim"
+        )
     noun, verb = ("table", "needs") if len(known) == 1 else ("tables", "need")
     raise TablesDoNotFitError(
         f"embedding {noun} {described} {verb} {need / GIB:.1f} GiB on each of {num_ps} PS "
         f"(row + {num_slots} optimizer slots + id map, and a block's copy as it grows), more than "
-        f"the {room.bytes / GIB:.1f} GiB "
-        f"this PS has ({room.source}): use more PS (--num_ps_pods {fits_ps} or more), a larger "
-        "PS memory limit (--ps_resource_limit memory=...) or a smaller dim"
+        f"the {room.bytes / GIB:.1f} GiB this PS has ({room.source}): use {fixes}"
     )
 
 

@@ -41,6 +41,21 @@ def test_a_table_too_large_is_refused_with_one_line_naming_it_and_the_fixes():
     assert "hashed" not in msg
 
 
+def test_ps_on_one_machine_split_its_memory_and_are_told_so():
+    room = memory_fit.split(MemoryRoom(8 * GIB, "MemAvailable of its machine"), 4)
+    assert room == MemoryRoom(
+        2 * GIB, "MemAvailable of its machine, split over the job's 4 PS on it", 4
+    )
+    assert memory_fit.split(room, 1) is room
+    check_fit([TableDemand("t", 8_000_000, 16)], 4, 2, room)  # 2M rows per PS: 0.5 GiB
+    with pytest.raises(TablesDoNotFitError) as e:
+        check_fit([TableDemand("t", 40_000_000, 16)], 4, 2, room)  # 10M rows per PS: 2.7 GiB
+    msg = str(e.value)
+    assert "more than the 2.0 GiB this PS has (MemAvailable of its machine, split over" in msg
+    # More PS on the same machine would not help: at least one more PS, on machines of its own.
+    assert "use PS on machines of their own (--num_ps_pods 5 or more on Kubernetes)" in msg
+
+
 def test_several_tables_count_together():
     room = MemoryRoom(GIB, "test")
     tables = [TableDemand(f"t{i}", 2_000_000, 16) for i in range(5)]  # 444 MB each

@@ -98,8 +98,11 @@ class PSServer:
         self.port: int | None = None
 
     def _check_tables_fit(self, tables: list[memory_fit.TableDemand]) -> None:
-        slots = len(self.optimizer.slot_names)
-        memory_fit.check_fit(tables, self.config.num_ps_pods, slots, memory_fit.memory_room())
+        slots, num_ps = len(self.optimizer.slot_names), self.config.num_ps_pods
+        room = memory_fit.memory_room()
+        if self.config.shared_host:
+            room = memory_fit.split(room, num_ps)
+        memory_fit.check_fit(tables, num_ps, slots, room)
 
     # ------------------------------------------------------------------ start-up restore
     def _restore(self) -> str | None:
