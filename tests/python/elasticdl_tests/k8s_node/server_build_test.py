@@ -171,6 +171,13 @@ def test_package_job_built_in_cluster_runs(
         assert tags == [image.rsplit(":", 1)[1]]
         log = "".join(client.tail_logs(job))
         assert f"trained {TRAIN_RECORDS}/{TRAIN_RECORDS} records" in log, log[-3000:]
+        # The build pod is gone, its log kept: both containers' (pip's, then the push).
+        build_log = "".join(client.tail_logs(job, replica="build"))
+        assert "+ " in build_log and f"pushed {image}@" in build_log, build_log[-3000:]
+        # The dashboard's loss curve, from the status the master published on its pod.
+        curves = client._json("GET", f"/v1/jobs/{job}/metrics")
+        versions = [point["model_version"] for point in curves["loss"]]
+        assert versions and versions == sorted(versions) and versions[-1] > 0, curves
 
         # --- the same package again: the image is reused, no build pod ---------------------
         again = f"{job}-2"
@@ -189,6 +196,8 @@ def test_package_job_built_in_cluster_runs(
         assert failed.phase == "Failed", failed
         assert "image build failed" in failed.message, failed.message
         assert "elasticdl-no-such-package" in failed.message, failed.message
+        bad_log = "".join(client.tail_logs(bad, replica="build"))
+        assert "elasticdl-no-such-package" in bad_log, bad_log[-3000:]
         assert node_k8s.get_pod(f"elasticdl-{bad}-build") is None
 
         # --- cancelled while building: the build pod goes with it ---------------------------
