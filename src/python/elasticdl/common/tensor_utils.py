@@ -158,9 +158,12 @@ def pb_to_indexed_rows(msg: pb.IndexedSlices) -> IndexedRows:
 # protobuf encoding, so a generated stub or servicer on the other end still reads them.
 _TENSOR_DTYPE, _TENSOR_SHAPE, _TENSOR_CONTENT = 1, 2, 3
 _VARINT, _LEN = 0, 2
+_ONE_BYTE = [bytes([i]) for i in range(0x80)]
 
 
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:  # tags, dtypes, small sizes: one byte
+        return _ONE_BYTE[value]
     value &= (1 << 64) - 1  # negative int64 values as protobuf encodes them (10 bytes)
     out = bytearray()
     while True:
