@@ -378,6 +378,7 @@ def test_server_image_deployed_in_the_cluster_serves_users(
         successor_s = time.monotonic() - t_kill
         (new,) = server_pods()
         assert new.metadata.name != old.metadata.name
+        restarts = new.status.container_statuses[0].restart_count
 
         final = alice.wait(job, timeout=600)
         job_s = time.monotonic() - t_job
@@ -398,6 +399,7 @@ def test_server_image_deployed_in_the_cluster_serves_users(
                 times.append((time.perf_counter() - t) * 1000)
             return statistics.median(times)
 
+        version_ms = median_ms(alice.version)  # the baseline: TLS + token, no cluster reads
         list_ms = median_ms(alice.list_jobs)
         status_ms = median_ms(lambda: alice.get_job_status(job))
 
@@ -420,9 +422,10 @@ def test_server_image_deployed_in_the_cluster_serves_users(
         assert gone not in [s.job_name for s in alice.list_jobs()]
         print(
             f"\nin-cluster server: image build {build_s:.1f} s (0: cached), apply -> serving "
-            f"{start_s:.1f} s, pod deleted -> successor lists the job {successor_s:.1f} s, "
-            f"package job submit -> Succeeded {job_s:.1f} s; median list {list_ms:.1f} ms, "
-            f"status {status_ms:.1f} ms (1 job); load {os.getloadavg()[0]:.1f}"
+            f"{start_s:.1f} s, pod deleted -> successor lists the job {successor_s:.1f} s "
+            f"({restarts} restarts), package job submit -> Succeeded {job_s:.1f} s; medians of "
+            f"20: version {version_ms:.1f} ms, list {list_ms:.1f} ms, status {status_ms:.1f} ms "
+            f"(1 job); load {os.getloadavg()[0]:.1f}"
         )
     finally:
         node.kubectl("delete", "-f", str(manifest), "--wait=false", check=False)
