@@ -192,6 +192,9 @@ def test_package_job_built_in_cluster_runs(
             _spec(bad, node.api),
             package_dir=_zoo(tmp_path, "--no-index\nelasticdl-no-such-package==1.0\n"),
         )
+        # Followed from the start: the pod's containers through the API, then the kept log.
+        followed = "".join(client.tail_logs(bad, replica="build", follow=True))
+        assert "elasticdl-no-such-package" in followed, followed[-3000:]
         failed = client.wait(bad, timeout=300)
         assert failed.phase == "Failed", failed
         assert "image build failed" in failed.message, failed.message
