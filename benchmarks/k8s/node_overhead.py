@@ -21,56 +21,19 @@ node / local. Figures: benchmarks/k8s/README.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-for _path in (REPO / "model_zoo", REPO / "src" / "python"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+import cluster
 
-MODEL_DEF = "mnist.mnist_functional_api.custom_model"
+TOOL = "node_overhead"
 POLL_S = 0.1
-
-
-def _node_env() -> dict[str, str]:
-    r = subprocess.run(
-        ["bash", str(REPO / "scripts" / "k8s" / "start-node.sh"), "start"],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    if r.returncode != 0:
-        sys.exit(f"node_overhead: start-node.sh start failed: {r.stderr.strip()[-300:]}")
-    return dict(ln.split("=", 1) for ln in r.stdout.splitlines() if "=" in ln and " " not in ln)
-
-
-def _kubectl() -> str:
-    cache = os.environ.get("ELASTICDL_K8S_CACHE") or os.path.expanduser(
-        "~/.cache/elasticdl/k8s-1.20.2"
-    )
-    return os.environ.get("ELASTICDL_K8S_BIN", os.path.join(cache, "bin")) + "/kubectl"
-
-
-def _cli(*argv: str) -> str:
-    from elasticdl.client.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(list(argv))
-    if rc != 0:
-        sys.exit(f"node_overhead: elasticdl {argv[0]} failed: {err.getvalue().strip()[-500:]}")
-    return out.getvalue()
 
 
 def pod_start_seconds(core, namespace: str, count: int) -> list[float]:
@@ -106,7 +69,7 @@ def pod_start_seconds(core, namespace: str, count: int) -> list[float]:
 def run_job(backend, argv: list[str], name: str) -> tuple[float, float]:
     """(submit -> first task trained, submit -> Succeeded) in seconds."""
     t0 = time.monotonic()
-    _cli(*argv, f"--job_name={name}", "--detach")
+    cluster.cli(TOOL, *argv, f"--job_name={name}", "--detach")
     first = None
     while True:
         status = backend.status(name)
@@ -132,117 +95,79 @@ def main() -> None:
     parser.add_argument("--image_base", default="elasticdl:cpu")
     args = parser.parse_args()
 
-    from elasticdl.client import zoo_image
-    from elasticdl.client.backend import get_backend
     from elasticdl.data.datasets import prepare
-    from kubernetes import client, config
 
-    env = _node_env()
-    os.environ.update(KUBECONFIG=env["KUBECONFIG"], DOCKER_HOST=env["DOCKER_HOST"])
+    env = cluster.node_env(TOOL)
     tmp = Path(tempfile.mkdtemp(prefix="elasticdl-k8s-bench-"))
     os.environ["ELASTICDL_HOME"] = str(tmp / "home")
-    namespace = f"bench-{uuid.uuid4().hex[:6]}"
-    config.load_kube_config(config_file=env["KUBECONFIG"])
-    core = client.CoreV1Api()
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     try:
-        data = tmp / "data"
-        prepare("fashion_mnist", str(data), progress=False, limit=args.records)
-        for path in [tmp, data, *data.rglob("*")]:  # the pods run as user 10001
-            path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
-        zoo = tmp / "zoo"
-        shutil.copytree(
-            REPO / "model_zoo" / "mnist",
-            zoo / "mnist",
-            ignore=shutil.ignore_patterns("__pycache__", "BUILD", "*_test.py"),
-        )
-        request = zoo_image.ZooImageRequest(
-            base_image=args.image_base, model_zoo=str(zoo), prefix=env["ELASTICDL_NODE_REGISTRY"]
-        )
-        with contextlib.redirect_stderr(io.StringIO()):
-            image = zoo_image.build_zoo_image(request).image
-        manifest = tmp / "rbac.yaml"
-        manifest.write_text(_cli("rbac", f"--namespace={namespace}"))
-        subprocess.run(
-            [_kubectl(), f"--kubeconfig={env['KUBECONFIG']}", "apply", "-f", str(manifest)],
-            check=True,
-            capture_output=True,
-        )
-        # Pods are refused until the token controller gave the default account its token.
-        while not any(
-            sa.secrets
-            for sa in core.list_namespaced_service_account(
-                namespace, field_selector="metadata.name=default"
-            ).items
-        ):
-            time.sleep(0.1)
-
-        pods = pod_start_seconds(core, namespace, args.pods)
-        common = [
-            "train",
-            f"--model_def={MODEL_DEF}",
-            "--num_epochs=1",
-            "--minibatch_size=32",
-            "--num_minibatches_per_task=2",
-            "--num_ps_pods=1",
-            f"--num_workers={args.workers}",
-        ]
-        api_host, api_port = env["ELASTICDL_NODE_API"].rsplit(":", 1)
-        node_argv = common + [
-            f"--image_name={image}",
-            "--model_zoo=/model_zoo",
-            "--training_data=/data/train",
-            f"--namespace={namespace}",
-            "--image_pull_policy=IfNotPresent",
-            f"--volume=host_path={data},mount_path=/data",
-            "--master_resource_request=cpu=0.2,memory=1024Mi",
-            "--worker_resource_request=cpu=0.4,memory=1024Mi",
-            "--ps_resource_request=cpu=0.2,memory=1024Mi",
-            f"--envs=ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
-            f"KUBERNETES_SERVICE_PORT={api_port}",
-        ]
-        local_argv = common + [
-            "--platform=local",
-            f"--model_zoo={zoo}",
-            f"--training_data={data / 'train'}",
-        ]
-        node_backend = get_backend("kubernetes", namespace)
-        local_backend = get_backend("local")
-        runs = {"node": [], "local": []}
-        for i in range(args.repeats):
-            for where, backend, argv in (
-                ("local", local_backend, local_argv),
-                ("node", node_backend, node_argv),
-            ):
-                first, total = run_job(backend, argv, f"bench-{where}-{i}")
-                runs[where].append((first, total))
-                print(
-                    f"{where:5s} run {i}: submit -> first task trained {first:6.1f} s, "
-                    f"submit -> Succeeded {total:6.1f} s",
-                    flush=True,
-                )
-                if where == "node":
-                    _cli("cancel", f"bench-{where}-{i}", f"--namespace={namespace}")
-        med = statistics.median
-        result = {
-            "pod_create_to_running_s": round(med(pods), 2),
-            "node_first_task_s": round(med(r[0] for r in runs["node"]), 1),
-            "local_first_task_s": round(med(r[0] for r in runs["local"]), 1),
-            "node_job_s": round(med(r[1] for r in runs["node"]), 1),
-            "local_job_s": round(med(r[1] for r in runs["local"]), 1),
-            "records": args.records,
-            "workers": args.workers,
-            "repeats": args.repeats,
-        }
-        result["first_task_ratio"] = round(
-            result["node_first_task_s"] / result["local_first_task_s"], 2
-        )
-        result["job_ratio"] = round(result["node_job_s"] / result["local_job_s"], 2)
-        print(f"pods: create -> Running {', '.join(f'{t:.2f}' for t in pods)} s")
-        print(json.dumps(result))
+        with cluster.namespace(TOOL, env) as (core, namespace):
+            data = tmp / "data"
+            prepare("fashion_mnist", str(data), progress=False, limit=args.records)
+            cluster.make_readable(tmp)
+            image, zoo = cluster.build_mnist_image(env, args.image_base, tmp)
+            _measure(args, env, core, namespace, image, zoo, data)
     finally:
-        core.delete_namespace(namespace, grace_period_seconds=0)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _measure(args, env, core, namespace, image, zoo, data) -> None:
+    from elasticdl.client.backend import get_backend
+
+    pods = pod_start_seconds(core, namespace, args.pods)
+    common = [
+        "train",
+        f"--model_def={cluster.MODEL_DEF}",
+        "--num_epochs=1",
+        "--minibatch_size=32",
+        "--num_minibatches_per_task=2",
+        "--num_ps_pods=1",
+        f"--num_workers={args.workers}",
+    ]
+    node_argv = (
+        common
+        + ["--training_data=/data/train"]
+        + cluster.node_job_argv(env, image, namespace, f"host_path={data},mount_path=/data")
+    )
+    local_argv = common + [
+        "--platform=local",
+        f"--model_zoo={zoo}",
+        f"--training_data={data / 'train'}",
+    ]
+    node_backend = get_backend("kubernetes", namespace)
+    local_backend = get_backend("local")
+    runs = {"node": [], "local": []}
+    for i in range(args.repeats):
+        for where, backend, argv in (
+            ("local", local_backend, local_argv),
+            ("node", node_backend, node_argv),
+        ):
+            first, total = run_job(backend, argv, f"bench-{where}-{i}")
+            runs[where].append((first, total))
+            print(
+                f"{where:5s} run {i}: submit -> first task trained {first:6.1f} s, "
+                f"submit -> Succeeded {total:6.1f} s",
+                flush=True,
+            )
+            if where == "node":
+                cluster.cli(TOOL, "cancel", f"bench-{where}-{i}", f"--namespace={namespace}")
+    med = statistics.median
+    result = {
+        "pod_create_to_running_s": round(med(pods), 2),
+        "node_first_task_s": round(med(r[0] for r in runs["node"]), 1),
+        "local_first_task_s": round(med(r[0] for r in runs["local"]), 1),
+        "node_job_s": round(med(r[1] for r in runs["node"]), 1),
+        "local_job_s": round(med(r[1] for r in runs["local"]), 1),
+        "records": args.records,
+        "workers": args.workers,
+        "repeats": args.repeats,
+    }
+    result["first_task_ratio"] = round(
+        result["node_first_task_s"] / result["local_first_task_s"], 2
+    )
+    result["job_ratio"] = round(result["node_job_s"] / result["local_job_s"], 2)
+    print(f"pods: create -> Running {', '.join(f'{t:.2f}' for t in pods)} s")
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
