@@ -34,6 +34,7 @@ from elasticdl.data.datasets import prepare
 from elasticdl.k8s import security
 from elasticdl.k8s.termination import read_termination
 from elasticdl_tests.k8s_node.node import repo_root
+from elasticdl_tests.k8s_node.waiting import wait_for
 
 TRAIN_RECORDS = 1024
 TEST_RECORDS = TRAIN_RECORDS  # prepare(limit=...) keeps that many rows of each split
@@ -64,17 +65,6 @@ def _rbac(node, namespace: str, capsys) -> None:
         node.kubectl("apply", "-f", str(path))
     finally:
         path.unlink()
-
-
-def _wait(predicate, timeout: float, what: str, diagnose=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}\n{diagnose()}")
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +242,7 @@ def test_mnist_ps_job_in_real_containers(
         phases = {ln.split()[0]: ln.split()[2] for ln in listed if ln.strip()}
         return all(phases.get(p) == "Running" for p in pods) and listed
 
-    listed = _wait(all_running, 300, "master, ps-0, worker-0 and worker-1 to run", diagnose)
+    listed = wait_for(all_running, 300, "master, ps-0, worker-0 and worker-1 to run", diagnose)
     first_running_s = time.monotonic() - t_submit
     # kubectl get pods lists them as the seed shows: NAME READY STATUS RESTARTS AGE.
     assert sorted(ln.split()[:3] for ln in listed) == sorted([p, "1/1", "Running"] for p in pods)
@@ -287,7 +277,7 @@ def test_mnist_ps_job_in_real_containers(
         assert main(["logs", job, "--replica", "worker-0", *target]) == 0, diagnose()
         return capsys.readouterr().out.strip()
 
-    _wait(worker_log, 120, "worker-0 to write its log", diagnose)
+    wait_for(worker_log, 120, "worker-0 to write its log", diagnose)
     assert main(["wait", job, "--timeout=900", *target]) == 0, diagnose()
     job_s = time.monotonic() - t_submit
     capsys.readouterr()
@@ -312,7 +302,7 @@ def test_mnist_ps_job_in_real_containers(
 
     # cancel: the finished job and everything it owned are removed.
     assert main(["cancel", job, *target]) == 0
-    assert _wait(lambda: node_k8s.list_pods() == [], 60, "the job's pods to go", diagnose)
+    assert wait_for(lambda: node_k8s.list_pods() == [], 60, "the job's pods to go", diagnose)
 
     # evaluate and predict from the newest checkpoint on the volume, side by side.
     latest = max(
@@ -344,7 +334,7 @@ def test_mnist_ps_job_in_real_containers(
     assert prediction["records_predicted"] == TEST_RECORDS, prediction
     for name in (evaluated, predicted):
         assert main(["cancel", name, *target]) == 0
-    assert _wait(lambda: node_k8s.list_pods() == [], 60, "the jobs' pods to go", diagnose)
+    assert wait_for(lambda: node_k8s.list_pods() == [], 60, "the jobs' pods to go", diagnose)
     with capsys.disabled():
         print(
             f"\nreal-node job: base image {base_s:.0f}s, zoo build {zoo_s:.1f}s, "
@@ -393,7 +383,7 @@ def test_allreduce_job_in_real_containers(
     # Both workers were in one generation of the group at some point.
     assert re.search(r"Rendezvous: generation \d+, world size 2", master_log), master_log[-3000:]
     assert main(["cancel", job, *target]) == 0
-    assert _wait(lambda: node_k8s.list_pods() == [], 60, "the job's pods to go", diagnose)
+    assert wait_for(lambda: node_k8s.list_pods() == [], 60, "the job's pods to go", diagnose)
 
 
 def test_killed_worker_container_is_relaunched_and_nothing_is_lost(
@@ -430,9 +420,9 @@ def test_killed_worker_container_is_relaunched_and_nothing_is_lost(
             return ""
         return pod.status.container_statuses[0].container_id.split("://", 1)[1]
 
-    cid = _wait(training_container, 300, "worker-0 to train", diagnose)
+    cid = wait_for(training_container, 300, "worker-0 to train", diagnose)
     node.docker("kill", cid)
-    killed = _wait(
+    killed = wait_for(
         lambda: (p := node_k8s.get_pod(worker0)) is not None
         and read_termination(p).is_terminal
         and read_termination(p),
@@ -528,7 +518,7 @@ def test_deleted_ps_pod_is_relaunched_and_restores_its_checkpoint(
         written = [p for p in checkpoints.rglob("*") if p.is_file()]
         return pod is not None and pod.status.phase == "Running" and written and pod
 
-    old = _wait(first_checkpoint, 300, "the PS's first checkpoint", diagnose)
+    old = wait_for(first_checkpoint, 300, "the PS's first checkpoint", diagnose)
     assert node_k8s.delete_pod(ps0)
 
     def restored_ps() -> str:
@@ -538,7 +528,7 @@ def test_deleted_ps_pod_is_relaunched_and_restores_its_checkpoint(
         log = node_k8s.read_pod_log(ps0) or ""
         return log if re.search(r"PS 0 restored version \d+ from /checkpoints", log) else ""
 
-    _wait(restored_ps, 300, "the relaunched ps-0 to restore its checkpoint", diagnose)
+    wait_for(restored_ps, 300, "the relaunched ps-0 to restore its checkpoint", diagnose)
     assert main(["wait", job, "--timeout=900", *target]) == 0, diagnose()
     capsys.readouterr()
     assert main(["status", job, "-o", "json", *target]) == 0

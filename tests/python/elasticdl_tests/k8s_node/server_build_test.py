@@ -31,20 +31,10 @@ from elasticdl.client.server_client import JobServerClient
 from elasticdl.data.datasets import prepare
 from elasticdl.server.testing import ServerProcess
 from elasticdl_tests.k8s_node.node import repo_root
+from elasticdl_tests.k8s_node.waiting import server_job_spec, wait_for
 
 TRAIN_RECORDS = 256
 RECORDS_PER_SHARD = 128
-
-
-def _wait(predicate, timeout: float, what: str, diagnose=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}\n{diagnose()}")
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -66,28 +56,6 @@ def _zoo(tmp_path: Path, requirements: str) -> Path:
     )
     (zoo / "requirements.txt").write_text(requirements)
     return zoo
-
-
-def _spec(job: str, api: str) -> dict:
-    api_host, api_port = api.rsplit(":", 1)
-    return {
-        "job_name": job,
-        "model_def": "mnist.mnist_functional_api.custom_model",
-        "training_data": "fashion/train",
-        "num_epochs": 1,
-        "minibatch_size": 32,
-        "num_minibatches_per_task": 2,
-        "num_ps_pods": 1,
-        "num_workers": 1,
-        "distribution_strategy": "ParameterServerStrategy",
-        "image_pull_policy": "IfNotPresent",
-        "master_resource_request": "cpu=0.2,memory=1024Mi",
-        "worker_resource_request": "cpu=0.4,memory=1024Mi",
-        "ps_resource_request": "cpu=0.2,memory=1024Mi",
-        # One-node cluster: the node's network, the API server on loopback (job_test.py).
-        "envs": f"ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
-        f"KUBERNETES_SERVICE_PORT={api_port}",
-    }
 
 
 def test_package_job_built_in_cluster_runs(
@@ -141,10 +109,10 @@ def test_package_job_built_in_cluster_runs(
         job = f"built-{uuid.uuid4().hex[:4]}"
         zoo = _zoo(tmp_path, "numpy\n")  # in the base image already: pip installs nothing
         t0 = time.monotonic()
-        status = client.submit_job(_spec(job, node.api), package_dir=zoo)
+        status = client.submit_job(server_job_spec(job, node.api), package_dir=zoo)
         assert status.phase == "Pending" and "building image" in status.message, status
         build = f"elasticdl-{job}-build"
-        pod = _wait(lambda: node_k8s.get_pod(build), 30, "the build pod", diagnose)
+        pod = wait_for(lambda: node_k8s.get_pod(build), 30, "the build pod", diagnose)
         labels = pod.metadata.labels
         assert labels["elasticdl-owner"] == "alice" and labels["elasticdl-job-name"] == job
         assert pod.spec.automount_service_account_token is False
@@ -181,7 +149,7 @@ def test_package_job_built_in_cluster_runs(
 
         # --- the same package again: the image is reused, no build pod ---------------------
         again = f"{job}-2"
-        status = client.submit_job(_spec(again, node.api), package_dir=zoo)
+        status = client.submit_job(server_job_spec(again, node.api), package_dir=zoo)
         assert status.phase in ("Pending", "Running") and "building" not in status.message
         assert node_k8s.get_pod(f"elasticdl-{again}-build") is None
         client.stop_job(again)
@@ -189,7 +157,7 @@ def test_package_job_built_in_cluster_runs(
         # --- a build that fails: the job Fails with pip's reason -----------------------------
         bad = f"bad-{uuid.uuid4().hex[:4]}"
         status = client.submit_job(
-            _spec(bad, node.api),
+            server_job_spec(bad, node.api),
             package_dir=_zoo(tmp_path, "--no-index\nelasticdl-no-such-package==1.0\n"),
         )
         # Followed from the start: the pod's containers through the API, then the kept log.
@@ -205,10 +173,12 @@ def test_package_job_built_in_cluster_runs(
 
         # --- cancelled while building: the build pod goes with it ---------------------------
         gone = f"cancel-{uuid.uuid4().hex[:4]}"
-        client.submit_job(_spec(gone, node.api), package_dir=_zoo(tmp_path, "numpy\n# other\n"))
-        _wait(lambda: node_k8s.get_pod(f"elasticdl-{gone}-build"), 30, "the build pod", diagnose)
+        client.submit_job(
+            server_job_spec(gone, node.api), package_dir=_zoo(tmp_path, "numpy\n# other\n")
+        )
+        wait_for(lambda: node_k8s.get_pod(f"elasticdl-{gone}-build"), 30, "the build pod", diagnose)
         assert client.stop_job(gone).phase == "Cancelled"
-        _wait(
+        wait_for(
             lambda: node_k8s.get_pod(f"elasticdl-{gone}-build") is None,
             60,
             "the cancelled build pod to go",

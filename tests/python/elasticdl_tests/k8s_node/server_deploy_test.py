@@ -60,21 +60,11 @@ from elasticdl.k8s import security
 from elasticdl_tests.k8s_node import base_image as images
 from elasticdl_tests.k8s_node.node import REQUIRE_ENV, repo_root
 from elasticdl_tests.k8s_node.server_image import ensure_server_image, server_wheel
+from elasticdl_tests.k8s_node.waiting import server_job_spec, wait_for
 
 TRAIN_RECORDS = 256
 RECORDS_PER_SHARD = 64
 STATE = "/srv/elasticdl"
-
-
-def _wait(predicate, timeout: float, what: str, diagnose=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}\n{diagnose()}")
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -187,27 +177,6 @@ def _volume(ns: str, path: Path) -> dict:
     }
 
 
-def _spec(job: str, api: str) -> dict:
-    api_host, api_port = api.rsplit(":", 1)
-    return {
-        "job_name": job,
-        "model_def": "mnist.mnist_functional_api.custom_model",
-        "training_data": "fashion/train",
-        "num_epochs": 1,
-        "minibatch_size": 32,
-        "num_minibatches_per_task": 2,
-        "num_ps_pods": 1,
-        "num_workers": 1,
-        "distribution_strategy": "ParameterServerStrategy",
-        "image_pull_policy": "IfNotPresent",
-        "master_resource_request": "cpu=0.2,memory=1024Mi",
-        "worker_resource_request": "cpu=0.4,memory=1024Mi",
-        "ps_resource_request": "cpu=0.2,memory=1024Mi",
-        "envs": f"ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
-        f"KUBERNETES_SERVICE_PORT={api_port}",
-    }
-
-
 def _serving(url: str, ca: Path) -> bool:
     """The server answers HTTPS (401 without a token: every route needs one)."""
     context = ssl.create_default_context(cafile=str(ca))
@@ -283,7 +252,7 @@ def test_server_image_deployed_in_the_cluster_serves_users(
     try:
         t0 = time.monotonic()
         node.kubectl("apply", "-f", str(manifest))
-        _wait(lambda: _serving(url, cert), 180, "the server pod to serve HTTPS", diagnose)
+        wait_for(lambda: _serving(url, cert), 180, "the server pod to serve HTTPS", diagnose)
         start_s = time.monotonic() - t0
         (pod,) = server_pods()
         assert pod.spec.containers[0].image == image
@@ -333,7 +302,7 @@ def test_server_image_deployed_in_the_cluster_serves_users(
         # --- a package job: built in the cluster, then run ------------------------------
         job = f"deployed-{uuid.uuid4().hex[:4]}"
         t_job = time.monotonic()
-        status = alice.submit_job(_spec(job, node.api), package_id=package)
+        status = alice.submit_job(server_job_spec(job, node.api), package_id=package)
         assert status.phase == "Pending" and "building image" in status.message, status
         master = f"elasticdl-{job}-master"
 
@@ -341,7 +310,7 @@ def test_server_image_deployed_in_the_cluster_serves_users(
             pod = node_k8s.get_pod(master)
             return pod is not None and pod.status.phase == "Running"
 
-        _wait(running, 400, "the job's master pod to run", diagnose)
+        wait_for(running, 400, "the job's master pod to run", diagnose)
         # bob sees nothing of it and cannot touch it.
         assert bob.list_jobs() == []
         for call in (bob.get_job_status, bob.stop_job):
@@ -353,7 +322,7 @@ def test_server_image_deployed_in_the_cluster_serves_users(
         (old,) = server_pods()
         t_kill = time.monotonic()
         node.kubectl("delete", "pod", "-n", ns, old.metadata.name, "--wait=false")
-        _wait(
+        wait_for(
             lambda: [p for p in server_pods() if p.metadata.name != old.metadata.name],
             60,
             "the Deployment's next server pod",
@@ -361,7 +330,7 @@ def test_server_image_deployed_in_the_cluster_serves_users(
         )
         # Until the kubelet has stopped it, the old server may still answer (and hold the
         # state directory's lock: the next one exits and is restarted until it gets it).
-        _wait(
+        wait_for(
             lambda: node_k8s.get_pod(old.metadata.name) is None,
             120,
             "the deleted server pod to go",
@@ -374,7 +343,7 @@ def test_server_image_deployed_in_the_cluster_serves_users(
             except Exception:
                 return []
 
-        assert _wait(listed, 180, "the next server to list the job", diagnose) == [job]
+        assert wait_for(listed, 180, "the next server to list the job", diagnose) == [job]
         successor_s = time.monotonic() - t_kill
         (new,) = server_pods()
         assert new.metadata.name != old.metadata.name
@@ -405,15 +374,15 @@ def test_server_image_deployed_in_the_cluster_serves_users(
 
         # --- a job with a given image, cancelled: nothing of it is left -----------------
         gone = f"given-{uuid.uuid4().hex[:4]}"
-        alice.submit_job(_spec(gone, node.api), image=built)
-        _wait(
+        alice.submit_job(server_job_spec(gone, node.api), image=built)
+        wait_for(
             lambda: node_k8s.get_pod(f"elasticdl-{gone}-worker-0"),
             180,
             "the cancelled job's worker pod",
             diagnose,
         )
         assert alice.stop_job(gone).phase == "Cancelled"
-        _wait(
+        wait_for(
             lambda: _job_objects(node, ns, gone) == "",
             120,
             "the cancelled job's objects to go",

@@ -1,0 +1,44 @@
+"""What the real-node test files share: waiting for a condition, and the small training job
+they submit through the job server."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+
+def wait_for(predicate, timeout: float, what: str, diagnose=lambda: ""):
+    """predicate()'s first truthy value, polled every 0.5 s; the test fails after `timeout`
+    seconds with `what` and diagnose()'s text."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}\n{diagnose()}")
+        time.sleep(0.5)
+
+
+def server_job_spec(job: str, api: str) -> dict:
+    """The job spec (as the job server takes it) of a one-epoch README model job sized for the
+    one-node cluster whose API server is at `api` (host:port)."""
+    api_host, api_port = api.rsplit(":", 1)
+    return {
+        "job_name": job,
+        "model_def": "mnist.mnist_functional_api.custom_model",
+        "training_data": "fashion/train",
+        "num_epochs": 1,
+        "minibatch_size": 32,
+        "num_minibatches_per_task": 2,
+        "num_ps_pods": 1,
+        "num_workers": 1,
+        "distribution_strategy": "ParameterServerStrategy",
+        "image_pull_policy": "IfNotPresent",
+        "master_resource_request": "cpu=0.2,memory=1024Mi",
+        "worker_resource_request": "cpu=0.4,memory=1024Mi",
+        "ps_resource_request": "cpu=0.2,memory=1024Mi",
+        # One-node cluster: the node's network, the API server on loopback (job_test.py).
+        "envs": f"ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
+        f"KUBERNETES_SERVICE_PORT={api_port}",
+    }
