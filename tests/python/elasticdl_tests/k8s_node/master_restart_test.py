@@ -22,8 +22,8 @@ from elasticdl_tests.k8s_node.job_test import (
     _checkpoint_dir,
     _rbac,
     _train_argv,
-    _wait,
 )
+from elasticdl_tests.k8s_node.waiting import wait_for
 
 # job_test's fixtures, used here by name.
 cli_env = job_test.cli_env
@@ -71,7 +71,7 @@ def test_killed_master_container_is_replaced_and_the_job_resumes(
             return None
         return pods[0]
 
-    first = _wait(training_master, 420, "the master to see records trained", diagnose)
+    first = wait_for(training_master, 420, "the master to see records trained", diagnose)
     cid = first.status.container_statuses[0].container_id.split("://", 1)[1]
     before = {p.metadata.name: p.metadata.uid for p in node_k8s.list_pods(replicas_selector)}
     assert len(before) == 3, before
@@ -82,15 +82,15 @@ def test_killed_master_container_is_replaced_and_the_job_resumes(
         pod = node_k8s.get_pod(first.metadata.name)
         return pod is not None and read_termination(pod).is_terminal and read_termination(pod)
 
-    assert _wait(died, 60, "the master container to end", diagnose).exit_code == 137
+    assert wait_for(died, 60, "the master container to end", diagnose).exit_code == 137
 
     def resumed():
         s = status()
         return s.get("master", {}).get("restarts") == 1 and (s["records_trained"] or -1)
 
-    at_resume = _wait(resumed, 300, "a new master resuming the job", diagnose)
+    at_resume = wait_for(resumed, 300, "a new master resuming the job", diagnose)
     t_resumed = time.monotonic() - t_kill
-    _wait(lambda: status()["records_trained"] > at_resume, 300, "training to go on", diagnose)
+    wait_for(lambda: status()["records_trained"] > at_resume, 300, "training to go on", diagnose)
     t_trained = time.monotonic() - t_kill
     logger.info(
         "master killed: resumed after %.1f s, trained again after %.1f s", t_resumed, t_trained

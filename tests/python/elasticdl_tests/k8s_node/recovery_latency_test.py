@@ -14,7 +14,8 @@ import uuid
 
 from elasticdl.client.main import main
 from elasticdl_tests.k8s_node import job_test
-from elasticdl_tests.k8s_node.job_test import _checkpoint_dir, _rbac, _train_argv, _wait
+from elasticdl_tests.k8s_node.job_test import _checkpoint_dir, _rbac, _train_argv
+from elasticdl_tests.k8s_node.waiting import wait_for
 from elasticdl_tests.k8s_node.node import repo_root
 from kubernetes import client
 
@@ -68,7 +69,7 @@ def test_killed_workers_recovery_is_measured_from_the_journal(
     replacements = [k.replacement for k in kills]
     # Workers 0 and 1 first, each replaced by a new id (2, 3), never one reused.
     assert victims == [0, 1] and replacements == [2, 3], kills
-    _wait(
+    wait_for(
         lambda: node_k8s.list_pods(f"elasticdl-job-name={job}") == [],
         120,
         "the cancelled job's pods to go",
