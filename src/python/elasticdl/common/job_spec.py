@@ -309,7 +309,8 @@ class JobSpec:
     )
     allreduce_backend: str = _field(
         "auto",
-        "AllreduceStrategy: torch.distributed backend (auto: NCCL where workers see a GPU, else Gloo)",
+        "AllreduceStrategy: torch.distributed backend (auto: NCCL when every worker has a GPU of its "
+        "own, else Gloo)",
         "model",
         choices=("auto", "gloo", "nccl"),
     )

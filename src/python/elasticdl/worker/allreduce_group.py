@@ -41,7 +41,9 @@ class RendezvousTimeoutError(RuntimeError):
 
 @dataclass
 class GroupConfig:
-    backend: str = "auto"  # "gloo", "nccl" or "auto" (NCCL when torch sees a GPU)
+    # "gloo", "nccl", or "auto": NCCL when every member of a generation has a GPU of its own
+    # (NCCL refuses two ranks on one device), else Gloo; decided anew per generation.
+    backend: str = "auto"
     # Also bounds how long the others wait while one member runs an evaluation/export task, and
     # how long building a group waits for a member that died meanwhile.
     collective_timeout_s: float = 120.0
@@ -110,6 +112,7 @@ class CommGroup:
         self._store = None
         self._store_addr = None
         self._device = None
+        self._backend = ""  # the live group's: "nccl" or "gloo"
         self._joined = False  # reported LOOP_START at least once
         self._must_rejoin = True  # next join reports LOOP_START(0) (first time / after failure)
 
@@ -125,14 +128,27 @@ class CommGroup:
 
     @property
     def uses_cuda(self) -> bool:
-        return self._backend_name() == "nccl"
+        return self._backend == "nccl"
 
-    def _backend_name(self) -> str:
+    @property
+    def backend(self) -> str:
+        """The live group's backend ("nccl" or "gloo"; "" outside a group)."""
+        return self._backend
+
+    def _choose_backend(self, store, rank: int, world_size: int) -> str:
+        """The backend of a generation, the same on every member: each publishes the UUID of
+        the GPU it would use and NCCL is chosen only if all members have one and no two share
+        it (a local job's workers on one GPU, or more workers than GPUs, get Gloo)."""
         if self.config.backend != "auto":
             return self.config.backend
         import torch
 
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        gpu = str(torch.cuda.get_device_properties(0).uuid) if torch.cuda.is_available() else ""
+        store.set(f"gpu/{rank}", gpu or "-")
+        keys = [f"gpu/{r}" for r in range(world_size)]
+        store.wait(keys, datetime.timedelta(seconds=self.config.collective_timeout_s))
+        gpus = [store.get(k).decode() for k in keys]
+        return "nccl" if "-" not in gpus and len(set(gpus)) == len(gpus) else "gloo"
 
     def join(self) -> None:
         """Wait for a generation newer than the last one this worker was in that includes it,
@@ -182,7 +198,8 @@ class CommGroup:
             prefix = f"{auth.store_prefix(self.config.secret)}/{prefix}"
         store = dist.PrefixStore(prefix, self._store)
         started = time.monotonic()
-        if self._backend_name() == "nccl":
+        self._backend = self._choose_backend(store, resp.rank_id, resp.world_size)
+        if self._backend == "nccl":
             self._pg = dist.ProcessGroupNCCL(store, resp.rank_id, resp.world_size, timeout=timeout)
         else:
             if self._device is None:
@@ -202,7 +219,7 @@ class CommGroup:
             self.rank,
             self.world_size,
             self.rendezvous_id,
-            self._backend_name(),
+            self._backend,
             time.monotonic() - started,
         )
 
@@ -216,6 +233,7 @@ class CommGroup:
     def drop(self, failed: bool) -> None:
         """Forget the group. ``failed``: it broke, so the next join asks for a new generation."""
         self._pg = None
+        self._backend = ""
         self.rank, self.world_size, self.rendezvous_id = -1, 0, 0
         if failed:
             self._must_rejoin = True

@@ -1,12 +1,14 @@
-"""Two real worker processes form a Gloo group through the master's rendezvous (real gRPC
-servicer and torch TCPStore on 127.0.0.1) and allreduce/broadcast; when one leaves, the other
-re-forms alone in the next generation."""
+"""Real worker processes form a group through the master's rendezvous (real gRPC servicer and
+torch TCPStore on 127.0.0.1) and allreduce/broadcast; when one leaves, the other re-forms alone
+in the next generation. With backend "auto", two workers on one host share a GPU (or have none)
+and get Gloo; one worker with a GPU gets NCCL (that test runs only where torch sees a GPU)."""
 import json
 import subprocess
 import sys
 import textwrap
 
 import elasticdl.worker.allreduce_group  # noqa: F401  (run by the subprocesses; tells the build)
+import pytest
 from elasticdl.master.rendezvous import Rendezvous, RendezvousConfig, RendezvousStore
 from elasticdl.master.server import create_master_server
 from elasticdl.master.servicer import MasterServicer
@@ -19,12 +21,13 @@ WORKER = textwrap.dedent(
     import numpy as np
     from elasticdl.worker.allreduce_group import AllreduceMasterClient, CommGroup, GroupConfig
 
-    addr, worker_id = sys.argv[1], int(sys.argv[2])
+    addr, worker_id, backend = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     master = AllreduceMasterClient(addr, worker_id, retry_timeout=30)
-    group = CommGroup(master, GroupConfig(backend="gloo", join_timeout_s=60, collective_timeout_s=60))
+    group = CommGroup(master, GroupConfig(backend=backend, join_timeout_s=60, collective_timeout_s=60))
     group.join()
     group.acknowledge()
     out = {"rank": group.rank, "world": group.world_size, "gen": group.rendezvous_id}
+    out["backend"] = group.backend
     buf = np.full(5, float(worker_id + 1), np.float32)
     group.allreduce_(buf)
     out["sum"] = buf.tolist()
@@ -46,7 +49,8 @@ WORKER = textwrap.dedent(
 )
 
 
-def test_two_processes_allreduce_through_master_rendezvous(tmp_path):
+def _run_workers(tmp_path, worker_ids, backend):
+    """Each worker's RESULT dict and the rendezvous' history."""
     store = RendezvousStore("127.0.0.1")
     rdzv = Rendezvous(RendezvousConfig("127.0.0.1", store.port, settle_s=0.3))
     tm = TaskManager(TaskManagerConfig(records_per_task=1), training_shards=[("s", 0, 1)])
@@ -59,13 +63,13 @@ def test_two_processes_allreduce_through_master_rendezvous(tmp_path):
     try:
         procs = [
             subprocess.Popen(
-                [sys.executable, str(script), f"127.0.0.1:{port}", str(w)],
+                [sys.executable, str(script), f"127.0.0.1:{port}", str(w), backend],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
                 env=env,
             )
-            for w in (0, 1)
+            for w in worker_ids
         ]
         outs = [p.communicate(timeout=240)[0] for p in procs]
     finally:
@@ -78,7 +82,14 @@ def test_two_processes_allreduce_through_master_rendezvous(tmp_path):
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-3000:]
         results.append(json.loads(out.split("RESULT ", 1)[1]))
-    r0, r1 = results
+    return results, rdzv.history
+
+
+@pytest.mark.parametrize("backend", ["gloo", "auto"])
+def test_two_processes_allreduce_through_master_rendezvous(tmp_path, backend):
+    (r0, r1), history = _run_workers(tmp_path, (0, 1), backend)
+    # auto: two workers of one host have no GPU, or the same one, which NCCL refuses.
+    assert r0["backend"] == r1["backend"] == "gloo"
     assert r0["gen"] == r1["gen"] == 1 and r0["world"] == r1["world"] == 2
     assert sorted([r0["rank"], r1["rank"]]) == [0, 1]
     assert r0["sum"] == r1["sum"] == [3.0] * 5
@@ -87,5 +98,20 @@ def test_two_processes_allreduce_through_master_rendezvous(tmp_path):
     # Worker 0 left: generation 2 holds worker 1 alone, as rank 0.
     assert (r1["gen2"], r1["world2"], r1["rank2"]) == (2, 1, 0)
     assert r1["solo"] == [1.0] * 3
-    assert rdzv.history == [(1, [rdzv.history[0][1][0], rdzv.history[0][1][1]]), (2, [1])]
-    assert sorted(rdzv.history[0][1]) == [0, 1]
+    assert history == [(1, [history[0][1][0], history[0][1][1]]), (2, [1])]
+    assert sorted(history[0][1]) == [0, 1]
+
+
+def _torch_sees_a_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _torch_sees_a_gpu(), reason="torch sees no CUDA device (CI has none)")
+def test_a_worker_with_a_gpu_of_its_own_allreduces_through_nccl(tmp_path):
+    (r0,), history = _run_workers(tmp_path, (0,), "auto")
+    assert r0["backend"] == "nccl", r0
+    assert (r0["gen"], r0["world"], r0["rank"]) == (1, 1, 0)
+    assert r0["sum"] == [1.0] * 5 and r0["bcast"] == 0.0
+    assert history == [(1, [0])]
