@@ -78,6 +78,29 @@ def test_aggregate():
     np.testing.assert_array_equal(host(g), rg)  # same order of summation as the oracle
 
 
+@pytest.mark.parametrize(
+    "low, high",
+    [
+        (0, 2),
+        (0, 1 << 17),
+        (1 << 40, (1 << 40) + 5000),
+        ((1 << 62) - 3000, (1 << 62) + 3000),
+        ((1 << 63) - 5000, (1 << 63) - 1),
+        (-(1 << 63), -(1 << 63) + 5000),
+        (-3000, 3000),
+    ],
+)
+def test_aggregate_sorts_every_id_range(low, high):
+    """The sort looks only at the bits the largest id needs: ids at each edge of that choice."""
+    rng = np.random.default_rng(7)
+    ids = rng.integers(low, high, 20_000, dtype=np.int64, endpoint=True)
+    grads = rng.standard_normal((20_000, 8)).astype(np.float32)
+    u, g = ops.sparse_aggregate(dev(ids), dev(grads))
+    ru, rg = R.sparse_aggregate_chunked(ids, grads, _chunk())
+    np.testing.assert_array_equal(host(u), ru)
+    np.testing.assert_array_equal(host(g), rg)
+
+
 def test_aggregate_hot_id_is_chunked_and_deterministic():
     """A hot id (20k of 60k rows) is summed by many warps in chunks, then the chunk sums in
     order: bit-identical to the chunked oracle and from run to run; ids seen at most
