@@ -27,7 +27,7 @@ using edl::OptSlots;
 
 namespace {
 
-constexpr int kAbiVersion = 3;  // 2: IdMap; 3: IdMap.items, IdMap.nbytes
+constexpr int kAbiVersion = 4;  // 2: IdMap; 3: IdMap.items, IdMap.nbytes; 4: cpu_sparse_update_unique
 
 template <typename T>
 T* P(uintptr_t a) {
@@ -176,6 +176,16 @@ PYBIND11_MODULE(elasticdl_native, m) {
   m.def("num_threads", &edl::cpu::num_threads);
 
   EDL_BIND_COMMON(m, "cpu_", edl::cpu)
+  // sparse_update for ids the caller guarantees unique (kernels.h); CPU only.
+  m.def("cpu_sparse_update_unique",
+        [](int kind, float lr, float mu, bool nesterov, float b1, float b2, float eps, bool ams, uintptr_t table,
+           int64_t rows, int64_t dim, uintptr_t ids, int64_t n, uintptr_t grads, uintptr_t s0, uintptr_t s1,
+           uintptr_t s2) {
+          const OptParams p = make_params(kind, lr, mu, nesterov, b1, b2, eps, ams);
+          py::gil_scoped_release nogil;
+          return edl::cpu::sparse_update_unique(p, P<float>(table), rows, dim, P<const int64_t>(ids), n,
+                                                P<const float>(grads), make_slots(s0, s1, s2));
+        });
 
   // CPU aggregation: rank the ids first (GIL released) -- by bitmaps when they lie in a narrow
   // range, else by hashing -- then allocate the outputs once the unique count is known, then

@@ -46,6 +46,12 @@ void dense_accumulate(float* out, const float* const* grads, int num_grads, int6
 void dense_update(const OptParams& p, float* param, const float* grad, const OptSlots& s, int64_t n);
 int64_t sparse_update(const OptParams& p, float* table, int64_t rows, int64_t dim, const int64_t* ids,
                       int64_t n, const float* grads, const OptSlots& s);
+// The same for ids the caller knows to be unique (e.g. a PS's rows of ids it checked to be
+// strictly increasing): each row is updated straight from its gradient, with no ranking. With
+// repeated ids the result is undefined (threads race on a row); ids out of range are still
+// refused before any update.
+int64_t sparse_update_unique(const OptParams& p, float* table, int64_t rows, int64_t dim, const int64_t* ids,
+                             int64_t n, const float* grads, const OptSlots& s);
 
 // Sums rows of grads that share an id, for ids already deduplicated by `d` (dedup_cpu.h):
 // out_ids[0..u) = sorted unique ids, out[k] = sum of their rows in original order.

@@ -362,5 +362,39 @@ int64_t sparse_update(const OptParams& p, float* table, int64_t rows, int64_t di
   return -1;
 }
 
+namespace {
+// Positions per dynamically scheduled block of the update of unique ids.
+constexpr int64_t kUniqueBlock = 2048;
+
+template <int K>
+EDL_MULTIVERSION void update_unique_block(const OptParams& p, float* table, int64_t dim, const int64_t* ids,
+                                          int64_t lo, int64_t hi, const float* grads, const OptSlots& s) {
+  for (int64_t i = lo; i < hi; ++i) {
+    if (i + kRowsAhead < hi) {
+      prefetch_rows(grads + (i + kRowsAhead) * dim, dim, 0);
+      prefetch_update_rows(table, s, ids[i + kRowsAhead] * dim, dim);
+    }
+    apply_row<K>(p, table, s, ids[i] * dim, grads + i * dim, dim);
+  }
+}
+}  // namespace
+
+int64_t sparse_update_unique(const OptParams& p, float* table, int64_t rows, int64_t dim, const int64_t* ids,
+                             int64_t n, const float* grads, const OptSlots& s) {
+  follow_load();
+  const int64_t bad = first_bad_id(ids, n, rows);
+  if (bad >= 0) return bad;
+  // No id repeats (the caller's guarantee), so each position is its row's whole update and no
+  // two threads share a row: blocks of positions in any order, with no ranking or grouping.
+  const int64_t blocks = (n + kUniqueBlock - 1) / kUniqueBlock;
+  dispatch_kind(p.kind, [&](auto kc) {
+    constexpr int K = decltype(kc)::value;
+#pragma omp parallel for schedule(dynamic, 1) if (n * dim > kParallelMin)
+    for (int64_t b = 0; b < blocks; ++b)
+      update_unique_block<K>(p, table, dim, ids, b * kUniqueBlock, std::min(n, (b + 1) * kUniqueBlock), grads, s);
+  });
+  return -1;
+}
+
 }  // namespace cpu
 }  // namespace edl

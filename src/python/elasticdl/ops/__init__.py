@@ -128,10 +128,16 @@ def dense_update(spec: OptimizerSpec, param, grad, slots, lr, step=1):
     _pick(param, grad).dense_update(spec, param, grad, slots, lr, step)
 
 
-def sparse_update(spec: OptimizerSpec, table, ids, grads, slots, lr, step=1):
+def sparse_update(spec: OptimizerSpec, table, ids, grads, slots, lr, step=1, unique_ids=False):
     """One step of optimizer ``spec`` on rows ``ids`` of the 2-D ``table`` by ``grads`` (one row
-    per id; duplicate ids are summed first, in order). ``slots`` are shaped like ``table``."""
-    _pick(table, grads).sparse_update(spec, table, ids, grads, slots, lr, step)
+    per id; duplicate ids are summed first, in order). ``slots`` are shaped like ``table``.
+
+    ``unique_ids=True`` promises that no id repeats: the CPU kernel then updates each row
+    straight from its gradient row, without ranking the ids (the parameter server passes it
+    for ids it checked to be strictly increasing). The promise is not checked by the native
+    kernel (the NumPy reference refuses repeated ids): with repeated ids the rows they name
+    get an undefined update. Ids out of range are refused either way."""
+    _pick(table, grads).sparse_update(spec, table, ids, grads, slots, lr, step, unique_ids)
 
 
 def sgd(param, grad, lr):

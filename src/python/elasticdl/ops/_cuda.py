@@ -300,7 +300,9 @@ def dense_update(spec, param, grad, slots, lr, step=1):
     N.cuda_dense_update(spec.kind, lr, *spec.native_scalars, p.ptr, g.ptr, s0, s1, s2, p.size)
 
 
-def sparse_update(spec, table, ids, grads, slots, lr, step=1):
+def sparse_update(spec, table, ids, grads, slots, lr, step=1, unique_ids=False):
+    # unique_ids is a hint the CUDA kernel does not use: it always sums (unique ids are summed
+    # to themselves).
     N = _native()
     t = _inplace("table", table)
     if len(t.shape) != 2:

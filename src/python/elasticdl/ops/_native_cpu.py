@@ -138,7 +138,7 @@ def dense_update(spec, param, grad, slots, lr, step=1):
     )
 
 
-def sparse_update(spec, table, ids, grads, slots, lr, step=1):
+def sparse_update(spec, table, ids, grads, slots, lr, step=1, unique_ids=False):
     table = C.float32_inplace("table", table)
     if table.ndim != 2:
         raise OpsError(f"table: expected a 2-D (rows, dim) table, got shape {table.shape}")
@@ -148,7 +148,8 @@ def sparse_update(spec, table, ids, grads, slots, lr, step=1):
     s0, s1, s2 = _slot_ptrs(spec, slots, table.shape, "table")
     if spec.kind is OptKind.ADAM:
         lr = adam_lr_t(lr, spec.beta_1, spec.beta_2, C.positive_step(step))
-    bad = _N.cpu_sparse_update(
+    kernel = _N.cpu_sparse_update_unique if unique_ids else _N.cpu_sparse_update
+    bad = kernel(
         spec.kind,
         lr,
         *spec.native_scalars,

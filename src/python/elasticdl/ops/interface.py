@@ -212,9 +212,10 @@ class OpsBackend(abc.ABC):
         it)."""
 
     @abc.abstractmethod
-    def sparse_update(self, spec, table, ids, grads, slots, lr, step=1):
+    def sparse_update(self, spec, table, ids, grads, slots, lr, step=1, unique_ids=False):
         """One optimizer step on rows ``ids`` of the 2-D ``table`` (duplicate ids summed first);
-        ``slots`` are shaped like ``table``."""
+        ``slots`` are shaped like ``table``. ``unique_ids=True``: the caller guarantees that no
+        id repeats, so a backend may skip the summing (it may also ignore the hint)."""
 
 
 _REGISTRY: dict[str, OpsBackend] = {}

@@ -513,6 +513,59 @@ def test_sparse_optimizers_large_batch_exact(op, layout, method):
         _same(a, b, exact=True)
 
 
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "small",  # one thread (below the parallel threshold)
+        "shuffled",  # unique rows in random order, as a PS's rows for sorted ids usually are
+        "spread",  # a few unique rows over a large table
+    ],
+)
+@pytest.mark.parametrize("op", ["sgd", "momentum", "nesterov", "adam", "amsgrad", "adagrad"])
+def test_sparse_update_unique_ids_matches_reference(op, layout):
+    """`unique_ids=True` (no ranking) against the reference's summing path on the same ids:
+    a row's update is its one gradient row either way, so the bits agree."""
+    rng = _rng(9)
+    rows, dim, n = {"small": (ROWS, DIM, 40), "shuffled": (60_000, 16, 50_000)}.get(
+        layout, (400_000, 4, 300)
+    )
+    ids = rng.permutation(rows)[:n].astype(np.int64)
+    spec = {
+        "sgd": ops.OptimizerSpec(ops.OptKind.SGD),
+        "momentum": ops.OptimizerSpec(ops.OptKind.MOMENTUM, momentum=0.9),
+        "nesterov": ops.OptimizerSpec(ops.OptKind.MOMENTUM, momentum=0.8, nesterov=True),
+        "adam": ops.OptimizerSpec(ops.OptKind.ADAM),
+        "amsgrad": ops.OptimizerSpec(ops.OptKind.ADAM, amsgrad=True),
+        "adagrad": ops.OptimizerSpec(ops.OptKind.ADAGRAD),
+    }[op]
+    k = len(spec.slot_names)
+    table = rng.standard_normal((rows, dim)).astype(np.float32)
+    slots = [np.abs(rng.standard_normal((rows, dim))).astype(np.float32) for _ in range(k)]
+    grads = rng.standard_normal((n, dim)).astype(np.float32)
+    t2, s2 = table.copy(), [x.copy() for x in slots]
+    ops.sparse_update(spec, table, ids, grads, slots, 0.05, 3, unique_ids=True)
+    R.sparse_update(spec, t2, ids, grads, s2, 0.05, 3)
+    _same(table, t2, exact=True)
+    for a, b in zip(slots, s2):
+        _same(a, b, exact=True)
+
+
+def test_sparse_update_unique_ids_refuses_bad_ids_before_any_update():
+    table = np.zeros((10, 4), np.float32)
+    grads = np.ones((3, 4), np.float32)
+    spec = ops.OptimizerSpec(ops.OptKind.SGD)
+    for bad in ([0, 9, 10], [3, -1, 4]):
+        with pytest.raises(
+            ops.IdOutOfRangeError, match=rf"ids\[\d\] = {bad[1] if bad[1] < 0 else 10}"
+        ):
+            ops.sparse_update(spec, table, np.array(bad), grads, (), 0.1, unique_ids=True)
+    assert not table.any()
+    # The oracle holds callers to the promise that the native kernel trusts.
+    with pytest.raises(ops.OpsError, match="unique_ids=True but some id repeats"):
+        R.sparse_update(spec, table, np.array([1, 2, 1]), grads, (), 0.1, unique_ids=True)
+    assert not table.any()
+
+
 @pytest.mark.parametrize("pooled", [False, True])
 def test_lookup_into_out(pooled):
     rng = _rng(9)

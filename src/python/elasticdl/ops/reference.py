@@ -207,9 +207,11 @@ def dense_update(spec, param, grad, slots, lr, step=1):
     _apply_rows(spec, param, grad, s, lr, step)
 
 
-def sparse_update(spec, table, ids, grads, slots, lr, step=1):
+def sparse_update(spec, table, ids, grads, slots, lr, step=1, unique_ids=False):
     """One step of optimizer ``spec`` on rows ``ids`` of ``table``: duplicates are summed
-    (:func:`sparse_aggregate`), then each unique row is updated once."""
+    (:func:`sparse_aggregate`), then each unique row is updated once. ``unique_ids=True``: the
+    rows are updated in the given order without summing, after checking that none repeats
+    (the oracle holds callers to the promise the native kernel trusts)."""
     table = C.float32_inplace("table", table)
     if table.ndim != 2:
         raise C.OpsError(f"table: expected a 2-D (rows, dim) table, got shape {table.shape}")
@@ -219,7 +221,12 @@ def sparse_update(spec, table, ids, grads, slots, lr, step=1):
     C.check_id_range(ids, table.shape[0])
     if spec.kind is OptKind.ADAM:
         step = C.positive_step(step)
-    uniq, g = sparse_aggregate(ids, grads)
+    if unique_ids:
+        if np.unique(ids).size != ids.size:
+            raise C.OpsError("ids: unique_ids=True but some id repeats")
+        uniq, g = ids, grads
+    else:
+        uniq, g = sparse_aggregate(ids, grads)
     p, rows = table[uniq], [x[uniq] for x in s]
     _apply_rows(spec, p, g, rows, lr, step)
     table[uniq] = p

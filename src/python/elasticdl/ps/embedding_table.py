@@ -103,9 +103,14 @@ class EmbeddingTable:
                     f"embedding table {self.name!r} has no row for ids "
                     f"{ids[missing][:5].tolist()}"
                 )
-            new_ids = np.unique(ids[missing])
-            new_rows = self._append(new_ids, None)
-            rows[missing] = new_rows[np.searchsorted(new_ids, ids[missing])]
+            absent = ids[missing]
+            if strictly_increasing(absent):
+                # Already unique and in order (a worker's push, whose ids it summed): a row each.
+                rows[missing] = self._append(absent, None)
+            else:
+                new_ids = np.unique(absent)
+                new_rows = self._append(new_ids, None)
+                rows[missing] = new_rows[np.searchsorted(new_ids, absent)]
         return rows
 
     def _append(self, new_ids: np.ndarray, values: np.ndarray | None) -> np.ndarray:
@@ -165,6 +170,12 @@ def check_ids(ids, table: str) -> np.ndarray:
     if ids.size and ids.min() < 0:
         raise PSError(f"embedding table {table!r}: ids must be non-negative, got {ids.min()}")
     return ids
+
+
+def strictly_increasing(ids: np.ndarray) -> bool:
+    """Whether every id is larger than the one before: then none repeats. An O(n) pass, where
+    finding out otherwise costs a sort; what the PS checks before it trusts ids to be unique."""
+    return ids.size < 2 or bool(np.all(ids[1:] > ids[:-1]))
 
 
 def _resized(array: np.ndarray, capacity: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 from elasticdl.ps import initializers
-from elasticdl.ps.embedding_table import EmbeddingTable
+from elasticdl.ps.embedding_table import EmbeddingTable, strictly_increasing
 from elasticdl.ps.errors import PSError
 from elasticdl.ps.id_index import IdIndex
 
@@ -113,6 +113,28 @@ def test_ids_and_export_come_back_from_the_index():
     np.testing.assert_array_equal(got_ids, [3, 4, 5, 77, 10**12, 1 << 62])
     np.testing.assert_array_equal(got[:, 0], [2, 0, 6, 4, 0, 8])
     assert t.index_nbytes > 0
+
+
+def test_strictly_increasing():
+    assert strictly_increasing(np.array([], np.int64))
+    assert strictly_increasing(np.array([7]))
+    assert strictly_increasing(np.array([0, 3, 1 << 62]))
+    assert not strictly_increasing(np.array([0, 3, 3]))  # a repeat
+    assert not strictly_increasing(np.array([3, 0, 5]))
+
+
+@pytest.mark.parametrize("batch", [[2, 5, 9, 11], [11, 9, 5, 2, 9]])
+def test_new_rows_are_the_same_whether_ids_come_in_order_or_not(batch):
+    """Ids in strictly increasing order skip the de-duplication of the absent ones; either way
+    each new id gets one row, in id order, and present ids keep theirs."""
+    t = EmbeddingTable("e", 2, "uniform")
+    before = t.get(np.array([5]))
+    rows = t.rows(np.array(batch))
+    assert len(t) == 4
+    np.testing.assert_array_equal(t.ids, [5, 2, 9, 11])
+    np.testing.assert_array_equal(rows, [{5: 0, 2: 1, 9: 2, 11: 3}[i] for i in batch])
+    np.testing.assert_array_equal(t.get(np.array([5])), before)
+    np.testing.assert_array_equal(t.get(np.array([9])), EmbeddingTable("e", 2).get(np.array([9])))
 
 
 def test_lazy_init_is_deterministic_per_id_and_order_independent():

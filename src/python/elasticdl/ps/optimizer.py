@@ -23,11 +23,15 @@ import numpy as np
 from elasticdl import ops
 from elasticdl.common import spec_codec
 from elasticdl.ops import OptimizerSpec, OptKind
-from elasticdl.ps.embedding_table import EmbeddingTable
+from elasticdl.ps.embedding_table import EmbeddingTable, strictly_increasing
 from elasticdl.ps.errors import PSError
 from elasticdl.ps.parameters import Parameters
 
 logger = logging.getLogger(__name__)
+
+# Below this many ids the check that they strictly increase costs as much as ranking them in
+# the kernel (figures: benchmarks/ps/README.md).
+_UNRANKED_MIN = 256
 
 
 class OptimizerConfigError(PSError):
@@ -167,4 +171,8 @@ class Optimizer:
             return
         rows = table.rows(ids)  # creates rows never pulled (e.g. after a PS restart)
         slots = [table.slot(s, init) for s, init in self._slots]
-        ops.sparse_update(self.spec, table.values, rows, grads, slots, lr, step)
+        # A worker sends each id once, in order (it summed them: ps_client); checked here, not
+        # trusted, since the kernel races on a repeated row. Distinct ids have distinct rows,
+        # so the kernel updates each row straight from its gradient, without ranking them.
+        unique = ids.size >= _UNRANKED_MIN and strictly_increasing(ids)
+        ops.sparse_update(self.spec, table.values, rows, grads, slots, lr, step, unique)

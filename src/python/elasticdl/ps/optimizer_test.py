@@ -1,6 +1,7 @@
 """Optimizer numerics against a plain float64 NumPy reference written here (not elasticdl.ops)."""
 import numpy as np
 import pytest
+from elasticdl.ps import optimizer
 from elasticdl.ps.embedding_table import EmbeddingTable
 from elasticdl.ps.optimizer import (
     Optimizer,
@@ -85,6 +86,39 @@ def test_sparse_updates_with_duplicate_ids_match_reference(kind):
     for i, value in expected.items():
         np.testing.assert_allclose(table.get(np.array([i]))[0], value, rtol=2e-5, atol=2e-6)
     assert set(table.slot_names) == set(opt.slot_names)
+
+
+@pytest.mark.parametrize("kind", sorted(CONFIGS))
+@pytest.mark.parametrize(
+    "ids",
+    [
+        [1, 5, 9, 40],  # strictly increasing: the kernel updates each row without ranking
+        [1, 5, 5, 40],  # in order but repeated: must still be summed
+        [40, 9, 5, 1],  # unique, out of order
+    ],
+)
+def test_sparse_updates_of_ordered_and_repeated_ids_match_reference(kind, ids, monkeypatch):
+    """The PS takes the unranked kernel only for ids it found strictly increasing; ids in
+    order with a repeat, or unique ones out of order, go through the summing kernel."""
+    monkeypatch.setattr(optimizer, "_UNRANKED_MIN", 1)  # a batch this small is ranked otherwise
+    config = parse_optimizer_config(*CONFIGS[kind])
+    opt, ref = Optimizer(config), Reference(config)
+    rng = np.random.default_rng(2)
+    table = EmbeddingTable("emb", 3, "uniform")
+    ids = np.array(ids, dtype=np.int64)
+    expected = {int(i): table.get(np.array([i]))[0].astype(np.float64) for i in (1, 5)}
+    fresh = EmbeddingTable("emb", 3, "uniform")  # rows 9 and 40 are created by the push
+    expected.update({int(i): fresh.get(np.array([i]))[0].astype(np.float64) for i in (9, 40)})
+    for t in range(1, 4):
+        grads = rng.normal(size=(ids.size, 3)).astype(np.float32)
+        opt.apply_sparse(table, ids, grads, config.learning_rate, t)
+        summed = {}
+        for i, g in zip(ids.tolist(), grads.astype(np.float64)):
+            summed[i] = summed.get(i, 0.0) + g
+        for i, g in summed.items():
+            expected[i] = ref.step(i, expected[i], g, config.learning_rate, t)
+    for i in set(ids.tolist()):
+        np.testing.assert_allclose(table.get(np.array([i]))[0], expected[i], rtol=2e-5, atol=2e-6)
 
 
 def test_sparse_sgd_golden_values_from_original_kernel_test():
