@@ -2,11 +2,11 @@
 
     <checkpoint_dir>/version-<V>/variables-<i>-of-<N>.ckpt
 
-Each file is one serialized `pb.Model`: shard i of N (its dense parameters, its rows of every
-embedding table as IndexedSlices, all table infos, the version, and optimizer slots under
-`slot:<slot>:<name>` keys, see parameters.py). A version directory is *valid* once all N files
-exist; files are written to a temporary name and renamed, so a crash never leaves a truncated
-file that looks complete.
+Each file is one serialized `pb.Model`: shard i of N (its dense parameters and non-trainable
+state, placed alike, its rows of every embedding table as IndexedSlices, all table infos, the
+version, and optimizer slots under `slot:<slot>:<name>` keys, see parameters.py). A version
+directory is *valid* once all N files exist; files are written to a temporary name and renamed,
+so a crash never leaves a truncated file that looks complete.
 
 Restoring reads every shard file of a version and keeps what the *new* shard owns (dense by
 name hash, rows by id % shard_num), so a job may resume on a different number of PS.
@@ -208,6 +208,9 @@ def restore(path: str, shard_index: int, shard_num: int) -> pb.Model:
             owner = parse_slot_key(name)[1] if is_slot_key(name) else name
             if string_to_id(owner, shard_num) == shard_index:
                 out.dense_parameters[name].CopyFrom(tensor)
+        for name, tensor in shard.state.items():
+            if string_to_id(name, shard_num) == shard_index:
+                out.state[name].CopyFrom(tensor)
         for name, slices in shard.embedding_tables.items():
             r = tu.pb_to_indexed_rows(slices)
             mine = (r.indices % shard_num) == shard_index

@@ -10,6 +10,14 @@ reserved key `slot:<slot>:<owner name>` (dense slot in `dense_parameters`, embed
 `embedding_tables`, the latter without an `EmbeddingTableInfo`). Code that loads checkpoints
 into a model must skip keys for which `is_slot_key` is true.
 
+Model state: non-trainable dense variables (BatchNormalization's moving mean and variance) live
+in `state`, placed like dense parameters (`string_to_id(name, num_ps)`). A push assigns them as
+they come and the optimizer never sees them. Every worker estimates the same population
+statistics, so when several push them the last writer wins; checkpoints and pulls that ask for
+state carry them, so a relaunched worker and an evaluation or prediction job start from the
+trained statistics instead of the initial ones. A checkpoint written before the PS kept state
+has none: the workers then keep their initial values (they log which).
+
 Not thread-safe by itself: `ParameterServer` (updater.py) holds the lock.
 """
 from __future__ import annotations
@@ -52,6 +60,7 @@ class Parameters:
         self.initialized = False
         self.dense: dict[str, np.ndarray] = {}
         self.dense_slots: dict[str, dict[str, np.ndarray]] = {}  # slot -> param -> array
+        self.state: dict[str, np.ndarray] = {}  # non-trainable variables (see module docstring)
         self.embedding_tables: dict[str, EmbeddingTable] = {}
         # Called with the tables a push is about to create, before any is; raises to refuse
         # them all (the server sets elasticdl.ps.memory_fit's check). None: no check.
@@ -77,6 +86,9 @@ class Parameters:
                 continue
             if self.owns_dense(name):
                 self.dense[name] = _as_param(tu.pb_to_ndarray(tensor), name)
+        for name, tensor in model.state.items():
+            if self.owns_dense(name):
+                self.state[name] = _as_param(tu.pb_to_ndarray(tensor), name)
         for name, slices in model.embedding_tables.items():
             if not is_slot_key(name):
                 self._load_rows(name, slices, slot=None)
@@ -94,6 +106,9 @@ class Parameters:
                 self.dense_slots.setdefault(slot, {})[owner] = value
             else:
                 self.dense[name] = value
+        self.state = {
+            name: _as_param(tu.pb_to_ndarray(tensor), name) for name, tensor in model.state.items()
+        }
         for name, slices in model.embedding_tables.items():
             if is_slot_key(name):
                 slot, owner = parse_slot_key(name)
@@ -222,7 +237,34 @@ class Parameters:
             sparse[name] = (ids, np.ascontiguousarray(rows.values, dtype=np.float32))
         return dense, sparse
 
+    def check_state(self, tensors: Mapping[str, pb.Tensor]) -> dict[str, np.ndarray]:
+        """Decode and validate pushed state before anything is assigned: every variable must be
+        this PS's, finite, and of the shape it has here (a variable new to this PS, e.g. after
+        a restore from a checkpoint without state, is taken as it comes)."""
+        out = {}
+        for name, tensor in tensors.items():
+            if not self.owns_dense(name):
+                raise PSError(
+                    f"state variable {name!r} belongs to another PS; check the worker's PS count"
+                )
+            if name in self.dense:
+                raise PSError(f"state variable {name!r} is also a trained dense parameter")
+            value = _as_param(tu.pb_to_ndarray(tensor), name)
+            held = self.state.get(name)
+            if held is not None and held.shape != value.shape:
+                raise PSError(
+                    f"state variable {name!r} has shape {value.shape}, the PS holds {held.shape}"
+                )
+            if not np.isfinite(np.add.reduce(value, axis=None)):
+                raise PSError(f"state variable {name!r} holds NaN or infinity")
+            out[name] = value
+        return out
+
     # ------------------------------------------------------------------ export
+    def state_to_pb(self, out: pb.PullDenseParametersResponse | pb.Model) -> None:
+        for name, value in self.state.items():
+            tu.ndarray_to_pb(value, out.state[name])
+
     def dense_to_pb(self, out: pb.PullDenseParametersResponse | pb.Model) -> None:
         for name, value in self.dense.items():
             tu.ndarray_to_pb(value, out.dense_parameters[name])
@@ -231,6 +273,7 @@ class Parameters:
         """A self-contained snapshot (copies) of this PS shard: the checkpoint content."""
         model = pb.Model(version=self.version)
         self.dense_to_pb(model)
+        self.state_to_pb(model)
         for name, table in self.embedding_tables.items():
             model.embedding_table_infos.add(
                 name=name, dim=table.dim, initializer=table.initializer, dtype=pb.DT_FLOAT32

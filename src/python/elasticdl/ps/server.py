@@ -119,11 +119,13 @@ class PSServer:
         model, source = restored
         self.ps.restore(model)
         logger.info(
-            "PS %d restored version %d from %s: %d dense parameters, embedding tables %s",
+            "PS %d restored version %d from %s: %d dense parameters, %d state variables, "
+            "embedding tables %s",
             c.ps_id,
             self.params.version,
             source,
             len(self.params.dense),
+            len(self.params.state),
             {n: len(t) for n, t in self.params.embedding_tables.items()},
         )
         return source

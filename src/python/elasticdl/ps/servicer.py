@@ -127,7 +127,7 @@ class PserverServicer(pb_grpc.PserverServicer):
 
     @_rpc
     def pull_dense_parameters(self, request: pb.PullDenseParametersRequest, context):
-        return self.ps.pull_dense(int(request.version))
+        return self.ps.pull_dense(int(request.version), request.include_state)
 
     @_rpc
     def pull_embedding_vectors(self, request: pb.PullEmbeddingVectorsRequest, context):

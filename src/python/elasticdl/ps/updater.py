@@ -1,5 +1,7 @@
 """Gradient application policy of one PS: asynchronous or synchronous SGD, and the model version.
 
+Non-trainable state a push carries (parameters.py) is assigned when the push is accepted.
+
 Async: every accepted push is applied at once and bumps the version; with staleness modulation
 its learning rate is divided by max(1, ps_version - grad_version).
 
@@ -151,10 +153,16 @@ class ParameterServer:
             self._buffer = _SyncBuffer()
 
     # ------------------------------------------------------------------ reads
-    def pull_dense(self, request_version: int) -> pb.PullDenseParametersResponse:
+    def pull_dense(
+        self, request_version: int, include_state: bool = False
+    ) -> pb.PullDenseParametersResponse:
+        """The parameters newer than `request_version`; with `include_state`, also every state
+        variable (whatever the version: a worker asks for them only when it starts)."""
         resp = pb.PullDenseParametersResponse()
         with self.lock:
             self._fill_pull(resp, request_version)
+            if include_state and self.params.initialized:
+                self.params.state_to_pb(resp)
         return resp
 
     def _fill_pull(
@@ -260,10 +268,16 @@ class ParameterServer:
             missing = set(request.shared_memory_missing)
             # Views of the slots: the async apply reads them in place, the sync buffer copies.
             dense = {name: region.gradient(name) for name in region.slots if name not in missing}
+        state = p.check_state(request.gradients.state)
         lr = _check_push(dense, sparse, request.learning_rate)
+        if not self.policy.use_async and self._stale(grad_version):
+            return PushResult(False, p.version)
+        # Assigned, never optimised; the last writer wins. Before the update, so that a
+        # checkpoint the update triggers holds it.
+        p.state.update(state)
         if self.policy.use_async:
             return self._apply_async(dense, sparse, lr, grad_version)
-        return self._accumulate_sync(dense, sparse, lr, grad_version)
+        return self._accumulate_sync(dense, sparse, lr)
 
     def _apply_async(self, dense, sparse, lr, grad_version) -> PushResult:
         lr = self.optimizer.config.learning_rate if lr is None else lr
@@ -273,17 +287,22 @@ class ParameterServer:
         self._apply(dense, sparse, lr)
         return PushResult(True, self.params.version)
 
-    def _accumulate_sync(self, dense, sparse, lr, grad_version) -> PushResult:
+    def _stale(self, grad_version: int) -> bool:
+        """Sync mode: gradients computed against a version too old are rejected."""
         p = self.params
-        if grad_version < p.version - self.policy.sync_version_tolerance:
-            logger.debug(
-                "PS %d rejects stale gradients of version %d (PS at %d, tolerance %d)",
-                p.ps_id,
-                grad_version,
-                p.version,
-                self.policy.sync_version_tolerance,
-            )
-            return PushResult(False, p.version)
+        if grad_version >= p.version - self.policy.sync_version_tolerance:
+            return False
+        logger.debug(
+            "PS %d rejects stale gradients of version %d (PS at %d, tolerance %d)",
+            p.ps_id,
+            grad_version,
+            p.version,
+            self.policy.sync_version_tolerance,
+        )
+        return True
+
+    def _accumulate_sync(self, dense, sparse, lr) -> PushResult:
+        p = self.params
         if self.policy.grads_to_wait == 1:
             # Nothing to average: apply in place, without copying the gradients into a buffer.
             self._apply(dense, sparse, lr or self.optimizer.config.learning_rate)

@@ -238,7 +238,9 @@ class AllreduceTrainer:
         raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------ training
-    def train_minibatch(self, features, labels) -> float:
+    def train_minibatch(self, features, labels, send_state: bool = False) -> float:
+        """One global step; `send_state` is ignored: every replica holds all the model's
+        variables, and a group that (re)forms broadcasts them (`_sync_state`)."""
         self.ensure_model(features)
         if self._grad_fn is None:
             self._grad_fn = self._compiled(self._flat_grads)

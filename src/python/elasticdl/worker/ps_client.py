@@ -72,6 +72,8 @@ class PullResult:
     # PS id -> its flat parameter block, when every PS that sent parameters wrote them into a
     # packed shared-memory region (views, valid until the next push); else None.
     blocks: Optional[Dict[int, np.ndarray]] = None
+    # The model's non-trainable state the PS hold, when the pull asked for it (include_state).
+    state: Dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def all_initialized(self) -> bool:
@@ -336,14 +338,19 @@ class PSClient:
         dense_params: Mapping[str, np.ndarray],
         embedding_infos: Sequence[EmbeddingTableInfo] = (),
         version: int = 0,
+        state: Optional[Mapping[str, np.ndarray]] = None,
     ) -> None:
-        """Offer the initial model; a PS that is already initialised keeps its own values."""
+        """Offer the initial model (`state`: its non-trainable variables, placed like dense
+        parameters); a PS that is already initialised keeps its own values."""
         parts = self.partition_dense(dense_params)
+        state_parts = self.partition_dense(state or {})
         reqs = []
         for ps_id in range(self.num_ps):
             model = pb.Model(version=version)
             for name, value in parts[ps_id].items():
                 ndarray_to_pb(np.asarray(value), model.dense_parameters[name])
+            for name, value in state_parts[ps_id].items():
+                ndarray_to_pb(np.asarray(value), model.state[name])
             self._add_infos(model, embedding_infos)
             reqs.append((ps_id, model))
         self._fan_out("push_model", reqs)
@@ -372,24 +379,32 @@ class PSClient:
             )
 
     # ------------------------------------------------------------------ pulls
-    def pull_dense_parameters(self, force: bool = False) -> PullResult:
+    def pull_dense_parameters(self, force: bool = False, include_state: bool = False) -> PullResult:
         """Parameters newer than what this worker last pulled from each PS.
 
-        `force=True` asks for everything (the local copy is unknown, e.g. after a restart).
+        `force=True` asks for everything (the local copy is unknown, e.g. after a restart);
+        `include_state=True` also for the model's non-trainable state (`PullResult.state`).
         """
         reqs = [
-            (ps_id, pb.PullDenseParametersRequest(version=-1 if force else self.ps_versions[ps_id]))
+            (
+                ps_id,
+                pb.PullDenseParametersRequest(
+                    version=-1 if force else self.ps_versions[ps_id], include_state=include_state
+                ),
+            )
             for ps_id in range(self.num_ps)
         ]
-        return self._pull_result(self._fan_out("pull_dense_parameters", reqs))
+        return self._pull_result(self._fan_out("pull_dense_parameters", reqs), include_state)
 
-    def _pull_result(self, responses: List[pb.PullDenseParametersResponse]) -> PullResult:
+    def _pull_result(
+        self, responses: List[pb.PullDenseParametersResponse], include_state: bool = False
+    ) -> PullResult:
         """Parameters and per-PS versions from one PullDenseParametersResponse per PS."""
         responses = list(responses)
         # A PS whose version went back was relaunched from an older checkpoint: it sends nothing
         # for a request of a newer version, but the local copy is not its model any more.
         went_back = [
-            (i, pb.PullDenseParametersRequest(version=-1))
+            (i, pb.PullDenseParametersRequest(version=-1, include_state=include_state))
             for i, resp in enumerate(responses)
             if resp.initialized and 0 <= resp.version < self.ps_versions[i]
         ]
@@ -403,6 +418,7 @@ class PSClient:
                 responses[i] = resp
         uninitialized = []
         params: Dict[str, np.ndarray] = {}
+        state: Dict[str, np.ndarray] = {}
         blocks: Optional[Dict[int, np.ndarray]] = {}
         for ps_id, resp in enumerate(responses):
             if not resp.initialized:
@@ -423,8 +439,12 @@ class PSClient:
                 blocks = None
             for name, tensor in resp.dense_parameters.items():
                 params[name] = pb_to_ndarray(tensor)
+            for name, tensor in resp.state.items():
+                state[name] = pb_to_ndarray(tensor)
             self.ps_versions[ps_id] = resp.version
-        return PullResult(uninitialized_ps=uninitialized, parameters=params, blocks=blocks or None)
+        return PullResult(
+            uninitialized_ps=uninitialized, parameters=params, blocks=blocks or None, state=state
+        )
 
     def rows_per_message(self, name: str, dim: Optional[int] = None) -> int:
         dim = dim or self._table_dims.get(name) or 1
@@ -518,6 +538,7 @@ class PSClient:
         embedding_grads: Mapping[str, Tuple[np.ndarray, np.ndarray]] = None,
         learning_rate: float = 0.0,
         pull_dense: bool = False,
+        state: Optional[Mapping[str, np.ndarray]] = None,
     ) -> PushResult:
         """Send gradients to every PS (an empty message still counts, so all PS versions advance
         together); embedding gradients are summed per id and scattered by `id % num_ps`.
@@ -525,9 +546,14 @@ class PSClient:
         Each message carries the version this worker computed against on that PS, which the PS
         uses for staleness checks (sync) or lr modulation (async). `pull_dense=True` asks each
         PS to answer with its parameters newer than that version as well (`PushResult.pulled`),
-        saving the separate pull of the next step.
+        saving the separate pull of the next step. `state`: the model's non-trainable variables,
+        which each PS assigns (its own share) when it accepts the push.
         """
         parts = self._push_parts(dense_grads, embedding_grads, learning_rate, pull_dense)
+        if state:
+            for ps_id, share in enumerate(self.partition_dense(state)):
+                for name, value in share.items():
+                    ndarray_to_pb(np.asarray(value), parts[ps_id].request.gradients.state[name])
         for link, part in zip(self._links, parts):
             self._maybe_attach(link)
             link.prepare_push(part)

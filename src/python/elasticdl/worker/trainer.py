@@ -10,6 +10,13 @@ The PS is initialised lazily by the workers: the first worker to build the model
 PS keep the first model they receive, and every worker then pulls the PS's values, so all
 replicas start from the same point. A PS that restarted without a checkpoint reports
 `initialized=false`; the worker then pushes its current parameters again.
+
+Non-trainable variables (BatchNormalization's moving statistics) are the model's *state*: the
+gradient step updates them locally, the last push of every training task carries their values
+to the PS (assigned there, never optimised), and a worker takes the PS's values once, when it
+builds the model, so a relaunched worker and evaluation/prediction jobs from a checkpoint use
+the trained statistics. The project's own embedding layers are not state: their tables live on
+the PS as embedding tables.
 """
 from __future__ import annotations
 
@@ -85,6 +92,17 @@ def _param_names(variables) -> List[str]:
     return names
 
 
+def _state_variables(model, embedding_layers) -> List[Any]:
+    """The model's non-trainable float variables, without the embedding layers' (a local copy
+    of a PS table, made for export) and without integer ones (e.g. a Dropout's seed)."""
+    skip = {id(v) for layer in embedding_layers for v in layer.weights}
+    return [
+        v
+        for v in model.non_trainable_variables
+        if id(v) not in skip and tf.as_dtype(v.dtype).is_floating
+    ]
+
+
 def _dense(grad):
     if grad is None:
         return None
@@ -106,6 +124,8 @@ class PSTrainer:
         self._vars: List[Any] = []
         self._names: List[str] = []
         self._var_by_name: Dict[str, Any] = {}
+        self._state_vars: List[Any] = []  # non-trainable variables (see the module docstring)
+        self._state_by_name: Dict[str, Any] = {}
         self._steps_since_pull = 0
         self._need_pull = True
         self._pushed_version = 0  # PS version right after this worker's last accepted push
@@ -182,13 +202,16 @@ class PSTrainer:
         except Exception:  # pragma: no cover - exotic models; the lr then comes from self.optimizer
             logger.debug("model.compile(optimizer) failed", exc_info=True)
         self._vars = list(model.trainable_variables)
-        self._names = _param_names(self._vars)
+        self._state_vars = _state_variables(model, self.embedding_layers)
+        names = _param_names(self._vars + self._state_vars)
+        self._names = names[: len(self._vars)]
         self._var_by_name = dict(zip(self._names, self._vars))
+        self._state_by_name = dict(zip(names[len(self._vars) :], self._state_vars))
         # Pushes may then move the dense gradients and parameters through shared memory.
         self.ps.set_dense_layout({n: v.numpy() for n, v in zip(self._names, self._vars)})
         if self.config.init_model_on_ps:
             self._push_model()
-        self.pull_model(force=True)
+        self.pull_model(force=True, include_state=True)
         return model
 
     def ensure_model_without_data(self) -> bool:
@@ -208,19 +231,44 @@ class PSTrainer:
 
     def _push_model(self) -> None:
         params = {n: v.numpy() for n, v in zip(self._names, self._vars)}
-        self.ps.push_model(params, self.embedding_infos(), version=0)
+        self.ps.push_model(params, self.embedding_infos(), version=0, state=self.read_state())
+
+    def read_state(self) -> Dict[str, np.ndarray]:
+        """The current values of the model's non-trainable state variables."""
+        return {n: v.numpy() for n, v in self._state_by_name.items()}
+
+    def _assign_state(self, state: Dict[str, np.ndarray]) -> None:
+        unknown = sorted(set(state) - set(self._state_by_name))
+        if unknown:
+            raise ValueError(
+                f"PS holds state variables {unknown[:3]} that the model does not have: the PS "
+                "was initialised with a different model definition"
+            )
+        for name, value in state.items():
+            self._state_by_name[name].assign(value)
+        missing = sorted(set(self._state_by_name) - set(state))
+        if missing:
+            logger.info(
+                "PS hold no value for %d non-trainable variables (%s%s): they keep their "
+                "initial values (a checkpoint written before the PS kept model state?)",
+                len(missing),
+                ", ".join(missing[:3]),
+                ", ..." if len(missing) > 3 else "",
+            )
 
     def _lookup(self, name: str, ids: np.ndarray) -> np.ndarray:
         dim = next((l.output_dim for l in self.embedding_layers if l.name == name), None)
         # The layer looks up tf.unique's output: no second de-duplication in the client.
         return self.ps.pull_embedding_vectors(name, ids, dim=dim, ids_unique=True)
 
-    def pull_model(self, force: bool = False) -> None:
-        """Bring the local dense parameters up to the PS's (re-initialising a restarted PS)."""
+    def pull_model(self, force: bool = False, include_state: bool = False) -> None:
+        """Bring the local dense parameters up to the PS's (re-initialising a restarted PS);
+        with `include_state`, the non-trainable state too."""
         self.flush_pending_assign()  # a pull sends only what is newer than what we hold
+        include_state = include_state and bool(self._state_by_name)
         deadline = time.monotonic() + self.config.wait_for_ps_model_s
         while True:
-            result = self.ps.pull_dense_parameters(force=force)
+            result = self.ps.pull_dense_parameters(force=force, include_state=include_state)
             if result.all_initialized:
                 break
             if self.config.init_model_on_ps:
@@ -240,6 +288,8 @@ class PSTrainer:
                 time.sleep(1.0)
             force = True
         self._assign(result.parameters)
+        if include_state:
+            self._assign_state(result.state)
         self._steps_since_pull = 0
         self._need_pull = False
 
@@ -333,8 +383,9 @@ class PSTrainer:
         return embedding_grads
 
     # ------------------------------------------------------------------ training
-    def train_minibatch(self, features, labels) -> float:
-        """Train one minibatch through the PS; returns its loss."""
+    def train_minibatch(self, features, labels, send_state: bool = False) -> float:
+        """Train one minibatch through the PS; returns its loss. `send_state`: the push also
+        carries the model's non-trainable state (the worker sets it on a task's last minibatch)."""
         self.ensure_model(features)
         retries = self.config.max_minibatch_retries
         get_model_steps = max(1, self.config.get_model_steps)
@@ -350,8 +401,9 @@ class PSTrainer:
             # When the next step will need fresh parameters (always in sync mode), they come
             # back with this push: one round trip per minibatch instead of two.
             pull = self._steps_since_pull + 1 >= get_model_steps
+            state = self.read_state() if send_state and self._state_by_name else None
             result = self.ps.push_gradients(
-                dense_grads, embedding_grads, self.learning_rate, pull_dense=pull
+                dense_grads, embedding_grads, self.learning_rate, pull_dense=pull, state=state
             )
             pulled = result.pulled if pull else None
             if pulled is not None and pulled.all_initialized:
@@ -462,7 +514,7 @@ class PSTrainer:
         """Pull the newest model from the PS and write a SavedModel with a `serve` endpoint."""
         if self.model is None:
             raise RuntimeError("cannot export: the model was never built (no data seen)")
-        self.pull_model(force=True)
+        self.pull_model(force=True, include_state=True)
         self.materialize_embeddings()
         write_saved_model(self.model, self.feature_spec, path)
         logger.info("Exported SavedModel (version %d) to %s", self.model_version, path)

@@ -73,13 +73,13 @@ class _CountingClient(PSClient):
         super().__init__(*args, **kwargs)
         self.calls = {"pull": 0, "push": 0, "push_with_pull": 0}
 
-    def pull_dense_parameters(self, force=False):
+    def pull_dense_parameters(self, force=False, **kwargs):
         self.calls["pull"] += 1
-        return super().pull_dense_parameters(force)
+        return super().pull_dense_parameters(force, **kwargs)
 
-    def push_gradients(self, dense, emb=None, learning_rate=0.0, pull_dense=False):
+    def push_gradients(self, dense, emb=None, learning_rate=0.0, pull_dense=False, **kwargs):
         self.calls["push_with_pull" if pull_dense else "push"] += 1
-        return super().push_gradients(dense, emb, learning_rate, pull_dense)
+        return super().push_gradients(dense, emb, learning_rate, pull_dense, **kwargs)
 
 
 @pytest.mark.parametrize("use_async", [False, True])

@@ -38,7 +38,7 @@ import time
 import traceback
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -80,6 +80,19 @@ def _num_examples(batch) -> int:
     if isinstance(first, tf.SparseTensor):  # its static batch size may be unknown
         return int(first.dense_shape[0])
     return int(first.shape[0]) if first.shape.rank else 1
+
+
+def _with_last(items: Iterable) -> Iterator[Tuple[Any, bool]]:
+    """(item, is it the last one?) for every item, looking one item ahead."""
+    it = iter(items)
+    try:
+        current = next(it)
+    except StopIteration:
+        return
+    for following in it:
+        yield current, False
+        current = following
+    yield current, True
 
 
 def _to_numpy_outputs(outputs) -> Dict[str, np.ndarray]:
@@ -335,14 +348,15 @@ class Worker:
                 self._start_fetch_ahead()
         else:
             self._start_fetch_ahead()
-        for features, labels in minibatches:
+        for (features, labels), last in _with_last(minibatches):
             self.trainer.ensure_model(features)
             version = self.trainer.model_version
             for cb in self.callbacks():
                 cb.on_train_batch_begin(version)
             if self._callbacks:
                 self.trainer.learning_rate_may_have_changed()
-            loss = self.trainer.train_minibatch(features, labels)
+            # The task's last push carries the model's non-trainable state to the PS.
+            loss = self.trainer.train_minibatch(features, labels, send_state=last)
             records += _num_examples(labels)
             batches += 1
             loss_sum += float(loss)

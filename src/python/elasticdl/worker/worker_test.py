@@ -248,7 +248,7 @@ def test_a_result_no_look_ahead_picks_up_is_sent_before_the_next_task_runs():
         def ensure_model(self, features):
             pass
 
-        def train_minibatch(self, features, labels):
+        def train_minibatch(self, features, labels, send_state=False):
             time.sleep(0.05)  # the look-ahead fetches the evaluation task meanwhile
             return 0.0
 
