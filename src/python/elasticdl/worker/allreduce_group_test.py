@@ -1,13 +1,16 @@
 """Real worker processes form a group through the master's rendezvous (real gRPC servicer and
 torch TCPStore on 127.0.0.1) and allreduce/broadcast; when one leaves, the other re-forms alone
 in the next generation. With backend "auto", two workers on one host share a GPU (or have none)
-and get Gloo; one worker with a GPU gets NCCL (that test runs only where torch sees a GPU)."""
+and get Gloo; one worker with a GPU gets NCCL (that test runs only where torch sees a GPU).
+A group that forms broadcasts the model's non-trainable variables (BatchNormalization
+statistics) with the rest of rank 0's state."""
 import json
 import subprocess
 import sys
 import textwrap
 
 import elasticdl.worker.allreduce_group  # noqa: F401  (run by the subprocesses; tells the build)
+import elasticdl.worker.allreduce_trainer  # noqa: F401  (likewise)
 import pytest
 from elasticdl.master.rendezvous import Rendezvous, RendezvousConfig, RendezvousStore
 from elasticdl.master.server import create_master_server
@@ -49,7 +52,7 @@ WORKER = textwrap.dedent(
 )
 
 
-def _run_workers(tmp_path, worker_ids, backend):
+def _run_workers(tmp_path, worker_ids, backend, script=WORKER):
     """Each worker's RESULT dict and the rendezvous' history."""
     store = RendezvousStore("127.0.0.1")
     rdzv = Rendezvous(RendezvousConfig("127.0.0.1", store.port, settle_s=0.3))
@@ -57,13 +60,13 @@ def _run_workers(tmp_path, worker_ids, backend):
     server, port = create_master_server(
         MasterServicer(tm, rendezvous=rdzv), 0, "127.0.0.1", secret=None
     )
-    script = tmp_path / "w.py"
-    script.write_text(WORKER)
+    script_path = tmp_path / "w.py"
+    script_path.write_text(script)
     env = {"PYTHONPATH": child_pythonpath(), "PATH": "/usr/bin:/bin"}
     try:
         procs = [
             subprocess.Popen(
-                [sys.executable, str(script), f"127.0.0.1:{port}", str(w), backend],
+                [sys.executable, str(script_path), f"127.0.0.1:{port}", str(w), backend],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -100,6 +103,57 @@ def test_two_processes_allreduce_through_master_rendezvous(tmp_path, backend):
     assert r1["solo"] == [1.0] * 3
     assert history == [(1, [history[0][1][0], history[0][1][1]]), (2, [1])]
     assert sorted(history[0][1]) == [0, 1]
+
+
+# Two AllreduceTrainers of a BatchNormalization model, each with its own moving statistics: once
+# both are in one group, both hold rank 0's (non-trainable variables are broadcast with the rest).
+BN_WORKER = textwrap.dedent(
+    """
+    import json, sys, time
+    import keras
+    import numpy as np
+    from elasticdl.common.model_utils import ModelSpec
+    from elasticdl.worker.allreduce_group import AllreduceMasterClient, CommGroup, GroupConfig
+    from elasticdl.worker.allreduce_trainer import AllreduceTrainer
+
+    addr, worker_id, backend = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+    def model_fn():
+        inp = keras.Input(shape=(4,))
+        h = keras.layers.BatchNormalization(name="bn")(keras.layers.Dense(8, name="hidden")(inp))
+        return keras.Model(inp, keras.layers.Dense(2, name="out")(h))
+
+    spec = ModelSpec(module=None, model_fn=model_fn, loss=None,
+                     optimizer=lambda: keras.optimizers.SGD(0.1), feed=None, eval_metrics_fn=None)
+    master = AllreduceMasterClient(addr, worker_id, retry_timeout=30)
+    group = CommGroup(master, GroupConfig(backend=backend, join_timeout_s=60, collective_timeout_s=60))
+    trainer = AllreduceTrainer(spec, group, master)
+    trainer.ensure_model(np.zeros((2, 4), np.float32))
+    bn = trainer.model.get_layer("bn")
+    bn.moving_mean.assign(np.full(8, worker_id + 1.0, np.float32))
+    bn.moving_variance.assign(np.full(8, 10.0 * (worker_id + 1), np.float32))
+    while True:  # the first to come is alone until the other joins: then both regroup
+        trainer._ensure_member()
+        if group.world_size == 2:
+            break
+        while not group.new_generation_available():
+            time.sleep(0.05)
+        group.drop(failed=False)
+    out = {"rank": group.rank, "mean": bn.moving_mean.numpy().tolist(),
+           "variance": bn.moving_variance.numpy().tolist()}
+    trainer.leave()
+    print("RESULT " + json.dumps(out), flush=True)
+"""
+)
+
+
+def test_a_group_that_forms_broadcasts_non_trainable_variables(tmp_path):
+    (r0, r1), _ = _run_workers(tmp_path, (0, 1), "gloo", script=BN_WORKER)
+    root = 0 if r0["rank"] == 0 else 1  # the worker whose statistics everybody takes
+    assert sorted([r0["rank"], r1["rank"]]) == [0, 1]
+    for r in (r0, r1):
+        assert r["mean"] == [root + 1.0] * 8
+        assert r["variance"] == [10.0 * (root + 1)] * 8
 
 
 def _torch_sees_a_gpu() -> bool:
