@@ -42,6 +42,7 @@ The ``kubernetes`` package is imported only when this backend is used.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -72,7 +73,16 @@ from elasticdl.k8s.names import (
     pod_name,
     replicas_selector,
 )
-from elasticdl.k8s.termination import FAILED, RUNNING, SUCCEEDED, PodTermination, read_termination
+from elasticdl.k8s.termination import (
+    DELETED,
+    FAILED,
+    REASON_DELETED,
+    RUNNING,
+    SUCCEEDED,
+    TERMINAL_PHASES,
+    PodTermination,
+    read_termination,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -431,8 +441,15 @@ class KubernetesBackend(JobBackend):
             namespace=self.namespace,
             created_at=created,
         )
-        if with_replicas and not status.replicas:
-            status.replicas = self._replicas(job_name)
+        if with_replicas:
+            pods = self._replica_pods(job_name)
+            if status.replicas:
+                status.replicas = settle_replicas(status.replicas, pods, status.is_final)
+            else:
+                status.replicas = sorted(
+                    (r for r in map(_replica_of_pod, pods) if r is not None),
+                    key=lambda r: (r.type, r.id),
+                )
         return status
 
     def _restarting(self, master) -> bool:
@@ -449,31 +466,16 @@ class KubernetesBackend(JobBackend):
         conditions = (job.status.conditions or []) if job.status else []
         return not any(c.type in ("Failed", "Complete") and c.status == "True" for c in conditions)
 
-    def _replicas(self, job_name: str) -> list[ReplicaStatus]:
+    def _replica_pods(self, job_name: str) -> list:
         try:
-            pods = self.k8s.list_pods(replicas_selector(job_name))
+            return self.k8s.list_pods(replicas_selector(job_name))
         except K8sApiError:
             return []
-        replicas = []
-        for pod in pods:
-            labels = pod.metadata.labels or {}
-            try:
-                replica_id = int(labels.get(LABEL_REPLICA_INDEX, "0"))
-            except ValueError:
-                continue
-            reading = read_termination(pod)
-            rtype = labels.get(LABEL_REPLICA_TYPE, "")
-            replicas.append(
-                ReplicaStatus(
-                    name=f"{rtype}-{replica_id}",
-                    type=rtype,
-                    id=replica_id,
-                    phase=reading.phase,
-                    exit_code=reading.exit_code,
-                    message=reading.reason,
-                )
-            )
-        return sorted(replicas, key=lambda r: (r.type, r.id))
+
+    def _replicas(self, job_name: str) -> list[ReplicaStatus]:
+        """The job's PS and workers as their pods show them."""
+        replicas = (_replica_of_pod(p) for p in self._replica_pods(job_name))
+        return sorted((r for r in replicas if r is not None), key=lambda r: (r.type, r.id))
 
     # ---- logs ----------------------------------------------------------------------------
     def _pod_for_replica(self, name: str, replica: str) -> str:
@@ -585,6 +587,48 @@ class KubernetesBackend(JobBackend):
             if not left or time.monotonic() >= deadline:
                 return left
             time.sleep(0.3)
+
+
+def _replica_of_pod(pod) -> ReplicaStatus | None:
+    labels = pod.metadata.labels or {}
+    try:
+        replica_id = int(labels.get(LABEL_REPLICA_INDEX, "0"))
+    except ValueError:
+        return None
+    reading = read_termination(pod)
+    rtype = labels.get(LABEL_REPLICA_TYPE, "")
+    return ReplicaStatus(
+        name=f"{rtype}-{replica_id}",
+        type=rtype,
+        id=replica_id,
+        phase=reading.phase,
+        exit_code=reading.exit_code,
+        message=reading.reason,
+    )
+
+
+def settle_replicas(
+    published: list[ReplicaStatus], pods: list, job_final: bool
+) -> list[ReplicaStatus]:
+    """The replicas the master published (restarts, replacements: what only it knows), each
+    that it still shows unfinished brought up to date with its pod. The master publishes every
+    few seconds, and for the last time right after deleting the replicas left at the job's
+    end, before their pods are gone: without this a finished job would show its PS running.
+    An unfinished replica takes its pod's phase, exit code and reason once the pod ended; of
+    a finished job, one whose pod is gone is Deleted."""
+    live = {r.name: r for r in map(_replica_of_pod, pods) if r is not None}
+    settled = []
+    for replica in published:
+        if replica.phase not in TERMINAL_PHASES:
+            pod = live.get(replica.name)
+            if pod is not None and pod.phase in TERMINAL_PHASES:
+                replica = dataclasses.replace(
+                    replica, phase=pod.phase, exit_code=pod.exit_code, message=pod.message
+                )
+            elif pod is None and job_final:
+                replica = dataclasses.replace(replica, phase=DELETED, message=REASON_DELETED)
+        settled.append(replica)
+    return settled
 
 
 def write_manifest(pod, path: str) -> None:

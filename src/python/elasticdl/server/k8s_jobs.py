@@ -3,14 +3,20 @@
 The label is the owner record, kept by the cluster: a restarted server (or a second replica
 of it) finds every job and its owner from the pods alone. A user reaches only pods with their
 own label; another user's job is "not found", exactly like a job that does not exist.
+
+A job's status lists its master pod among the replicas (first, as ``master``): on Kubernetes
+the master is a pod that can fail, be evicted and (a restartable master) be started again, and
+the dashboard shows it beside the PS and workers the master publishes.
 """
 
 from __future__ import annotations
 
-from elasticdl.client.errors import JobNotFoundError
+from elasticdl.client.errors import ClientError, JobNotFoundError
 from elasticdl.client.k8s_backend import KubernetesBackend, current_masters
-from elasticdl.common.job_status import JobStatus
-from elasticdl.k8s.names import masters_selector
+from elasticdl.common.job_status import JobStatus, ReplicaStatus
+from elasticdl.k8s.client import K8sApiError
+from elasticdl.k8s.names import MASTER_TYPE, job_selector, masters_selector
+from elasticdl.k8s.termination import read_termination
 
 OWNER_LABEL = "elasticdl-owner"
 
@@ -33,6 +39,29 @@ class OwnedKubernetesBackend(KubernetesBackend):
         if (pod.metadata.labels or {}).get(OWNER_LABEL) != self.owner:
             raise JobNotFoundError(f"no job named {name!r}")
         return pod
+
+    def status(self, name: str) -> JobStatus:
+        status = super().status(name)
+        status.replicas = [self._master_replica(name), *status.replicas]
+        return status
+
+    def _master_replica(self, name: str) -> ReplicaStatus:
+        """The job's current master pod; its restarts: the earlier master pods a restartable
+        master's Job left behind (one per master that died)."""
+        try:
+            pods = self.k8s.list_pods(job_selector(name, MASTER_TYPE))
+        except K8sApiError as e:
+            raise ClientError(str(e)) from None
+        master = current_masters(pods)[0] if pods else self._master(name)
+        reading = read_termination(master)
+        return ReplicaStatus(
+            name=MASTER_TYPE,
+            type=MASTER_TYPE,
+            phase=reading.phase,
+            exit_code=reading.exit_code,
+            restarts=max(0, len(pods) - 1),
+            message=reading.reason,
+        )
 
     def list_jobs(self) -> list[JobStatus]:
         masters = self.k8s.list_pods(f"{masters_selector()},{OWNER_LABEL}={self.owner}")

@@ -2,10 +2,9 @@
 Selenium) against the real job server (``python -m elasticdl.server`` on 127.0.0.1) running two
 real local Fashion-MNIST jobs (master, PS and worker processes; TensorFlow).
 
-Chromium and chromedriver come from scripts/chromium/install.sh (run here when they are missing
-and the machine can install them: root and apt). Where it cannot, the test is skipped with the
-reason, unless ``ELASTICDL_REQUIRE_CHROMIUM`` is set (CI), where that is an error. The browser is
-told to resolve no host name, so it reaches nothing but the server on 127.0.0.1.
+Chromium and chromedriver, and the browser's set-up: ``elasticdl_tests.dashboard.chromium``
+(skipped with the reason where they cannot be installed, unless ``ELASTICDL_REQUIRE_CHROMIUM``
+is set). The browser resolves no host name: it reaches nothing but the server on 127.0.0.1.
 
 One screenshot of the job page is kept: under Pants in ``dist/`` (the sandbox's
 ``extra-output/``), else in ``$ELASTICDL_TEST_ARTIFACTS`` or the test's tmp path; the test prints
@@ -17,79 +16,28 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import shutil
-import subprocess
 import tarfile
 import time
 from pathlib import Path
 
 import pytest
 from elasticdl.server.testing import ServerProcess, request
-
-selenium = pytest.importorskip("selenium")
-from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import (  # noqa: E402
-    NoSuchElementException,
-    StaleElementReferenceException,
-    TimeoutException,
+from elasticdl_tests.dashboard.chromium import above as _above
+from elasticdl_tests.dashboard.chromium import artifacts as _artifacts
+from elasticdl_tests.dashboard.chromium import (  # noqa: F401 (fixtures)
+    browser,
+    chromium,
+    csp_violations,
 )
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from elasticdl_tests.dashboard.chromium import text as _text
+from elasticdl_tests.dashboard.chromium import texts as _texts
+from elasticdl_tests.dashboard.chromium import wait as _wait
+from selenium.webdriver.common.by import By
 
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"
 SHORT = "dash-short"  # trains 4,096 records once, evaluating every 16 model versions
 LONG = "dash-long"  # trains for minutes unless cancelled from the page
 FINAL = ("Succeeded", "Failed", "Cancelled")
-
-
-def _above(relative: str) -> Path | None:
-    """``relative`` in the checkout (or Pants' sandbox) holding this file."""
-    for parent in Path(__file__).resolve().parents:
-        if (parent / relative).is_file():
-            return parent / relative
-    return None
-
-
-def _tools() -> tuple[str, str] | None:
-    found = [
-        shutil.which(n) or shutil.which(n, path="/usr/bin") for n in ("chromium", "chromedriver")
-    ]
-    return (found[0], found[1]) if all(found) else None
-
-
-@pytest.fixture(scope="module")
-def chromium() -> tuple[str, str]:
-    """(chromium, chromedriver), installed with scripts/chromium/install.sh when missing."""
-    tools = _tools()
-    if tools is not None:
-        return tools
-    script = _above("scripts/chromium/install.sh")
-    if script is None:
-        why = "scripts/chromium/install.sh not found"
-    elif os.geteuid() != 0 or not shutil.which("apt-get"):
-        why = "installing them needs root and apt-get (run scripts/chromium/install.sh as root)"
-    else:
-        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900)
-        tools = _tools()
-        if proc.returncode == 0 and tools is not None:
-            return tools
-        why = (proc.stderr.strip().splitlines() or ["install.sh failed"])[-1]
-    reason = f"chromium and chromedriver are not installed: {why}"
-    if os.environ.get("ELASTICDL_REQUIRE_CHROMIUM"):
-        pytest.fail(f"{reason} (ELASTICDL_REQUIRE_CHROMIUM is set)", pytrace=False)
-    pytest.skip(reason)
-
-
-def _artifacts(tmp_path: Path) -> Path:
-    if os.environ.get("ELASTICDL_TEST_ARTIFACTS"):
-        out = Path(os.environ["ELASTICDL_TEST_ARTIFACTS"])
-    elif not (Path.cwd() / ".git").exists():  # Pants' sandbox: extra-output/ goes to dist/
-        out = Path.cwd() / "extra-output" / "dashboard"
-    else:
-        out = tmp_path
-    out.mkdir(parents=True, exist_ok=True)
-    return out
 
 
 def _zoo_package() -> bytes:
@@ -153,68 +101,9 @@ def api(tmp_path_factory):
         server.stop()
 
 
-@pytest.fixture
-def browser(chromium, tmp_path):
-    binary, driver_path = chromium
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for arg in (
-        "--headless=new",
-        "--window-size=1280,1500",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--no-first-run",
-        "--no-default-browser-check",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-extensions",
-        # Loopback only: no host name resolves; the server is addressed as 127.0.0.1.
-        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-        "--proxy-server=direct://",
-    ):
-        options.add_argument(arg)
-    if os.geteuid() == 0:
-        options.add_argument("--no-sandbox")  # Chromium's sandbox refuses to run as root
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = Service(executable_path=driver_path, log_output=str(tmp_path / "chromedriver.log"))
-    driver = webdriver.Chrome(options=options, service=service)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-# The pages re-render their tables every 2 s: an element found a moment ago may be gone.
-_REDRAWN = (NoSuchElementException, StaleElementReferenceException)
-
-
-def _wait(driver, what: str, condition, timeout: float = 90):
-    try:
-        return WebDriverWait(
-            driver, timeout, poll_frequency=0.25, ignored_exceptions=_REDRAWN
-        ).until(lambda d: condition(d))
-    except TimeoutException:
-        page = driver.find_element(By.TAG_NAME, "body").text
-        raise AssertionError(f"never saw {what} in {timeout}s; the page shows:\n{page}") from None
-
-
-def _texts(driver, css: str) -> list[str]:
-    """The texts of the elements CSS selects, read again if a redraw replaced them meanwhile."""
-    for _ in range(20):
-        try:
-            return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
-        except StaleElementReferenceException:
-            time.sleep(0.1)
-    raise AssertionError(f"{css}: the page kept redrawing these elements for 2 s")
-
-
-def _text(driver, css: str) -> str:
-    return _wait(driver, css, lambda d: d.find_element(By.CSS_SELECTOR, css).text, timeout=10)
-
-
-def test_jobs_table_curves_replicas_and_cancel_in_chromium(api, browser, tmp_path, capsys):
+def test_jobs_table_curves_replicas_and_cancel_in_chromium(
+    api, browser, tmp_path, capsys  # noqa: F811 (the imported fixture)
+):
     started = time.monotonic()
     api.submit(
         api.package,
@@ -344,11 +233,7 @@ def test_jobs_table_curves_replicas_and_cancel_in_chromium(api, browser, tmp_pat
     )
 
     # The strict Content-Security-Policy broke nothing the page needs.
-    blocked = [
-        e["message"]
-        for e in browser.get_log("browser")
-        if "Content Security Policy" in e["message"]
-    ]
+    blocked = csp_violations(browser)
     assert not blocked, blocked
     with capsys.disabled():
         print(f"dashboard browser test: {time.monotonic() - started:.1f} s")

@@ -8,12 +8,20 @@
   const REFRESH_MS = 2000;
   const LOG_LINES = 200;
   const FINAL_PHASES = ["Succeeded", "Failed", "Cancelled"];
+  const LIVE_PHASES = ["Pending", "Running"];
   const COLORS = ["#2358c4", "#d9480f", "#16794c", "#7048e8", "#c2255c", "#0b7285"];
   const SVG_NS = "http://www.w3.org/2000/svg";
 
   const $ = (id) => document.getElementById(id);
 
   class AuthError extends Error {}
+
+  class HttpError extends Error {
+    constructor(message, status) {
+      super(message);
+      this.status = status;
+    }
+  }
 
   // ---- DOM helpers ---------------------------------------------------------------------
   function el(tag, attrs, ...children) {
@@ -58,7 +66,7 @@
       sessionStorage.removeItem(TOKEN_KEY);
       throw new AuthError(await detail(resp));
     }
-    if (!resp.ok) throw new Error(await detail(resp));
+    if (!resp.ok) throw new HttpError(await detail(resp), resp.status);
     return resp;
   }
 
@@ -257,6 +265,9 @@
   const jobPage = {
     name: new URLSearchParams(location.search).get("job") || "",
     final: false,
+    // What DELETE answered. On Kubernetes a cancelled job's pods are removed, so the job is
+    // "not found" from then on: the page keeps showing this status instead of an error.
+    cancelled: null,
 
     init() {
       $("job-name").textContent = this.name;
@@ -276,7 +287,7 @@
     async cancel() {
       $("cancel-yes").disabled = $("cancel-no").disabled = true;
       try {
-        await api("DELETE", jobPath(this.name));
+        this.cancelled = await (await api("DELETE", jobPath(this.name))).json();
         show($("cancel-confirm"), false);
       } catch (e) {
         if (e instanceof AuthError) return showLogin(e.message);
@@ -289,16 +300,36 @@
 
     async refresh() {
       if (!this.name) throw new Error("No job given: open a job from the jobs table.");
-      const [status, metrics] = await Promise.all([
-        getJSON(jobPath(this.name)),
-        getJSON(jobPath(this.name) + "/metrics"),
-      ]);
+      let status, metrics;
+      try {
+        [status, metrics] = await Promise.all([
+          getJSON(jobPath(this.name)),
+          getJSON(jobPath(this.name) + "/metrics"),
+        ]);
+      } catch (e) {
+        if (this.cancelled && e instanceof HttpError && e.status === 404) return this.removed();
+        throw e;
+      }
       this.final = FINAL_PHASES.includes(status.phase);
       this.renderSummary(status);
       this.renderCharts(status, metrics);
       this.renderReplicas(status);
       await this.refreshLog();
-      return !this.final; // a finished job changes no more: stop polling
+      // A finished job changes no more once its replicas ended too (on Kubernetes the master
+      // pod outlives the phase it sets by a moment): then stop polling.
+      const ended = (status.replicas || []).every((r) => !LIVE_PHASES.includes(r.phase));
+      return !(this.final && ended);
+    },
+
+    // The job was cancelled and is gone (its pods removed): its last status, curves and log
+    // tail stay on the page; its replicas are gone with it.
+    removed() {
+      this.final = true;
+      const s = this.cancelled;
+      this.renderSummary({ ...s, message: (s.message ? s.message + "; " : "") +
+        "the job and its replicas were removed" });
+      $("replicas").tBodies[0].replaceChildren();
+      return false;
     },
 
     renderSummary(s) {
