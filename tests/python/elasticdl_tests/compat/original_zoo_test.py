@@ -49,12 +49,26 @@ def _train(tmp_path, data, records=4096, epochs=2, zoo=ZOO, **flags):
     return status
 
 
+def _diagnosis(tmp_path, status) -> str:
+    """What a low accuracy needs explained: relaunches, retried tasks, the loss curve's tail
+    (a late spike: the training itself), and the tail of every replica's log."""
+    lines = [
+        f"metrics {status['evaluation_metrics']} tasks_retried {status['tasks_retried']}",
+        f"replicas {[(r['name'], r['restarts'], r['exit_code']) for r in status['replicas']]}",
+        "losses (version, loss) "
+        + str([(s["model_version"], round(s["loss"], 2)) for s in status["loss_history"][-12:]]),
+    ]
+    for log in sorted((tmp_path / "job" / "logs").glob("*.log")):
+        lines += [f"--- {log.name}"] + log.read_text(errors="replace").splitlines()[-15:]
+    return "\n".join(lines)
+
+
 def test_v02_functional_model_with_dataset_fn(tmp_path, original_fashion_mnist):
     # dataset_fn (no feed), BatchNormalization and Dropout, tf.optimizers.SGD, a PS.
     status = _train(
         tmp_path, original_fashion_mnist, model_def="mnist.mnist_functional_api.custom_model"
     )
-    assert status["evaluation_metrics"]["accuracy"] > 0.5, status["evaluation_metrics"]
+    assert status["evaluation_metrics"]["accuracy"] > 0.5, _diagnosis(tmp_path, status)
 
 
 def test_subclass_model_with_model_params_trains_and_predicts(tmp_path, original_fashion_mnist):
