@@ -83,6 +83,16 @@ def test_the_ps_reads_either_writers_bytes(embedding, writer):
     assert list(push.dense) == ["w"] and push.dense["w"].tolist() == [1, 1, 1]
 
 
+def test_state_a_push_carries_reaches_the_ps_beside_the_gradients_it_reads_itself():
+    # Model.state (non-trainable variables) is not read by the fast path: protobuf parses it.
+    req = _request()
+    tu.ndarray_to_pb(np.full(2, 0.5, np.float32), req.gradients.state["bn/moving_mean"])
+    push = decode_push(encode_push(req, {"emb": _rows(3)}, {"v": np.ones(2, np.float32)}))
+    assert push.embedding is not None and set(push.dense) == {"w", "v"}  # the fast path ran
+    assert list(push.request.gradients.state) == ["bn/moving_mean"]
+    assert tu.pb_to_ndarray(push.request.gradients.state["bn/moving_mean"]).tolist() == [0.5] * 2
+
+
 def test_the_rows_are_read_only_views_of_the_received_bytes():
     data = encode_push(_request(), {"emb": _rows(64)})
     rows = decode_push(data).embedding["emb"]
