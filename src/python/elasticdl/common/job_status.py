@@ -130,9 +130,14 @@ class JobStatus:
 
     @property
     def progress(self) -> str:
-        """``"42%"`` from records (or tasks when records are unknown); ``"-"`` if unknown."""
+        """``"42%"`` from records (or tasks when records are unknown); ``"-"`` if unknown.
+        The master counts the records of the epochs it created so far; those still to come
+        are as many per epoch."""
         if self.records_expected > 0:
-            return f"{min(100, 100 * self.records_trained // self.records_expected)}%"
+            expected = self.records_expected
+            if self.num_epochs > self.epoch > 0:
+                expected = expected * self.num_epochs // self.epoch
+            return f"{min(100, 100 * self.records_trained // expected)}%"
         total = self.tasks_todo + self.tasks_doing + self.tasks_done
         if total > 0:
             return f"{100 * self.tasks_done // total}%"

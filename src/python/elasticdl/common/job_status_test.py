@@ -54,6 +54,13 @@ def test_from_dict_ignores_unknown_and_fills_missing():
 
 def test_progress():
     assert JobStatus("a", records_trained=50, records_expected=200).progress == "25%"
+    # Epoch 2 of 10 created (records_expected counts 2 epochs' records): 150 of 1,000.
+    status = JobStatus("a", records_trained=150, records_expected=200, epoch=2, num_epochs=10)
+    assert status.progress == "15%"
+    assert (
+        JobStatus("a", records_trained=200, records_expected=200, epoch=2, num_epochs=2).progress
+        == "100%"
+    )
     assert JobStatus("a", tasks_done=1, tasks_todo=2, tasks_doing=1).progress == "25%"
     assert JobStatus("a").progress == "-"
     assert JobStatus("a", phase=JobPhase.SUCCEEDED).progress == "100%"

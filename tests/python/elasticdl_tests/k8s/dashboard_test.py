@@ -244,6 +244,17 @@ def test_kubernetes_jobs_in_chromium(
         "the master's log tail",
         lambda d: "evaluation metrics" in d.find_element(By.ID, "log").text.lower(),
     )
+    # The progress over all its epochs (the master counts records of the epochs so far).
+    progress = text(browser, "#summary dd:nth-of-type(2)")
+    assert progress.endswith("%") and int(progress[:-1]) < 5, progress
+    # The log shows its end (the newest lines), as a person expects of a log tail.
+    scrolled = (
+        "const p = document.getElementById('log');"
+        "return p.scrollHeight > p.clientHeight && p.scrollTop + p.clientHeight >= p.scrollHeight - 4;"
+    )
+    wait(browser, "the log tail scrolled to its end", lambda d: d.execute_script(scrolled), 3)
+    # One entry per replica in the log's menu (the master is also a row of the replicas).
+    assert texts(browser, "#log-replica option") == ["master", "ps-0", "worker-0"]
     shot = artifacts(tmp_path) / "dashboard-k8s-job.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     with capsys.disabled():

@@ -92,7 +92,11 @@
   // The same rule as JobStatus.progress (records, else tasks).
   function progress(job) {
     if (job.records_expected > 0) {
-      return Math.min(100, Math.floor((100 * job.records_trained) / job.records_expected)) + "%";
+      let expected = job.records_expected;
+      if (job.num_epochs > job.epoch && job.epoch > 0) {
+        expected = Math.floor((expected * job.num_epochs) / job.epoch);
+      }
+      return Math.min(100, Math.floor((100 * job.records_trained) / expected)) + "%";
     }
     const total = (job.tasks_todo || 0) + (job.tasks_doing || 0) + (job.tasks_done || 0);
     if (total > 0) return Math.floor((100 * (job.tasks_done || 0)) / total) + "%";
@@ -268,6 +272,7 @@
     // What DELETE answered. On Kubernetes a cancelled job's pods are removed, so the job is
     // "not found" from then on: the page keeps showing this status instead of an error.
     cancelled: null,
+    logPinned: true,
 
     init() {
       $("job-name").textContent = this.name;
@@ -281,7 +286,16 @@
         show($("cancel"), !this.final);
       });
       $("cancel-yes").addEventListener("click", () => this.cancel());
-      $("log-replica").addEventListener("change", () => this.refreshLog());
+      $("log-replica").addEventListener("change", () => {
+        this.logPinned = true; // another replica's log: show its end
+        this.refreshLog();
+      });
+      // The log shows its newest lines until the reader scrolls up; back at the end, it
+      // follows again.
+      $("log").addEventListener("scroll", () => {
+        const pre = $("log");
+        this.logPinned = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      });
     },
 
     async cancel() {
@@ -384,7 +398,7 @@
         el("td", {}, r.replaced_by === null || r.replaced_by === undefined ? ""
           : `${r.type}-${r.replaced_by}`))));
       const select = $("log-replica");
-      const wanted = ["master", ...replicas.map((r) => r.name)];
+      const wanted = ["master", ...replicas.map((r) => r.name).filter((n) => n !== "master")];
       const have = Array.from(select.options).map((o) => o.value);
       if (wanted.join() !== have.join()) {
         const chosen = select.value || "master";
@@ -396,7 +410,6 @@
     async refreshLog() {
       const replica = $("log-replica").value || "master";
       const pre = $("log");
-      const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
       let text;
       try {
         const query = `replica=${encodeURIComponent(replica)}&tail=${LOG_LINES}`;
@@ -407,7 +420,11 @@
         text = `(no log: ${e.message})`;
       }
       pre.textContent = text;
-      if (atBottom) pre.scrollTop = pre.scrollHeight;
+      const pin = () => {
+        if (this.logPinned) pre.scrollTop = pre.scrollHeight;
+      };
+      pin();
+      setTimeout(pin, 0); // the first time, once the page is shown (hidden, nothing scrolls)
     },
   };
 
