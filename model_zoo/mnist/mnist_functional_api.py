@@ -2,9 +2,6 @@
 
 Records: serialized tf.train.Example with `image` = one bytes value of 784 raw uint8 pixels
 (row-major 28x28) and `label` = int64 in [0, 9].
-
-No BatchNormalization on purpose: its moving statistics are not trainable variables, so they
-would stay local to each worker instead of living on the PS.
 """
 import keras
 import tensorflow as tf
