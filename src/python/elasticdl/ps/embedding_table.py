@@ -11,6 +11,8 @@ Not thread-safe: the owner (`Parameters`) serialises access.
 """
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 from elasticdl import ops
 from elasticdl.ps import initializers
@@ -20,6 +22,8 @@ from elasticdl.ps.id_index import IdIndex
 _MIN_CAPACITY = 64
 # Gathers of at most this many floats use NumPy (figures: benchmarks/ps/README.md, wire.py).
 _SMALL_GATHER = 16384
+# Blocks of at least this many bytes are mappings of their own (see `_block`).
+_MAPPED_BLOCK_BYTES = 1 << 20
 
 
 class EmbeddingTable:
@@ -31,7 +35,7 @@ class EmbeddingTable:
         self.initializer = initializers.check_initializer(initializer)
         self.seed = initializers.table_seed(name, seed)
         self._index = IdIndex()
-        self._values = np.empty((_MIN_CAPACITY, self.dim), dtype=np.float32)
+        self._values = _block(_MIN_CAPACITY, self.dim)
         self._slots: dict[str, np.ndarray] = {}
         self._slot_init: dict[str, float] = {}  # value of a slot in a freshly created row
         self._size = 0
@@ -69,7 +73,7 @@ class EmbeddingTable:
         if block is None:
             # Only the live rows are written (rows appended later get `init` then): the
             # capacity beyond them, up to as much again, stays untouched and not resident.
-            block = np.empty_like(self._values)
+            block = _block(self._values.shape[0], self.dim)
             block[: self._size] = init
             self._slots[slot] = block
             self._slot_init[slot] = float(init)
@@ -85,11 +89,9 @@ class EmbeddingTable:
         if needed <= capacity:
             return
         new_capacity = max(needed, capacity * 2)
-        self._values = _resized(self._values, new_capacity)
+        self._values = _resized(self._values, new_capacity, self._size)
         for slot, block in self._slots.items():
-            grown = np.empty((new_capacity, self.dim), dtype=np.float32)
-            grown[: self._size] = block[: self._size]
-            self._slots[slot] = grown
+            self._slots[slot] = _resized(block, new_capacity, self._size)
 
     def rows(self, ids: np.ndarray, create: bool = True) -> np.ndarray:
         """Block row of every id (duplicates allowed). Missing ids get new rows holding the
@@ -178,7 +180,20 @@ def strictly_increasing(ids: np.ndarray) -> bool:
     return ids.size < 2 or bool(np.all(ids[1:] > ids[:-1]))
 
 
-def _resized(array: np.ndarray, capacity: int) -> np.ndarray:
-    out = np.empty((capacity,) + array.shape[1:], dtype=array.dtype)
-    out[: array.shape[0]] = array
+def _block(capacity: int, dim: int) -> np.ndarray:
+    """An uninitialised (capacity, dim) float32 block. From 1 MiB on it is an anonymous mapping
+    of its own, unmapped when the block is dropped: the PS's malloc keeps freed heap memory up to
+    its trim threshold (elasticdl.common.malloc_tuning), and the blocks a growing table leaves
+    behind (each doubling frees the previous table and slots) would stay in the process's RSS
+    (figures: benchmarks/ps/README.md, table_sweep.py). Untouched pages stay unmapped either way."""
+    nbytes = capacity * dim * 4
+    if nbytes < _MAPPED_BLOCK_BYTES:
+        return np.empty((capacity, dim), dtype=np.float32)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.float32).reshape(capacity, dim)
+
+
+def _resized(array: np.ndarray, capacity: int, live: int) -> np.ndarray:
+    """A block of `capacity` rows holding the first `live` rows of `array`."""
+    out = _block(capacity, array.shape[1])
+    out[:live] = array[:live]
     return out

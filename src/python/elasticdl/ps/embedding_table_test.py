@@ -1,3 +1,5 @@
+import mmap
+
 import numpy as np
 import pytest
 from elasticdl.ps import initializers
@@ -135,6 +137,32 @@ def test_new_rows_are_the_same_whether_ids_come_in_order_or_not(batch):
     np.testing.assert_array_equal(rows, [{5: 0, 2: 1, 9: 2, 11: 3}[i] for i in batch])
     np.testing.assert_array_equal(t.get(np.array([5])), before)
     np.testing.assert_array_equal(t.get(np.array([9])), EmbeddingTable("e", 2).get(np.array([9])))
+
+
+def test_rows_and_slots_survive_growth_into_mapped_blocks():
+    """Past 1 MiB a block is an anonymous mapping of its own (so a grown-out block goes back
+    to the kernel, not to malloc's free lists); the rows and slots move with every doubling."""
+    t = EmbeddingTable("e", 16, "zeros")
+    rng = np.random.default_rng(3)
+    ids = rng.permutation(40_000).astype(np.int64) * 7
+    values = rng.standard_normal((ids.size, 16)).astype(np.float32)
+    t.set(ids[:100], values[:100])
+    t.slot("m")[:] = 0.5
+    for start in range(100, ids.size, 5000):
+        t.set(ids[start : start + 5000], values[start : start + 5000])
+        t.set(ids[start : start + 5000], values[start : start + 5000] * 2, slot="m")
+    np.testing.assert_array_equal(t.get(ids), values)
+    m = t.slot("m")[t.rows(ids, create=False)]
+    np.testing.assert_array_equal(m[:100], np.full((100, 16), 0.5, np.float32))
+    np.testing.assert_array_equal(m[100:], values[100:] * 2)
+    for block in (t.values, t.slot("m")):
+        base = block
+        while isinstance(base, np.ndarray):
+            base = base.base
+        base = base.obj if isinstance(base, memoryview) else base
+        assert isinstance(base, mmap.mmap) and block.flags.writeable and block.flags.c_contiguous
+    small = EmbeddingTable("s", 4).values
+    assert small.base is None or not isinstance(small.base, mmap.mmap)
 
 
 def test_lazy_init_is_deterministic_per_id_and_order_independent():
