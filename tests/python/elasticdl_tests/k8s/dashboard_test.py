@@ -7,7 +7,11 @@ mints), the client's REST calls, the master, PS and worker (TensorFlow, Fashion-
 uploaded through ``PUT /v1/data``), the browser. STAND-IN: the kubelet — ``process_kubelet``
 runs the pods as local processes on 127.0.0.1 (the image is never pulled; the data volume is a
 host path mounted at the same path, so the pods read what the server stored; pod logs are
-files the server reads through ``ELASTICDL_K8S_POD_LOG_DIR``).
+files the server reads through ``ELASTICDL_K8S_POD_LOG_DIR``; the master's process reaches the
+API server with the admin kubeconfig, where a real pod would have its service account's token).
+
+Two jobs: one that ends (its page once finished: curves, every replica ended) and one that
+runs until cancelled from its page (running replicas, a worker killed and replaced, cancel).
 
 What the page shows comes from the cluster: the jobs table and the phase from the master pod,
 the curves from the status the master publishes on its pod (thinned, ``JobStatus.published``),
@@ -121,6 +125,7 @@ def server(k8s_cluster, served_namespace, kubelet, tmp_path, monkeypatch):
         f"--data_volume=host_path={data},mount_path={data}",
     )
     server.token = server.add_user("alice")
+    server.namespace = namespace
     server.start()
     try:
         yield server
@@ -141,10 +146,10 @@ def _row(driver, job: str) -> list[str]:
     return texts(driver, f'#jobs tr[data-job="{job}"] td')
 
 
-def _replicas(driver) -> dict[str, list[str]]:
+def _replicas(driver, names=("master", "ps-0", "worker-0")) -> dict[str, list[str]]:
     """The replicas table: name -> [name, phase, restarts, exit code, reason, replaced by]."""
     rows = {}
-    for name in ("master", "ps-0", "worker-0"):
+    for name in names:
         cells = texts(driver, f'#replicas tr[data-replica="{name}"] td')
         if cells:
             rows[name] = cells
@@ -163,7 +168,7 @@ def _open(driver, job: str) -> None:
 
 
 def test_kubernetes_jobs_in_chromium(
-    server, browser, tmp_path, capsys  # noqa: F811 (the imported fixture)
+    server, kubelet, browser, tmp_path, capsys  # noqa: F811 (the imported fixture)
 ):
     import mnist.mnist_functional_api
     from elasticdl.platform.local import pick_free_port
@@ -255,6 +260,20 @@ def test_kubernetes_jobs_in_chromium(
     wait(browser, "the log tail scrolled to its end", lambda d: d.execute_script(scrolled), 3)
     # One entry per replica in the log's menu (the master is also a row of the replicas).
     assert texts(browser, "#log-replica option") == ["master", "ps-0", "worker-0"]
+
+    # Its worker's process killed (as an OOM kill or a preempted container looks): the master
+    # replaces it by a new worker, and the page tells the exit code, the reason and which.
+    from elasticdl.k8s.names import pod_name
+
+    assert kubelet.kill(server.namespace, pod_name(LONG, "worker", 0))
+    workers = ("worker-0", "worker-1")
+    wait(
+        browser,
+        "worker-0 failed and replaced by worker-1",
+        lambda d: [c[1:] for c in _replicas(d, workers).values()]
+        == [["Failed", "0", "137", "Error", "worker-1"], ["Running", "0", "", "", ""]],
+        timeout=60,
+    )
     shot = artifacts(tmp_path) / "dashboard-k8s-job.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     with capsys.disabled():
