@@ -9,7 +9,9 @@ asynchronous updates) and fed two kinds of push and one pull:
 
   dense      one float32 dense parameter of --dense elements;
   embedding  --ids uniform ids out of --rows of one --dim-wide table (rows created up front,
-             so the timed pushes measure updates, not lazy row initialisation).
+             so the timed pushes measure updates, not lazy row initialisation);
+  summed     the same batches as a worker sends them: equal ids summed, in increasing order
+             (`ops.sparse_aggregate`), which the PS checks and then updates without ranking.
   pull       the embedding rows of --ids such ids pulled back (what a worker does before
              each minibatch): id lookup + row gather + the response.
 
@@ -43,6 +45,7 @@ CASES = (
     "dense_grpc",
     "embedding_inprocess",
     "embedding_grpc",
+    "summed_inprocess",
     "pull_inprocess",
     "pull_grpc",
 )
@@ -78,6 +81,12 @@ def _child(args) -> dict:
 
     dense_req = request(dense=dense_grad)
     emb_reqs = [request(ids=b) for b in batches]
+    summed_reqs = []
+    for b in batches:
+        ids, grads = ops.sparse_aggregate(b, emb_grad)
+        req = pb.PushGradientsRequest(learning_rate=0.0)
+        tu.indexed_rows_to_pb(tu.IndexedRows(grads, ids), req.gradients.embedding_tables[TABLE])
+        summed_reqs.append(req)
     out = {"backend": ops.backend()}
     opts = [
         ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
@@ -122,15 +131,16 @@ def _child(args) -> dict:
             }
             k = {"i": 0}
 
-            def emb(fn):
+            def emb(fn, reqs=emb_reqs):
                 def run():
                     k["i"] += 1
-                    check(fn(emb_reqs[k["i"] % len(emb_reqs)]))
+                    check(fn(reqs[k["i"] % len(reqs)]))
 
                 return run
 
             cases["embedding_inprocess"] = emb(ps.push_gradients)
             cases["embedding_grpc"] = emb(stub.push_gradients)
+            cases["summed_inprocess"] = emb(ps.push_gradients, summed_reqs)
 
             def pull(grpc_stub):
                 def run():
