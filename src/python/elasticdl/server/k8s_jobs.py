@@ -46,22 +46,11 @@ class OwnedKubernetesBackend(KubernetesBackend):
         return status
 
     def _master_replica(self, name: str) -> ReplicaStatus:
-        """The job's current master pod; its restarts: the earlier master pods a restartable
-        master's Job left behind (one per master that died)."""
         try:
             pods = self.k8s.list_pods(job_selector(name, MASTER_TYPE))
         except K8sApiError as e:
             raise ClientError(str(e)) from None
-        master = current_masters(pods)[0] if pods else self._master(name)
-        reading = read_termination(master)
-        return ReplicaStatus(
-            name=MASTER_TYPE,
-            type=MASTER_TYPE,
-            phase=reading.phase,
-            exit_code=reading.exit_code,
-            restarts=max(0, len(pods) - 1),
-            message=reading.reason,
-        )
+        return master_replica(pods or [self._master(name)])
 
     def list_jobs(self) -> list[JobStatus]:
         masters = self.k8s.list_pods(f"{masters_selector()},{OWNER_LABEL}={self.owner}")
@@ -69,3 +58,18 @@ class OwnedKubernetesBackend(KubernetesBackend):
             (self._status_of(p) for p in current_masters(masters)),
             key=lambda s: s.created_at or 0,
         )
+
+
+def master_replica(pods: list) -> ReplicaStatus:
+    """The replica row of a job's master, from all its master pods: the current one's phase,
+    exit code and reason; as restarts, the earlier master pods a restartable master's Job left
+    behind (one per master that died)."""
+    reading = read_termination(current_masters(pods)[0])
+    return ReplicaStatus(
+        name=MASTER_TYPE,
+        type=MASTER_TYPE,
+        phase=reading.phase,
+        exit_code=reading.exit_code,
+        restarts=len(pods) - 1,
+        message=reading.reason,
+    )
