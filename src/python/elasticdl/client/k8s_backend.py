@@ -11,9 +11,10 @@ master creates (worker/PS pods and services, all owned by the master pod).
   own pods, :mod:`elasticdl.k8s.network_policy`), owned by the master pod.
 * ``status``/``list_jobs`` read the master pod: its phase, the ``status`` label the master
   sets when it ends, the JSON progress the master publishes in the ``elasticdl-status``
-  annotation (:data:`STATUS_ANNOTATION`), and the job's replica pods. Exit codes and causes
-  come from :func:`elasticdl.k8s.termination.read_termination`, the reading the master's
-  platform acts on, so ``elasticdl status`` tells what the master saw.
+  annotation (:data:`STATUS_ANNOTATION`), and the job's replica pods (a replica the master
+  last published unfinished shows how its pod ended: :func:`settle_replicas`). Exit codes and
+  causes come from :func:`elasticdl.k8s.termination.read_termination`, the reading the
+  master's platform acts on, so ``elasticdl status`` tells what the master saw.
 * ``logs`` reads pod logs through the API server. Where the cluster cannot serve logs (a node
   without a reachable kubelet, e.g. the process kubelet of the test harness), set
   ``ELASTICDL_K8S_POD_LOG_DIR`` to a directory holding ``<namespace>/<pod>.log`` files (a
