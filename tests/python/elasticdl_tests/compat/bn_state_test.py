@@ -4,19 +4,15 @@ non-trainable state, the evaluate job ran with the initial statistics (mean 0, v
 
 Short local jobs (master in this process, PS and worker as processes) of the original-style
 model file testdata/model_zoo/mnist/mnist_functional_api.py on real Fashion-MNIST records."""
-import json
-from pathlib import Path
 
 import elasticdl.worker.main  # noqa: F401  (run by the worker processes; tells the build)
 import numpy as np
 import pytest
 from elasticdl.common import tensor_utils as tu
-from elasticdl.common.job_spec import spec_from_text
-from elasticdl.master.job import Job
 from elasticdl.ps import checkpoint
+from elasticdl_tests.compat.local_jobs import run_local_job
 from elasticdl_tests.compat.original_data import prepare_original_fashion_mnist
 
-ZOO = str(Path(__file__).resolve().parent / "testdata" / "model_zoo")
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"
 RECORDS = 2048  # 32 minibatches of 64: checkpoints at versions 8, 16, 24 and 32 (the last)
 
@@ -29,21 +25,7 @@ def data(tmp_path_factory):
 
 
 def _run(kind, tmp_path, name, **flags):
-    values = {
-        "job_name": name,
-        "model_zoo": ZOO,
-        "model_def": MODEL_DEF,
-        "minibatch_size": "64",
-        "num_workers": "1",
-        "platform": "local",
-        "job_dir": str(tmp_path / name),
-        **flags,
-    }
-    spec, _ = spec_from_text(kind, values).resolve()
-    code = Job(spec).run()
-    status = json.loads((tmp_path / name / "status.json").read_text())
-    assert code == 0, status["message"]
-    return status
+    return run_local_job(kind, tmp_path, name, model_def=MODEL_DEF, **flags)
 
 
 def test_evaluate_job_from_checkpoint_uses_the_trained_batchnorm_statistics(tmp_path, data):

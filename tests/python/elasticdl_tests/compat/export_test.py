@@ -2,20 +2,16 @@
 model file's PredictionOutputsProcessor writing a CSV, by short local jobs on real
 Fashion-MNIST records in the original generators' schema. The exported directory is loaded
 with `tf.saved_model.load` and must predict the test split well above chance (10%)."""
-import json
-from pathlib import Path
 
 import elasticdl.worker.main  # noqa: F401  (run by the worker processes; tells the build)
 import numpy as np
 import pytest
 import tensorflow as tf
-from elasticdl.common.job_spec import spec_from_text
 from elasticdl.data import recordio
 from elasticdl.data.example_codec import decode_example_values
-from elasticdl.master.job import Job
+from elasticdl_tests.compat.local_jobs import run_local_job
 from elasticdl_tests.compat.original_data import prepare_original_fashion_mnist
 
-ZOO = str(Path(__file__).resolve().parent / "testdata" / "model_zoo")
 MODEL_DEF = "mnist.mnist_dnn_export.custom_model"
 RECORDS = 2048
 
@@ -39,21 +35,7 @@ def test_split(data):
 
 
 def _run(kind, tmp_path, name, **flags):
-    values = {
-        "job_name": name,
-        "model_zoo": ZOO,
-        "model_def": MODEL_DEF,
-        "minibatch_size": "64",
-        "num_workers": "1",
-        "platform": "local",
-        "job_dir": str(tmp_path / name),
-        **flags,
-    }
-    spec, _ = spec_from_text(kind, values).resolve()
-    code = Job(spec).run()
-    status = json.loads((tmp_path / name / "status.json").read_text())
-    assert code == 0, status["message"]
-    return status
+    return run_local_job(kind, tmp_path, name, model_def=MODEL_DEF, **flags)
 
 
 def _train(tmp_path, data, **flags):
