@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import pytest
-from elasticdl.k8s.client import to_model
 from elasticdl.server.testing import ServerProcess, request
 from elasticdl_tests.dashboard.chromium import (  # noqa: F401 (fixtures)
     artifacts,
@@ -43,7 +42,7 @@ from elasticdl_tests.dashboard.chromium import (  # noqa: F401 (fixtures)
     wait,
 )
 from elasticdl_tests.k8s.cluster import write_kubeconfig
-from elasticdl_tests.k8s.server_test import _manifest, _token
+from elasticdl_tests.k8s.server_test import _apply, _token
 from selenium.webdriver.common.by import By
 
 pytest.importorskip("tensorflow")
@@ -58,23 +57,7 @@ VALIDATION_RECORDS = 32
 def _apply_rbac(api_client, namespace: str) -> None:
     """The server's ServiceAccount, Role and RoleBinding from deploy/k8s/server.yaml, moved to
     ``namespace``; not its Deployment, whose pod the process kubelet would run here."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
-    rbac = client.RbacAuthorizationV1Api(api_client)
-    create = {
-        "ServiceAccount": (core.create_namespaced_service_account, "V1ServiceAccount"),
-        "Role": (rbac.create_namespaced_role, "V1Role"),
-        "RoleBinding": (rbac.create_namespaced_role_binding, "V1RoleBinding"),
-    }
-    for doc in _manifest():
-        if doc["kind"] not in create:
-            continue
-        doc["metadata"]["namespace"] = namespace
-        for subject in doc.get("subjects") or []:
-            subject["namespace"] = namespace
-        call, model = create[doc["kind"]]
-        call(namespace, to_model(doc, model))
+    _apply(api_client, namespace, kinds=("ServiceAccount", "Role", "RoleBinding"))
 
 
 def _records(split: str, count: int) -> tuple[str, bytes]:

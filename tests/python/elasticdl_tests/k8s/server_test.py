@@ -34,8 +34,9 @@ def _manifest() -> list[dict]:
     pytest.fail("deploy/k8s/server.yaml not found")
 
 
-def _apply(api_client, namespace: str) -> list[str]:
-    """Every object of the manifest, moved to ``namespace`` (as its header says to)."""
+def _apply(api_client, namespace: str, kinds: tuple[str, ...] = ()) -> list[str]:
+    """Every object of the manifest (only those of ``kinds`` when given), moved to
+    ``namespace`` (as its header says to); the kinds applied, in order."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
@@ -52,15 +53,17 @@ def _apply(api_client, namespace: str) -> list[str]:
         "Deployment": (apps.create_namespaced_deployment, "V1Deployment"),
         "Service": (core.create_namespaced_service, "V1Service"),
     }
-    kinds = []
+    applied = []
     for doc in _manifest():
+        if kinds and doc["kind"] not in kinds:
+            continue
         doc["metadata"]["namespace"] = namespace
         for subject in doc.get("subjects") or []:
             subject["namespace"] = namespace
         call, model = create[doc["kind"]]
         call(namespace, to_model(doc, model))
-        kinds.append(doc["kind"])
-    return kinds
+        applied.append(doc["kind"])
+    return applied
 
 
 def _token(api_client, namespace: str, account: str, timeout: float = 60) -> str:
