@@ -4,25 +4,10 @@ last push, taken by a fresh worker, and never mixed up with the embedding layers
 import keras
 import numpy as np
 import tensorflow as tf
-from elasticdl.common.model_utils import ModelSpec
 from elasticdl.worker.layers import Embedding, find_embedding_layers
 from elasticdl.worker.ps_client import PSClient
 from elasticdl.worker.trainer import PSTrainer, TrainerConfig, _state_variables
-
-
-def _loss(labels, outputs):
-    return keras.losses.sparse_categorical_crossentropy(labels, outputs, from_logits=True)
-
-
-def _spec(model_fn):
-    return ModelSpec(
-        module=None,
-        model_fn=model_fn,
-        loss=_loss,
-        optimizer=lambda: keras.optimizers.SGD(0.1),
-        feed=None,
-        eval_metrics_fn=None,
-    )
+from elasticdl.worker.trainer_test import _spec  # the same SGD(0.1) model spec
 
 
 def _bn_model():
