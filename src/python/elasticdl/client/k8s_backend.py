@@ -447,10 +447,7 @@ class KubernetesBackend(JobBackend):
             if status.replicas:
                 status.replicas = settle_replicas(status.replicas, pods, status.is_final)
             else:
-                status.replicas = sorted(
-                    (r for r in map(_replica_of_pod, pods) if r is not None),
-                    key=lambda r: (r.type, r.id),
-                )
+                status.replicas = _replicas_of_pods(pods)
         return status
 
     def _restarting(self, master) -> bool:
@@ -475,8 +472,7 @@ class KubernetesBackend(JobBackend):
 
     def _replicas(self, job_name: str) -> list[ReplicaStatus]:
         """The job's PS and workers as their pods show them."""
-        replicas = (_replica_of_pod(p) for p in self._replica_pods(job_name))
-        return sorted((r for r in replicas if r is not None), key=lambda r: (r.type, r.id))
+        return _replicas_of_pods(self._replica_pods(job_name))
 
     # ---- logs ----------------------------------------------------------------------------
     def _pod_for_replica(self, name: str, replica: str) -> str:
@@ -606,6 +602,12 @@ def _replica_of_pod(pod) -> ReplicaStatus | None:
         exit_code=reading.exit_code,
         message=reading.reason,
     )
+
+
+def _replicas_of_pods(pods: list) -> list[ReplicaStatus]:
+    """The replicas of ``pods`` (PS and workers), in (type, id) order."""
+    replicas = (_replica_of_pod(p) for p in pods)
+    return sorted((r for r in replicas if r is not None), key=lambda r: (r.type, r.id))
 
 
 def settle_replicas(
