@@ -4,6 +4,7 @@ annotation on Kubernetes) and the ``get_job_status`` RPC, all from one
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
@@ -57,6 +58,11 @@ def to_pb(status: JobStatus):
 class LossHistory:
     """The training loss the workers report with their tasks, for the job status's curve.
 
+    Ordered by model version: workers report concurrently, so a task that ended at version 11
+    can be reported before one that ended at 10; each sample is inserted at its version's place
+    (after samples of the same version), and the curve reads oldest first whatever the order
+    of arrival.
+
     Bounded: when ``max_samples`` are kept, every second one is dropped and from then on only
     every second report is kept (the stride doubles again at the next fill), so a long job keeps
     an evenly thinned curve from start to end in constant memory."""
@@ -90,11 +96,16 @@ class LossHistory:
                 self._stride *= 2
                 if (self._seen - 1) % self._stride:
                     return
-            self._samples.append({"model_version": int(model_version), "loss": float(loss)})
+            sample = {"model_version": int(model_version), "loss": float(loss)}
+            bisect.insort_right(self._samples, sample, key=_model_version)
 
     def samples(self) -> list[dict[str, float | int]]:
         with self._lock:
             return [dict(s) for s in self._samples]
+
+
+def _model_version(sample: dict[str, float | int]) -> int:
+    return int(sample["model_version"])
 
 
 class StatusWriter:

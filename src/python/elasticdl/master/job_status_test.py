@@ -1,4 +1,5 @@
 import json
+import random
 
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
 from elasticdl.master.job_status import LossHistory, StatusWriter, to_pb
@@ -71,6 +72,26 @@ def test_loss_history_keeps_an_evenly_thinned_curve_within_its_bound():
     for step in range(37, 41):
         history.add(step, 1.0)
     assert [s["model_version"] for s in history.samples()] == [0, 8, 16, 24, 32, 40]
+
+
+def test_loss_history_orders_reports_by_model_version_whatever_their_arrival():
+    # Two workers: the task that ended at version 11 is reported before the one that ended at 10.
+    history = LossHistory()
+    for version, loss in ((9, 0.9), (11, 1.1), (10, 1.0), (10, 1.05), (12, 1.2)):
+        history.add(version, loss)
+    assert [(s["model_version"], s["loss"]) for s in history.samples()] == [
+        (9, 0.9),
+        (10, 1.0),
+        (10, 1.05),
+        (11, 1.1),
+        (12, 1.2),
+    ]
+    # Thinning keeps the order: 200 reports arriving shuffled, 8 kept at most.
+    history = LossHistory(max_samples=8)
+    for version in random.Random(0).sample(range(200), 200):
+        history.add(version, 1.0)
+    versions = [s["model_version"] for s in history.samples()]
+    assert 4 <= len(versions) <= 8 and versions == sorted(versions)
 
 
 def test_loss_history_skips_values_json_cannot_carry():
