@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from elasticdl_tests.waiting import wait_for
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("elasticdl.master.main")
@@ -49,17 +50,6 @@ def _fashion_mnist_subset(directory: Path, split: str, files: int, per_file: int
                 record = scanner.record()
         scanner.close()
     return str(directory)
-
-
-def _wait(predicate, timeout, what, diagnose=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}\n{diagnose()}")
-        time.sleep(0.3)
 
 
 def test_train_on_kubernetes_with_worker_pod_deleted(
@@ -122,7 +112,7 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
         return f"pods: {pods}\n" + "\n".join(logs)
 
     # The master created the PS (+ its service) and the workers, all owned by the master pod.
-    master = _wait(lambda: k8s.get_pod(f"elasticdl-{JOB}-master"), 30, "the master pod")
+    master = wait_for(lambda: k8s.get_pod(f"elasticdl-{JOB}-master"), 30, "the master pod")
 
     def worker0_running() -> bool:
         if k8s.get_pod(f"elasticdl-{JOB}-master").status.phase == "Failed":
@@ -130,12 +120,12 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
         pod = k8s.get_pod(worker0)
         return pod is not None and pod.status.phase == "Running"
 
-    _wait(worker0_running, 180, "worker-0 to run", diagnose)
+    wait_for(worker0_running, 180, "worker-0 to run", diagnose)
     assert k8s.get_service(f"elasticdl-{JOB}-ps-0") is not None
     assert k8s.get_pod(worker0).metadata.owner_references[0].uid == master.metadata.uid
 
     # Let worker-0 train a little, then delete its pod (like kubectl delete / preemption).
-    _wait(
+    wait_for(
         lambda: "task" in kubelet.log_path(ns, worker0).read_text(errors="replace").lower(),
         180,
         "worker-0 to take a task",

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from elasticdl_tests.k8s.e2e_test import _fashion_mnist_subset, _wait
+from elasticdl_tests.k8s.e2e_test import _fashion_mnist_subset
+from elasticdl_tests.waiting import wait_for
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("elasticdl.master.main")
@@ -108,7 +109,7 @@ def test_master_killed_on_kubernetes_resumes_and_adopts(
             return 0
 
     # Kill the master once the workers trained some but not most of the records.
-    _wait(lambda: trained() > 0, 240, "the first records trained", diagnose)
+    wait_for(lambda: trained() > 0, 240, "the first records trained", diagnose)
     before = {n: p.metadata.uid for n, p in pods(replicas_selector(JOB)).items()}
     assert sorted(before) == [f"elasticdl-{JOB}-{r}" for r in ("ps-0", "worker-0", "worker-1")]
     for pod in pods(replicas_selector(JOB)).values():  # owned by the Job, not a master pod
@@ -126,22 +127,22 @@ def test_master_killed_on_kubernetes_resumes_and_adopts(
                 return name
         return None
 
-    second = _wait(lambda: next_master(first), 120, "the Job's next master pod", diagnose)
+    second = wait_for(lambda: next_master(first), 120, "the Job's next master pod", diagnose)
     logger.info("master pod %s runs %.1f s after the kill", second, time.monotonic() - kill_time)
     # The new master's status file (rewritten every 2 s): what it resumed, then more.
-    resumed = _wait(lambda: status_of_restarted(1), 120, "the new master's status", diagnose)
-    _wait(lambda: trained() > resumed, 300, "training to go on", diagnose)
+    resumed = wait_for(lambda: status_of_restarted(1), 120, "the new master's status", diagnose)
+    wait_for(lambda: trained() > resumed, 300, "training to go on", diagnose)
     logger.info("trained again %.1f s after the kill", time.monotonic() - kill_time)
 
     # Deleting the master's pod (as a drain or an eviction does) is not a cancel: the master
     # gets SIGTERM while its Job still exists, leaves the job to the next master.
     assert trained() < RECORDS * EPOCHS, "the job ended before its master pod was deleted"
     assert k8s.delete_pod(second, grace_seconds=10)
-    third = _wait(lambda: next_master(first, second), 120, "a master after the delete", diagnose)
+    third = wait_for(lambda: next_master(first, second), 120, "a master after the delete", diagnose)
     deleted_log = kubelet.log_path(ns, second).read_text(errors="replace")
     assert "the job goes on under the next master" in deleted_log, deleted_log[-3000:]
-    resumed = _wait(lambda: status_of_restarted(2), 120, "the third master's status", diagnose)
-    _wait(lambda: trained() > resumed, 300, "training to go on again", diagnose)
+    resumed = wait_for(lambda: status_of_restarted(2), 120, "the third master's status", diagnose)
+    wait_for(lambda: trained() > resumed, 300, "training to go on again", diagnose)
 
     target = ["--platform=kubernetes", f"--namespace={ns}"]
     assert main(["wait", JOB, "--timeout=600", *target]) == 0, diagnose()

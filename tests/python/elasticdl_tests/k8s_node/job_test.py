@@ -34,7 +34,7 @@ from elasticdl.data.datasets import prepare
 from elasticdl.k8s import security
 from elasticdl.k8s.termination import read_termination
 from elasticdl_tests.k8s_node.node import repo_root
-from elasticdl_tests.k8s_node.waiting import wait_for
+from elasticdl_tests.waiting import wait_for
 
 TRAIN_RECORDS = 1024
 TEST_RECORDS = TRAIN_RECORDS  # prepare(limit=...) keeps that many rows of each split

@@ -18,7 +18,7 @@ from elasticdl.client.main import main
 from elasticdl.k8s.termination import read_termination
 from elasticdl_tests.k8s_node import job_test
 from elasticdl_tests.k8s_node.job_test import TRAIN_RECORDS, _checkpoint_dir, _rbac, _train_argv
-from elasticdl_tests.k8s_node.waiting import wait_for
+from elasticdl_tests.waiting import wait_for
 
 # job_test's fixtures, used here by name.
 cli_env = job_test.cli_env

@@ -16,7 +16,7 @@ from elasticdl.client.main import main
 from elasticdl_tests.k8s_node import job_test
 from elasticdl_tests.k8s_node.job_test import _checkpoint_dir, _rbac, _train_argv
 from elasticdl_tests.k8s_node.node import repo_root
-from elasticdl_tests.k8s_node.waiting import wait_for
+from elasticdl_tests.waiting import wait_for
 from kubernetes import client
 
 

@@ -31,7 +31,8 @@ from elasticdl.client.server_client import JobServerClient
 from elasticdl.data.datasets import prepare
 from elasticdl.server.testing import ServerProcess
 from elasticdl_tests.k8s_node.node import repo_root
-from elasticdl_tests.k8s_node.waiting import server_job_spec, wait_for
+from elasticdl_tests.k8s_node.server_jobs import server_job_spec
+from elasticdl_tests.waiting import wait_for
 
 TRAIN_RECORDS = 256
 RECORDS_PER_SHARD = 128

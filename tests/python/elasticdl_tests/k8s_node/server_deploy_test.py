@@ -60,7 +60,8 @@ from elasticdl.k8s import security
 from elasticdl_tests.k8s_node import base_image as images
 from elasticdl_tests.k8s_node.node import REQUIRE_ENV, repo_root
 from elasticdl_tests.k8s_node.server_image import ensure_server_image, server_wheel
-from elasticdl_tests.k8s_node.waiting import server_job_spec, wait_for
+from elasticdl_tests.k8s_node.server_jobs import server_job_spec
+from elasticdl_tests.waiting import wait_for
 
 TRAIN_RECORDS = 256
 RECORDS_PER_SHARD = 64

@@ -1,23 +1,5 @@
-"""What the real-node test files share: waiting for a condition, and the small training job
-they submit through the job server."""
+"""The small training job the real-node test files submit through the job server."""
 from __future__ import annotations
-
-import time
-
-import pytest
-
-
-def wait_for(predicate, timeout: float, what: str, diagnose=lambda: ""):
-    """predicate()'s first truthy value, polled every 0.5 s; the test fails after `timeout`
-    seconds with `what` and diagnose()'s text."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}\n{diagnose()}")
-        time.sleep(0.5)
 
 
 def server_job_spec(job: str, api: str) -> dict:
