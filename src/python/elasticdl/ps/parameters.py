@@ -22,7 +22,7 @@ Not thread-safe by itself: `ParameterServer` (updater.py) holds the lock.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Collection, Mapping
 
 import numpy as np
 from elasticdl.common import tensor_utils as tu
@@ -76,19 +76,27 @@ class Parameters:
     # ------------------------------------------------------------------ initialisation
     def init_from_model_pb(self, model: pb.Model) -> bool:
         """Take the model a worker pushes. The first push wins: later ones (other workers racing
-        to initialise the PS) are ignored and return False. Dense parameters of other PS are
-        dropped, so a worker may push its whole model to every PS."""
+        to initialise the PS) are ignored and return False. Dense parameters and state of other
+        PS are dropped, so a worker may push its whole model to every PS.
+
+        The state is validated as a gradient push's is (`check_state`), against the pushed
+        dense parameters, before anything is taken; a later push is validated too, so a worker
+        offering bad state hears it even when the PS keeps another worker's model."""
+        trained = [n for n in model.dense_parameters if self.owns_dense(n)]
+        state = self.check_state(
+            {n: t for n, t in model.state.items() if self.owns_dense(n)},
+            also_trained=set(trained),
+        )
         if self.initialized:
             return False
+        dense = {
+            name: _as_param(tu.pb_to_ndarray(model.dense_parameters[name]), name)
+            for name in trained
+            if not is_slot_key(name)
+        }
         self.set_embedding_table_infos(model.embedding_table_infos)
-        for name, tensor in model.dense_parameters.items():
-            if is_slot_key(name):
-                continue
-            if self.owns_dense(name):
-                self.dense[name] = _as_param(tu.pb_to_ndarray(tensor), name)
-        for name, tensor in model.state.items():
-            if self.owns_dense(name):
-                self.state[name] = _as_param(tu.pb_to_ndarray(tensor), name)
+        self.dense.update(dense)
+        self.state.update(state)
         for name, slices in model.embedding_tables.items():
             if not is_slot_key(name):
                 self._load_rows(name, slices, slot=None)
@@ -237,17 +245,21 @@ class Parameters:
             sparse[name] = (ids, np.ascontiguousarray(rows.values, dtype=np.float32))
         return dense, sparse
 
-    def check_state(self, tensors: Mapping[str, pb.Tensor]) -> dict[str, np.ndarray]:
+    def check_state(
+        self, tensors: Mapping[str, pb.Tensor], also_trained: Collection[str] = ()
+    ) -> dict[str, np.ndarray]:
         """Decode and validate pushed state before anything is assigned: every variable must be
-        this PS's, finite, and of the shape it has here (a variable new to this PS, e.g. after
-        a restore from a checkpoint without state, is taken as it comes)."""
+        this PS's, finite, not a trained parameter's name (this PS's or, for the initial model,
+        one of `also_trained`, the push's own), and of the shape it has here (a variable new to
+        this PS, e.g. after a restore from a checkpoint without state, is taken as it comes).
+        The one check of every way state arrives: gradient pushes, push_state, push_model."""
         out = {}
         for name, tensor in tensors.items():
             if not self.owns_dense(name):
                 raise PSError(
                     f"state variable {name!r} belongs to another PS; check the worker's PS count"
                 )
-            if name in self.dense:
+            if name in self.dense or name in also_trained:
                 raise PSError(f"state variable {name!r} is also a trained dense parameter")
             value = _as_param(tu.pb_to_ndarray(tensor), name)
             held = self.state.get(name)

@@ -90,7 +90,10 @@ class PSServer:
         )
         self.params = Parameters(c.ps_id, c.num_ps_pods)
         self.params.check_new_tables = self._check_tables_fit
-        self.ps = ParameterServer(self.params, self.optimizer, self.policy, self._on_version)
+        self._last_periodic_save = 0  # the version of this run's newest periodic checkpoint
+        self.ps = ParameterServer(
+            self.params, self.optimizer, self.policy, self._on_version, self._on_state
+        )
         self.restored_from = self._restore()
         self.request_cap = RequestCap(self.params, c.minibatch_size)
         self.servicer = PserverServicer(self.ps, self.checkpointer, request_cap=self.request_cap)
@@ -139,6 +142,14 @@ class PSServer:
         if self.reporter is not None and version % c.evaluation_steps == 0:
             self.reporter.report_version(version)
         if self.checkpointer.due(version):
+            self._last_periodic_save = version
+            self.checkpointer.save_async(self.params.to_model_pb())
+
+    def _on_state(self, version: int) -> None:
+        # State sent alone (a task cut short) belongs to the current version: when this run
+        # checkpointed that version, write it again (replaced whole), so the checkpoint an
+        # evaluation job starts from holds the statistics of every step it contains.
+        if version and version == self._last_periodic_save:
             self.checkpointer.save_async(self.params.to_model_pb())
 
     # ------------------------------------------------------------------ gRPC lifecycle

@@ -149,6 +149,11 @@ class PserverServicer(pb_grpc.PserverServicer):
         return self.handle_push(request)
 
     @_rpc
+    def push_state(self, request: pb.Model, context):
+        result = self.ps.push_state(request)
+        return pb.PushStateResponse(accepted=result.accepted, version=result.version)
+
+    @_rpc
     def push_gradients_decoded(self, push: DecodedPush, context) -> bytes:
         """A push read by `decode_push`, answered with the pulled parameters written with one
         copy (see `wire_handlers`)."""

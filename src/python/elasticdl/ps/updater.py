@@ -1,6 +1,8 @@
 """Gradient application policy of one PS: asynchronous or synchronous SGD, and the model version.
 
-Non-trainable state a push carries (parameters.py) is assigned when the push is accepted.
+Non-trainable state a push carries (parameters.py) is assigned when the push is accepted. State
+sent alone (`push_state`, a training task cut short) is assigned whatever the policy: it is no
+gradient, so it neither waits for staleness nor counts as an update, and the version stays.
 
 Async: every accepted push is applied at once and bumps the version; with staleness modulation
 its learning rate is divided by max(1, ps_version - grad_version).
@@ -115,6 +117,7 @@ class ParameterServer:
         optimizer: Optimizer,
         policy: UpdatePolicy | None = None,
         on_version: Callable[[int], None] | None = None,
+        on_state: Callable[[int], None] | None = None,
     ):
         self.params = params
         self.optimizer = optimizer
@@ -124,6 +127,8 @@ class ParameterServer:
         # Called (under the lock, so versions arrive in order) after every version bump; must
         # return quickly -- the servicer hands slow work (RPCs, file writes) to threads.
         self._on_version = on_version
+        # Called likewise, with the unchanged version, after state sent alone was assigned.
+        self._on_state = on_state
 
     @property
     def version(self) -> int:
@@ -146,6 +151,20 @@ class ParameterServer:
     def push_embedding_table_infos(self, model: pb.Model) -> None:
         with self.lock:
             self.params.set_embedding_table_infos(model.embedding_table_infos)
+
+    def push_state(self, model: pb.Model) -> PushResult:
+        """Assign the state `model` carries (nothing else is read); not accepted, and nothing
+        assigned, while the PS holds no model: the worker's next pull offers its model, state
+        included, again. A bad variable refuses the whole push (PSError), nothing assigned."""
+        with self.lock:
+            p = self.params
+            if not p.initialized:
+                return PushResult(False, p.version)
+            state = p.check_state(model.state)
+            p.state.update(state)
+            if state and self._on_state is not None:
+                self._on_state(p.version)
+            return PushResult(True, p.version)
 
     def restore(self, model: pb.Model) -> None:
         with self.lock:
