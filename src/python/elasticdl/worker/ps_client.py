@@ -355,6 +355,20 @@ class PSClient:
             reqs.append((ps_id, model))
         self._fan_out("push_model", reqs)
 
+    def push_state(self, state: Mapping[str, np.ndarray]) -> bool:
+        """Send the model's non-trainable state alone, each PS its share (PS holding none are
+        not called); nothing is applied and no version changes. False when a PS holds no
+        model (relaunched): its share is not taken. A PS that predates the call raises
+        UNIMPLEMENTED."""
+        reqs = []
+        for ps_id, share in enumerate(self.partition_dense(state)):
+            if share:
+                model = pb.Model()
+                for name, value in share.items():
+                    ndarray_to_pb(np.asarray(value), model.state[name])
+                reqs.append((ps_id, model))
+        return all(r.accepted for r in self._fan_out("push_state", reqs))
+
     def push_embedding_table_infos(self, infos: Sequence[EmbeddingTableInfo]) -> None:
         if not infos:
             return

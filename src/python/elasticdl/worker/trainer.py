@@ -13,9 +13,10 @@ replicas start from the same point. A PS that restarted without a checkpoint rep
 
 Non-trainable variables (BatchNormalization's moving statistics) are the model's *state*: the
 gradient step updates them locally, the last push of every training task carries their values
-to the PS (assigned there, never optimised), and a worker takes the PS's values once, when it
-builds the model, so a relaunched worker and evaluation/prediction jobs from a checkpoint use
-the trained statistics. The project's own embedding layers are not state: their tables live on
+to the PS (assigned there, never optimised), a task that ends before that push (a callback
+stopped training) sends them alone (`deliver_state`), and a worker takes the PS's values once,
+when it builds the model, so a relaunched worker and evaluation/prediction jobs from a
+checkpoint use the trained statistics. The project's own embedding layers are not state: their tables live on
 the PS as embedding tables.
 """
 from __future__ import annotations
@@ -59,8 +60,8 @@ class PSNotInitializedError(RuntimeError):
 
 
 class PSRefusedModelError(RuntimeError):
-    """A PS refused the model's embedding tables (e.g. they cannot fit in its memory): the
-    message is the PS's one line."""
+    """A PS refused the model: its embedding tables (e.g. they cannot fit in its memory) or its
+    initial state (a NaN, a shape other than the PS holds): the message is the PS's one line."""
 
 
 @dataclass
@@ -126,6 +127,9 @@ class PSTrainer:
         self._var_by_name: Dict[str, Any] = {}
         self._state_vars: List[Any] = []  # non-trainable variables (see the module docstring)
         self._state_by_name: Dict[str, Any] = {}
+        # Steps trained since the state last reached the PS (see deliver_state).
+        self._state_undelivered = False
+        self._push_state_unsupported = False  # a PS answered push_state with UNIMPLEMENTED
         self._steps_since_pull = 0
         self._need_pull = True
         self._pushed_version = 0  # PS version right after this worker's last accepted push
@@ -231,7 +235,12 @@ class PSTrainer:
 
     def _push_model(self) -> None:
         params = {n: v.numpy() for n, v in zip(self._names, self._vars)}
-        self.ps.push_model(params, self.embedding_infos(), version=0, state=self.read_state())
+        try:
+            self.ps.push_model(params, self.embedding_infos(), version=0, state=self.read_state())
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:  # e.g. NaN state: say why
+                raise PSRefusedModelError(err.details()) from None
+            raise
 
     def read_state(self) -> Dict[str, np.ndarray]:
         """The current values of the model's non-trainable state variables."""
@@ -290,6 +299,7 @@ class PSTrainer:
         self._assign(result.parameters)
         if include_state:
             self._assign_state(result.state)
+            self._state_undelivered = False  # the local state is now the PS's
         self._steps_since_pull = 0
         self._need_pull = False
 
@@ -414,6 +424,7 @@ class PSTrainer:
             if result.accepted:
                 self._pushed_version = max(result.versions.values(), default=0)
                 self.steps += 1
+                self._state_undelivered = state is None and bool(self._state_by_name)
                 self._steps_since_pull += 1
                 if pulled is not None:
                     # Fresh unless a PS was uninitialised (then pull_model re-initialises it).
@@ -427,6 +438,31 @@ class PSTrainer:
             f"the PS rejected this worker's gradients {retries} times in a row (stale model "
             "version in sync mode): raise --sync_version_tolerance or use --use_async"
         )
+
+    def deliver_state(self) -> None:
+        """Send the model's state alone when steps trained since it last reached the PS (a
+        training task that ended before its last push, which carries it, e.g. stopped by a
+        callback). The worker calls it whenever a training task ends well, and only then: a
+        task that failed is run again, so its statistics reach the PS with the next task that
+        ends well (this flag stays set), and a failure is often the PS's, which would only
+        turn a second call into a second error hiding the first."""
+        if not self._state_undelivered or self._push_state_unsupported:
+            return
+        try:
+            taken = self.ps.push_state(self.read_state())
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            logger.warning(
+                "a PS predates push_state: the statistics of a training task cut short reach "
+                "it with the last push of this worker's next training task"
+            )
+            self._push_state_unsupported = True
+            return
+        if taken:
+            self._state_undelivered = False
+        else:  # the next pull offers the model again, with the state it has then
+            logger.info("a PS holds no model (restarted?): the state waits for the next push")
 
     # ------------------------------------------------------------------ packed path
     # When every dense parameter travels through packed shared-memory regions, one compiled

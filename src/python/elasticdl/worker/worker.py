@@ -375,6 +375,11 @@ class Worker:
             if getattr(self.trainer.model, "stop_training", False):
                 self._stopped_training = True
                 break
+        # A task that ended before its last push (stopped above) sends the state it trained
+        # alone; after a normal end this sends nothing. Not reached when a step raised.
+        deliver_state = getattr(self.trainer, "deliver_state", None)  # AllReduce: none needed
+        if deliver_state is not None:
+            deliver_state()
         # The master shows this version in the job status (it is not summed like the rest), and
         # the task's mean loss on its loss curve.
         version = self.trainer.model_version
