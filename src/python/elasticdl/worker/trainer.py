@@ -16,8 +16,8 @@ gradient step updates them locally, the last push of every training task carries
 to the PS (assigned there, never optimised), a task that ends before that push (a callback
 stopped training) sends them alone (`deliver_state`), and a worker takes the PS's values once,
 when it builds the model, so a relaunched worker and evaluation/prediction jobs from a
-checkpoint use the trained statistics. The project's own embedding layers are not state: their tables live on
-the PS as embedding tables.
+checkpoint use the trained statistics. The project's own embedding layers are not state: their
+tables live on the PS as embedding tables.
 """
 from __future__ import annotations
 
