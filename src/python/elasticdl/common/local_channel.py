@@ -1,5 +1,5 @@
-"""A same-host channel for pushes between a worker and a PS: length-prefixed frames over a Unix
-socket in the abstract namespace.
+"""A same-host channel for pushes and embedding pulls between a worker and a PS: length-prefixed
+frames over a Unix socket in the abstract namespace.
 
 Why: once the dense model travels through shared memory (elasticdl.common.shared_memory), a
 push is a message of a few hundred bytes, and most of its round trip through grpcio is grpc's
@@ -8,15 +8,20 @@ socket round trip costs a fraction of that, and the PS answers on the connection
 (figures: benchmarks/runtime/README.md).
 
 The PS offers the channel in its answer to `attach_shared_memory`; the worker connects and
-proves it holds the region (its id and token in the first frame). Only pushes naming that
-region use the channel; everything else stays on gRPC. The socket lives in the abstract
-namespace (no file to clean up), which belongs to the network namespace: a worker in another
-pod cannot reach it, and does not try, since it could not attach the region either.
+proves it holds the region (its id and token in the first frame). Pushes naming that region and
+pulls of embedding rows use the channel; everything else stays on gRPC. A pull of rows is the
+same kind of small request (a batch's ids) as a push, and pays grpcio's per-call cost the same
+way: a sparse model makes one per Embedding layer and minibatch, in series with the step.
+The socket lives in the abstract namespace (no file to clean up), which belongs to the network
+namespace: a worker in another pod cannot reach it, and does not try, since it could not attach
+the region either.
 
 Frames: 4-byte little-endian length, then one kind byte, then the payload:
   client -> PS   HELLO   region id (8 bytes LE) + token
                  PUSH    serialized PushGradientsRequest
-  PS -> client   OK      serialized response (empty for HELLO)
+                 PULL    serialized PullEmbeddingVectorsRequest
+  PS -> client   OK      serialized response (empty for HELLO; a PULL's: the rows as a
+                         serialized Tensor, as the gRPC call answers)
                  ERROR   grpc status code (1 byte) + UTF-8 message
 Errors keep gRPC's status codes so the worker handles them exactly as gRPC errors
 (`LocalChannelError` is a `grpc.RpcError` with `code()` and `details()`).
@@ -29,7 +34,7 @@ from typing import Tuple
 
 import grpc
 
-HELLO, PUSH, OK, ERROR = 1, 2, 3, 4
+HELLO, PUSH, OK, ERROR, PULL = 1, 2, 3, 4, 5
 MAX_FRAME_BYTES = (
     256 * 1024 * 1024
 )  # the transport ceiling of gRPC messages; the PS caps pushes lower

@@ -1,8 +1,8 @@
 """The PS's end of the same-host push channel (see elasticdl.common.local_channel).
 
-One thread accepts connections, one thread per connection answers its pushes in order: a
-worker has at most one push in flight per PS, so the connection's thread is all it needs, and
-the push runs on it directly (no hand-off to a pool, unlike a gRPC call). The model lock in
+One thread accepts connections, one thread per connection answers its pushes and pulls in
+order: a worker has at most one call in flight per PS on it, so the connection's thread is all
+it needs, and the call runs on it directly (no hand-off to a pool, unlike a gRPC call). The model lock in
 `ParameterServer` orders these pushes with the gRPC ones.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from elasticdl.common.push_wire import decode_push
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.errors import PSError
 from elasticdl.ps.shared_regions import SharedRegions
+from google.protobuf.message import DecodeError
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class LocalChannelServer:
         regions: SharedRegions,
         # (request, its embedding and dense gradients read apart from it, or None) -> answer
         handle_push: Callable[..., pb.PushGradientsResponse],
+        # PullEmbeddingVectorsRequest -> the rows as a serialized Tensor
+        handle_pull: Callable[[pb.PullEmbeddingVectorsRequest], bytes],
         status_for: Callable[[Exception], grpc.StatusCode],
         tag: str = "",
         request_cap: Optional[Callable[[], Tuple[int, str]]] = None,
@@ -57,6 +60,7 @@ class LocalChannelServer:
         self._regions = regions
         self._request_cap = request_cap
         self._handle_push = handle_push
+        self._handle_pull = handle_pull
         self._status_for = status_for
         self.name = f"elasticdl-{tag + '-' if tag else ''}{os.getpid()}-{secrets.token_hex(8)}"
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -127,15 +131,26 @@ class LocalChannelServer:
 
     def _answer(self, kind: int, payload: bytes, region_id: int):
         try:
-            if kind != lc.PUSH:
-                raise PSError(f"frame kind {kind} is not a push")
+            if kind not in (lc.PUSH, lc.PULL):
+                raise PSError(f"frame kind {kind} is neither a push nor a pull")
             if self._request_cap is not None:
                 cap, why = self._request_cap()
                 if len(payload) > cap:
                     return lc.ERROR, lc.error_payload(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        message_caps.oversize_message("push_gradients", len(payload), cap, why),
+                        message_caps.oversize_message(
+                            "push_gradients" if kind == lc.PUSH else "pull_embedding_vectors",
+                            len(payload),
+                            cap,
+                            why,
+                        ),
                     )
+            if kind == lc.PULL:
+                try:
+                    request = pb.PullEmbeddingVectorsRequest.FromString(payload)
+                except DecodeError:
+                    raise PSError("a pull frame must hold a PullEmbeddingVectorsRequest") from None
+                return lc.OK, self._handle_pull(request)
             push = decode_push(payload)
             if push.request.shared_memory_region != region_id:
                 raise PSError("a push on this channel must name the channel's region")
@@ -146,7 +161,7 @@ class LocalChannelServer:
         except PSError as e:
             return lc.ERROR, lc.error_payload(self._status_for(e), str(e))
         except Exception as e:  # noqa: BLE001 - the worker must get an answer, not a hang
-            logger.exception("local push failed")
+            logger.exception("local %s failed", "pull" if kind == lc.PULL else "push")
             return lc.ERROR, lc.error_payload(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
 
     def close(self) -> None:

@@ -236,6 +236,7 @@ class PserverServicer(pb_grpc.PserverServicer):
                     self._local_channel = LocalChannelServer(
                         self.regions,
                         self.handle_push,
+                        self._rows_bytes,
                         _status_for,
                         f"ps{self.ps.params.ps_id}",
                         request_cap=self.request_cap,

@@ -48,6 +48,9 @@ from elasticdl.worker.ps_links import (  # noqa: F401  (the attach schedule, re-
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# The largest answer a pull of embedding rows takes on a local channel (bigger ones, e.g. an
+# export's whole table, go by gRPC in messages of `max_message_bytes`).
+CHANNEL_PULL_MAX_BYTES = 64 * 1024 * 1024
 
 
 class PSUnavailableError(RuntimeError):
@@ -125,6 +128,11 @@ def _reissue_or_raise(
     if again is None:
         raise err
     requests[i] = (requests[i][0], again)
+
+
+def _count(pos) -> int:
+    """How many ids a share of a pull holds: a slice of `unique`, or positions in it."""
+    return pos.stop - pos.start if isinstance(pos, slice) else int(pos.size)
 
 
 def deduplicate_indexed_rows(values: np.ndarray, ids: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -485,24 +493,45 @@ class PSClient:
         else:
             unique, inverse = np.unique(ids, return_inverse=True)
         chunk = self.rows_per_message(name, dim)
-        reqs, slots = [], []
-        for ps_id in range(self.num_ps):
-            if self.num_ps == 1:
-                positions = None  # every id, in order: contiguous slices below
-            else:
-                positions = np.flatnonzero(unique % self.num_ps == ps_id)
-            count = unique.size if positions is None else positions.size
-            for s in range(0, count, chunk):
-                pos = (
-                    slice(s, min(s + chunk, count))
-                    if positions is None
-                    else positions[s : s + chunk]
-                )
+        row_bytes = 4 * int(dim or self._table_dims.get(name) or 1)
+        # Per PS: its ids' positions in `unique` (a slice when there is one PS: no copy).
+        shares = [
+            (ps_id, slice(0, unique.size))
+            if self.num_ps == 1
+            else (ps_id, np.flatnonzero(unique % self.num_ps == ps_id))
+            for ps_id in range(self.num_ps)
+        ]
+        # The local channels first (one frame per PS: the channel has no per-message budget),
+        # then the gRPC calls run while those PS work, then the channels' answers are read.
+        on_channel, by_grpc = [], []
+        for ps_id, pos in shares:
+            count = _count(pos)
+            if count == 0:
+                continue
+            if count * row_bytes <= CHANNEL_PULL_MAX_BYTES:
                 req = pb.PullEmbeddingVectorsRequest(name=name)
                 ndarray_to_pb(unique[pos], req.ids)
-                reqs.append((ps_id, req))
-                slots.append(pos)
-        responses = self._fan_out("pull_embedding_vectors", reqs)
+                if self._links[ps_id].send_pull(req):
+                    on_channel.append((ps_id, pos))
+                    continue
+            by_grpc.append((ps_id, pos))
+        slots, responses, again = [], [], []
+        try:
+            slots, responses = self._pull_by_grpc(name, unique, by_grpc, chunk)
+        finally:
+            # Every channel's answer is read, even after a gRPC error: an unread one would be
+            # taken for the next call's.
+            for ps_id, pos in on_channel:
+                rows = self._links[ps_id].receive_pull()
+                if rows is None:
+                    again.append((ps_id, pos))
+                else:
+                    slots.append(pos)
+                    responses.append(rows)
+        if again:
+            more_slots, more = self._pull_by_grpc(name, unique, again, chunk)
+            slots += more_slots
+            responses += more
         for pos, rows in zip(slots, responses):
             expected = unique[pos].shape[0]
             if rows.ndim != 2 or rows.shape[0] != expected:
@@ -517,6 +546,25 @@ class PSClient:
             for pos, rows in zip(slots, responses):
                 out[pos] = rows
         return out if inverse is None else out[inverse]
+
+    def _pull_by_grpc(self, name: str, unique: np.ndarray, shares, chunk: int):
+        """Pull the rows of `unique[pos]` from PS `ps_id` for every (ps_id, pos) of `shares`,
+        in messages of at most `chunk` rows, all in flight at once: (positions, rows) lists."""
+        reqs, slots = [], []
+        for ps_id, pos in shares:
+            count = _count(pos)
+            for s in range(0, count, chunk):
+                if isinstance(pos, slice):
+                    part = slice(pos.start + s, min(pos.start + s + chunk, pos.stop))
+                else:
+                    part = pos[s : s + chunk]
+                req = pb.PullEmbeddingVectorsRequest(name=name)
+                ndarray_to_pb(unique[part], req.ids)
+                reqs.append((ps_id, req))
+                slots.append(part)
+        if not reqs:
+            return [], []
+        return slots, list(self._fan_out("pull_embedding_vectors", reqs))
 
     def pull_embedding_table(self, name: str) -> IndexedRows:
         """Every row the PS hold for table `name` (used to export a self-contained model)."""

@@ -359,3 +359,118 @@ def test_a_hostile_worker_cannot_truncate_a_region_under_the_ps(ps_cluster):
     assert client.push_gradients(grads, learning_rate=0.1, pull_dense=True).accepted
     assert cluster.servers[0].params.version == version + 2
     client.close()
+
+
+def _pull_client(cluster, shared: bool) -> PSClient:
+    from elasticdl.worker.ps_client import EmbeddingTableInfo
+
+    client = _client(cluster, shared)
+    client.push_embedding_table_infos([EmbeddingTableInfo("emb", 4), EmbeddingTableInfo("w", 1)])
+    # The first push attaches the region and connects the channel.
+    client.push_gradients({n: np.ones_like(v) for n, v in PARAMS.items()}, learning_rate=0.1)
+    return client
+
+
+def _count_grpc_pulls(client: PSClient) -> list:
+    """Every gRPC pull of rows the client makes from now on, as (ps_id, number of ids)."""
+    calls = []
+    for ps_id, stub in enumerate(client._stubs):
+        method = stub.pull_embedding_vectors
+
+        def counting(req, *args, _m=method, _ps=ps_id, **kwargs):
+            calls.append((_ps, len(req.ids.content) // 8))
+            return _m(req, *args, **kwargs)
+
+        counting.future = lambda req, *a, _m=method, _ps=ps_id, **k: (
+            calls.append((_ps, len(req.ids.content) // 8)) or _m.future(req, *a, **k)
+        )
+        stub.pull_embedding_vectors = counting
+    return calls
+
+
+@pytest.mark.parametrize("num_ps", [1, 3])
+def test_embedding_pulls_go_through_the_local_channel_with_the_rows_of_grpc(ps_cluster, num_ps):
+    cluster = ps_cluster(num_ps)
+    fast, slow = _pull_client(cluster, True), _pull_client(cluster, False)
+    assert fast.shared_memory_ps() and slow.shared_memory_ps() == []
+    grpc_pulls = _count_grpc_pulls(fast)
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 10_000, 500)  # duplicates too: rows created on first use
+    for name, dim in (("emb", 4), ("w", 1)):
+        rows = fast.pull_embedding_vectors(name, ids, dim=dim)
+        assert rows.shape == (ids.size, dim)
+        np.testing.assert_array_equal(rows, slow.pull_embedding_vectors(name, ids, dim=dim))
+        unique = np.unique(ids)
+        np.testing.assert_array_equal(
+            fast.pull_embedding_vectors(name, unique, dim=dim, ids_unique=True),
+            slow.pull_embedding_vectors(name, unique, dim=dim, ids_unique=True),
+        )
+    # Only a PS this worker shares no region with (one that holds no dense parameter) got
+    # its rows by gRPC.
+    channel_ps = set(fast.shared_memory_ps())
+    assert not any(ps_id in channel_ps for ps_id, _ in grpc_pulls)
+    assert len(grpc_pulls) == 4 * (num_ps - len(channel_ps))
+    # The channel still carries pushes afterwards: the pulls' answers were all read.
+    result = fast.push_gradients(
+        {n: np.ones_like(v) for n, v in PARAMS.items()},
+        {"emb": (np.ones((2, 4), np.float32), np.array([1, 2]))},
+        learning_rate=0.1,
+        pull_dense=True,
+    )
+    assert result.accepted and set(fast.shared_memory_ps()) == channel_ps
+    np.testing.assert_allclose(
+        fast.pull_embedding_vectors("emb", [1, 2], dim=4),
+        slow.pull_embedding_vectors("emb", [1, 2], dim=4),
+    )
+    fast.close()
+    slow.close()
+
+
+def test_a_ps_that_refuses_pulls_on_its_channel_gets_them_by_grpc(ps_cluster):
+    from elasticdl.ps.errors import PSError
+
+    cluster = ps_cluster(1)
+    client = _pull_client(cluster, True)
+    grpc_pulls = _count_grpc_pulls(client)
+
+    def refuse(request):  # as a PS that predates pulls on the channel answers them
+        raise PSError("frame kind 5 is not a push")
+
+    cluster.servers[0].servicer._local_channel._handle_pull = refuse
+    ids = np.arange(20)
+    direct = cluster.servers[0].servicer.ps.pull_embedding_vectors("emb", ids)
+    np.testing.assert_array_equal(client.pull_embedding_vectors("emb", ids, dim=4), direct)
+    np.testing.assert_array_equal(client.pull_embedding_vectors("emb", ids, dim=4), direct)
+    # Refused once on the channel, then by gRPC only; pushes keep the channel.
+    assert grpc_pulls == [(0, 20), (0, 20)] and not client._links[0].pulls_on_channel
+    assert client.push_gradients(
+        {n: np.ones_like(v) for n, v in PARAMS.items()}, learning_rate=0.1
+    ).accepted
+    assert client._links[0].shared.channel is not None
+    client.close()
+
+
+def test_a_pull_on_a_broken_channel_goes_by_grpc_and_the_next_push_reattaches(ps_cluster):
+    cluster = ps_cluster(1)
+    client = _pull_client(cluster, True)
+    grpc_pulls = _count_grpc_pulls(client)
+    first = client._links[0].shared.channel.name
+    cluster.servers[0].servicer._local_channel.close()  # the PS side of the channel goes away
+    cluster.servers[0].servicer._local_channel = None
+    ids = np.arange(7, 17)
+    direct = cluster.servers[0].servicer.ps.pull_embedding_vectors("emb", ids)
+    np.testing.assert_array_equal(client.pull_embedding_vectors("emb", ids, dim=4), direct)
+    assert grpc_pulls == [(0, 10)]
+    version = cluster.servers[0].params.version
+    assert client.push_gradients(
+        {n: np.ones_like(v) for n, v in PARAMS.items()}, learning_rate=0.1
+    ).accepted
+    assert cluster.servers[0].params.version == version + 1  # applied exactly once
+    client.push_gradients(
+        {n: np.ones_like(v) for n, v in PARAMS.items()}, learning_rate=0.1
+    )  # attaches again
+    channel = client._links[0].shared.channel
+    assert channel is not None and channel.name != first
+    np.testing.assert_array_equal(client.pull_embedding_vectors("emb", ids, dim=4), direct)
+    assert grpc_pulls == [(0, 10)]  # back on the channel
+    client.close()

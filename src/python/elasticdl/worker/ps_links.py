@@ -18,7 +18,16 @@ message it gets.
   * The local channel breaks: the send fails, or the answer is UNAVAILABLE (connection gone) or
     FAILED_PRECONDITION (region gone).
 
-Either way the link drops the region and attaches again at the next push. A PS that refuses a
+Either way the link drops the region and attaches again at the next push.
+
+Pulls of embedding rows take the link's channel too, when it has one and it is free (no push in
+flight, no other thread's pull): a pull is read-only, so any failure on the channel sends that
+pull again by gRPC, which answers it authoritatively. A pull never drops the region itself (the
+step that pulls may be reading the region's parameters); a channel that failed mid-pull is
+dropped at the next push instead. A PS that does not answer pulls on its channel (one that
+predates them) gets them by gRPC from then on.
+
+A PS that refuses a
 region (on another host, a model that differs) keeps getting messages and is asked again after
 ATTACH_RETRY_PUSHES pushes, then twice as many after each further refusal.
 
@@ -30,6 +39,7 @@ push's state (`prepare_push` to `receive` / `in_message`) itself.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
 
@@ -38,7 +48,7 @@ import numpy as np
 from elasticdl.common import local_channel as lc
 from elasticdl.common import shared_memory as shm
 from elasticdl.common.push_wire import encode_push
-from elasticdl.common.tensor_utils import IndexedRows, ndarray_to_pb
+from elasticdl.common.tensor_utils import IndexedRows, ndarray_to_pb, tensor_bytes_to_ndarray
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.grpc_utils import is_retryable
 
@@ -147,6 +157,13 @@ class PSLink:
         self.on_channel = False
         self.sent = False
         self._answer_unread = False
+        # The channel carries one call at a time: a push holds it from `send` to `end_push`, a
+        # pull from `send_pull` to `receive_pull`.
+        self._channel_lock = threading.Lock()
+        self._holds_channel = False
+        self.pulls_on_channel = True  # False once the PS refused a pull there
+        self._channel_suspect = False  # a pull failed on the channel: drop it at the next push
+        self._pull_channel: Optional[lc.LocalChannelClient] = None
 
     # ------------------------------------------------------------------ attaching
     def maybe_attach(self, tensors: Mapping[str, Tuple[np.dtype, Tuple[int, ...]]]) -> None:
@@ -231,6 +248,10 @@ class PSLink:
     def prepare_push(self, part: PushPart) -> PushRequest:
         """Route `part`'s dense gradients (the region when it fits them, else the message) and
         make its request this link's push in flight."""
+        if self._channel_suspect:
+            self._channel_suspect = False
+            logger.warning("PS %d: local channel failed during a pull; attaching anew", self.ps_id)
+            self.drop_shared()
         req = part.request
         shared = self.shared
         self._dense_in_message = {}
@@ -248,6 +269,9 @@ class PSLink:
     def send(self) -> None:
         """Send the push on the local channel (only when `on_channel`); a channel that cannot
         take it leaves `sent` False, and the push goes by gRPC in a message instead."""
+        if not self._holds_channel:
+            self._channel_lock.acquire()
+            self._holds_channel = True
         try:
             self.shared.channel.send(lc.PUSH, self.in_flight().SerializeToString())
             self.sent = self._answer_unread = True
@@ -300,3 +324,47 @@ class PSLink:
         self.request = self._part = None
         self._dense_in_message = {}
         self.on_channel = self.sent = False
+        if self._holds_channel:
+            self._holds_channel = False
+            self._channel_lock.release()
+
+    # ------------------------------------------------------------------ pulls
+    def send_pull(self, request: pb.PullEmbeddingVectorsRequest) -> bool:
+        """Send a pull of embedding rows on the local channel; False (nothing in flight) when
+        the link has no channel free for it or the send failed: the pull then goes by gRPC.
+        After True, `receive_pull` must follow."""
+        shared = self.shared
+        if shared is None or shared.channel is None or not self.pulls_on_channel:
+            return False
+        if not self._channel_lock.acquire(blocking=False):
+            return False  # a push in flight, or another thread's pull
+        try:
+            shared.channel.send(lc.PULL, request.SerializeToString())
+        except lc.LocalChannelError:
+            self._channel_suspect = True
+            self._channel_lock.release()
+            return False
+        self._pull_channel = shared.channel
+        return True
+
+    def receive_pull(self) -> Optional[np.ndarray]:
+        """The rows answering `send_pull` (a read-only view of the received bytes), or None
+        when the pull must go by gRPC instead."""
+        try:
+            return tensor_bytes_to_ndarray(self._pull_channel.receive())
+        except lc.LocalChannelError as err:
+            if err.code() in CHANNEL_FALLBACK_CODES:
+                self._channel_suspect = True
+            elif err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                # A PS that predates pulls on the channel (or a bad request, which gRPC will
+                # refuse the same way): the link pulls by gRPC from now on.
+                self.pulls_on_channel = False
+            logger.info("PS %d local channel, pull: %s; pulling by gRPC", self.ps_id, err)
+            return None
+        except ValueError as err:  # bytes that are no Tensor: the channel is out of step
+            self._channel_suspect = True
+            logger.warning("PS %d local channel, pull: %s; pulling by gRPC", self.ps_id, err)
+            return None
+        finally:
+            self._pull_channel = None
+            self._channel_lock.release()
