@@ -378,7 +378,7 @@ stop() {
   # (overlay, shm, netns) and the kubelet's (secret tmpfs, its bind-mounted root) to go.
   local m
   for _ in 1 2 3; do
-    grep -F " $K/" /proc/self/mounts | awk '{print $2}' | sort -r | while read -r m; do
+    { grep -F " $K/" /proc/self/mounts || true; } | awk '{print $2}' | sort -r | while read -r m; do
       umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
     done
     grep -qF " $K/" /proc/self/mounts || break
