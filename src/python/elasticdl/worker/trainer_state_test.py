@@ -89,18 +89,17 @@ class StopAfter(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.seen += 1
         if self.seen >= self.steps:
-            self.model.stop_training = True
+            self.reached()
+
+    def reached(self):
+        self.model.stop_training = True
 
 
-class FailAfter(keras.callbacks.Callback):
-    def __init__(self, steps):
-        super().__init__()
-        self.steps, self.seen = steps, 0
+class FailAfter(StopAfter):
+    """A callback that raises after `steps` minibatches (the task fails)."""
 
-    def on_train_batch_end(self, batch, logs=None):
-        self.seen += 1
-        if self.seen >= self.steps:
-            raise RuntimeError("the callback failed")
+    def reached(self):
+        raise RuntimeError("the callback failed")
 
 
 def _worker(cluster, callback, shared_memory=None):
