@@ -1,8 +1,10 @@
 """The job server's FastAPI application: thin routes over the plain classes of this package
 (``TokenStore``, ``PackageStore``, ``DataStore``, ``JobService``).
 
-Every route requires a bearer token (``deps.current_user``), the OpenAPI schema included
-(``GET /v1/openapi.json``); FastAPI's unauthenticated /docs, /redoc and /openapi.json are off.
+Every route requires a bearer token, the OpenAPI schema included (``GET /v1/openapi.json``),
+checked before any byte of a body is read (``request_gate``; ``deps.current_user`` names the
+user); only the dashboard's static pages are public. FastAPI's unauthenticated /docs, /redoc
+and /openapi.json are off.
 Errors are ``{"detail": "<one line>"}`` with a 4xx status.
 """
 
@@ -14,12 +16,14 @@ from typing import Any
 from elasticdl.client.version import __version__
 from elasticdl.server.auth import TokenStore
 from elasticdl.server.config import ServerConfig
+from elasticdl.server.dashboard import PREFIX as DASHBOARD_PREFIX
 from elasticdl.server.dashboard import dashboard_router
 from elasticdl.server.data_store import CHECKSUM_HEADER, DataStore
 from elasticdl.server.deps import current_user
 from elasticdl.server.errors import ServerError
 from elasticdl.server.jobs import JobService, KubernetesTarget, SubmitRequest, job_dict
 from elasticdl.server.packages import PackageStore
+from elasticdl.server.request_gate import RequestGate, public_path
 from elasticdl.server.uploads import clear_tmp, declared_length
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -265,6 +269,13 @@ def create_app(config: ServerConfig, services: Services | None = None) -> FastAP
     app.include_router(v1)
     app.add_middleware(
         BodyCap, path=f"/{API_VERSION}/jobs", limit=services.config.max_request_bytes
+    )
+    # Outermost: no body byte is read before the token is checked.
+    app.add_middleware(
+        RequestGate,
+        tokens=services.tokens,
+        body_timeout=services.config.body_timeout,
+        is_public=lambda method, path: public_path(method, path, DASHBOARD_PREFIX),
     )
     # The dashboard: its pages (public, no data) and GET /v1/jobs/{name}/metrics.
     app.include_router(dashboard_router(services.jobs.status))

@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from elasticdl.server.errors import BadRequest, Conflict
+from elasticdl.server.errors import BadRequest, Conflict, Unauthorized
 
 USER_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
 
@@ -72,6 +72,19 @@ class TokenStore:
             if hmac.compare_digest(presented, stored):
                 found = name
         return found
+
+    def user_of(self, authorization: str) -> str:
+        """The user of an ``Authorization: Bearer <token>`` header's value; Unauthorized (401)
+        for a missing, malformed or unknown token."""
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("missing bearer token; send 'Authorization: Bearer <token>'")
+        user = self.authenticate(token.strip())
+        if user is None:
+            raise Unauthorized(
+                "invalid token; ask the server's admin for one (elasticdl server add-user)"
+            )
+        return user
 
     # ---- writing -------------------------------------------------------------------------
     def add_user(self, name: str, replace: bool = False) -> str:

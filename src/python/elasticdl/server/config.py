@@ -56,6 +56,12 @@ class ServerConfig:
     registry_insecure: bool = False
     build_host_network: bool = False
     max_request_bytes: int = 1 * MIB  # POST /v1/jobs bodies (a spec is a few KiB)
+    # Connections (connections.py, request_gate.py): how many, and how long a client may take
+    # to send a request's head, and to send the next bytes of its body.
+    max_connections: int = 256
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keep_alive_timeout: float = 5.0
 
     @property
     def builds(self) -> "BuildSettings | None":
