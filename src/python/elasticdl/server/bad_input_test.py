@@ -3,6 +3,7 @@ wrong, and leaves nothing behind in the server's state directory (a real uvicorn
 
 import gzip
 import io
+import os
 import tarfile
 
 import pytest
@@ -47,6 +48,11 @@ def server(tmp_path_factory):
     assert status == 201, body
     server.package = body["id"]
     assert request(server.port, "GET", "/v1/data", server.token)[0] == 200  # makes data/alice
+    # What a job of alice's could leave in her data directory for a TLS field to name.
+    tls_dir = server.state_dir / "data" / "alice" / "tls"
+    (tls_dir / "dir").mkdir(parents=True)
+    os.mkfifo(tls_dir / "fifo")  # no writer: a blocking open for reading never returns
+    (tls_dir / "zero").symlink_to("/dev/zero")
     yield server
     server.stop()
 
@@ -57,6 +63,11 @@ def snapshot(root):
         for p in root.rglob("*")
         if p.name != "tokens.json" and "data-sums" not in p.parts
     )
+
+
+def tls_job(cert: str):
+    """A job whose TLS certificate is ``cert`` (read first of the three)."""
+    return job({"tls_cert_file": cert, "tls_key_file": "tls/k.pem", "tls_ca_file": "tls/ca.pem"})
 
 
 def job(spec=None, **extra):
@@ -225,6 +236,40 @@ CASES = {
         "spec.training_data",
     ),
     "job-data-absolute": ("POST", "/v1/jobs", job({"output": "/tmp/out"}), {}, 422, "spec.output"),
+    # The TLS files are read on the server during submit: only from the user's data
+    # directory, only regular files (a FIFO would hang a worker thread, /dev/zero fill memory).
+    "job-tls-absolute": (
+        "POST",
+        "/v1/jobs",
+        tls_job("/dev/zero"),
+        {},
+        422,
+        "spec.tls_cert_file '/dev/zero' must be a relative path below your data directory",
+    ),
+    "job-tls-symlink-out": (
+        "POST",
+        "/v1/jobs",
+        tls_job("tls/zero"),
+        {},
+        422,
+        "spec.tls_cert_file 'tls/zero' leads outside your data directory",
+    ),
+    "job-tls-fifo": (
+        "POST",
+        "/v1/jobs",
+        tls_job("tls/fifo"),
+        {},
+        422,
+        "--tls_cert_file 'tls/fifo': no readable regular file there",
+    ),
+    "job-tls-dotdot": (
+        "POST",
+        "/v1/jobs",
+        tls_job("../bob/tls/job.pem"),
+        {},
+        422,
+        "spec.tls_cert_file '../bob/tls/job.pem' may not contain '..'",
+    ),
     "job-no-package": ("POST", "/v1/jobs", job(package=""), {}, 422, "package is required"),
     "job-unknown-package": ("POST", "/v1/jobs", job(package="f" * 64), {}, 422, "no package"),
     "job-missing-data": ("POST", "/v1/jobs", job(), {}, 422, "--training_data 'd' does not exist"),
@@ -271,6 +316,19 @@ def test_bad_input(server, case):
     assert isinstance(reason, str) and "\n" not in reason and words in reason, reason
     assert snapshot(server.state_dir) == before
     assert not any((server.state_dir / "tmp").iterdir())
+
+
+def test_a_missing_tls_file_and_an_unreadable_one_read_the_same(server):
+    """No oracle: the reply does not tell whether a path exists (tls/dir cannot be read as a
+    file; the server runs as root here, so a mode does not stop it)."""
+    replies = []
+    for name in ("tls/none.pem", "tls/dir"):
+        body = dict(tls_job(name), package=server.package)
+        status, reply, _ = request(server.port, "POST", "/v1/jobs", server.token, body)
+        assert status == 422, reply
+        replies.append(reply["detail"].replace(repr(name), "NAME"))
+    assert replies[0] == replies[1], replies
+    assert "no readable regular file there" in replies[0]
 
 
 def test_job_body_without_length_is_capped_too(server):

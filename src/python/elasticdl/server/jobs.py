@@ -25,7 +25,7 @@ from typing import Any, Iterable, Iterator
 from elasticdl.client.backend import JobBackend
 from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
 from elasticdl.client.local_backend import JOB_FILE, LocalBackend
-from elasticdl.common import job_spec
+from elasticdl.common import job_spec, tls
 from elasticdl.common.job_status import JobStatus
 from elasticdl.common.spec_codec import SpecError
 from elasticdl.common.types import PlatformName
@@ -46,6 +46,8 @@ DATA_PATH_FIELDS = (
     "output",
     "log_file_path",
     "tensorboard_log_dir",
+    # The job's TLS files too (a local job's spec check reads them, as the server's user).
+    *tls.FLAGS,
 )
 # Spec fields the server sets itself.
 SERVER_FIELDS = {
