@@ -11,16 +11,18 @@ Errors are ``{"detail": "<one line>"}`` with a 4xx status.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from elasticdl.client.version import __version__
+from elasticdl.common.job_spec import MAX_JOB_NAME_LENGTH
 from elasticdl.server.auth import TokenStore
 from elasticdl.server.config import ServerConfig
 from elasticdl.server.dashboard import PREFIX as DASHBOARD_PREFIX
 from elasticdl.server.dashboard import dashboard_router
 from elasticdl.server.data_store import CHECKSUM_HEADER, DataStore
 from elasticdl.server.deps import current_user
-from elasticdl.server.errors import ServerError
+from elasticdl.server.errors import BadRequest, ServerError
 from elasticdl.server.jobs import JobService, KubernetesTarget, SubmitRequest, job_dict
 from elasticdl.server.packages import PackageStore
 from elasticdl.server.request_gate import RequestGate, public_path
@@ -32,6 +34,19 @@ from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict  # pants: no-infer-dep
 
 API_VERSION = "v1"
+JOB_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def checked_job_name(name: str) -> str:
+    """A job name of a route, as a submitted job's is checked: a name that cannot be a job's is
+    400 before it reaches the file system (where an over-long one is an OSError)."""
+    if len(name) > MAX_JOB_NAME_LENGTH or not JOB_NAME.fullmatch(name):
+        shown = name if len(name) <= 60 else name[:57] + "..."
+        raise BadRequest(
+            f"{shown!r} is not a job name: lowercase letters, digits and '-', at most "
+            f"{MAX_JOB_NAME_LENGTH} characters"
+        )
+    return name
 
 
 @dataclasses.dataclass
@@ -248,12 +263,12 @@ def create_app(config: ServerConfig, services: Services | None = None) -> FastAP
 
     @v1.get("/jobs/{name}", response_class=JSONResponse)
     def job(name: str, user: str = Depends(current_user)) -> JSONResponse:
-        return JSONResponse(job_dict(services.jobs.status(user, name), user))
+        return JSONResponse(job_dict(services.jobs.status(user, checked_job_name(name)), user))
 
     @v1.delete("/jobs/{name}", response_class=JSONResponse)
     def cancel(name: str, user: str = Depends(current_user)) -> JSONResponse:
         """Cancel the job (its processes are stopped); answers its final status."""
-        return JSONResponse(job_dict(services.jobs.cancel(user, name), user))
+        return JSONResponse(job_dict(services.jobs.cancel(user, checked_job_name(name)), user))
 
     @v1.get("/jobs/{name}/logs", response_class=StreamingResponse)
     async def logs(
@@ -263,6 +278,7 @@ def create_app(config: ServerConfig, services: Services | None = None) -> FastAP
         follow: bool = Query(False),
         tail: int = Query(0, ge=0, le=100_000),
     ) -> StreamingResponse:
+        checked_job_name(name)
         chunks = await run_in_threadpool(services.jobs.logs, user, name, replica, follow, tail)
         return StreamingResponse(chunks, media_type="text/plain; charset=utf-8")
 
@@ -278,5 +294,7 @@ def create_app(config: ServerConfig, services: Services | None = None) -> FastAP
         is_public=lambda method, path: public_path(method, path, DASHBOARD_PREFIX),
     )
     # The dashboard: its pages (public, no data) and GET /v1/jobs/{name}/metrics.
-    app.include_router(dashboard_router(services.jobs.status))
+    app.include_router(
+        dashboard_router(lambda user, name: services.jobs.status(user, checked_job_name(name)))
+    )
     return app

@@ -82,6 +82,8 @@ def job(spec=None, **extra):
 
 
 MIB = 1 << 20
+DEEP = "a/" * 2000 + "x"  # 4 KB of request
+LONG = "n" * 300
 CASES = {
     # name: (method, path, body, headers, status, words in the reason)
     "package-not-a-tarball": (
@@ -182,6 +184,20 @@ CASES = {
         400,
         "64 hex digits",
     ),
+    # Lengths and depths the file system would refuse deep inside (a recursion through 2,000
+    # directories, a name over 255 bytes): one line, 400, no traceback in the server's log.
+    "data-2000-deep": ("PUT", "/v1/data/" + DEEP, b"x", {}, 400, "a path has at most 1024"),
+    "data-get-2000-deep": ("GET", "/v1/data/" + DEEP, None, {}, 400, "a path has at most 1024"),
+    "data-40-deep": (
+        "PUT",
+        "/v1/data/" + "a/" * 40 + "x",
+        b"x",
+        {},
+        400,
+        "has 41 parts; a path has at most 32",
+    ),
+    "data-300-char-name": ("PUT", "/v1/data/" + LONG, b"x", {}, 400, "is over 255 bytes"),
+    "data-get-300-char-name": ("GET", "/v1/data/" + LONG, None, {}, 400, "is over 255 bytes"),
     "data-missing": ("GET", "/v1/data/nothing/here", None, {}, 404, "no file 'nothing/here'"),
     "job-malformed-json": (
         "POST",
@@ -270,6 +286,30 @@ CASES = {
         422,
         "spec.tls_cert_file '../bob/tls/job.pem' may not contain '..'",
     ),
+    "job-data-2000-deep": (
+        "POST",
+        "/v1/jobs",
+        job({"training_data": DEEP}),
+        {},
+        422,
+        "spec.training_data 'a/a/a/",
+    ),
+    "job-output-300-char-name": (
+        "POST",
+        "/v1/jobs",
+        job({"output": "out/" + LONG}),
+        {},
+        422,
+        "spec.output: the name 'nnn",
+    ),
+    "job-300-char-job-name": (
+        "POST",
+        "/v1/jobs",
+        job({"job_name": LONG}),
+        {},
+        422,
+        "is 300 characters; use at most 40",
+    ),
     "job-no-package": ("POST", "/v1/jobs", job(package=""), {}, 422, "package is required"),
     "job-unknown-package": ("POST", "/v1/jobs", job(package="f" * 64), {}, 422, "no package"),
     "job-missing-data": ("POST", "/v1/jobs", job(), {}, 422, "--training_data 'd' does not exist"),
@@ -290,6 +330,19 @@ CASES = {
         "the request body is over the server's limit of 1024 KiB",
     ),
     "job-unknown": ("GET", "/v1/jobs/nobody", None, {}, 404, "no job named 'nobody'"),
+    "job-300-char-name": ("GET", "/v1/jobs/" + LONG, None, {}, 400, "is not a job name"),
+    "cancel-300-char-name": ("DELETE", "/v1/jobs/" + LONG, None, {}, 400, "is not a job name"),
+    "logs-300-char-name": ("GET", f"/v1/jobs/{LONG}/logs", None, {}, 400, "is not a job name"),
+    "metrics-300-char-name": (
+        "GET",
+        f"/v1/jobs/{LONG}/metrics",
+        None,
+        {},
+        400,
+        "is not a job name",
+    ),
+    "job-name-not-a-name": ("GET", "/v1/jobs/Bad_Name", None, {}, 400, "is not a job name"),
+    "package-300-char-id": ("GET", "/v1/packages/" + LONG, None, {}, 404, "is not a package id"),
     "cancel-unknown": ("DELETE", "/v1/jobs/nobody", None, {}, 404, "no job named 'nobody'"),
     "logs-unknown": ("GET", "/v1/jobs/nobody/logs", None, {}, 404, "no job named 'nobody'"),
     "logs-tail-and-follow": (
@@ -310,12 +363,17 @@ def test_bad_input(server, case):
     if isinstance(body, dict) and body.get("package", "") is None:
         body = dict(body, package=server.package)
     before = snapshot(server.state_dir)
+    tracebacks = server.log().count("Traceback")
     got, reply, _ = request(server.port, method, path, server.token, body, headers)
     assert got == status, reply
     reason = reply["detail"]
     assert isinstance(reason, str) and "\n" not in reason and words in reason, reason
+    assert len(reason) < 500, reason
     assert snapshot(server.state_dir) == before
     assert not any((server.state_dir / "tmp").iterdir())
+    # Answered after the case's request has finished, its logging included.
+    assert request(server.port, "GET", "/v1/version", server.token)[0] == 200
+    assert server.log().count("Traceback") == tracebacks
 
 
 def test_a_missing_tls_file_and_an_unreadable_one_read_the_same(server):
