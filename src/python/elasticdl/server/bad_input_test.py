@@ -34,6 +34,9 @@ def tarball(*members: tuple[str, str, bytes], gz: bool = True) -> bytes:
     return gzip.compress(buf.getvalue()) if gz else buf.getvalue()
 
 
+MIB = 1 << 20
+DEEP = "a/" * 2000 + "x"  # 4 KB of request
+LONG = "n" * 300
 GOOD = tarball((ZOO_FILE, "file", b"def custom_model():\n    pass\n"))
 
 
@@ -81,9 +84,6 @@ def job(spec=None, **extra):
     return body
 
 
-MIB = 1 << 20
-DEEP = "a/" * 2000 + "x"  # 4 KB of request
-LONG = "n" * 300
 CASES = {
     # name: (method, path, body, headers, status, words in the reason)
     "package-not-a-tarball": (
@@ -149,6 +149,40 @@ CASES = {
         {},
         400,
         "FIFO",
+    ),
+    # What the file system refuses while extracting: 400 with the member, never 500.
+    "package-file-then-below-it": (
+        "POST",
+        "/v1/packages",
+        tarball(("a", "file", b"x"), ("a/b", "file", b"y")),
+        {},
+        400,
+        "the package cannot be extracted at 'a/b': Not a directory; a path in it is a file or "
+        "a directory, not both",
+    ),
+    "package-file-over-a-directory": (
+        "POST",
+        "/v1/packages",
+        tarball(("a/b", "file", b"x"), ("a", "file", b"y")),
+        {},
+        400,
+        "the package cannot be extracted at 'a': Is a directory",
+    ),
+    "package-member-40-deep": (
+        "POST",
+        "/v1/packages",
+        tarball(("a/" * 40 + "m.py", "file", b"x")),
+        {},
+        400,
+        "has 41 parts; a path has at most 32",
+    ),
+    "package-member-300-char-name": (
+        "POST",
+        "/v1/packages",
+        tarball((LONG + ".py", "file", b"x")),
+        {},
+        400,
+        "is over 255 bytes",
     ),
     "package-over-limit": (
         "POST",

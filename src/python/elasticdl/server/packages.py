@@ -4,7 +4,9 @@
 are paths relative to the zoo's root (``mnist/mnist_functional_api.py``, ``requirements.txt``).
 The package id is the tarball's sha256; the same bytes sent twice give the same package.
 Only regular files and directories are accepted (a link or a device could point a job at
-the server's own files), and no member may leave the directory (absolute paths, ``..``).
+the server's own files), no member may leave the directory (absolute paths, ``..``), and
+member paths have the bounds of data paths (``data_store.check_path_size``). What the file
+system still refuses while extracting (a file ``a`` and then ``a/b``) is a 400 naming the path.
 Extraction goes to a temporary directory that is renamed into place when complete, so a
 package is either all there or not there at all.
 """
@@ -12,6 +14,7 @@ package is either all there or not there at all.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import re
 import shutil
 import tarfile
@@ -20,12 +23,15 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import AsyncIterator
 
+from elasticdl.server.data_store import check_path_size
 from elasticdl.server.errors import BadRequest, NotFound, TooLarge
 from elasticdl.server.uploads import PACKAGE_STAGING_PREFIX, receive
 from fastapi.concurrency import run_in_threadpool
 
 PACKAGE_ID = re.compile(r"[0-9a-f]{64}")
 REQUIREMENTS = "requirements.txt"
+# Extraction errors that are the server's (a full disk), not the package's: those stay 500.
+SERVER_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ENOMEM, errno.EMFILE, errno.ENFILE}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +101,7 @@ class PackageStore:
                     )
                 if ".." in PurePosixPath(name).parts:
                     raise BadRequest(f"member {name!r} escapes the package directory with '..'")
+                check_path_size(name, "member")
                 if member.issym() or member.islnk():
                     raise BadRequest(
                         f"member {name!r} is a link; packages hold only files and directories (copy the target instead)"
@@ -138,6 +145,10 @@ class PackageStore:
                     raise BadRequest(
                         f"the package cannot be extracted ({e}); send it again"
                     ) from None
+                except OSError as e:
+                    if e.errno in SERVER_ERRNOS:
+                        raise
+                    raise BadRequest(_extraction_error(e, staging)) from None
             staging.chmod(0o755)
             try:
                 staging.rename(self.root / package_id)
@@ -147,6 +158,21 @@ class PackageStore:
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
+
+
+def _extraction_error(e: OSError, staging: Path) -> str:
+    """What went wrong writing the package's content, with the path as the package names it
+    (not the server's directory)."""
+    where = ""
+    if e.filename:
+        try:
+            where = f" at {str(Path(e.filename).relative_to(staging))!r}"
+        except ValueError:
+            pass
+    reason = f"the package cannot be extracted{where}: {e.strerror or e}"
+    if e.errno in (errno.ENOTDIR, errno.EISDIR, errno.EEXIST):
+        return reason + "; a path in it is a file or a directory, not both (e.g. 'a' and 'a/b')"
+    return reason + "; send a tarball of plain files and directories"
 
 
 def _extract_members(tar: tarfile.TarFile, staging: Path, members: list[tarfile.TarInfo]) -> None:
