@@ -67,6 +67,7 @@ def build_services(config: ServerConfig) -> Services:
         config.max_package_bytes,
         config.max_extracted_bytes,
         config.max_package_members,
+        config.package_users_dir,
     )
     data = DataStore(config.data_dir, config.sums_dir, config.tmp_dir, config.max_data_bytes)
     target = KubernetesTarget(
@@ -199,18 +200,23 @@ def create_app(config: ServerConfig, services: Services | None = None) -> FastAP
     # ---- packages ----------------------------------------------------------------------
     @v1.post("/packages", status_code=201)
     async def add_package(
-        request: Request, response: Response, content_length: str | None = Header(None)
+        request: Request,
+        response: Response,
+        user: str = Depends(current_user),
+        content_length: str | None = Header(None),
     ) -> dict:
-        """Body: a tarball (gzip or plain) of a model-zoo directory."""
+        """Body: a tarball (gzip or plain) of a model-zoo directory. 201 when the package is
+        new to the caller, 200 when the caller sent these bytes before. Only the users who
+        uploaded a package can read it or run jobs from it; to anyone else its id is unknown."""
         length = declared_length(content_length, services.packages.max_bytes, "the package")
-        info, new = await services.packages.add(request.stream(), length)
+        info, new = await services.packages.add(request.stream(), length, user=user)
         if not new:
             response.status_code = 200
         return info.to_dict()
 
     @v1.get("/packages/{package_id}")
-    def package(package_id: str) -> dict:
-        return services.packages.info(package_id).to_dict()
+    def package(package_id: str, user: str = Depends(current_user)) -> dict:
+        return services.packages.info(package_id, user=user).to_dict()
 
     # ---- data ----------------------------------------------------------------------------
     @v1.put("/data/{path:path}", status_code=201)
@@ -249,9 +255,24 @@ def create_app(config: ServerConfig, services: Services | None = None) -> FastAP
     # Job routes answer with JSONResponse: the status dicts are plain JSON already, and
     # FastAPI's validation of a returned dict costs more than the list itself (see
     # benchmarks/server/README.md).
-    @v1.post("/jobs", status_code=201, response_class=JSONResponse)
+    @v1.post(
+        "/jobs",
+        status_code=201,
+        response_class=JSONResponse,
+        responses={
+            409: {"description": "The job name is taken, possibly by another user's job"},
+            422: {"description": "The spec, the package or a path in it is refused"},
+        },
+    )
     def submit(body: JobRequest, user: str = Depends(current_user)) -> JSONResponse:
-        """Submit a job; answers its status (``elasticdl.common.job_status.JobStatus``)."""
+        """Submit a job; answers its status (``elasticdl.common.job_status.JobStatus``).
+
+        Job names are global: one name is one job on this server, whoever submitted it, so a
+        409 means the name is taken, possibly by another user's job (choose another
+        ``job_name``); another user's job is otherwise invisible (404). ``package`` must be
+        one the caller uploaded: another user's id is refused as unknown. Data and output
+        paths, and ``tls_cert_file``, ``tls_key_file`` and ``tls_ca_file``, are paths in the
+        caller's data directory."""
         request = SubmitRequest(body.command, body.spec, body.package, body.image)
         status = services.jobs.submit(user, request)
         return JSONResponse(job_dict(status, user), status_code=201)

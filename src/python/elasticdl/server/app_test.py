@@ -37,6 +37,10 @@ def test_version_and_openapi_with_a_token(server):
     assert body["platform"] == "local" and body["server"]
     status, schema, _ = request(server.port, "GET", "/v1/openapi.json", server.tokens["alice"])
     assert status == 200 and "/v1/version" in schema["paths"]
+    # What a client must know of job names: they are global, so 409 may be another user's.
+    submit = schema["paths"]["/v1/jobs"]["post"]
+    assert "Job names are global" in submit["description"]
+    assert "another user's job" in submit["responses"]["409"]["description"]
 
 
 def test_tokens_are_stored_hashed(server):

@@ -423,6 +423,37 @@ def test_a_missing_tls_file_and_an_unreadable_one_read_the_same(server):
     assert "no readable regular file there" in replies[0]
 
 
+def test_another_users_package_is_an_unknown_id_to_them(server):
+    """Packages are stored once by content, but each user reaches only what they uploaded:
+    bob's replies for alice's package id are those for an id nobody has."""
+    bob = server.add_user("bob")
+    theirs, nobodys = server.package, "f" * 64
+
+    def reply(method, path, body=None):
+        status, got, _ = request(server.port, method, path, bob, body)
+        text = got["detail"] if isinstance(got, dict) and "detail" in got else got
+        return status, str(text).replace(theirs, "ID").replace(nobodys, "ID")
+
+    for method, path, body in (
+        ("GET", "/v1/packages/{}", None),
+        ("POST", "/v1/jobs", job(package="{}")),
+    ):
+        got = []
+        for package_id in (theirs, nobodys):
+            if body is None:
+                got.append(reply(method, path.format(package_id)))
+            else:
+                got.append(reply(method, path, dict(body, package=package_id)))
+        assert got[0] == got[1], got
+        assert got[0][0] in (404, 422) and "no package ID; upload it" in got[0][1], got
+    # The same bytes from bob: his own access (201, as for any new package), one copy stored.
+    status, info, _ = request(server.port, "POST", "/v1/packages", bob, GOOD)
+    assert status == 201 and info["id"] == theirs
+    assert request(server.port, "GET", f"/v1/packages/{theirs}", bob)[0] == 200
+    assert request(server.port, "POST", "/v1/packages", server.token, GOOD)[0] == 200
+    assert [p.name for p in (server.state_dir / "packages").iterdir()] == [theirs]
+
+
 def test_job_body_without_length_is_capped_too(server):
     """A chunked body (no Content-Length) is read only up to the limit, then refused."""
     import http.client

@@ -5,6 +5,7 @@ Layout of ``state_dir`` (everything the server writes, nothing else)::
     tokens.json          user -> sha256 of the user's token (0600)
     server.lock          held (flock) by the one server running on this directory
     packages/<sha256>/   extracted model-zoo packages, keyed by the tarball's sha256
+    package-users/<sha256>/<user>  who uploaded each package (only they may use it)
     data/<user>/...      what users uploaded (and what their jobs write: checkpoints, outputs)
     data-sums/<user>/... sha256 of uploaded files, with the size and mtime they describe
     jobs/<user>/<job>/   local job directories (see ``elasticdl.client.local_backend``)
@@ -92,6 +93,10 @@ class ServerConfig:
         return self.root / "packages"
 
     @property
+    def package_users_dir(self) -> Path:
+        return self.root / "package-users"
+
+    @property
     def data_dir(self) -> Path:
         return self.root / "data"
 
@@ -108,6 +113,13 @@ class ServerConfig:
         return self.root / "tmp"
 
     def make_dirs(self) -> None:
-        for path in (self.packages_dir, self.data_dir, self.sums_dir, self.jobs_dir, self.tmp_dir):
+        for path in (
+            self.packages_dir,
+            self.package_users_dir,
+            self.data_dir,
+            self.sums_dir,
+            self.jobs_dir,
+            self.tmp_dir,
+        ):
             path.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)  # tokens, packages and data of every user live below

@@ -170,7 +170,7 @@ def _service(tmp_path):
     async def chunks():
         yield body
 
-    info, _ = asyncio.run(packages.add(chunks(), len(body)))
+    info, _ = asyncio.run(packages.add(chunks(), len(body), user="alice"))
     data_store = DataStore(tmp_path / "data", tmp_path / "sums", tmp_path / "tmp", 1 << 20)
     target = KubernetesTarget("ns1", "", "host_path=/srv/data,mount_path=/data")
     service = JobService(

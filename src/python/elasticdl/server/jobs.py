@@ -202,7 +202,7 @@ class JobService:
                 "package is required: upload the model zoo with POST /v1/packages first"
             )
         try:
-            zoo = self.packages.path(request.package)
+            zoo = self.packages.path(request.package, user=user)
         except NotFound as e:
             raise Unprocessable(f"package: {e.reason}") from None
         values = dict(request.spec)
@@ -223,7 +223,7 @@ class JobService:
         values["platform"] = self.platform
         return values
 
-    def _image(self, request: SubmitRequest) -> str:
+    def _image(self, user: str, request: SubmitRequest) -> str:
         """The job's image: the given one, or the one built from the package."""
         if request.image and request.package:
             raise Unprocessable("give either image or package, not both")
@@ -239,13 +239,13 @@ class JobService:
                 "--build_repository and --state_volume); give image instead"
             )
         try:
-            self.packages.path(request.package)
+            self.packages.path(request.package, user=user)
         except NotFound as e:
             raise Unprocessable(f"package: {e.reason}") from None
         return self.build_settings.image_for(request.package)
 
     def _kubernetes_values(self, user: str, request: SubmitRequest) -> dict[str, Any]:
-        image = self._image(request)
+        image = self._image(user, request)
         values = dict(request.spec)
         for name, why in KUBERNETES_SERVER_FIELDS.items():
             if name in values:
@@ -297,7 +297,9 @@ class JobService:
             spec, _ = spec.resolve()
             if self.platform == PlatformName.KUBERNETES and request.package:
                 # Checked here, not by the master after a build of minutes.
-                job_spec.check_model_zoo(str(self.packages.path(request.package)), spec.model_def)
+                job_spec.check_model_zoo(
+                    str(self.packages.path(request.package, user=user)), spec.model_def
+                )
         except SpecError as e:
             raise Unprocessable(self._user_view(user, str(e))) from None
         name = spec.job_name

@@ -168,6 +168,8 @@ def test_upload_train_kill_the_server_and_finish(server, alice, shards, tmp_path
     package = sdk(server, "alice").upload_package(MODEL_ZOO)
     spec = {"job_name": "srv-mnist", "model_def": MODEL_DEF, "training_data": "x"}
     (server.state_dir / "data" / "bob" / "x").mkdir(parents=True)
+    # (A package is each uploader's own: bob sends the same zoo and gets the same id.)
+    assert bob.upload_package(MODEL_ZOO) == package
     with pytest.raises(JobConflictError, match="job name 'srv-mnist' is taken"):
         bob.submit_job(spec, package_id=package)
     # Nor can its owner start a second job of that name while it runs.
