@@ -114,6 +114,21 @@ def test_no_token_is_answered_before_the_body(server, route, auth):
         sock.close()
 
 
+def test_the_rest_of_an_answered_body_is_dropped_only_for_a_while(server):
+    """A client that goes on trickling its body after the 401 is not held for it: the server
+    drops what comes for --keep_alive_timeout (1 s here), then closes."""
+    sock = half_sent(server.port, "POST", "/v1/jobs", None)
+    try:
+        assert read_response(sock)[0] == 401
+        deadline = time.monotonic() + GUARD
+        with pytest.raises((BrokenPipeError, ConnectionResetError)):
+            while time.monotonic() < deadline:
+                sock.sendall(b"x" * 100)
+                time.sleep(0.05)
+    finally:
+        sock.close()
+
+
 def test_a_malformed_body_without_a_token_is_401_not_400(server):
     status, body, _ = request(
         server.port, "POST", "/v1/jobs", None, b'{"command": ', {"Content-Type": "application/json"}
