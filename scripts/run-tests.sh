@@ -91,11 +91,21 @@ elif ! opted_out k8s && [[ -x scripts/k8s/build-apiserver.sh ]]; then
 elif ! opted_out k8s && ((ci)); then
   die "the k8s tier cannot run here: scripts/k8s/build-apiserver.sh is missing"
 fi
-k8s_started=$(date +%s.%N)
+# Job control: each background step runs in its own process group, so that a failed set-up
+# can stop a whole build (make, go) with it.
+set -m
+k8s_job() {
+  local t0 rc=0 how=built
+  t0=$(date +%s.%N)
+  "$k8s_build" >"$logs/k8s-build.log" 2>&1 </dev/null || rc=$?
+  grep -q "nothing to do" "$logs/k8s-build.log" && how=cached
+  ((rc == 0)) || how="failed (exit $rc)"
+  record "Kubernetes build" "$t0" "background; $how"
+  return "$rc"
+}
 if [[ -n $k8s_build ]]; then
   log "Kubernetes (cached build) in the background: $k8s_build, log dist/ci/k8s-build.log"
-  # Its own process group, so that a failed set-up stops the whole build (make, go) with it.
-  setsid "$k8s_build" >"$logs/k8s-build.log" 2>&1 </dev/null &
+  k8s_job &
   k8s_pid=$!
 fi
 stop_background() {
@@ -177,8 +187,6 @@ if [[ -n $k8s_pid ]]; then
     tail -n 20 "$logs/k8s-build.log" >&2
     die "$k8s_build failed, see dist/ci/k8s-build.log"
   fi
-  record "Kubernetes build" "$k8s_started" \
-    "background; $(grep -q "nothing to do" "$logs/k8s-build.log" && echo cached || echo built)"
 fi
 [[ -z $engine_pid ]] || wait "$engine_pid" || true
 record "set-up in all" "$started"
