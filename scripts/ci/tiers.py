@@ -9,7 +9,12 @@ helpers' own tests (``scripts/``) count as ``unit``.
 
     python3 scripts/ci/tiers.py exclude-specs k8s-node,gpu-image
         # -tests/python/elasticdl_tests/k8s_node:: -tests/python/elasticdl_tests/images/gpu_image_test.py
+    python3 scripts/ci/tiers.py specs k8s,k8s-node
+        # tests/python/elasticdl_tests/k8s:: tests/python/elasticdl_tests/k8s_node::
     python3 scripts/ci/tiers.py list
+
+The tiers that need the Kubernetes binaries (scripts/k8s/build-*.sh) are KUBERNETES_TIERS:
+scripts/run-tests.sh runs the others while a fresh machine builds them.
 """
 from __future__ import annotations
 
@@ -32,6 +37,9 @@ ROOT_TIERS = {
 }
 TEST_PATTERNS = ("*_test.py", "test_*.py")
 _SKIP_DIRS = {".git", ".pants.d", ".pants-tools", "dist", "__pycache__", ".venv"}
+
+
+KUBERNETES_TIERS = ("k8s", "k8s-node")
 
 
 class UnknownTier(ValueError):
@@ -90,6 +98,11 @@ def check_names(names: list[str], known: dict[str, list[str]]) -> None:
 
 def exclude_specs(names: list[str], known: dict[str, list[str]]) -> list[str]:
     """Pants ignore specs (``-spec``) that leave the tiers ``names`` out of ``./pants test``."""
+    return ["-" + s for s in specs(names, known)]
+
+
+def specs(names: list[str], known: dict[str, list[str]]) -> list[str]:
+    """Pants specs of the tiers ``names``; tiers the repository does not have are errors."""
     check_names(names, known)
     specs = []
     for name in names:
@@ -102,7 +115,7 @@ def exclude_specs(names: list[str], known: dict[str, list[str]]) -> list[str]:
             specs.append(f"{INTEGRATION_ROOT}{directory}::")
         else:  # unit, benchmarks: their files one by one would be long; their roots instead
             specs += [p.rstrip("/") + "::" for p, t in ROOT_TIERS.items() if t == name]
-    return ["-" + s for s in specs]
+    return specs
 
 
 def _integration_dirs(files: list[str]) -> set[str]:
@@ -119,14 +132,21 @@ def main(argv: list[str], root: Path | None = None) -> int:
         for name, files in sorted(all_tiers(root).items()):
             print(f"{name}\t{len(files)}")
         return 0
-    if argv[:1] == ["exclude-specs"] and len(argv) <= 2:
+    if argv == ["kubernetes-tiers"]:
+        print(",".join(KUBERNETES_TIERS))
+        return 0
+    if argv[:1] in (["specs"], ["exclude-specs"]) and len(argv) <= 2:
+        make = specs if argv[0] == "specs" else exclude_specs
         try:
-            print(" ".join(exclude_specs(parse_names(" ".join(argv[1:])), all_tiers(root))))
+            print(" ".join(make(parse_names(" ".join(argv[1:])), all_tiers(root))))
         except UnknownTier as e:
             print(f"tiers: error: {e}", file=sys.stderr)
             return 2
         return 0
-    print("usage: tiers.py list | exclude-specs NAME[,NAME...]", file=sys.stderr)
+    print(
+        "usage: tiers.py list | specs NAME[,NAME...] | exclude-specs NAME[,NAME...]",
+        file=sys.stderr,
+    )
     return 2
 
 

@@ -84,5 +84,7 @@ def test_the_command_line_prints_the_specs_and_refuses_unknown_tiers(tmp_path, c
     assert capsys.readouterr().out == "-tests/python/elasticdl_tests/images/gpu_image_test.py\n"
     assert tiers.main(["exclude-specs", ""], root) == 0
     assert capsys.readouterr().out == "\n"
+    assert tiers.main(["specs", "gpu-image"], root) == 0
+    assert capsys.readouterr().out == "tests/python/elasticdl_tests/images/gpu_image_test.py\n"
     assert tiers.main(["exclude-specs", "gpus"], root) == 2
     assert "unknown tier 'gpus'" in capsys.readouterr().err
