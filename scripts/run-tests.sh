@@ -144,8 +144,10 @@ if ! command -v openssl >/dev/null && ((is_root)) && command -v apt-get >/dev/nu
 fi
 # A real container engine + local registry for the image tests (and docker-registry for
 # src/python/elasticdl/images/oci_build_test.py).
+# (The engine itself needs root: elsewhere its tests skip, saying so.)
 if [[ -x scripts/container-engine/install.sh ]]; then
-  setup "container engine packages" ELASTICDL_REQUIRE_ENGINE scripts/container-engine/install.sh
+  setup "container engine packages" "$( ((is_root)) && echo ELASTICDL_REQUIRE_ENGINE)" \
+    scripts/container-engine/install.sh
 fi
 # Debian's chromium + chromedriver for the dashboards' browser tests.
 if [[ -x scripts/chromium/install.sh ]] && ! { opted_out dashboard && opted_out k8s; }; then
