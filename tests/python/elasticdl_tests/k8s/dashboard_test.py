@@ -143,6 +143,12 @@ def _points(driver, css: str) -> int:
     return len(driver.find_elements(By.CSS_SELECTOR, f"{css} circle.point"))
 
 
+def _shown_accuracy(driver) -> float | None:
+    """The accuracy in the job page's latest-evaluation table, None before there is one."""
+    cells = driver.find_elements(By.CSS_SELECTOR, '#eval-latest tr[data-metric="accuracy"] td')
+    return float(cells[0].text) if cells and cells[0].text else None
+
+
 def _open(driver, job: str) -> None:
     driver.find_element(By.LINK_TEXT, "ElasticDL").click()
     wait(driver, f"a row for {job}", lambda d: _row(d, job))
@@ -201,7 +207,14 @@ def test_kubernetes_jobs_in_chromium(
     accuracy = '#eval-chart g[data-series="accuracy"]'
     wait(browser, "an evaluation curve of accuracy", lambda d: _points(d, accuracy) > 1)
     assert _points(browser, accuracy) == len(history["evaluation"]) >= 2
-    assert 0.0 <= float(text(browser, '#eval-latest tr[data-metric="accuracy"] td')) <= 1.0
+    # The accuracy shown is the API's: the job's last evaluation, to the 4 decimals shown.
+    expected = _call(server, "GET", f"/v1/jobs/{SHORT}")["evaluation_metrics"]["accuracy"]
+    assert history["evaluation"][-1]["metrics"]["accuracy"] == expected
+    wait(
+        browser,
+        f"the API's accuracy {expected:.4f} in the latest evaluation",
+        lambda d: _shown_accuracy(d) == pytest.approx(expected, abs=5.01e-5),
+    )
     # The master pod outlives the phase it sets by a moment: the page polls until it ended.
     wait(browser, "the master ended", lambda d: _replicas(d)["master"][1] == "Succeeded")
     replicas = _replicas(browser)
