@@ -23,6 +23,12 @@ import re
 from typing import Any, Callable, Iterable, Mapping
 
 from elasticdl.common import spec_codec
+from elasticdl.common.job_dir import (  # noqa: F401 (part of this module's names)
+    CHECKPOINT_SUBDIR,
+    default_job_dir,
+    elasticdl_home,
+    jobs_root,
+)
 from elasticdl.common.spec_codec import SpecError, parse_bool
 from elasticdl.common.types import JobType, PlatformName, Strategy
 
@@ -1031,20 +1037,6 @@ def aux_param_set(value: str) -> set[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def elasticdl_home() -> str:
-    """``$ELASTICDL_HOME`` or ``~/.elasticdl``: config file and local job directories."""
-    return os.path.abspath(os.path.expanduser(os.environ.get("ELASTICDL_HOME") or "~/.elasticdl"))
-
-
-def jobs_root() -> str:
-    """Directory holding one sub-directory per local job."""
-    return os.path.join(elasticdl_home(), "jobs")
-
-
-def default_job_dir(job_name: str) -> str:
-    return os.path.join(jobs_root(), job_name)
-
-
 # Paths on this machine; on the local platform they are made absolute so the job does not
 # depend on the directory its master starts in. Inputs only when they exist (they may also be
 # table names or URLs); outputs always.
@@ -1091,7 +1083,6 @@ def prebuilt_model_zoo(model_zoo: str) -> bool:
 # Where --checkpoint_steps writes without --checkpoint_dir (the original wrote into
 # "checkpoint_dir" under the master's working directory). Pods: under /tmp, the one directory
 # the restricted pods may write; nothing keeps it once the pod is gone.
-CHECKPOINT_SUBDIR = "checkpoint_dir"
 POD_CHECKPOINT_DIR = "/tmp/elasticdl/" + CHECKPOINT_SUBDIR
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from elasticdl.common import auth, message_caps, tls
+from elasticdl.common.job_dir import LOG_DIR, RECOVERY_DIR, SECRET_FILE, STATUS_FILE
 from elasticdl.common.job_spec import DEFAULT_MASTER_PORT, JobSpec
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
 from elasticdl.common.types import JobPhase, JobType, PlatformName
@@ -95,7 +96,7 @@ class Job:
 
         a = self.job_spec
         if self.job_dir is not None:
-            (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+            (self.job_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
         self.tls = tls.TLS.of(a)  # read before anything starts: a bad file is a one-line error
         self.model_spec = load_model_of(
             a, require_feed=False, require_eval_metrics_fn=self.evaluates
@@ -195,7 +196,7 @@ class Job:
             self._resume_replicas()
         self.tensorboard = self._tensorboard_writer()
         self.status_writer = job_status.StatusWriter(
-            self.job_dir / "status.json" if self.job_dir is not None else None,
+            self.job_dir / STATUS_FILE if self.job_dir is not None else None,
             self.snapshot,
             publish=self.platform.publish_status,
         )
@@ -287,7 +288,7 @@ class Job:
             and self.platform.traits.shared_job_dir
             and self.job_dir is not None
         ):
-            recovery = str(self.job_dir / "recovery-checkpoints")
+            recovery = str(self.job_dir / RECOVERY_DIR)
             logger.info(
                 "PS recovery checkpoints every %d versions in %s (--checkpoint_steps=0; set "
                 "--checkpoint_steps and --checkpoint_dir to keep checkpoints of your own)",
@@ -319,12 +320,12 @@ class Job:
         master keeps its predecessor's: the running replicas hold it."""
         if self.previous is not None and self.job_dir is not None:
             try:
-                return auth.read_secret_file(self.job_dir / auth.SECRET_FILE)
+                return auth.read_secret_file(self.job_dir / SECRET_FILE)
             except OSError as e:
                 raise JobConfigError(f"cannot resume: the job's secret is unreadable: {e}")
         secret = auth.new_job_secret()
         if self.job_dir is not None:
-            auth.write_secret_file(self.job_dir / auth.SECRET_FILE, secret)
+            auth.write_secret_file(self.job_dir / SECRET_FILE, secret)
         return secret
 
     def _start_rendezvous(self):

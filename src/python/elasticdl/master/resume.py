@@ -15,7 +15,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from elasticdl.master.journal import JOURNAL_DIR, Journal, JournalError
+from elasticdl.common.job_dir import JOURNAL_DIR
+from elasticdl.master.journal import Journal, JournalError
 
 
 @dataclasses.dataclass
