@@ -89,17 +89,21 @@ def split_shards(shards: Iterable[Any], records_per_task: int) -> list[Shard]:
 
     ``("f1", 0, 10)`` with 3 records per task -> ``[0,3), [3,6), [6,9), [9,10)``.
     """
-    if records_per_task <= 0:
-        raise ValueError(
-            f"records_per_task must be > 0, got {records_per_task}: "
-            "set --minibatch_size and --num_minibatches_per_task to positive numbers"
-        )
+    _check_records_per_task(records_per_task)
     out = []
     for obj in shards:
         shard = as_shard(obj)
         for start in range(shard.start, shard.end, records_per_task):
             out.append(Shard(shard.name, start, min(start + records_per_task, shard.end)))
     return out
+
+
+def _check_records_per_task(records_per_task: int) -> None:
+    if records_per_task <= 0:
+        raise ValueError(
+            f"records_per_task must be > 0, got {records_per_task}: "
+            "set --minibatch_size and --num_minibatches_per_task to positive numbers"
+        )
 
 
 @dataclasses.dataclass
@@ -177,11 +181,7 @@ class TaskManagerConfig:
     timeout_factor: float = 3.0
 
     def __post_init__(self) -> None:
-        if self.records_per_task <= 0:
-            raise ValueError(
-                f"records_per_task must be > 0, got {self.records_per_task}: set "
-                "--minibatch_size and --num_minibatches_per_task to positive numbers"
-            )
+        _check_records_per_task(self.records_per_task)
         if self.max_step > 0 and self.minibatch_size <= 0:
             raise ValueError("--max_step needs --minibatch_size > 0")
         if self.max_task_retries < 0:

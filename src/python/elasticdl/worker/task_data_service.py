@@ -33,9 +33,7 @@ class TaskDataService:
         reader_factory: Optional[Callable[..., Any]] = None,
         training_threads: Optional[int] = None,
     ):
-        if int(minibatch_size) <= 0:
-            raise ValueError(f"--minibatch_size must be positive, got {minibatch_size}")
-        self.spec = spec
+        self.spec = spec  # minibatch_size > 0: the worker's spec checked it (replica_spec)
         self.minibatch_size = int(minibatch_size)
         self.params = dict(data_reader_params or {})
         # A model's own reader wins over the built-in ones (same rule as on the master).

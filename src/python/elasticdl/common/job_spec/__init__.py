@@ -22,6 +22,7 @@ Standard library only: the light client imports this to print ``--help``.
 from elasticdl.common.job_dir import CHECKPOINT_SUBDIR, default_job_dir, elasticdl_home, jobs_root
 from elasticdl.common.job_spec.checks import AUX_PARAMS, MAX_JOB_NAME_LENGTH, image_in_prefix
 from elasticdl.common.job_spec.fields import (
+    ALLREDUCE_BACKENDS,
     DEFAULT_EXTRA_PYPI_INDEX,
     DEFAULT_MASTER_PORT,
     EVALUATE,
@@ -63,6 +64,7 @@ from elasticdl.common.job_spec.values import (
 from elasticdl.common.spec_codec import SpecError, parse_bool
 
 __all__ = [
+    "ALLREDUCE_BACKENDS",
     "AUX_PARAMS",
     "CHECKPOINT_SUBDIR",
     "DEFAULT_EXTRA_PYPI_INDEX",

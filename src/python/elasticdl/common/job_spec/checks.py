@@ -1,13 +1,18 @@
-"""Checks of single job-spec fields, each raising :class:`SpecError` that names the flag and
-the fix. A field's check runs whenever a :class:`~elasticdl.common.job_spec.JobSpec` is built,
-so every spec that exists has passed them; checks of fields against each other are
+"""Checks of single fields, each raising :class:`SpecError` that names the flag and the fix.
+
+A field declares its check in its metadata (``"check"``) and :func:`check_fields` runs them
+whenever a spec is built: the job spec and the replica specs derived from it
+(``elasticdl.common.replica_spec``) use the same functions, so a rule such as "minibatch_size
+> 0" is written once and holds for every process. Checks of fields against each other are
 ``resolve``'s."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Callable
+from typing import Any, Callable
 
+from elasticdl.common import spec_codec
 from elasticdl.common.job_spec.resources import parse_resource
 from elasticdl.common.job_spec.values import (
     aux_param_set,
@@ -19,12 +24,29 @@ from elasticdl.common.job_spec.values import (
 from elasticdl.common.job_spec.volumes import parse_volumes
 from elasticdl.common.spec_codec import SpecError
 
+Check = Callable[[str, Any], None]
+
 AUX_PARAMS = ("disable_relaunch",)
 # Replica names are "elasticdl-<job>-worker-<id>" (pods, services, log files). A DNS-1123
 # label has at most 63 characters; keep room for the prefix and a 5-digit replica id.
 MAX_JOB_NAME_LENGTH = 63 - len("elasticdl-") - len("-worker-99999")  # 40
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _MODEL_DEF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+def check_fields(spec: Any) -> None:
+    """Every field of the frozen dataclass ``spec`` has its declared type
+    (``spec_codec.check_types``) and passes its check."""
+    spec_codec.check_types(spec)
+    for f in dataclasses.fields(spec):
+        check = f.metadata.get("check")
+        if check is not None:
+            check(f.name, getattr(spec, f.name))
+
+
+def checked(check: Check, default: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field whose values ``check`` accepts (:func:`check_fields`)."""
+    return dataclasses.field(default=default, metadata={"check": check})
 
 
 def positive(name: str, value: int) -> None:

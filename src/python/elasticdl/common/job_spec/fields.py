@@ -27,6 +27,7 @@ RESTART_POLICIES = ("Never", "OnFailure", "Always")
 # --pod_security (elasticdl.k8s.security): the restricted securityContext, or the image's defaults.
 POD_SECURITY_RESTRICTED, POD_SECURITY_NONE = "restricted", "none"
 POD_SECURITY_MODES = (POD_SECURITY_RESTRICTED, POD_SECURITY_NONE)
+ALLREDUCE_BACKENDS = ("auto", "gloo", "nccl")
 DEFAULT_MASTER_PORT = 50001
 DEFAULT_EXTRA_PYPI_INDEX = "https://pypi.org/simple"
 
@@ -133,7 +134,7 @@ class JobSpec:
         "AllreduceStrategy: torch.distributed backend (auto: NCCL when every worker has a GPU of its "
         "own, else Gloo)",
         "model",
-        choices=("auto", "gloo", "nccl"),
+        choices=ALLREDUCE_BACKENDS,
     )
     checkpoint_steps: int = _field(
         0, "Checkpoint every N model versions (0: off)", "model", check=checks.non_negative
@@ -425,11 +426,7 @@ class JobSpec:
     def __post_init__(self) -> None:
         if isinstance(self.log_level, str):
             object.__setattr__(self, "log_level", self.log_level.upper())
-        spec_codec.check_types(self)
-        for f in dataclasses.fields(self):
-            check = f.metadata["check"]
-            if check is not None:
-                check(f.name, getattr(self, f.name))
+        checks.check_fields(self)
 
     # ---- derived values ----------------------------------------------------------------
     @property
