@@ -4,7 +4,8 @@ The master decides who is in the group; the workers only ask. A *generation* (th
 ``rendezvous_id`` of the wire protocol) is one fixed membership: an ordered list of workers, the
 position being the rank. Workers build their collective group (torch.distributed, Gloo) for one
 generation at a time, through a key-value store the master hosts (:class:`RendezvousStore`):
-every generation uses its own key prefix, so a group never meets keys of an older one.
+every generation uses its own key prefix (``common.allreduce_keys``), so a group never meets
+keys of an older one.
 
 Rules:
 
@@ -38,13 +39,6 @@ from collections import OrderedDict
 from typing import Callable
 
 logger = logging.getLogger(__name__)
-
-# Key prefix of generation g in the store; workers and master must agree.
-STORE_PREFIX = "elasticdl/rendezvous/{generation}/"
-
-
-def store_prefix(generation: int) -> str:
-    return STORE_PREFIX.format(generation=generation)
 
 
 @dataclasses.dataclass(frozen=True)
