@@ -266,7 +266,7 @@ class Job:
         if self.previous is not None:
             try:
                 self.rm.restore(self.previous.replicas)
-            except (KeyError, TypeError, ValueError) as e:
+            except (JournalError, KeyError, TypeError, ValueError) as e:
                 raise JobConfigError(f"cannot resume from {self.journal.directory}: {e}") from e
         self.rm.attach_journal(self.journal.replicas)
 

@@ -34,6 +34,7 @@ dry; when all training is done a single TRAIN_END_CALLBACK task is issued (if
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 import random
@@ -42,7 +43,15 @@ import time
 from typing import Any, Callable, Iterable
 
 from elasticdl.common.types import Shard
-from elasticdl.master.journal import JournalSink
+from elasticdl.master.journal_ops import (
+    EvaluationRoundDropped,
+    EvaluationTasksCreated,
+    TaskHandedOut,
+    TaskReported,
+    TasksFailed,
+    TasksRequeued,
+    TrainingDone,
+)
 from elasticdl.master.task_recovery import TaskRecovery
 from elasticdl.master.tasks import (  # noqa: F401 (as_shard: part of this module's names)
     NO_MORE_TASKS,
@@ -112,8 +121,6 @@ class TaskManager(TaskRecovery):
         # a repeat of that call (the answer was lost) gets the same task again.
         self._last_exchange: dict[int, tuple[int, bool, int]] = {}
 
-        self._sink: JournalSink | None = None
-        self._replaying = False
         self.inherited_grace_s = 10.0
         self._contact: dict[int, float] | None = None  # worker -> first call after a restart
 
@@ -200,7 +207,7 @@ class TaskManager(TaskRecovery):
                 for r in self._evaluation_ranges
             ]
             self._eval_todo.extend(tasks)
-            self._record({"o": "ev", "v": model_version})
+            self._record(EvaluationTasksCreated(model_version))
             return [t.task_id for t in tasks]
 
     def drop_evaluation_round(self, model_version: int) -> None:
@@ -208,7 +215,7 @@ class TaskManager(TaskRecovery):
         lost that round's buffered outputs and evaluates the version again."""
         with self._lock:
             self._drop_evaluation_round_locked(model_version)
-            self._record({"o": "de", "v": model_version})
+            self._record(EvaluationRoundDropped(model_version))
 
     def _drop_evaluation_round_locked(self, version: int) -> None:
         def of_round(t: Task) -> bool:
@@ -229,7 +236,7 @@ class TaskManager(TaskRecovery):
             self._note_contact(worker_id)
             task = self._get_locked(worker_id)
             if task.task_id:
-                self._record({"o": "g", "w": worker_id, "t": task.task_id})
+                self._record(TaskHandedOut(worker_id, task.task_id))
             self._maybe_snapshot()
             return task
 
@@ -246,8 +253,8 @@ class TaskManager(TaskRecovery):
         repeats the last one this worker made in such a call (it lost the answer, e.g. to a
         master that died) and the task it got then is still its own, that task again.
 
-        One journal record for both (a report op with the task handed out, ``"g"``), written
-        under the lock like every op, so ops are recorded in the order they happened."""
+        One journal record for both (the report with the task handed out), written under the
+        lock like every op, so ops are recorded in the order they happened."""
         with self._lock:
             accepted, listeners_args, op = self._report_op_locked(
                 task_id, success, worker_id, exec_counters, err_message, model_version
@@ -268,10 +275,9 @@ class TaskManager(TaskRecovery):
                 if task.task_id:
                     self._last_exchange[worker_id] = (task_id, success, task.task_id)
                     if op is None:
-                        op = {"o": "g", "w": worker_id, "t": task.task_id}
-                        op["a"] = [task_id, int(success)]
+                        op = TaskHandedOut(worker_id, task.task_id, answering=(task_id, success))
                     else:
-                        op["g"] = task.task_id
+                        op = dataclasses.replace(op, handed_out=task.task_id)
             if op is not None:
                 self._record(op)
             self._maybe_snapshot()
@@ -324,7 +330,7 @@ class TaskManager(TaskRecovery):
         if self._training_done_fired or not self._training_ranges or self._replaying:
             return  # replay: the "td" op sets the flag; listeners ran in the first life
         self._training_done_fired = True
-        self._record({"o": "td"})
+        self._record(TrainingDone())
         logger.info(
             "Training done: %d records in %d epoch(s)",
             sum(self._records_trained.values()),
@@ -369,7 +375,7 @@ class TaskManager(TaskRecovery):
         exec_counters: dict[str, int] | None,
         err_message: str,
         model_version: int | None,
-    ) -> tuple[bool, tuple | None, dict]:
+    ) -> tuple[bool, tuple | None, TaskReported]:
         """Apply a report; returns (accepted, done-listener arguments, its journal op)."""
         self._note_contact(worker_id)
         doing = self._doing.get(task_id)
@@ -377,15 +383,15 @@ class TaskManager(TaskRecovery):
         accepted, listeners_args = self._report_locked(
             task_id, success, worker_id, exec_counters, err_message, model_version, duration
         )
-        op = {"o": "r", "t": task_id, "w": worker_id, "s": int(success)}
-        if exec_counters:
-            op["c"] = exec_counters
-        if err_message:
-            op["e"] = err_message
-        if model_version is not None:
-            op["v"] = model_version
-        if accepted and success:
-            op["d"] = duration
+        op = TaskReported(
+            task_id,
+            worker_id,
+            success,
+            counters=exec_counters or None,
+            error=err_message,
+            model_version=model_version,
+            duration=duration if accepted and success else 0.0,
+        )
         return accepted, listeners_args, op
 
     def _report_locked(
@@ -477,7 +483,7 @@ class TaskManager(TaskRecovery):
             self._queue_for(task).appendleft(task)
         self._tasks_recovered += len(ids)
         if ids:
-            self._record({"o": "q", "t": ids})
+            self._record(TasksRequeued(tuple(ids)))
 
     def _queue_for(self, task: Task) -> collections.deque:
         return self._eval_todo if task.type == TaskType.EVALUATION else self._todo
@@ -583,7 +589,7 @@ class TaskManager(TaskRecovery):
         with self._lock:
             if not self._failed_message:
                 self._failed_message = message
-                self._record({"o": "f", "m": message})
+                self._record(TasksFailed(message))
 
     # ---- reporting -----------------------------------------------------------------------
     def summary(self) -> TaskSummary:

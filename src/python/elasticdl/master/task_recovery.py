@@ -21,27 +21,33 @@ import logging
 from typing import Iterable
 
 from elasticdl.common.types import Shard
-from elasticdl.master.journal import JournalError, JournalSink
+from elasticdl.master.journal import JournalError
+from elasticdl.master.journal_ops import (
+    TASK_OPS,
+    EvaluationRoundDropped,
+    EvaluationTasksCreated,
+    JournaledOwner,
+    JournalOp,
+    TaskHandedOut,
+    TaskReported,
+    TasksFailed,
+    TasksRequeued,
+    TrainingDone,
+    decode,
+)
 from elasticdl.master.tasks import Assignment, Task, TaskType
 
 logger = logging.getLogger(__name__)
 
 
-class TaskRecovery:
+class TaskRecovery(JournaledOwner):
     """The journal side of :class:`~elasticdl.master.task_manager.TaskManager`, which inherits
     it: the attributes below are the task manager's state, the methods it calls back are its
     hand-out, report and re-queue paths (replay runs the same code the live calls ran)."""
 
+    OPS = TASK_OPS
+
     # ---- journal ---------------------------------------------------------------------------
-    def attach_journal(self, sink: JournalSink | None) -> None:
-        """Record every transition from now on into ``sink`` (see the module docstring)."""
-        self._sink = sink
-
-    def _record(self, op: dict) -> None:
-        if self._sink is None or self._replaying:
-            return
-        self._sink.record(op)
-
     def _maybe_snapshot(self) -> None:
         """At the end of an outer call (get, report): the state is then exactly that after
         every recorded op (nested ones, from listeners, included)."""
@@ -135,8 +141,8 @@ class TaskRecovery:
         with self._lock:
             self._replaying = True
             try:
-                for op in records:
-                    self._apply_locked(op)
+                for record in records:
+                    self._apply_locked(decode(record, TASK_OPS))
                     n += 1
             except (KeyError, TypeError, ValueError) as e:
                 raise JournalError(f"journal op {n + 1} cannot be replayed: {e!r}") from e
@@ -144,41 +150,42 @@ class TaskRecovery:
                 self._replaying = False
         return n
 
-    def _apply_locked(self, op: dict) -> None:
-        kind = op["o"]
-        if kind == "g":
-            task = self._get_locked(op["w"])
-            if task.task_id != op["t"]:
-                raise JournalError(
-                    f"journal op {op}: this job hands out task {task.task_id} there; the "
-                    "journal was written for other data or another ElasticDL version"
+    def _apply_locked(self, op: JournalOp) -> None:
+        match op:
+            case TaskHandedOut(worker, task_id, answering):
+                task = self._get_locked(worker)
+                if task.task_id != task_id:
+                    raise JournalError(
+                        f"journal op {op}: this job hands out task {task.task_id} there; the "
+                        "journal was written for other data or another ElasticDL version"
+                    )
+                if answering is not None:
+                    self._last_exchange[worker] = (answering[0], answering[1], task_id)
+            case TaskReported():
+                self._report_locked(
+                    op.task,
+                    op.success,
+                    op.worker,
+                    op.counters,
+                    op.error,
+                    op.model_version,
+                    op.duration,
                 )
-            if "a" in op:
-                self._last_exchange[op["w"]] = (op["a"][0], bool(op["a"][1]), op["t"])
-        elif kind == "r":
-            self._report_locked(
-                op["t"],
-                bool(op["s"]),
-                op["w"],
-                op.get("c"),
-                op.get("e", ""),
-                op.get("v"),
-                op.get("d", 0.0),
-            )
-            if "g" in op:  # report_and_get: the task handed out in the same call
-                self._apply_locked({"o": "g", "w": op["w"], "t": op["g"], "a": [op["t"], op["s"]]})
-        elif kind == "q":
-            self._requeue_locked(op["t"])
-        elif kind == "ev":
-            self.create_evaluation_tasks(op["v"])
-        elif kind == "de":
-            self._drop_evaluation_round_locked(op["v"])
-        elif kind == "td":
-            self._training_done_fired = True
-        elif kind == "f":
-            self._failed_message = self._failed_message or op["m"]
-        else:
-            raise JournalError(f"unknown journal op {kind!r}")
+                if op.handed_out is not None:  # report_and_get: handed out in the same call
+                    answering = (op.task, op.success)
+                    self._apply_locked(TaskHandedOut(op.worker, op.handed_out, answering))
+            case TasksRequeued(tasks):
+                self._requeue_locked(list(tasks))
+            case EvaluationTasksCreated(version):
+                self.create_evaluation_tasks(version)
+            case EvaluationRoundDropped(version):
+                self._drop_evaluation_round_locked(version)
+            case TrainingDone():
+                self._training_done_fired = True
+            case TasksFailed(message):
+                self._failed_message = self._failed_message or message
+            case _:
+                raise JournalError(f"unknown journal op {op!r}")
 
     # ---- after a restart -------------------------------------------------------------------
     def resume_after_restart(self) -> list[int]:
