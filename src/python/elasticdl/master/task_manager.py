@@ -17,12 +17,7 @@ Guarantees kept here, on top of the original design:
   ``max_task_retries`` times; then it is dropped and the job fails with a message naming the
   shard and the last error. A task taken back from a dead worker is not a failure of the task
   and does not consume a retry.
-* **Hung workers.** A task running longer than ``max(timeout_floor_s, timeout_factor x the
-  longest task seen so far)`` (the floor is ``--task_timeout``) is taken back
-  (``check_timeouts``) and its worker is reported to the caller, which deletes/relaunches it
-  with ``--relaunch_timeout_worker``; otherwise the worker's late report of it is ignored
-  unless the task is still queued (then it counts, once). A stopped PS stalls every worker
-  this way; the job goes on when it resumes.
+* **Hung workers**: see ``master.task_timeouts``, which implements it.
 * **Journaled**: see ``master.task_recovery``, which implements it.
 
 Order of work: pending evaluation tasks first (they are pinned to a model version and should
@@ -53,6 +48,7 @@ from elasticdl.master.journal_ops import (
     TrainingDone,
 )
 from elasticdl.master.task_recovery import TaskRecovery
+from elasticdl.master.task_timeouts import TaskTimeouts
 from elasticdl.master.tasks import (  # noqa: F401 (as_shard: part of this module's names)
     NO_MORE_TASKS,
     WAIT_TASK,
@@ -69,7 +65,7 @@ from elasticdl.master.tasks import (  # noqa: F401 (as_shard: part of this modul
 logger = logging.getLogger(__name__)
 
 
-class TaskManager(TaskRecovery):
+class TaskManager(TaskTimeouts, TaskRecovery):
     def __init__(
         self,
         config: TaskManagerConfig,
@@ -328,7 +324,7 @@ class TaskManager(TaskRecovery):
 
     def _fire_training_done_locked(self) -> None:
         if self._training_done_fired or not self._training_ranges or self._replaying:
-            return  # replay: the "td" op sets the flag; listeners ran in the first life
+            return  # replay: TrainingDone sets the flag; listeners ran in the first life
         self._training_done_fired = True
         self._record(TrainingDone())
         logger.info(
@@ -521,69 +517,6 @@ class TaskManager(TaskRecovery):
         )
 
     # ---- failures ------------------------------------------------------------------------
-    def recover_tasks(self, worker_id: int) -> list[int]:
-        """Put every task ``worker_id`` holds back at the front of its queue (the worker died
-        or was deleted); returns their ids. Not counted as a task failure."""
-        return self._recover({worker_id})
-
-    def _recover(self, worker_ids: set[int]) -> list[int]:
-        with self._lock:
-            mine = [d.task for d in self._doing.values() if d.worker_id in worker_ids]
-            self._requeue_locked([t.task_id for t in mine])
-            if mine:
-                logger.info(
-                    "Recovered %d task(s) of worker(s) %s: %s",
-                    len(mine),
-                    sorted(worker_ids),
-                    ", ".join(t.describe() for t in mine),
-                )
-            return [t.task_id for t in mine]
-
-    def check_timeouts(self) -> dict[int, list[int]]:
-        """Take back tasks running longer than the timeout; returns {worker_id: [task ids]}
-        so the caller can delete/relaunch those workers."""
-        with self._lock:
-            limit = max(
-                self.config.timeout_floor_s, self.config.timeout_factor * self._max_task_seconds
-            )
-            now = self._clock()
-            slow: dict[int, list[int]] = collections.defaultdict(list)
-            for d in self._doing.values():
-                if d.task.type != TaskType.TRAIN_END_CALLBACK and now - d.start_time > limit:
-                    slow[d.worker_id].append(d.task.task_id)
-            for worker_id, ids in slow.items():
-                logger.warning(
-                    "Worker %d exceeded the task timeout (%.0f s) on task(s) %s",
-                    worker_id,
-                    limit,
-                    ids,
-                )
-            if slow:
-                self._recover(set(slow))
-            return dict(slow)
-
-    def start_timeout_monitor(
-        self, on_timeout: Callable[[int], None], interval_s: float = 30.0
-    ) -> None:
-        """Background thread: every ``interval_s`` check timeouts and call ``on_timeout(worker_id)``
-        for each hung worker."""
-
-        def loop():
-            while not self._stop.wait(interval_s):
-                for worker_id in self.check_timeouts():
-                    try:
-                        on_timeout(worker_id)
-                    except Exception:
-                        logger.exception("Timeout handler failed for worker %d", worker_id)
-
-        self._timeout_thread = threading.Thread(target=loop, name="task-timeouts", daemon=True)
-        self._timeout_thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._timeout_thread is not None:
-            self._timeout_thread.join(timeout=5)
-
     def fail(self, message: str) -> None:
         """Mark the job failed from outside (e.g. no worker left); workers get NONE."""
         with self._lock:
