@@ -38,8 +38,8 @@ def _work(spec) -> int:
     # TensorFlow is imported only now: flag errors above come back fast.
     from elasticdl.worker.master_client import MasterClient
     from elasticdl.worker.ps_client import PSClient
+    from elasticdl.worker.ps_trainer import PSTrainer, TrainerConfig
     from elasticdl.worker.task_data_service import TaskDataService
-    from elasticdl.worker.trainer import PSTrainer, TrainerConfig
     from elasticdl.worker.worker import Worker, WorkerConfig
 
     job_type = spec.job_type

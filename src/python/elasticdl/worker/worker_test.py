@@ -211,6 +211,7 @@ def test_a_result_no_look_ahead_picks_up_is_sent_before_the_next_task_runs():
     from types import SimpleNamespace
 
     import tensorflow as tf
+    from elasticdl.worker import trainer
     from elasticdl.worker.worker import JobType, Worker, WorkerConfig
 
     reported = []
@@ -241,16 +242,20 @@ def test_a_result_no_look_ahead_picks_up_is_sent_before_the_next_task_runs():
         def dataset(self, shard, mode):
             return iter([(tf.zeros([4, 2]), tf.zeros([4]))])
 
-    class Trainer:
-        model_version = steps = 0
-        model = None
+    class Trainer(trainer.Trainer):
+        model_version = 0
 
-        def ensure_model(self, features):
+        def ensure_model(self, features, model=None):
             pass
 
         def train_minibatch(self, features, labels, send_state=False):
             time.sleep(0.05)  # the look-ahead fetches the evaluation task meanwhile
             return 0.0
+
+        def forward(self, features):
+            raise AssertionError("the test's evaluate_task replaces the worker's")
+
+        pull_model = export_saved_model = forward
 
     evaluated = []
 
@@ -298,16 +303,16 @@ def test_the_model_files_saved_model_exporter_is_the_only_export(tmp_path, monke
     (zoo / "linexp").mkdir(parents=True)
     (zoo / "linexp" / "__init__.py").write_text("")
     (zoo / "linexp" / "model.py").write_text(textwrap.dedent(_EXPORTER_MODEL))
-    from elasticdl.worker import trainer
+    from elasticdl.worker import ps_trainer
 
     exported = []
-    real_export = trainer.PSTrainer.export_saved_model
+    real_export = ps_trainer.PSTrainer.export_saved_model
 
     def export(self, path):
         exported.append(path)
         real_export(self, path)
 
-    monkeypatch.setattr(trainer.PSTrainer, "export_saved_model", export)
+    monkeypatch.setattr(ps_trainer.PSTrainer, "export_saved_model", export)
     result = run_local_job(
         str(zoo),
         "linexp.model.custom_model",
