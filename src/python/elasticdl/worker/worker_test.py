@@ -6,7 +6,7 @@ import numpy as np
 from elasticdl.data.example_codec import encode_example
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.main import main
-from elasticdl.worker.testing import run_local_job, write_recordio
+from elasticdl_testing.local_job import run_local_job, write_recordio
 
 _MODEL = """
 import keras
@@ -126,9 +126,9 @@ def test_reports_run_on_the_look_ahead_thread_in_order_and_count_once(tmp_path, 
     loop must never stall on a WAIT."""
     import threading
 
-    from elasticdl.worker import testing
     from elasticdl.worker.master_client import MasterClient
     from elasticdl.worker.worker import Worker
+    from elasticdl_testing import local_job as testing
 
     calls = []
     rpcs = []
@@ -336,8 +336,8 @@ def test_a_timed_out_task_handed_back_while_it_runs_trains_once(tmp_path, monkey
     report, every record counted once."""
     import threading
 
-    from elasticdl.worker import testing
     from elasticdl.worker.master_client import MasterClient
+    from elasticdl_testing import local_job as testing
 
     managers = []
 
