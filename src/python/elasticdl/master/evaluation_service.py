@@ -24,10 +24,8 @@ half-way through an evaluation task does not skew the metrics when another worke
 ``fn(labels, predictions)`` returning per-sample values (averaged). TensorFlow is imported only
 when a Keras metric is actually updated.
 
-With a journal attached (``master.journal``) rounds started and finished (with their metrics)
-and the model version are recorded. Buffered outputs are not (they are whole evaluation
-batches): a restarted master evaluates every round that was open when the old one died again
-from scratch (``resume_after_restart``), so no metric mixes outputs of two lives.
+Buffered outputs are not journaled (they are whole evaluation batches): a restarted master
+evaluates every round left open again from scratch, so no metric mixes two masters' outputs.
 """
 
 from __future__ import annotations

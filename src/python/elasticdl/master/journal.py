@@ -1,5 +1,5 @@
 """An append-only journal of the master's state transitions, so a restarted master resumes the
-job where the dead one left it (issue #19).
+job where the dead one left it (docs/architecture.md, "When the master dies").
 
 Layout: one journal per state owner (``tasks``, ``evaluation``, ``replicas``) in ``<job
 dir>/journal/``::
@@ -7,7 +7,7 @@ dir>/journal/``::
     tasks-00000003.log    segment 3: records appended since snapshot 2
     tasks-00000002.snap   snapshot: the owner's whole state after every record of segments <= 2
 
-A record is a JSON object (compact, one small encoding the owners already speak) framed as
+A record is a JSON object (an operation of ``master.journal_ops``) framed as
 ``<u32 length><u32 CRC32 of the payload><payload>`` (little-endian). Replay reads the newest
 valid snapshot, then every later segment up to its first incomplete or corrupt frame: a tail
 torn by a crash (or cut anywhere) ends that segment cleanly, never with an exception. A new

@@ -7,7 +7,7 @@ generation at a time, through a key-value store the master hosts (:class:`Rendez
 every generation uses its own key prefix (``common.allreduce_keys``), so a group never meets
 keys of an older one.
 
-Rules:
+Rules (pure Python and thread-safe; torch is imported only by :class:`RendezvousStore`):
 
 * **Join**: a worker reports ``LOOP_START`` without a generation (``rendezvous_id <= 0``) when it
   is ready to train (model built, data in hand). Joining on the worker's own report rather than
@@ -25,8 +25,6 @@ Rules:
   answers (frozen) is waited for at most ``answer_timeout_s``.
 * Ranks follow joining order: survivors keep their relative order, newcomers come last, so rank
   0 - which broadcasts the model to everyone after a change - is the longest-serving member.
-
-Pure Python and thread-safe; torch is imported only by :class:`RendezvousStore`.
 """
 
 from __future__ import annotations

@@ -21,13 +21,11 @@ Rules (the original pod manager's, plus PS recovery):
   After ``max_ps_relaunches`` non-preemption failures of one PS the job fails.
 * **The job fails** when a task exceeded its retries, a PS cannot be kept alive, or no worker
   is left (all ended) while work remains.
-* **The master restarts** (issue #19): with a journal attached, every launch (with the
-  platform's identity of the process and its address) and every end (phase, exit code,
-  replacement) is recorded; ``restore`` rebuilds the replica table, relaunch counts and the
-  next worker id from it, and ``adopt`` (instead of ``start``) takes over the replicas still
-  running and applies the rules above to the ones that ended while no master watched. A
-  record also precedes each launch: a replica the dead master started but had not recorded
-  is stopped (``Platform.reclaim``) before it is launched again.
+* **The master restarts** (docs/architecture.md): ``restore`` rebuilds the replica table,
+  relaunch counts and the next worker id from the journal, ``adopt`` (instead of ``start``)
+  takes over the replicas still running, applies the rules above to the ones that ended
+  while no master watched, and stops (``Platform.reclaim``) one the dead master had started
+  without recording the launch.
 """
 
 from __future__ import annotations

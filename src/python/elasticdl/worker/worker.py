@@ -20,14 +20,6 @@ handles (a dead worker's tasks are all re-queued); a WAIT answered ahead is drop
 again after the report, so no work is skipped and task order is unchanged. A look-ahead that
 gets back the task the loop is running (the master took both tasks back past
 ``--task_timeout``, e.g. while a PS was stopped) asks for another instead of running it twice.
-
-Round trips: one RPC per task, `report_and_get_task`, whose answer is the next task. Without a
-look-ahead the worker reports and gets its next task at once. With one, the next task is already
-fetched when a task ends, so its result waits (microseconds: until the next task starts) and
-travels with the following look-ahead's request, on that thread, while the next task trains.
-The master sees each result before it hands out the task after next, and the worker never
-holds more than the two tasks described above. A result that no look-ahead picks up right away
-(the next task is not a small training task, or the loop ends) is sent alone at once.
 """
 from __future__ import annotations
 
@@ -120,6 +112,18 @@ def _lower_this_threads_priority(delta: int) -> None:
 
 
 class Worker:
+    """The task loop of one worker process (see the module docstring).
+
+    Round trips: one RPC per task, `report_and_get_task`, whose answer is the next task.
+    Without a look-ahead the worker reports and gets its next task at once. With one, the
+    next task is already fetched when a task ends, so its result waits (microseconds: until
+    the next task starts) and travels with the following look-ahead's request, on that
+    thread, while the next task trains. The master sees each result before it hands out the
+    task after next, and the worker never holds more than the two tasks described above. A
+    result that no look-ahead picks up right away (the next task is not a small training
+    task, or the loop ends) is sent alone at once.
+    """
+
     def __init__(
         self,
         config: WorkerConfig,
