@@ -78,7 +78,7 @@ class TaskDataService:
           kind (same reader class, record type and metadata: the shards of one dataset) give
           ``feed`` the same input, so they share the pipeline.
         * Iterating a dataset eagerly costs an iterator and thread hand-offs per minibatch
-          (tens of ms on a busy 2-core machine). The pipeline batches ``CHUNK_MINIBATCHES``
+          (tens of ms on a busy machine with few cores). The pipeline batches ``CHUNK_MINIBATCHES``
           minibatches at once; a task that fits in one chunk is computed in a single call
           (``get_single_element``) and sliced into minibatches here, which is exactly what
           ``batch(minibatch_size)`` of the same stream would give.

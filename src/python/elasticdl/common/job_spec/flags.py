@@ -42,7 +42,7 @@ def add_job_flags(parser: argparse.ArgumentParser, command: str) -> None:
     :func:`given_values` knows exactly what was typed; defaults live in the spec alone.
     """
     groups: dict[str, argparse._ArgumentGroup] = {}
-    aliases = {"image_name": ["--image"]}  # seed 000's spelling (the client design doc)
+    aliases = {"image_name": ["--image"]}  # the original client design's spelling
     ftypes = spec_codec.field_types(JobSpec)
     for f in command_fields(command):
         group = f.metadata["group"]

@@ -51,7 +51,7 @@ def absolute_local_paths(spec: JobSpec) -> dict[str, str]:
 
 def prebuilt_model_zoo(model_zoo: str) -> bool:
     """``--image_base`` with this ``--model_zoo`` runs the image as it is: an absolute path
-    that does not exist here names the zoo inside the image (the seed's ``/model_zoo``)."""
+    that does not exist here names the zoo inside the image (the original's ``/model_zoo``)."""
     return bool(model_zoo) and os.path.isabs(model_zoo) and not os.path.exists(model_zoo)
 
 

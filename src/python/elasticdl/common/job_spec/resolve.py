@@ -51,7 +51,7 @@ def with_derived_defaults(spec: JobSpec) -> tuple[JobSpec, list[str]]:
         and not (spec.image_name or spec.docker_image_prefix)
         and prebuilt_model_zoo(spec.model_zoo)
     ):
-        # The seed's pre-built form: the zoo is a path inside the image, nothing to build.
+        # The pre-built form of the original: the zoo is a path inside the image, nothing to build.
         changes.update(image_name=spec.image_base, image_base="")
         notices.append(
             f"image: {spec.image_base} as it is (--model_zoo={spec.model_zoo} is not on this "
