@@ -20,7 +20,7 @@ from elasticdl.common.job_dir import LOG_DIR, RECOVERY_DIR, SECRET_FILE, STATUS_
 from elasticdl.common.job_spec import DEFAULT_MASTER_PORT, JobSpec
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
 from elasticdl.common.types import JobPhase, JobType, PlatformName
-from elasticdl.master import job_status
+from elasticdl.master import status_writer
 from elasticdl.master.evaluation_service import FINAL_VERSION, EvaluationService
 from elasticdl.master.journal import JournalError
 from elasticdl.master.replica_manager import ReplicaManager, ReplicaManagerConfig
@@ -148,11 +148,11 @@ class Job:
         if self.previous is not None:
             self._resume_tasks()
         self.rendezvous = self._start_rendezvous() if self.allreduce else None
-        self.loss_history = job_status.LossHistory()
+        self.loss_history = status_writer.LossHistory()
         self.servicer = MasterServicer(
             self.tm,
             self.es,
-            job_status=lambda: job_status.to_pb(self.snapshot()),
+            job_status=lambda: status_writer.to_pb(self.snapshot()),
             rendezvous=self.rendezvous,
             loss_history=self.loss_history,
         )
@@ -195,7 +195,7 @@ class Job:
         if self.journal is not None:
             self._resume_replicas()
         self.tensorboard = self._tensorboard_writer()
-        self.status_writer = job_status.StatusWriter(
+        self.status_writer = status_writer.StatusWriter(
             self.job_dir / STATUS_FILE if self.job_dir is not None else None,
             self.snapshot,
             publish=self.platform.publish_status,

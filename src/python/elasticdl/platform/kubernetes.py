@@ -5,14 +5,13 @@
   and labelled by :mod:`elasticdl.k8s.names`, built by :mod:`elasticdl.k8s.pods`. All are
   owned by the master pod (``ownerReferences``), so deleting it deletes the job (for a
   restartable master, by its batch/v1 Job: see below).
-* One watch thread (the job's PS and worker pods) turns pod changes into
-  :class:`~elasticdl.platform.base.ReplicaEvent` s, one terminal event per pod, read by
-  :func:`elasticdl.k8s.termination.read_termination`: ``Failed`` carries the container's exit code and the cause (``OOMKilled``,
-  ``Preempted``, ``Evicted``, ``Error``...), a pod deleted by :meth:`delete` reports
-  ``Deleted`` / ``DeletedByMaster``, one deleted by anyone else ``Deleted`` with the cause
-  the reading finds once it is gone.
+* One watch thread turns the job's pod changes into replica events, one terminal event per
+  pod, read by :func:`elasticdl.k8s.termination.read_termination`: ``Failed`` carries the
+  container's exit code and the cause (``OOMKilled``, ``Preempted``, ``Evicted``,
+  ``Error``...), a pod deleted by :meth:`delete` reports ``Deleted`` / ``DeletedByMaster``,
+  one deleted by anyone else ``Deleted`` with the cause the reading finds once it is gone.
 
-Addresses (``address(type, id)``), chosen by ``network``:
+Addresses, chosen by ``network``:
 
 ``pod`` (default, real clusters)
     ``elasticdl-<job>-<type>-<id>.<namespace>.svc:<port>`` — the headless service's DNS name,
