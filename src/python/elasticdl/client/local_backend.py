@@ -43,7 +43,23 @@ from typing import Iterator
 from elasticdl.client.backend import JobBackend, JobHandle
 from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError, WaitTimeout
 from elasticdl.client.master_runtime import MasterRuntime, resolve_master_runtime
-from elasticdl.common.job_spec import JobSpec, jobs_root, master_argv
+from elasticdl.common.job_dir import (
+    CANCELLED_FILE,
+    EXIT_CODE_FILE,
+    JOB_FILE,
+    JOB_SPEC_FILE,
+    JOURNAL_DIR,
+    LOG_DIR,
+    MARKER_FILE,
+    MASTER_LOG,
+    RECOVERY_DIR,
+    SECRET_FILE,
+    STATUS_FILE,
+    jobs_root,
+    temp_files_of,
+    write_atomically,
+)
+from elasticdl.common.job_spec import JobSpec, master_argv
 from elasticdl.common.job_status import JobStatus
 from elasticdl.common.parent_watch import proc_start_time
 from elasticdl.common.spec_codec import SpecError
@@ -51,19 +67,8 @@ from elasticdl.common.types import JobPhase, PlatformName
 
 logger = logging.getLogger(__name__)
 
-JOB_FILE = "job.json"
-JOB_SPEC_FILE = "job_spec.json"
-STATUS_FILE = "status.json"
-EXIT_CODE_FILE = "exit_code"
-CANCELLED_FILE = "cancelled"
-LOG_DIR = "logs"
-MASTER_LOG = "master.log"
-MARKER_FILE = ".elasticdl-job"
-RECOVERY_DIR = "recovery-checkpoints"
 # What the client, the master and the local platform write into a job directory.
-SECRET_FILE = "job_secret"  # the master's, elasticdl.common.auth.SECRET_FILE (imports grpc)
 _OWN_FILES = (JOB_FILE, JOB_SPEC_FILE, STATUS_FILE, EXIT_CODE_FILE, CANCELLED_FILE, SECRET_FILE)
-JOURNAL_DIR = "journal"  # elasticdl.master.journal.JOURNAL_DIR
 _OWN_DIRS = (LOG_DIR, RECOVERY_DIR, JOURNAL_DIR)
 
 _JOB_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -100,12 +105,7 @@ _POLL_SECONDS = 0.2
 
 
 def _write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    with os.fdopen(fd, "w") as f:
-        os.fchmod(fd, mode)
-        f.write(text)
-    os.replace(tmp, path)
+    write_atomically(path, text, mode=mode)
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
@@ -154,7 +154,7 @@ def _clear_job_directory(directory: Path, what: str, legacy_name: str = "") -> b
             "use a new or empty directory, or remove it yourself"
         )
     for name in _OWN_FILES:
-        for path in (directory / name, directory / f"{name}.tmp"):
+        for path in (directory / name, *temp_files_of(directory, name)):
             if path.is_file() or path.is_symlink():
                 path.unlink()
     for name in _OWN_DIRS:

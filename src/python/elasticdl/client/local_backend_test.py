@@ -383,6 +383,6 @@ def test_replica_names_never_reach_outside_the_logs_directory(env, capsys):
 
 def test_the_secret_file_name_is_the_masters():
     from elasticdl.client.local_backend import SECRET_FILE
-    from elasticdl.common import auth
+    from elasticdl.common import job_dir
 
-    assert SECRET_FILE == auth.SECRET_FILE
+    assert SECRET_FILE == job_dir.SECRET_FILE

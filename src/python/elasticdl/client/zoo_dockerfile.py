@@ -15,12 +15,12 @@ Everything it references must lie inside the build context (the current director
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from elasticdl.client.errors import ClientError
+from elasticdl.common.job_dir import write_atomically
 
 DEFAULT_BASE_IMAGE = "elasticdl:cpu"
 """The CPU base image that ``scripts/build-images.sh`` builds from the project's wheels (the
@@ -218,9 +218,7 @@ def init_model_zoo(
     ctx = Path(context)
     resolved = _resolve(cfg, ctx, copy_cluster_spec=True)
     path = ctx / dockerfile
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(_render(cfg, resolved))
-    os.replace(tmp, path)  # never leave a half-written Dockerfile
+    write_atomically(path, _render(cfg, resolved))  # never leave a half-written Dockerfile
     write_dockerignore(ctx)
     return path
 

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from elasticdl.common.job_dir import write_atomically
+
 logger = logging.getLogger(__name__)
 
 EXIT_WITH_PARENT_ENV = "ELASTICDL_EXIT_WITH_PARENT"
@@ -127,10 +129,7 @@ def run_main(main: Callable[[], int], environ: dict[str, str] | None = None) -> 
     finally:
         if path:
             try:
-                tmp = f"{path}.tmp"
-                with open(tmp, "w") as f:
-                    f.write(f"{code}\n")
-                os.replace(tmp, path)
+                write_atomically(path, f"{code}\n")
             except OSError as e:
                 logger.warning("cannot record the exit status in %s: %s", path, e)
 

@@ -10,10 +10,10 @@ import os
 import numpy as np
 import pytest
 from elasticdl.common import tensor_utils as tu
-from elasticdl.common.tmpfs import TmpfsUnavailable, fill, mounted_tmpfs
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps import checkpoint
 from elasticdl.ps.checkpointer import CheckpointConfig, Checkpointer, CheckpointWriteError
+from elasticdl_testing.tmpfs import TmpfsUnavailable, fill, mounted_tmpfs
 
 ROWS = 64 * 1024  # 256 KiB of float32: a save needs real space
 REQUIRE_ENV = "ELASTICDL_REQUIRE_TMPFS"

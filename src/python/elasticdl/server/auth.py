@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+from elasticdl.common.job_dir import write_atomically
 from elasticdl.server.errors import BadRequest, Conflict, Unauthorized
 
 USER_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
@@ -100,9 +101,5 @@ class TokenStore:
                 raise Conflict(f"user {name!r} exists; pass --replace to give it a new token")
             users[name] = {"sha256": token_hash(token), "created_at": time.time()}
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=2, sort_keys=True)
-            os.replace(tmp, self.path)
+            write_atomically(self.path, json.dumps(data, indent=2, sort_keys=True), mode=0o600)
         return token

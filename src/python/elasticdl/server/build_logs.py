@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from elasticdl.client.k8s_backend import POD_LOG_DIR_ENV
+from elasticdl.common.job_dir import write_atomically
 
 MAX_LOG_BYTES = 2 << 20
 BUILD_REPLICA = "build"  # the logs API's name for a job's image build
@@ -46,9 +47,7 @@ class BuildLogs:
             data = dropped_note(cut).encode() + data[cut:]
         path = self.path(owner, job_name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        write_atomically(path, data)
 
     def read(self, owner: str, job_name: str) -> str | None:
         try:

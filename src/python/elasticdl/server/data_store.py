@@ -21,6 +21,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import AsyncIterator
 
+from elasticdl.common.job_dir import write_atomically
 from elasticdl.server.errors import BadRequest, Conflict, NotFound
 from elasticdl.server.uploads import receive
 from fastapi.concurrency import run_in_threadpool
@@ -160,9 +161,7 @@ class DataStore:
     def _write_sum(self, user: str, path: str, record: dict) -> None:
         sum_path = self._sum_path(user, path)
         sum_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = sum_path.with_name(sum_path.name + ".tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, sum_path)
+        write_atomically(sum_path, json.dumps(record))
 
     # ---- download ------------------------------------------------------------------------
     def checksum(self, user: str, path: str, target: Path) -> str:

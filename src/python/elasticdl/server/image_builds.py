@@ -34,12 +34,12 @@ import hashlib
 import inspect
 import json
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from elasticdl.common.job_dir import write_atomically
 from elasticdl.common.job_status import JobStatus
 from elasticdl.common.types import JobPhase, PlatformName
 from elasticdl.k8s import security
@@ -123,9 +123,7 @@ class BuildRecord:
 
 def _write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(data))
 
 
 class BuildRecords:
@@ -181,10 +179,7 @@ def write_builder(root: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o755)
     path = directory / BUILDER_FILE
-    tmp = directory / f".{BUILDER_FILE}.tmp"
-    tmp.write_text(inspect.getsource(oci_build))
-    tmp.chmod(0o644)
-    os.replace(tmp, path)
+    write_atomically(path, inspect.getsource(oci_build), mode=0o644)
     return path
 
 

@@ -40,9 +40,9 @@ import time
 from pathlib import Path
 
 import pytest
-from elasticdl.common.tmpfs import TmpfsUnavailable, fill, mounted_tmpfs
 from elasticdl.data.reader import create_data_reader
 from elasticdl.ps import checkpoint
+from elasticdl_testing.tmpfs import TmpfsUnavailable, fill, mounted_tmpfs
 from elasticdl_tests.chaos.seeded_mnist.model import DECAY_VERSIONS_ENV
 from elasticdl_tests.e2e.conftest import TERMINAL, replica
 

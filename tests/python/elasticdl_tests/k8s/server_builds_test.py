@@ -184,7 +184,7 @@ def test_dashboard_curves_of_a_kubernetes_job(builds, k8s_cluster, namespace):
     (StatusWriter -> KubernetesPlatform.publish_status) as the master would (the real master
     does it in e2e_test)."""
     from elasticdl.common.job_status import PUBLISHED_LOSS_SAMPLES, JobStatus
-    from elasticdl.master.job_status import LossHistory, StatusWriter
+    from elasticdl.master.status_writer import LossHistory, StatusWriter
     from elasticdl.platform.kubernetes import KubernetesPlatform
     from elasticdl.server.testing import request
 

@@ -24,6 +24,7 @@ from pathlib import Path
 # Read the spec with the real master's reader, so a spec the client writes that the master
 # would reject fails these tests too (exit 2 and a one-line error, like the real master).
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from elasticdl.common.job_dir import write_atomically  # noqa: E402
 from elasticdl.common.job_spec import spec_from_master_argv  # noqa: E402
 
 try:
@@ -63,9 +64,7 @@ def write_status(phase, step, message=""):
         "future_field": "ignored by older clients",
     }
     path = os.path.join(job_dir, "status.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(data, f)
-    os.replace(path + ".tmp", path)
+    write_atomically(path, json.dumps(data))
 
 
 def on_term(signum, frame):

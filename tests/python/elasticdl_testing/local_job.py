@@ -21,8 +21,8 @@ from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
 from elasticdl.ps.server import PSConfig, PSServer
 from elasticdl.worker.master_client import MasterClient
 from elasticdl.worker.ps_client import PSClient
+from elasticdl.worker.ps_trainer import PSTrainer, TrainerConfig
 from elasticdl.worker.task_data_service import TaskDataService
-from elasticdl.worker.trainer import PSTrainer, TrainerConfig
 from elasticdl.worker.worker import JobType, Worker, WorkerConfig
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 from decimal import Decimal
 
 import pytest
-from elasticdl.k8s.resources import (
+from elasticdl.common.job_spec.resources import (
     ResourceError,
     check_limit_not_below_request,
     parse_quantity,

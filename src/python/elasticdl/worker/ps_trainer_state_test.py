@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 from elasticdl.worker.layers import Embedding, find_embedding_layers
 from elasticdl.worker.ps_client import PSClient
-from elasticdl.worker.trainer import PSTrainer, TrainerConfig, _state_variables
-from elasticdl.worker.trainer_test import _spec  # the same SGD(0.1) model spec
+from elasticdl.worker.ps_trainer import PSTrainer, TrainerConfig, _state_variables
+from elasticdl.worker.ps_trainer_test import _spec  # the same SGD(0.1) model spec
 
 
 def _bn_model():
@@ -174,7 +174,7 @@ def test_a_task_that_fails_sends_no_state_and_the_next_task_carries_it(ps_cluste
 
 
 def test_push_model_with_bad_state_fails_the_worker_with_the_ps_line(ps_cluster):
-    from elasticdl.worker.trainer import PSRefusedModelError
+    from elasticdl.worker.ps_trainer import PSRefusedModelError
 
     cluster = ps_cluster(1)
     trainer = PSTrainer(_spec(_bn_model), PSClient(cluster.addrs))

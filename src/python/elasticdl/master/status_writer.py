@@ -6,23 +6,15 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
+from elasticdl.common.job_dir import write_atomically
 from elasticdl.common.job_status import MAX_LOSS_SAMPLES, JobStatus
 
 logger = logging.getLogger(__name__)
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Readers never see a half-written file: write a temp file, then rename over."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text + "\n")
-    os.replace(tmp, path)
 
 
 def to_pb(status: JobStatus):
@@ -132,7 +124,7 @@ class StatusWriter:
         if self.path is not None:
             with self._lock:
                 try:
-                    write_text_atomically(self.path, status.to_json())
+                    write_atomically(self.path, status.to_json() + "\n")
                 except OSError as e:  # status is best-effort; never kill the job for it
                     logger.warning("Cannot write %s: %s", self.path, e)
         if self._publish is not None:

@@ -6,7 +6,12 @@ import tensorflow as tf
 from elasticdl.common.model_utils import ModelSpec
 from elasticdl.worker.layers import Embedding
 from elasticdl.worker.ps_client import PSClient
-from elasticdl.worker.trainer import PSRefusedModelError, PSTrainer, TrainerConfig, WorkerStuckError
+from elasticdl.worker.ps_trainer import (
+    PSRefusedModelError,
+    PSTrainer,
+    TrainerConfig,
+    WorkerStuckError,
+)
 
 LR = 0.1
 
@@ -295,7 +300,7 @@ def test_reading_the_model_applies_parameters_a_push_brought_back(ps_cluster):
 
 def test_parameter_names_of_keras3_and_tf_variables():
     # tf.keras 2 models (tf-keras) hold tf.Variables: named by `name` without ":0".
-    from elasticdl.worker.trainer import _param_names
+    from elasticdl.worker.ps_trainer import _param_names
 
     layer = keras.layers.Dense(1, name="d")
     layer.build((None, 2))

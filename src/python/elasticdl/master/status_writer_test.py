@@ -2,7 +2,7 @@ import json
 import random
 
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
-from elasticdl.master.job_status import LossHistory, StatusWriter, to_pb
+from elasticdl.master.status_writer import LossHistory, StatusWriter, to_pb
 
 
 def test_writer_writes_json_and_publishes(tmp_path):
