@@ -143,14 +143,21 @@ class PSServer:
             self.reporter.report_version(version)
         if self.checkpointer.due(version):
             self._last_periodic_save = version
-            self.checkpointer.save_async(self.params.to_model_pb())
+            self.checkpointer.save_periodic(self.params)
 
     def _on_state(self, version: int) -> None:
         # State sent alone (a task cut short) belongs to the current version: when this run
         # checkpointed that version, write it again (replaced whole), so the checkpoint an
-        # evaluation job starts from holds the statistics of every step it contains.
+        # evaluation job starts from holds the statistics of every step it contains. While
+        # that version's write still runs (its snapshot predates the state), once it ended.
         if version and version == self._last_periodic_save:
-            self.checkpointer.save_async(self.params.to_model_pb())
+            self.checkpointer.save_periodic(self.params, after_write=self._rewrite_state)
+
+    def _rewrite_state(self) -> None:
+        with self.ps.lock:
+            version = self.params.version
+            if version == self._last_periodic_save:
+                self.checkpointer.save_periodic(self.params)
 
     # ------------------------------------------------------------------ gRPC lifecycle
     def start(self) -> int:
