@@ -116,6 +116,7 @@ class Job:
                 max_step=a.max_step if self.trains else 0,
                 saved_model_path=a.output if self.trains else "",
                 timeout_floor_s=float(a.task_timeout),
+                straggler_factor=a.straggler_factor,
             ),
             training_shards=training,
             evaluation_shards=validation,
@@ -454,8 +455,10 @@ class Job:
             if self.es is not None:
                 self.es.evaluate_if_time(self.servicer.model_version)
             if self.tm.finished and not (self.es is not None and self.es.busy):
-                # Workers ask for a task, get "no more tasks" and exit on their own.
-                if not self.rm.wait_workers_exited(self.worker_exit_grace_s):
+                # Workers ask for a task, get "no more tasks" and exit on their own; one still
+                # running a task whose backup was reported first is not waited for.
+                abandoned = self.tm.abandoned_workers()
+                if not self.rm.wait_workers_exited(self.worker_exit_grace_s, ignore=abandoned):
                     logger.warning(
                         "Workers %s did not exit in time; stopping them", self.rm.alive_workers()
                     )
@@ -522,6 +525,7 @@ class Job:
                 if self.rendezvous is not None
                 else None
             ),
+            stragglers=self.tm.straggler_status() if self.job_spec.straggler_factor else {},
             master={
                 "pid": os.getpid(),
                 "port": self.port,

@@ -71,6 +71,25 @@ class TasksRequeued(JournalOp):
 
 
 @dataclasses.dataclass(frozen=True)
+class TaskBackedUp(JournalOp):
+    """``worker`` got a copy of ``task``, which a slow worker runs (master.stragglers): the
+    first of them to report it counts it. ``answering``: as in :class:`TaskHandedOut`."""
+
+    KIND = "b"
+    worker: int = _key("w")
+    task: int = _key("t")
+    answering: tuple[int, bool] | None = _key("a", None)
+
+
+@dataclasses.dataclass(frozen=True)
+class BackupsDropped(JournalOp):
+    """The copies of ``tasks`` held by workers that died, hung or never claimed them."""
+
+    KIND = "bd"
+    tasks: tuple[int, ...] = _key("t")
+
+
+@dataclasses.dataclass(frozen=True)
 class EvaluationTasksCreated(JournalOp):
     KIND = "ev"
     model_version: int = _key("v")
@@ -185,6 +204,8 @@ TASK_OPS = _table(
     TaskHandedOut,
     TaskReported,
     TasksRequeued,
+    TaskBackedUp,
+    BackupsDropped,
     EvaluationTasksCreated,
     EvaluationRoundDropped,
     TrainingDone,

@@ -370,9 +370,9 @@ class ReplicaManager(JournaledOwner):
         with self._lock:
             return [i for i, w in self._workers.items() if not w.phase.is_terminal]
 
-    def all_workers_exited(self) -> bool:
+    def all_workers_exited(self, ignore: set[int] = frozenset()) -> bool:
         with self._lock:
-            return all(w.phase.is_terminal for w in self._workers.values())
+            return all(w.phase.is_terminal for i, w in self._workers.items() if i not in ignore)
 
     def replicas(self) -> list[ReplicaState]:
         with self._lock:
@@ -386,9 +386,10 @@ class ReplicaManager(JournaledOwner):
         with self._changed:
             self._changed.wait(timeout)
 
-    def wait_workers_exited(self, timeout: float) -> bool:
+    def wait_workers_exited(self, timeout: float, ignore: set[int] = frozenset()) -> bool:
+        """Until every worker but those in ``ignore`` ended; False after ``timeout``."""
         deadline = time.monotonic() + timeout
-        while not self.all_workers_exited():
+        while not self.all_workers_exited(ignore):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False

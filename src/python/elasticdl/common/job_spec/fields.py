@@ -247,6 +247,14 @@ class JobSpec:
         "training",
         check=checks.positive,
     )
+    straggler_factor: float = _field(
+        3.0,
+        "A worker this many times slower per record than the median of the others is a "
+        "straggler: near the end of the data it gets no more than its share of the work and "
+        "idle workers back up its tasks (first report counts; 0: off)",
+        "training",
+        check=checks.straggler_factor,
+    )
 
     # ---- job ---------------------------------------------------------------------------
     job_name: str = _field(
