@@ -5,7 +5,8 @@ what is left kept to what they can finish in time.
   left to create (it would wait), it gets a copy of a training task that a slow worker
   (``master.stragglers``) runs, the oldest such task first, one copy per task. The task is
   then held twice; **the first report of it wins**: it is counted (once) and the other
-  holder's later report is dropped like any stale report. A failure reported by one holder
+  holder's later report is dropped (``backup_reports_dropped``; not a stale report, as no
+  task was taken back). A failure reported by one holder
   is not counted against the task while the other still runs it. A holder that dies, hangs
   past the timeout or was never told of the task (a restarted master) loses its copy; when
   it was the first holder, the copy's worker becomes the task's only holder instead of the
@@ -47,6 +48,7 @@ class TaskBackups:
         self._abandoned: dict[int, int] = {}  # worker -> the backed-up task it lost
         self._backups_issued = 0
         self._backups_won = 0
+        self._backup_reports_dropped = 0  # reports of a task whose other holder was first
         self._tasks_withheld = 0
 
     # ---- pace --------------------------------------------------------------------------
@@ -175,10 +177,12 @@ class TaskBackups:
         return doing, True
 
     def _dropped_report(self, task_id: int, worker_id: int) -> bool:
-        """A report of the task ``worker_id`` lost to another holder: logged as such."""
+        """A report of the task ``worker_id`` lost to another holder: dropped and counted as
+        such (not as a stale report: no task was taken back from it)."""
         if self._abandoned.get(worker_id) != task_id:
             return False
         del self._abandoned[worker_id]
+        self._backup_reports_dropped += 1
         logger.info(
             "Report of task %d from worker %d dropped: its other holder reported it first",
             task_id,
@@ -237,5 +241,6 @@ class TaskBackups:
                 "ever_slow": sorted(self._stragglers.ever_slow),
                 "backups_issued": self._backups_issued,
                 "backups_won": self._backups_won,
+                "backup_reports_dropped": self._backup_reports_dropped,
                 "tasks_withheld": self._tasks_withheld,
             }

@@ -14,8 +14,8 @@ Guarantees kept here, on top of the original design:
   records_expected`` when the job ends. (Records a dying worker had already pushed gradients
   for may be trained twice; that is harmless for SGD and the price of not losing data.)
   A task of a slow worker may be *backed up*, held by two workers at once: the first
-  report of it is the one accepted and counted, the other holder's is dropped as stale, so
-  the count stays exactly once (the gradients the loser pushed before that count as a dying
+  report of it is the one accepted and counted, the other holder's is dropped, so the
+  count stays exactly once (the gradients the loser pushed before that count as a dying
   worker's do). See ``master.task_backups``.
 * **Bounded retries.** A task that *fails* (the worker reports an error) is retried up to
   ``max_task_retries`` times; then it is dropped and the job fails with a message naming the
@@ -435,15 +435,16 @@ class TaskManager(TaskTimeouts, TaskBackups, TaskRecovery):
         if doing is None:
             doing = self._take_back_requeued(task_id, worker_id, success)
             if doing is None:
+                if self._dropped_report(task_id, worker_id):
+                    return False, None
                 self._stale_reports += 1
-                if not self._dropped_report(task_id, worker_id):
-                    logger.warning(
-                        "Ignoring stale report for task %d from worker %d (%s); the task "
-                        "belongs to another worker or is finished",
-                        task_id,
-                        worker_id,
-                        "success" if success else "failure",
-                    )
+                logger.warning(
+                    "Ignoring stale report for task %d from worker %d (%s); the task "
+                    "belongs to another worker or is finished",
+                    task_id,
+                    worker_id,
+                    "success" if success else "failure",
+                )
                 return False, None
         task = doing.task
         self._note_reported(worker_id, task, success)
@@ -583,6 +584,7 @@ class TaskManager(TaskTimeouts, TaskBackups, TaskRecovery):
                 exec_counters=dict(self._exec_counters),
                 backups_issued=self._backups_issued,
                 backups_won=self._backups_won,
+                backup_reports_dropped=self._backup_reports_dropped,
                 finished=self._finished_locked(),
                 failed_message=self._failed_message,
             )

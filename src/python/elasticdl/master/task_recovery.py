@@ -103,6 +103,8 @@ class TaskRecovery(JournaledOwner):
             "backups": sorted([i, b.worker_id] for i, b in self._backups.items()),
             "backups_issued": self._backups_issued,
             "backups_won": self._backups_won,
+            "backup_reports_dropped": self._backup_reports_dropped,
+            "abandoned": sorted(self._abandoned.items()),
         }
 
     def restore(self, state: dict) -> None:
@@ -149,6 +151,8 @@ class TaskRecovery(JournaledOwner):
             }
             self._backups_issued = state.get("backups_issued", 0)
             self._backups_won = state.get("backups_won", 0)
+            self._backup_reports_dropped = state.get("backup_reports_dropped", 0)
+            self._abandoned = {w: t for w, t in state.get("abandoned", [])}
 
     def replay(self, snapshot: dict | None, records: Iterable[dict]) -> int:
         """Rebuild the state from a journal: ``restore(snapshot)``, then apply its ops in order.

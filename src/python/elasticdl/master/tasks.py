@@ -182,6 +182,7 @@ class TaskSummary:
     failed_message: str
     backups_issued: int = 0  # copies of slow workers' tasks handed to idle workers
     backups_won: int = 0  # ... whose copy was reported first
+    backup_reports_dropped: int = 0  # reports of a backed-up task after its other holder's
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
