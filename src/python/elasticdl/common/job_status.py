@@ -76,6 +76,10 @@ class JobStatus:
     # [{"worker", "seconds_per_record", "times_median"}], "ever_slow": [ids], "backups_issued",
     # "backups_won", "tasks_withheld"}; empty when straggler handling is off
     stragglers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # --num_workers=auto (master.autoscaler): {"min_workers", "max_workers", "target",
+    # "decisions": [{"time", "action", "workers", "records_per_s", ..., "reason"}]}; empty
+    # for a fixed number of workers
+    autoscaling: dict[str, Any] = dataclasses.field(default_factory=dict)
     master: dict[str, Any] = dataclasses.field(default_factory=dict)  # {"pid", "port"}
     created_at: float | None = None  # seconds since the epoch
     updated_at: float | None = None
@@ -97,6 +101,7 @@ class JobStatus:
             "records_trained_per_epoch",
             "master",
             "stragglers",
+            "autoscaling",
         ):
             if not isinstance(values.get(key, {}), dict):
                 values[key] = {}

@@ -21,6 +21,7 @@ from elasticdl.common.job_spec import DEFAULT_MASTER_PORT, JobSpec
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
 from elasticdl.common.types import JobPhase, JobType, PlatformName
 from elasticdl.master import status_writer
+from elasticdl.master.autoscaler import Autoscaler, AutoscalerConfig, PSLoads
 from elasticdl.master.evaluation_service import FINAL_VERSION, EvaluationService
 from elasticdl.master.journal import JournalError
 from elasticdl.master.replica_manager import ReplicaManager, ReplicaManagerConfig
@@ -150,12 +151,14 @@ class Job:
             self._resume_tasks()
         self.rendezvous = self._start_rendezvous() if self.allreduce else None
         self.loss_history = status_writer.LossHistory()
+        self.ps_loads = PSLoads()
         self.servicer = MasterServicer(
             self.tm,
             self.es,
             job_status=lambda: status_writer.to_pb(self.snapshot()),
             rendezvous=self.rendezvous,
             loss_history=self.loss_history,
+            ps_loads=self.ps_loads,
         )
         self._server, self.port = self._start_server()
         if self.journal is not None and self.previous is None:
@@ -188,6 +191,7 @@ class Job:
                 relaunch_timeout_worker=a.relaunch_timeout_worker,
                 worker_priority=a.worker_pod_priority,
                 ps_priority=a.ps_pod_priority,
+                max_workers=a.max_workers if a.auto_workers else 0,
             ),
             worker_spec=replicas.worker,
             ps_spec=replicas.ps,
@@ -195,6 +199,7 @@ class Job:
         )
         if self.journal is not None:
             self._resume_replicas()
+        self.autoscaler = self._autoscaler() if a.auto_workers else None
         self.tensorboard = self._tensorboard_writer()
         self.status_writer = status_writer.StatusWriter(
             self.job_dir / STATUS_FILE if self.job_dir is not None else None,
@@ -214,6 +219,25 @@ class Job:
             a.num_workers,
             master_addr,
         )
+
+    def _autoscaler(self) -> Autoscaler:
+        """--num_workers=auto; a restarted master carries on from the journaled decisions."""
+        a = self.job_spec
+
+        def planned(workers: int) -> None:  # local workers size their threads by it
+            self.replica_specs.worker_count = workers
+
+        scaler = Autoscaler(
+            AutoscalerConfig(a.min_workers, a.max_workers, a.autoscale_min_gain),
+            self.rm,
+            self.tm,
+            self.ps_loads,
+            on_target=planned,
+        )
+        if self.rm.scaling:
+            scaler.resume(self.rm.scaling)
+            planned(scaler.target)
+        return scaler
 
     def _tensorboard_writer(self):
         """--tensorboard_log_dir: loss and evaluation metrics as TensorBoard event files."""
@@ -407,6 +431,8 @@ class Job:
                     self.es.start_evaluation(FINAL_VERSION)
                 self.rm.start()
             self.phase = JobPhase.RUNNING
+            if self.autoscaler is not None:
+                self.autoscaler.start()
             # Checked often enough that a task is taken back soon after its timeout.
             self.tm.start_timeout_monitor(
                 self.rm.on_worker_timeout,
@@ -417,6 +443,8 @@ class Job:
             logger.exception("Master error")
             self.phase, self.message = JobPhase.FAILED, f"master error: {type(e).__name__}: {e}"
         finally:
+            if self.autoscaler is not None:
+                self.autoscaler.stop()
             self.tm.stop()
             self.rm.stop(delete_all=True)
             if self._server is not None:
@@ -526,6 +554,7 @@ class Job:
                 else None
             ),
             stragglers=self.tm.straggler_status() if self.job_spec.straggler_factor else {},
+            autoscaling=self.autoscaler.status() if self.autoscaler is not None else {},
             master={
                 "pid": os.getpid(),
                 "port": self.port,

@@ -191,6 +191,18 @@ class PSFailures(JournalOp):
 
 
 @dataclasses.dataclass(frozen=True)
+class ScalingDecided(JournalOp):
+    """A decision of ``--num_workers=auto`` (master.autoscaler) with the numbers behind it."""
+
+    KIND = "scale"
+    decision: dict[str, Any] = _key("d")
+
+    @classmethod
+    def of(cls, decision: dict[str, Any]) -> "ScalingDecided":
+        return cls(dict(decision))
+
+
+@dataclasses.dataclass(frozen=True)
 class JobFailed(JournalOp):
     KIND = "fail"
     message: str = _key("m")
@@ -213,7 +225,13 @@ TASK_OPS = _table(
 )
 EVALUATION_OPS = _table(RoundStarted, RoundDone, VersionsSeen)
 REPLICA_OPS = _table(
-    MasterStarted, ReplicaLaunching, ReplicaLaunched, ReplicaEnded, PSFailures, JobFailed
+    MasterStarted,
+    ReplicaLaunching,
+    ReplicaLaunched,
+    ReplicaEnded,
+    PSFailures,
+    JobFailed,
+    ScalingDecided,
 )
 
 

@@ -30,6 +30,7 @@ EXAMPLES = [
     ops.ReplicaEnded("worker", 1, "Failed", 137, "OOMKilled", 3),
     ops.PSFailures(0, 2),
     ops.JobFailed("no worker left"),
+    ops.ScalingDecided({"action": "add", "workers": 2, "worker": 1, "reason": "r", "gain": None}),
 ]
 TABLES = [ops.TASK_OPS, ops.EVALUATION_OPS, ops.REPLICA_OPS]
 

@@ -129,6 +129,7 @@ class TaskManager(TaskTimeouts, TaskBackups, TaskRecovery):
         self.inherited_grace_s = 10.0
         self._contact: dict[int, float] | None = None  # worker -> first call after a restart
         self._init_backups(config.straggler_factor)
+        self._retired: set[int] = set()  # released workers (retire)
 
         self._done_listeners: list[DoneListener] = []
         self._training_done_listeners: list[Callable[[], None]] = []
@@ -306,7 +307,7 @@ class TaskManager(TaskTimeouts, TaskBackups, TaskRecovery):
         return task
 
     def _get_locked(self, worker_id: int) -> Task:
-        if self._failed_message:
+        if self._failed_message or worker_id in self._retired:
             return NO_MORE_TASKS
         task = None
         if self._eval_todo:
@@ -588,6 +589,13 @@ class TaskManager(TaskTimeouts, TaskBackups, TaskRecovery):
                 finished=self._finished_locked(),
                 failed_message=self._failed_message,
             )
+
+    def retire(self, worker_id: int) -> None:
+        """``worker_id`` gets "no more tasks" from now on (released by --num_workers=auto; not
+        journaled: a restarted master retires it again from the autoscaler's decisions)."""
+        with self._lock:
+            self._retired.add(worker_id)
+            self._stragglers.forget(worker_id)
 
     def doing_workers(self) -> set[int]:
         with self._lock:
