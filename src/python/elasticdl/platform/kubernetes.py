@@ -28,7 +28,7 @@ Addresses (``address(type, id)``), chosen by ``network``:
     (e.g. ``--envs=ELASTICDL_K8S_NETWORK=host``).
 
 A restartable master (issue #19): the client submits the master pod as the template of a
-batch/v1 Job (``elasticdl.client.k8s_backend``: why a Job and not a ReplicaSet) whenever the
+batch/v1 Job (``elasticdl.k8s.master_manifest``: why a Job and not a ReplicaSet) whenever the
 job has a ``--job_dir`` on a ``--volume``, where the master keeps its journal (a volume, not
 API objects: etcd caps an object at ~1.5 MiB and the task journal of a long job grows past
 that between snapshots). Such a master finds the Job as its own pod's controller and

@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-from elasticdl.client.errors import ClientError
-from elasticdl.client.server_client import JobServerClient
+from elasticdl.jobs.errors import ClientError
+from elasticdl.jobs.server_client import JobServerClient
 from elasticdl.server.main import main as server_main
 from elasticdl.server.testing import ServerProcess
 

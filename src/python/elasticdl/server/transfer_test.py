@@ -7,8 +7,8 @@ import socket
 import time
 
 import pytest
-from elasticdl.client.errors import ClientError
-from elasticdl.client.server_client import JobServerClient
+from elasticdl.jobs.errors import ClientError
+from elasticdl.jobs.server_client import JobServerClient
 from elasticdl.server.testing import ServerProcess, request
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import elasticdl
 import mnist.mnist_functional_api  # noqa: F401  (locates the model zoo; a build dependency)
 import pytest
-from elasticdl.client.errors import JobConflictError, JobNotFoundError
-from elasticdl.client.local_backend import pid_alive
-from elasticdl.client.server_client import JobServerClient
+from elasticdl.jobs.errors import JobConflictError, JobNotFoundError
+from elasticdl.jobs.local_backend import pid_alive
+from elasticdl.jobs.server_client import JobServerClient
 from elasticdl.server.testing import ServerProcess
 
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"
