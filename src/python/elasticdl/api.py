@@ -84,14 +84,10 @@ logger = logging.getLogger(__name__)
 Job = str | JobHandle
 
 
-def _submit(
-    command: str | None,
-    spec: JobSpec | None,
-    values: dict[str, Any],
-    package_path: str = "",
-    yaml_path: str = "",
-    progress: Progress | None = None,
-) -> JobHandle:
+def _submit(command: str | None, spec: JobSpec | None, values: dict[str, Any]) -> JobHandle:
+    package_path = values.pop("package_path", "")
+    yaml_path = values.pop("yaml_path", "")
+    progress: Progress | None = values.pop("progress", None)
     if spec is not None:
         if values:
             raise ArgumentError(
@@ -120,53 +116,29 @@ def _submit(
     return handle
 
 
-def train(
-    spec: JobSpec | None = None,
-    /,
-    *,
-    package_path: str = "",
-    yaml_path: str = "",
-    progress: Progress | None = None,
-    **values: Any,
-) -> JobHandle:
+def train(spec: JobSpec | None = None, /, **values: Any) -> JobHandle:
     """Submit a training job (``elasticdl train --detach``). With a job server configured
-    (``server:`` in the config file) the model zoo (``package_path``, default ``model_zoo``)
-    is uploaded (``progress(done_bytes, total_bytes, name)`` as it goes) and the job runs
-    there; its data paths are paths in your data directory. ``yaml_path`` (Kubernetes): only
-    write the master's manifest there."""
-    return _submit("train", spec, values, package_path, yaml_path, progress)
+    (``server:`` in the config file) the model zoo (``package_path=``, default ``model_zoo``)
+    is uploaded (``progress=``: called with done bytes, all bytes and a file name as it goes)
+    and the job runs there; its data paths are paths in your data directory. ``yaml_path=``
+    (Kubernetes): only write the master's manifest there."""
+    return _submit("train", spec, values)
 
 
-def evaluate(
-    spec: JobSpec | None = None,
-    /,
-    *,
-    package_path: str = "",
-    yaml_path: str = "",
-    progress: Progress | None = None,
-    **values: Any,
-) -> JobHandle:
+def evaluate(spec: JobSpec | None = None, /, **values: Any) -> JobHandle:
     """Submit an evaluation job (``elasticdl evaluate --detach``); see :func:`train`."""
-    return _submit("evaluate", spec, values, package_path, yaml_path, progress)
+    return _submit("evaluate", spec, values)
 
 
-def predict(
-    spec: JobSpec | None = None,
-    /,
-    *,
-    package_path: str = "",
-    yaml_path: str = "",
-    progress: Progress | None = None,
-    **values: Any,
-) -> JobHandle:
+def predict(spec: JobSpec | None = None, /, **values: Any) -> JobHandle:
     """Submit a prediction job (``elasticdl predict --detach``); see :func:`train`."""
-    return _submit("predict", spec, values, package_path, yaml_path, progress)
+    return _submit("predict", spec, values)
 
 
 def submit(spec: JobSpec, package_path: str = "") -> JobHandle:
     """Submit a job whose spec says what it does (``job_type``; else derived from its data),
     where :func:`train` would."""
-    return _submit(None, spec, {}, package_path)
+    return _submit(None, spec, {"package_path": package_path})
 
 
 def _backend_of(

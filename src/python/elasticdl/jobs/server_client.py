@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Mapping
 
 from elasticdl.common.job_status import JobStatus
+from elasticdl.common.text_chunks import decoded_chunks
 from elasticdl.jobs.backend import Progress, wait_until_final
 from elasticdl.jobs.errors import ClientError, JobConflictError, JobNotFoundError
 from elasticdl.jobs.job_request import JobRequest
@@ -244,17 +245,8 @@ class JobServerClient:
 
     @staticmethod
     def _text_chunks(conn, response) -> Iterator[str]:
-        import codecs
-
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
         try:
-            while chunk := response.read1(65536):
-                text = decoder.decode(chunk)
-                if text:
-                    yield text
-            rest = decoder.decode(b"", final=True)
-            if rest:
-                yield rest
+            yield from decoded_chunks(iter(lambda: response.read1(65536), b""))
         finally:
             conn.close()
 

@@ -20,7 +20,7 @@ import elasticdl
 import mnist.mnist_functional_api  # noqa: F401  (locates the model zoo; a build dependency)
 import pytest
 from elasticdl.jobs.errors import JobConflictError, JobNotFoundError
-from elasticdl.jobs.local_backend import pid_alive
+from elasticdl.jobs.local_processes import pid_alive
 from elasticdl.jobs.server_client import JobServerClient
 from elasticdl.server.testing import ServerProcess
 
