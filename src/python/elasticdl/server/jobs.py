@@ -1,6 +1,5 @@
-"""Jobs through the server: the typed job spec in (:class:`~elasticdl.jobs.job_request.
-JobRequest`), jobs out, where the server's placement (:mod:`elasticdl.server.placement`) runs
-them.
+"""Jobs through the server: a submit body in (``elasticdl.jobs.job_request.JobRequest``),
+jobs out, run where the server's placement (:mod:`elasticdl.server.placement`) puts them.
 
 Local jobs live in ``<state_dir>/jobs/<user>/<job>/``, the job directories of
 :class:`elasticdl.jobs.local_backend.LocalBackend`: that directory is the job's owner record
