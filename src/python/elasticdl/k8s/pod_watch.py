@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from elasticdl.k8s.client import K8sClient, api_error, api_exception_class
+from elasticdl.k8s.api_errors import api_error, api_exception_class
+
+if TYPE_CHECKING:
+    from elasticdl.k8s.client import K8sClient
 
 logger = logging.getLogger(__name__)
 
 
 def watch_pods(
-    k8s: K8sClient, label_selector: str, stop: threading.Event, timeout_seconds: int = 30
+    k8s: "K8sClient", label_selector: str, stop: threading.Event, timeout_seconds: int = 30
 ) -> Iterator[tuple[str, Any]]:
     """Yield ``(event_type, pod)`` for pods matching ``label_selector`` until ``stop`` is set.
 
