@@ -31,7 +31,7 @@ from pathlib import Path
 
 from elasticdl.jobs.local_backend import LocalBackend
 from elasticdl.jobs.server_client import JobServerClient
-from elasticdl.server.testing import ServerProcess
+from elasticdl_testing.server_process import ServerProcess
 
 FAKE_MASTER = (
     Path(__file__).resolve().parents[2] / "src/python/elasticdl/jobs/testdata/fake_master.py"

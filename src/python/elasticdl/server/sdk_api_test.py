@@ -9,7 +9,7 @@ import pytest
 from elasticdl import api
 from elasticdl.client.main import main
 from elasticdl.jobs.server_client import JobServerClient
-from elasticdl.server.testing import ServerProcess
+from elasticdl_testing.server_process import ServerProcess
 
 FAKE_MASTER = Path(elasticdl.__file__).parent / "jobs" / "testdata" / "fake_master.py"
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from elasticdl.jobs.errors import ClientError
 from elasticdl.jobs.server_client import JobServerClient
-from elasticdl.server.testing import ServerProcess, request
+from elasticdl_testing.server_process import ServerProcess, request
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from elasticdl.jobs.server_client import JobServerClient
 from elasticdl.k8s.client import K8sClient
 from elasticdl.k8s.image_build_pod import build_pod_name
 from elasticdl.k8s.names import master_pod_name
-from elasticdl.server.testing import ServerProcess
+from elasticdl_testing.server_process import ServerProcess
 from elasticdl_tests.k8s import server_main
 from elasticdl_tests.k8s.cluster import write_kubeconfig
 from elasticdl_tests.k8s.server_test import _apply, _token
@@ -187,7 +187,7 @@ def test_dashboard_curves_of_a_kubernetes_job(builds, k8s_cluster, namespace):
     from elasticdl.common.job_status import PUBLISHED_LOSS_SAMPLES, JobStatus
     from elasticdl.master.job_status import LossHistory, StatusWriter
     from elasticdl.platform.kubernetes import KubernetesPlatform
-    from elasticdl.server.testing import request
+    from elasticdl_testing.server_process import request
 
     alice = JobServerClient(builds.url, builds.tokens["alice"])
     spec = dict(_spec("curves"), model_zoo="/model_zoo")

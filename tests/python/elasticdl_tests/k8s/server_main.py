@@ -15,7 +15,7 @@ from elasticdl_tests.k8s.pod_log_files import PodLogFiles
 
 
 def entry(pod_log_root: str | os.PathLike) -> list[str]:
-    """What :class:`elasticdl.server.testing.ServerProcess` runs (``entry=``) for a server
+    """What :class:`elasticdl_testing.server_process.ServerProcess` runs (``entry=``) for a server
     whose pods' logs are files under ``pod_log_root``."""
     return [__name__, str(pod_log_root)]
 

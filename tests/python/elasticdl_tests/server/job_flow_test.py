@@ -22,7 +22,7 @@ import pytest
 from elasticdl.jobs.errors import JobConflictError, JobNotFoundError
 from elasticdl.jobs.local_processes import pid_alive
 from elasticdl.jobs.server_client import JobServerClient
-from elasticdl.server.testing import ServerProcess
+from elasticdl_testing.server_process import ServerProcess
 
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"
 MODEL_ZOO = str(Path(mnist.mnist_functional_api.__file__).resolve().parent.parent)
