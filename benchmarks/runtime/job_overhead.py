@@ -149,7 +149,7 @@ def run_job(
     env["ELASTICDL_SHARED_MEMORY"] = "1" if shared_memory else "0"
     # The master (and the PS and workers it starts) run from this checkout's sources with this
     # interpreter, never a dist/ master.pex that may predate them: a client run from sources
-    # prefers this interpreter when it has TensorFlow (elasticdl.client.master_runtime).
+    # prefers this interpreter when it has TensorFlow (elasticdl.jobs.master_runtime).
     env.pop("ELASTICDL_MASTER_PEX", None)
     os.makedirs(home, exist_ok=True)
     submitted = time.time()
