@@ -103,10 +103,12 @@ def _follow(handle) -> int:
     _err(
         "following the master log (Ctrl-C cancels the job; submit with --detach to return at once)"
     )
+    shown = ""  # the log's tail, so the final line does not repeat the master's error line
     try:
         for chunk in api.logs(handle, "master", follow=True):
             sys.stdout.write(chunk)
             sys.stdout.flush()
+            shown = (shown + chunk)[-_SHOWN_TAIL:]
         status = api.wait(handle, poll_interval=0.2)
     except KeyboardInterrupt:
         _err(f"interrupted: cancelling job {name} ...")
@@ -116,11 +118,17 @@ def _follow(handle) -> int:
         except KeyboardInterrupt:
             _err(f"cancel interrupted; run '{PROG} cancel {name}' to finish it")
         return EXIT_INTERRUPTED
-    return _report_final(status)
+    return _report_final(status, shown)
 
 
-def _report_final(status) -> int:
-    message = f": {status.message}" if status.message else ""
+_SHOWN_TAIL = 4096
+
+
+def _report_final(status, shown: str = "") -> int:
+    if status.message and status.message.strip() in shown:
+        message = " (the error above)"
+    else:
+        message = f": {status.message}" if status.message else ""
     _err(f"job {status.job_name} {status.phase}{message}")
     return EXIT_OK if status.phase == JobPhase.SUCCEEDED else EXIT_FAILED
 

@@ -80,6 +80,14 @@ def test_failed_job_exits_1(env, capsys, monkeypatch):
     assert "job job-a Failed: worker-0 failed" in capsys.readouterr().err
 
 
+def test_the_masters_error_line_is_shown_once(env, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_MASTER_MODE", "fail_with_error_line")
+    assert main(job_argv()) == 1
+    out, err = capsys.readouterr()
+    assert (out + err).count("worker-0 failed") == 1, out + err
+    assert "job job-a Failed (the error above)" in err
+
+
 def test_detach_then_status_list_logs_wait(env, capsys):
     assert main(job_argv("job-b", "--detach")) == 0
     out, err = capsys.readouterr()
