@@ -1,4 +1,4 @@
-"""What the real one-node Kubernetes cluster costs a job, measured in one run (issue #15):
+"""What the real one-node Kubernetes cluster costs a job, measured in one run:
 
     python benchmarks/k8s/node_overhead.py [--repeats 3] [--pods 5] [--records 2048]
 
