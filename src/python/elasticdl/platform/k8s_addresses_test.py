@@ -1,5 +1,4 @@
 import pytest
-
 from elasticdl.k8s.names import NETWORK_HOST, NETWORK_POD
 from elasticdl.platform.base import PlatformError, ReplicaType
 from elasticdl.platform.k8s_addresses import ReplicaAddresses
