@@ -7,7 +7,7 @@ that never comes back. The local platform names what they must not outlive:
 
 * ``$ELASTICDL_EXIT_WITH_OWNER`` = ``pid:start_time`` of the job's *owner*, the small
   supervisor the client starts the master under (it restarts a master that dies, see
-  ``client/local_backend.py``). Replicas outlive a master crash, so the restarted master can
+  ``jobs/local_processes.py``). Replicas outlive a master crash, so the restarted master can
   adopt them, but stop once the owner is gone (the job was cancelled or ended).
 * ``$ELASTICDL_EXIT_WITH_PARENT`` = the master's pid, for a master run without an owner
   (``python -m elasticdl.master.main`` by hand, tests): replicas stop once their parent is no

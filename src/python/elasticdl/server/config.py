@@ -8,8 +8,8 @@ Layout of ``state_dir`` (everything the server writes, nothing else)::
     package-users/<sha256>/<user>  who uploaded each package (only they may use it)
     data/<user>/...      what users uploaded (and what their jobs write: checkpoints, outputs)
     data-sums/<user>/... sha256 of uploaded files, with the size and mtime they describe
-    jobs/<user>/<job>/   local job directories (see ``elasticdl.client.local_backend``)
-    builds/<user>/<job>.json  Kubernetes jobs waiting for their image (``image_builds``)
+    jobs/<user>/<job>/   local job directories (see ``elasticdl.jobs.local_job_dir``)
+    builds/<user>/<job>.json  Kubernetes jobs waiting for their image (``image_build_records``)
     images/<tag>         images this server built and pushed (reused by later jobs)
     build-logs/<user>/<job>.log  the last MiBs of a job's image build log (``build_logs``)
     builder/             the build pods' program (mounted into them)
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from elasticdl.server.image_builds import BuildSettings
+    from elasticdl.server.image_build_records import BuildSettings
 
 MIB = 1 << 20
 
@@ -66,7 +66,7 @@ class ServerConfig:
 
     @property
     def builds(self) -> "BuildSettings | None":
-        from elasticdl.server.image_builds import BuildSettings
+        from elasticdl.server.image_build_records import BuildSettings
 
         if not (self.build_base_image and self.build_repository and self.state_volume):
             return None

@@ -16,11 +16,14 @@ import os
 import socket
 import sys
 import time
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from elasticdl.client.cli_parser import StrictArgumentParser
+from elasticdl.common.cli_parser import StrictArgumentParser
 from elasticdl.server.config import MIB, ServerConfig
 from elasticdl.server.errors import ServerError
+
+if TYPE_CHECKING:
+    from elasticdl.k8s.pod_logs import PodLogs
 
 PROG = "elasticdl server"
 
@@ -273,14 +276,21 @@ def _lock_state_dir(config: ServerConfig, timeout: float = 0) -> int:
         time.sleep(0.2)
 
 
-def serve(config: ServerConfig, log_level: str = "info", lock_timeout: float = 0) -> None:
+def serve(
+    config: ServerConfig,
+    log_level: str = "info",
+    lock_timeout: float = 0,
+    pod_logs: "PodLogs | None" = None,
+) -> None:
+    """Run the server until it is stopped. ``pod_logs``: where the logs of the jobs' pods
+    are read (default: the Kubernetes API)."""
     import uvicorn
-    from elasticdl.server.app import create_app
+    from elasticdl.server.app import build_services, create_app
     from elasticdl.server.connections import uvicorn_settings
 
     # Held until this process ends, however it ends; the port is bound only once it is held.
     lock = _lock_state_dir(config, lock_timeout)
-    app = create_app(config)
+    app = create_app(config, build_services(config, pod_logs))
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -303,7 +313,7 @@ def serve(config: ServerConfig, log_level: str = "info", lock_timeout: float = 0
     os.close(lock)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, pod_logs: "PodLogs | None" = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -325,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(
                 f"--state_lock_timeout must be 0..3600 seconds, got {args.state_lock_timeout:g}"
             )
-        serve(config_from_args(args), args.log_level, args.state_lock_timeout)
+        serve(config_from_args(args), args.log_level, args.state_lock_timeout, pod_logs)
         return 0
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0

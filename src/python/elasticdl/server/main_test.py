@@ -8,10 +8,10 @@ import sys
 import time
 
 import pytest
-from elasticdl.client.errors import ClientError
-from elasticdl.client.server_client import JobServerClient
+from elasticdl.jobs.errors import ClientError
+from elasticdl.jobs.server_client import JobServerClient
 from elasticdl.server.main import main as server_main
-from elasticdl.server.testing import ServerProcess
+from elasticdl_testing.server_process import ServerProcess
 
 
 @pytest.fixture(scope="module")

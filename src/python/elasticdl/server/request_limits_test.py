@@ -15,7 +15,7 @@ import socket
 import time
 
 import pytest
-from elasticdl.server.testing import ServerProcess, request
+from elasticdl_testing.server_process import ServerProcess, request
 
 GUARD = 30.0  # seconds a socket waits before the test fails as hung
 ROUTES = [("POST", "/v1/jobs"), ("PUT", "/v1/data/half.bin"), ("POST", "/v1/packages")]

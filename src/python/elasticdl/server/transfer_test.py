@@ -7,9 +7,9 @@ import socket
 import time
 
 import pytest
-from elasticdl.client.errors import ClientError
-from elasticdl.client.server_client import JobServerClient
-from elasticdl.server.testing import ServerProcess, request
+from elasticdl.jobs.errors import ClientError
+from elasticdl.jobs.server_client import JobServerClient
+from elasticdl_testing.server_process import ServerProcess, request
 
 
 @pytest.fixture(scope="module")

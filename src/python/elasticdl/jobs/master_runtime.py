@@ -24,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from elasticdl.client.errors import ClientError
+from elasticdl.jobs.errors import ClientError
 
 ENV_MASTER_PEX = "ELASTICDL_MASTER_PEX"
 PANTS_MASTER_PEX = Path("dist") / "src.python.elasticdl.master" / "master.pex"
@@ -69,10 +69,10 @@ def client_pex_root(environ: dict[str, str] | None = None) -> Path | None:
 
 
 def source_checkout_root() -> Path | None:
-    """The checkout this module runs from (``<root>/src/python/elasticdl/client/``), if any."""
+    """The checkout this module runs from (``<root>/src/python/elasticdl/jobs/``), if any."""
     here = Path(__file__).resolve()
     names = [p.name for p in here.parents[:4]]
-    if names == ["client", "elasticdl", "python", "src"]:
+    if names == ["jobs", "elasticdl", "python", "src"]:
         return here.parents[4]
     return None
 

@@ -1,4 +1,4 @@
-"""Errors the client reports to users as one line (``elasticdl: error: ...``, exit 2)."""
+"""Errors the job layer reports to users as one line (``elasticdl: error: ...``, exit 2)."""
 
 from elasticdl.common.spec_codec import SpecError
 
@@ -18,8 +18,19 @@ class JobConflictError(ClientError):
     """A job with this name is still running."""
 
 
+class NoJobServerError(ClientError):
+    """A command that only a job server can answer, and the config file names none."""
+
+
 class WaitTimeout(TimeoutError):
     """``wait`` gave up before the job reached a final phase (exit status 1, not 2)."""
 
 
-__all__ = ["ArgumentError", "ClientError", "JobNotFoundError", "JobConflictError", "WaitTimeout"]
+__all__ = [
+    "ArgumentError",
+    "ClientError",
+    "JobNotFoundError",
+    "JobConflictError",
+    "NoJobServerError",
+    "WaitTimeout",
+]

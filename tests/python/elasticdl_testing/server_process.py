@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 import elasticdl
 from elasticdl.server import main as _server_main  # noqa: F401  (the program it starts)
@@ -18,12 +19,23 @@ from elasticdl.server import main as _server_main  # noqa: F401  (the program it
 SRC = str(Path(elasticdl.__file__).resolve().parent.parent)
 
 
-class ServerProcess:
-    """``python -m elasticdl.server.main --port=0`` with a given state directory."""
+SERVER_ENTRY = ("elasticdl.server.main",)
 
-    def __init__(self, state_dir: Path, env: dict[str, str] | None = None, *flags: str) -> None:
+
+class ServerProcess:
+    """``python -m elasticdl.server.main --port=0`` with a given state directory. ``entry``:
+    another module that runs the server (and its first arguments)."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        env: dict[str, str] | None = None,
+        *flags: str,
+        entry: Sequence[str] = SERVER_ENTRY,
+    ) -> None:
         self.state_dir = Path(state_dir)
         self.flags = list(flags)
+        self.entry = list(entry)
         self.env = dict(os.environ if env is None else env)
         path = self.env.get("PYTHONPATH", "")
         self.env["PYTHONPATH"] = os.pathsep.join([SRC] + ([path] if path else []))
@@ -55,7 +67,7 @@ class ServerProcess:
             [
                 sys.executable,
                 "-m",
-                "elasticdl.server.main",
+                *self.entry,
                 f"--state_dir={self.state_dir}",
                 "--port=0",
                 "--log_level=warning",

@@ -5,6 +5,7 @@ out a job the way the real master reports it: status.json (atomically replaced) 
 Behaviour is chosen with $FAKE_MASTER_MODE:
   succeed (default)  Running -> Succeeded, exit 0
   fail               Running -> Failed (message "worker-0 failed"), exit 1
+  fail_with_error_line  the same, printing the master's error line with that message first
   crash              Running, then exit 3 without a final phase (master died)
   hang               Running until SIGTERM; on SIGTERM it writes "terminating" to its log
                      and exits 143 without a final phase (like a master being cancelled),
@@ -98,7 +99,9 @@ for step in range(1, steps + 1):
 if mode == "crash":
     print("fatal: something broke", flush=True)
     sys.exit(3)
-if mode == "fail":
+if mode in ("fail", "fail_with_error_line"):
+    if mode == "fail_with_error_line":  # the real master prints the reason it fails with
+        print("elasticdl master: error: worker-0 failed", flush=True)
     write_status("Failed", steps, "worker-0 failed")
     print("job failed", flush=True)
     sys.exit(1)

@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from elasticdl.client.errors import JobConflictError, JobNotFoundError, WaitTimeout
-from elasticdl.client.local_backend import LocalBackend, pid_alive
 from elasticdl.client.main import main
 from elasticdl.common.job_spec import JobSpec
+from elasticdl.jobs.errors import JobConflictError, JobNotFoundError, WaitTimeout
+from elasticdl.jobs.local_backend import LocalBackend
+from elasticdl.jobs.local_processes import pid_alive
 
 FAKE_MASTER = Path(__file__).parent / "testdata" / "fake_master.py"
 
@@ -35,6 +36,7 @@ def env(tmp_path, monkeypatch):
     (zoo / "model.py").write_text("def custom_model(): pass\n")
     data = tmp_path / "data"
     data.mkdir()
+    (data / "shard-0.rio").write_bytes(b"")  # a RecordIO shard without records
     monkeypatch.chdir(tmp_path)
     return home
 
@@ -76,6 +78,14 @@ def test_failed_job_exits_1(env, capsys, monkeypatch):
     monkeypatch.setenv("FAKE_MASTER_MODE", "fail")
     assert main(job_argv()) == 1
     assert "job job-a Failed: worker-0 failed" in capsys.readouterr().err
+
+
+def test_the_masters_error_line_is_shown_once(env, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_MASTER_MODE", "fail_with_error_line")
+    assert main(job_argv()) == 1
+    out, err = capsys.readouterr()
+    assert (out + err).count("worker-0 failed") == 1, out + err
+    assert "job job-a Failed (the error above)" in err
 
 
 def test_detach_then_status_list_logs_wait(env, capsys):
@@ -278,7 +288,7 @@ def test_a_job_that_does_not_start_leaves_no_directory(env, monkeypatch, capsys)
     def fail(*args, **kwargs):
         raise OSError("cannot fork")
 
-    monkeypatch.setattr("elasticdl.client.local_backend.subprocess.Popen", fail)
+    monkeypatch.setattr("elasticdl.jobs.local_backend.subprocess.Popen", fail)
     assert main(job_argv("job-u")) == 1
     assert "cannot fork" in capsys.readouterr().err
     assert not (env / "jobs" / "job-u").exists()
@@ -343,8 +353,7 @@ def test_conflict_error_type(env, monkeypatch):
     main(job_argv("job-y", "--detach"))
     backend = LocalBackend()
     try:
-        from elasticdl.client.job_commands import job_parser
-        from elasticdl.client.submit import spec_from_flags
+        from elasticdl.client.job_commands import job_parser, spec_from_flags
 
         spec, _ = spec_from_flags("train", job_parser("train").parse_args(job_argv("job-y")[1:]))
         with pytest.raises(JobConflictError):
@@ -382,7 +391,7 @@ def test_replica_names_never_reach_outside_the_logs_directory(env, capsys):
 
 
 def test_the_secret_file_name_is_the_masters():
-    from elasticdl.client.local_backend import SECRET_FILE
     from elasticdl.common import job_dir
+    from elasticdl.jobs.local_job_dir import SECRET_FILE
 
     assert SECRET_FILE == job_dir.SECRET_FILE

@@ -1,6 +1,6 @@
 """A typed client of the ElasticDL job server (``elasticdl server``), standard library only.
 
-    from elasticdl.client.server_client import JobServerClient
+    from elasticdl.jobs.server_client import JobServerClient
 
     client = JobServerClient("https://edl.example.com:8443", token, ca="ca.pem")
     client.upload("data/fashion_mnist", "fashion_mnist")          # a directory, file by file
@@ -9,7 +9,7 @@
         print(chunk, end="")
     client.wait(spec.job_name)
 
-Errors are :class:`~elasticdl.client.errors.ClientError` subclasses with the server's one-line
+Errors are :class:`~elasticdl.jobs.errors.ClientError` subclasses with the server's one-line
 reason (``JobNotFoundError`` for 404, ``JobConflictError`` for 409). Uploads and downloads are
 streamed, verified by sha256 (``X-Content-SHA256``), and a download resumes from the part
 already on disk (``<dest>.part``).
@@ -27,14 +27,14 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Mapping
 
-from elasticdl.client.backend import wait_until_final
-from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
 from elasticdl.common.job_status import JobStatus
+from elasticdl.common.text_chunks import decoded_chunks
+from elasticdl.jobs.backend import Progress, wait_until_final
+from elasticdl.jobs.errors import ClientError, JobConflictError, JobNotFoundError
+from elasticdl.jobs.job_request import JobRequest
 
 CHUNK = 1 << 20
 CHECKSUM_HEADER = "X-Content-SHA256"
-# progress(bytes done, bytes in all, the file's name)
-Progress = Callable[[int, int, str], None]
 
 
 class ServerRequestError(ClientError):
@@ -83,7 +83,7 @@ class JobServerClient:
 
     @classmethod
     def from_config(cls, config=None) -> "JobServerClient":
-        from elasticdl.client.config import load_config
+        from elasticdl.jobs.config import load_config
 
         config = config or load_config()
         if config.server is None:
@@ -179,7 +179,7 @@ class JobServerClient:
         self, package_dir: str | os.PathLike, progress: Progress | None = None
     ) -> str:
         """Upload a model-zoo directory (skipped when the server has the same bytes)."""
-        from elasticdl.client.packaging import package_tarball
+        from elasticdl.jobs.packaging import package_tarball
 
         with package_tarball(package_dir) as tarball:
             digest = hashlib.sha256()
@@ -218,14 +218,10 @@ class JobServerClient:
     ) -> JobStatus:
         """Submit ``spec`` (a ``JobSpec`` or a dict of its fields); its data and output paths
         are paths in your data directory on the server. ``package_dir`` is uploaded first."""
-        fields = spec if isinstance(spec, dict) else spec.to_dict(only_changed=True)
-        fields = {k: v for k, v in fields.items() if k not in ("model_zoo", "platform", "job_dir")}
         if package_dir is not None:
             package_id = self.upload_package(package_dir, progress)
-        body = {"command": command, "spec": fields, "package": package_id}
-        if image:
-            body["image"] = image
-        return JobStatus.from_dict(self._json("POST", "/v1/jobs", body))
+        request = JobRequest.of(spec, command, package_id, image)
+        return JobStatus.from_dict(self._json("POST", "/v1/jobs", request.to_json()))
 
     def list_jobs(self) -> list[JobStatus]:
         return [JobStatus.from_dict(j) for j in self._json("GET", "/v1/jobs")["jobs"]]
@@ -249,17 +245,8 @@ class JobServerClient:
 
     @staticmethod
     def _text_chunks(conn, response) -> Iterator[str]:
-        import codecs
-
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
         try:
-            while chunk := response.read1(65536):
-                text = decoder.decode(chunk)
-                if text:
-                    yield text
-            rest = decoder.decode(b"", final=True)
-            if rest:
-                yield rest
+            yield from decoded_chunks(iter(lambda: response.read1(65536), b""))
         finally:
             conn.close()
 

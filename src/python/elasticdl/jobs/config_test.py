@@ -1,7 +1,7 @@
 """The client config file (~/.elasticdl/config.yaml)."""
 
 import pytest
-from elasticdl.client.config import (
+from elasticdl.jobs.config import (
     ConfigError,
     apply_registry,
     has_registry,

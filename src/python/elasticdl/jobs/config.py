@@ -23,9 +23,9 @@ import dataclasses
 import os
 from typing import Any
 
-from elasticdl.client.errors import ClientError
 from elasticdl.common.job_spec import elasticdl_home
 from elasticdl.common.types import PlatformName
+from elasticdl.jobs.errors import ClientError
 
 ENV_CONFIG = "ELASTICDL_CONFIG"
 

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from elasticdl.client.k8s_backend import settle_replicas  # noqa: E402
 from elasticdl.common.job_status import ReplicaStatus  # noqa: E402
+from elasticdl.jobs.k8s_status import settle_replicas  # noqa: E402
 from elasticdl.k8s.client import to_model  # noqa: E402
 from elasticdl.k8s.names import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE  # noqa: E402
 

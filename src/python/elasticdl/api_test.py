@@ -1,5 +1,5 @@
-"""elasticdl.api (lives in src/python/elasticdl/api.py; tested here beside the client it wraps)
-with the FAKE master from testdata (see local_backend_test.py for why)."""
+"""elasticdl.api with the FAKE master of jobs/testdata (see jobs/local_backend_test.py for
+why)."""
 
 from pathlib import Path
 
@@ -7,7 +7,7 @@ import pytest
 from elasticdl import api
 from elasticdl.common.job_spec import JobSpec
 
-FAKE_MASTER = Path(__file__).parent / "testdata" / "fake_master.py"
+FAKE_MASTER = Path(__file__).parent / "jobs" / "testdata" / "fake_master.py"
 
 
 @pytest.fixture
@@ -19,6 +19,7 @@ def zoo(tmp_path, monkeypatch):
     (tmp_path / "zoo" / "m").mkdir(parents=True)
     (tmp_path / "zoo" / "m" / "model.py").write_text("")
     (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "shard-0.rio").write_bytes(b"")  # a RecordIO shard without records
     return tmp_path
 
 

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
-from elasticdl.client.errors import ClientError
+from elasticdl.jobs.errors import ClientError
 
 SKIP_DIRS = {
     "__pycache__",

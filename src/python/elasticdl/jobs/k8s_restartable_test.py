@@ -1,4 +1,4 @@
-"""The client's side of a restartable master on Kubernetes (issue #19), without a cluster: the
+"""The client's side of a restartable master on Kubernetes, without a cluster: the
 master's batch/v1 Job, the ``--job_dir`` check, and how a job's state is read from master pods
 of several lives. The cluster side is tests/python/elasticdl_tests/k8s/master_restart_test.py."""
 
@@ -10,14 +10,11 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from elasticdl.client.errors import ClientError  # noqa: E402
-from elasticdl.client.k8s_backend import (  # noqa: E402
-    MASTER_RESTARTS,
-    KubernetesBackend,
-    _job_phase,
-    current_masters,
-)
 from elasticdl.common.job_spec import JobSpec  # noqa: E402
+from elasticdl.jobs.errors import ClientError  # noqa: E402
+from elasticdl.jobs.k8s_backend import KubernetesBackend  # noqa: E402
+from elasticdl.jobs.k8s_status import current_masters, job_phase  # noqa: E402
+from elasticdl.k8s.master_manifest import MASTER_RESTARTS  # noqa: E402
 
 
 def _job(**kwargs) -> JobSpec:
@@ -91,6 +88,6 @@ def test_each_job_is_its_live_master_pod_else_its_newest():
 
 
 def test_a_master_that_exits_0_after_a_failed_job_reads_failed():
-    assert _job_phase("", "Succeeded", "Failed") == "Failed"
-    assert _job_phase("", "Succeeded", "Running") == "Succeeded"
-    assert _job_phase("Cancelled", "Succeeded", "Failed") == "Cancelled"
+    assert job_phase("", "Succeeded", "Failed") == "Failed"
+    assert job_phase("", "Succeeded", "Running") == "Succeeded"
+    assert job_phase("Cancelled", "Succeeded", "Failed") == "Cancelled"

@@ -3,8 +3,8 @@ import subprocess
 import sys
 
 import pytest
-from elasticdl.client.errors import ClientError
-from elasticdl.client.local_backend import _WRAPPER, master_restarts
+from elasticdl.jobs.errors import ClientError
+from elasticdl.jobs.local_processes import OWNER_SCRIPT, master_restarts
 
 # A "master" that counts its lives in a file and is SIGKILLed in the first `deaths` of them.
 MASTER = (
@@ -21,7 +21,7 @@ MASTER = (
 def _run(job_dir, restarts, deaths, code=0):
     lives = job_dir / "lives"
     proc = subprocess.run(
-        ["/bin/sh", "-c", _WRAPPER, str(job_dir / "exit_code"), str(restarts)]
+        ["/bin/sh", "-c", OWNER_SCRIPT, str(job_dir / "exit_code"), str(restarts)]
         + [sys.executable, "-c", MASTER, str(lives), str(deaths), str(code)],
         capture_output=True,
         text=True,
