@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -19,6 +20,8 @@ from elasticdl.ps.optimizer import Optimizer, parse_optimizer_config
 from elasticdl.ps.parameters import Parameters
 from elasticdl.ps.snapshot_writer import SnapshotWriter
 from elasticdl.ps.updater import ParameterServer
+
+HANG_GUARD_S = 60  # only so that a regression fails instead of hanging
 
 DIM = 16
 
@@ -223,8 +226,11 @@ def test_without_fork_the_snapshot_is_copied_under_the_lock(tmp_path, monkeypatc
     saver.close()
 
 
-def test_pushes_go_on_while_a_checkpoint_of_their_ps_is_written(tmp_path):
-    """Through the PS's own hook: the version due is written whole while pushes continue."""
+def test_pushes_go_on_while_a_checkpoint_of_their_ps_is_written(tmp_path, monkeypatch):
+    """Through the PS's own hook: while the writer of version 5 is stopped half-way through
+    its file, pushes are still served (a save under the model lock would hold them until the
+    write ended), and the file, once the writer goes on, holds version 5 whole."""
+    stop_after_first_chunk(monkeypatch)
     p = make_params(100_000, version=0)
     saver = Checkpointer(CheckpointConfig(str(tmp_path), 5, 0), ps_id=0, num_ps=1)
 
@@ -245,8 +251,17 @@ def test_pushes_go_on_while_a_checkpoint_of_their_ps_is_written(tmp_path):
     for _ in range(5):
         push()
     at_five = as_dict(p.to_model_pb())
-    for _ in range(3):  # while version 5 is written
-        push()
+    pid = saver._writer._pid
+    wait_stopped(pid)
+    assert temp_files(tmp_path), "the writer stopped before writing"
+    pushed = threading.Thread(target=lambda: [push() for _ in range(3)], daemon=True)
+    pushed.start()
+    pushed.join(HANG_GUARD_S)
+    try:
+        assert not pushed.is_alive(), "pushes waited for the checkpoint being written"
+        assert p.version == 8 and saver._writer._pid == pid  # served while it still writes
+    finally:
+        os.kill(pid, signal.SIGCONT)
     saver.flush()
     assert as_dict(checkpoint.restore(str(tmp_path / "version-5"), 0, 1)) == at_five
     saver.close()
