@@ -6,6 +6,7 @@ The quota needs root and a cgroup hierarchy with the cpu controller: elsewhere t
 with the reason, except where ELASTICDL_REQUIRE_CGROUP_CPU is set, where that is a failure.
 """
 import os
+import re
 
 import pytest
 from elasticdl_testing.cpu_throttle import ThrottleUnavailable, cpu_throttled
@@ -61,6 +62,7 @@ def test_a_throttled_worker_is_backed_up_and_every_record_counts_once(cli, small
     log = cli.master_log(JOB)
     assert "slower than its peers" in log
     shown = cli.run("status", JOB).stdout
-    assert "Stragglers:" in shown and "ever slow: worker-1" in shown, shown
+    # Worker 1 among the ever slow (on a busy machine worker 0 may have been slow for a while).
+    assert "Stragglers:" in shown and re.search(r"ever slow: [^;]*\bworker-1\b", shown), shown
     # A dropped copy or a withheld task never cost a record: every task counted once.
     assert final["tasks_done"] == 128, final
