@@ -74,7 +74,11 @@ def given_job_values(command: str, args: argparse.Namespace) -> dict[str, Any]:
     checked by its field; retired flags checked and dropped)."""
     given = job_spec.given_values(args)
     typed = job_spec.spec_from_text(command, given)
-    return {name: getattr(typed, name) for name in given if name in job_spec.FIELDS}
+    values = {name: getattr(typed, name) for name in given if name in job_spec.FIELDS}
+    if typed.auto_workers:
+        # The typed spec holds the minimum in num_workers; what was given is "auto".
+        values["num_workers"] = job_spec.AUTO_WORKERS
+    return values
 
 
 def spec_from_flags(

@@ -79,6 +79,7 @@ def status_text(status: JobStatus) -> str:
     ]
     if status.job_dir:
         lines.append(f"Job dir:     {status.job_dir}")
+    lines += _straggler_and_scaling_lines(status)
     if status.evaluation_metrics:
         metrics = ", ".join(
             f"{k}={_fmt_metric(v)}" for k, v in sorted(status.evaluation_metrics.items())
@@ -97,6 +98,34 @@ def status_text(status: JobStatus) -> str:
             ).splitlines()
         ]
     return "\n".join(lines)
+
+
+def _straggler_and_scaling_lines(status: JobStatus) -> list[str]:
+    """Slow workers and --num_workers=auto's decisions, when the master reported any."""
+    lines = []
+    s = status.stragglers or {}
+    if s.get("ever_slow") or s.get("backups_issued") or s.get("tasks_withheld"):
+        slow = ", ".join(
+            f"worker-{w['worker']} ({w['times_median']}x the median time per record)"
+            for w in s.get("slow_workers", [])
+        )
+        lines.append(
+            f"Stragglers:  {slow or 'none now'}; ever slow: "
+            f"{', '.join(f'worker-{w}' for w in s.get('ever_slow', [])) or '-'}; "
+            f"tasks backed up {s.get('backups_issued', 0)} (backup first {s.get('backups_won', 0)}), "
+            f"withheld {s.get('tasks_withheld', 0)}"
+        )
+    a = status.autoscaling or {}
+    if a:
+        lines.append(
+            f"Autoscaling: {a.get('min_workers')}..{a.get('max_workers')} workers, "
+            f"target {a.get('target')}"
+        )
+        lines += [
+            f"  {d.get('action')} -> {d.get('workers')}: {d.get('reason')}"
+            for d in a.get("decisions", [])[-10:]
+        ]
+    return lines
 
 
 def _fmt_metric(value: Any) -> str:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Iterable
 
 ELASTICDL_HOME_ENV = "ELASTICDL_HOME"
 
@@ -82,10 +83,16 @@ _TEMP_SUFFIX = ".tmp"
 
 
 def write_atomically(
-    path: str | os.PathLike, data: str | bytes, *, mode: int | None = None, durable: bool = False
+    path: str | os.PathLike,
+    data: str | bytes | Iterable[bytes | memoryview],
+    *,
+    mode: int | None = None,
+    durable: bool = False,
 ) -> None:
     """Replace ``path`` by a file holding ``data``: a reader sees the old file or the new one,
-    never part of either, and a crash leaves one of them.
+    never part of either, and a crash leaves one of them. ``data`` may also be pieces to
+    write one after the other (a file larger than what should be joined in memory); an
+    exception while they are produced leaves ``path`` as it was.
 
     The data goes to a temporary file in the same directory (``.<name>.<random>.tmp``: hidden,
     so data readers that skip dot files skip it), created with ``O_EXCL | O_NOFOLLOW``, so a
@@ -105,9 +112,11 @@ def write_atomically(
         try:
             if mode is not None:
                 os.fchmod(fd, mode)  # the umask may have narrowed it
-            view = memoryview(data.encode() if isinstance(data, str) else data)
-            while view:
-                view = view[os.write(fd, view) :]
+            whole = isinstance(data, (str, bytes, bytearray, memoryview))
+            for piece in [data] if whole else data:
+                view = memoryview(piece.encode() if isinstance(piece, str) else piece).cast("B")
+                while view:
+                    view = view[os.write(fd, view) :]
             if durable:
                 os.fsync(fd)
         finally:

@@ -72,6 +72,14 @@ class JobStatus:
     replicas: list[ReplicaStatus] = dataclasses.field(default_factory=list)
     # AllreduceStrategy: {"generation": G, "members": [worker ids]}
     rendezvous: dict[str, Any] | None = None
+    # Workers much slower than their peers (master.stragglers): {"factor", "slow_workers":
+    # [{"worker", "seconds_per_record", "times_median"}], "ever_slow": [ids], "backups_issued",
+    # "backups_won", "tasks_withheld"}; empty when straggler handling is off
+    stragglers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # --num_workers=auto (master.autoscaler): {"min_workers", "max_workers", "target",
+    # "decisions": [{"time", "action", "workers", "records_per_s", ..., "reason"}]}; empty
+    # for a fixed number of workers
+    autoscaling: dict[str, Any] = dataclasses.field(default_factory=dict)
     master: dict[str, Any] = dataclasses.field(default_factory=dict)  # {"pid", "port"}
     created_at: float | None = None  # seconds since the epoch
     updated_at: float | None = None
@@ -88,7 +96,13 @@ class JobStatus:
             for r in values.get("replicas") or []
             if isinstance(r, (dict, ReplicaStatus))
         ]
-        for key in ("evaluation_metrics", "records_trained_per_epoch", "master"):
+        for key in (
+            "evaluation_metrics",
+            "records_trained_per_epoch",
+            "master",
+            "stragglers",
+            "autoscaling",
+        ):
             if not isinstance(values.get(key, {}), dict):
                 values[key] = {}
         for key in ("evaluation_history", "loss_history"):

@@ -21,6 +21,7 @@ from elasticdl.common.job_spec import DEFAULT_MASTER_PORT, JobSpec
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
 from elasticdl.common.types import JobPhase, JobType, PlatformName
 from elasticdl.master import status_writer
+from elasticdl.master.autoscaler import Autoscaler, AutoscalerConfig, PSLoads
 from elasticdl.master.evaluation_service import FINAL_VERSION, EvaluationService
 from elasticdl.master.journal import JournalError
 from elasticdl.master.replica_manager import ReplicaManager, ReplicaManagerConfig
@@ -116,6 +117,7 @@ class Job:
                 max_step=a.max_step if self.trains else 0,
                 saved_model_path=a.output if self.trains else "",
                 timeout_floor_s=float(a.task_timeout),
+                straggler_factor=a.straggler_factor,
             ),
             training_shards=training,
             evaluation_shards=validation,
@@ -149,12 +151,14 @@ class Job:
             self._resume_tasks()
         self.rendezvous = self._start_rendezvous() if self.allreduce else None
         self.loss_history = status_writer.LossHistory()
+        self.ps_loads = PSLoads()
         self.servicer = MasterServicer(
             self.tm,
             self.es,
             job_status=lambda: status_writer.to_pb(self.snapshot()),
             rendezvous=self.rendezvous,
             loss_history=self.loss_history,
+            ps_loads=self.ps_loads,
         )
         self._server, self.port = self._start_server()
         if self.journal is not None and self.previous is None:
@@ -187,6 +191,7 @@ class Job:
                 relaunch_timeout_worker=a.relaunch_timeout_worker,
                 worker_priority=a.worker_pod_priority,
                 ps_priority=a.ps_pod_priority,
+                max_workers=a.max_workers if a.auto_workers else 0,
             ),
             worker_spec=replicas.worker,
             ps_spec=replicas.ps,
@@ -194,6 +199,7 @@ class Job:
         )
         if self.journal is not None:
             self._resume_replicas()
+        self.autoscaler = self._autoscaler() if a.auto_workers else None
         self.tensorboard = self._tensorboard_writer()
         self.status_writer = status_writer.StatusWriter(
             self.job_dir / STATUS_FILE if self.job_dir is not None else None,
@@ -213,6 +219,25 @@ class Job:
             a.num_workers,
             master_addr,
         )
+
+    def _autoscaler(self) -> Autoscaler:
+        """--num_workers=auto; a restarted master carries on from the journaled decisions."""
+        a = self.job_spec
+
+        def planned(workers: int) -> None:  # local workers size their threads by it
+            self.replica_specs.worker_count = workers
+
+        scaler = Autoscaler(
+            AutoscalerConfig(a.min_workers, a.max_workers, a.autoscale_min_gain),
+            self.rm,
+            self.tm,
+            self.ps_loads,
+            on_target=planned,
+        )
+        if self.rm.scaling:
+            scaler.resume(self.rm.scaling)
+            planned(scaler.target)
+        return scaler
 
     def _tensorboard_writer(self):
         """--tensorboard_log_dir: loss and evaluation metrics as TensorBoard event files."""
@@ -406,6 +431,8 @@ class Job:
                     self.es.start_evaluation(FINAL_VERSION)
                 self.rm.start()
             self.phase = JobPhase.RUNNING
+            if self.autoscaler is not None:
+                self.autoscaler.start()
             # Checked often enough that a task is taken back soon after its timeout.
             self.tm.start_timeout_monitor(
                 self.rm.on_worker_timeout,
@@ -416,6 +443,8 @@ class Job:
             logger.exception("Master error")
             self.phase, self.message = JobPhase.FAILED, f"master error: {type(e).__name__}: {e}"
         finally:
+            if self.autoscaler is not None:
+                self.autoscaler.stop()
             self.tm.stop()
             self.rm.stop(delete_all=True)
             if self._server is not None:
@@ -454,8 +483,10 @@ class Job:
             if self.es is not None:
                 self.es.evaluate_if_time(self.servicer.model_version)
             if self.tm.finished and not (self.es is not None and self.es.busy):
-                # Workers ask for a task, get "no more tasks" and exit on their own.
-                if not self.rm.wait_workers_exited(self.worker_exit_grace_s):
+                # Workers ask for a task, get "no more tasks" and exit on their own; one still
+                # running a task whose backup was reported first is not waited for.
+                abandoned = self.tm.abandoned_workers()
+                if not self.rm.wait_workers_exited(self.worker_exit_grace_s, ignore=abandoned):
                     logger.warning(
                         "Workers %s did not exit in time; stopping them", self.rm.alive_workers()
                     )
@@ -522,6 +553,8 @@ class Job:
                 if self.rendezvous is not None
                 else None
             ),
+            stragglers=self.tm.straggler_status() if self.job_spec.straggler_factor else {},
+            autoscaling=self.autoscaler.status() if self.autoscaler is not None else {},
             master={
                 "pid": os.getpid(),
                 "port": self.port,

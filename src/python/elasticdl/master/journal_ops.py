@@ -71,6 +71,25 @@ class TasksRequeued(JournalOp):
 
 
 @dataclasses.dataclass(frozen=True)
+class TaskBackedUp(JournalOp):
+    """``worker`` got a copy of ``task``, which a slow worker runs (master.stragglers): the
+    first of them to report it counts it. ``answering``: as in :class:`TaskHandedOut`."""
+
+    KIND = "b"
+    worker: int = _key("w")
+    task: int = _key("t")
+    answering: tuple[int, bool] | None = _key("a", None)
+
+
+@dataclasses.dataclass(frozen=True)
+class BackupsDropped(JournalOp):
+    """The copies of ``tasks`` held by workers that died, hung or never claimed them."""
+
+    KIND = "bd"
+    tasks: tuple[int, ...] = _key("t")
+
+
+@dataclasses.dataclass(frozen=True)
 class EvaluationTasksCreated(JournalOp):
     KIND = "ev"
     model_version: int = _key("v")
@@ -172,6 +191,18 @@ class PSFailures(JournalOp):
 
 
 @dataclasses.dataclass(frozen=True)
+class ScalingDecided(JournalOp):
+    """A decision of ``--num_workers=auto`` (master.autoscaler) with the numbers behind it."""
+
+    KIND = "scale"
+    decision: dict[str, Any] = _key("d")
+
+    @classmethod
+    def of(cls, decision: dict[str, Any]) -> "ScalingDecided":
+        return cls(dict(decision))
+
+
+@dataclasses.dataclass(frozen=True)
 class JobFailed(JournalOp):
     KIND = "fail"
     message: str = _key("m")
@@ -185,6 +216,8 @@ TASK_OPS = _table(
     TaskHandedOut,
     TaskReported,
     TasksRequeued,
+    TaskBackedUp,
+    BackupsDropped,
     EvaluationTasksCreated,
     EvaluationRoundDropped,
     TrainingDone,
@@ -192,7 +225,13 @@ TASK_OPS = _table(
 )
 EVALUATION_OPS = _table(RoundStarted, RoundDone, VersionsSeen)
 REPLICA_OPS = _table(
-    MasterStarted, ReplicaLaunching, ReplicaLaunched, ReplicaEnded, PSFailures, JobFailed
+    MasterStarted,
+    ReplicaLaunching,
+    ReplicaLaunched,
+    ReplicaEnded,
+    PSFailures,
+    JobFailed,
+    ScalingDecided,
 )
 
 

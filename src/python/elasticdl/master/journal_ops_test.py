@@ -13,6 +13,9 @@ EXAMPLES = [
     ops.TaskReported(17, 3, True, counters={"records": 8}, model_version=4, duration=1.5),
     ops.TaskReported(18, 3, False, error="boom", handed_out=19),
     ops.TasksRequeued((4, 5)),
+    ops.TaskBackedUp(2, 17),
+    ops.TaskBackedUp(2, 18, answering=(16, True)),
+    ops.BackupsDropped((17, 18)),
     ops.EvaluationTasksCreated(-1),
     ops.EvaluationRoundDropped(10),
     ops.TrainingDone(),
@@ -27,6 +30,7 @@ EXAMPLES = [
     ops.ReplicaEnded("worker", 1, "Failed", 137, "OOMKilled", 3),
     ops.PSFailures(0, 2),
     ops.JobFailed("no worker left"),
+    ops.ScalingDecided({"action": "add", "workers": 2, "worker": 1, "reason": "r", "gain": None}),
 ]
 TABLES = [ops.TASK_OPS, ops.EVALUATION_OPS, ops.REPLICA_OPS]
 

@@ -21,6 +21,10 @@ Rules (the original pod manager's, plus PS recovery):
   After ``max_ps_relaunches`` non-preemption failures of one PS the job fails.
 * **The job fails** when a task exceeded its retries, a PS cannot be kept alive, or no worker
   is left (all ended) while work remains.
+* **``--num_workers=auto``** (master.autoscaler) adds workers (``add_worker``: a new id) and
+  releases them (``release_worker``): a running one is told "no more tasks" and exits after
+  what it holds, one not running yet (Pending) is deleted; a released worker is never
+  relaunched. Its decisions are journaled here (``ScalingDecided``).
 * **The master restarts** (docs/architecture.md): ``restore`` rebuilds the replica table,
   relaunch counts and the next worker id from the journal, ``adopt`` (instead of ``start``)
   takes over the replicas still running, applies the rules above to the ones that ended
@@ -45,6 +49,7 @@ from elasticdl.master.journal_ops import (
     ReplicaEnded,
     ReplicaLaunched,
     ReplicaLaunching,
+    ScalingDecided,
 )
 from elasticdl.master.task_manager import TaskManager
 from elasticdl.platform.base import (
@@ -96,6 +101,7 @@ class ReplicaManagerConfig:
     max_ps_relaunches: int = 3
     worker_priority: str = ""
     ps_priority: str = ""
+    max_workers: int = 0  # --num_workers=auto: the most workers it may add up to
 
     def __post_init__(self) -> None:
         if self.num_workers < 1:
@@ -157,7 +163,11 @@ class ReplicaManager(JournaledOwner):
         self._stopping = False
         self._failed_message = ""
         self._changed = threading.Condition(self._lock)
-        self._priorities = parse_worker_priority(config.num_workers, config.worker_priority)
+        self._priorities = parse_worker_priority(
+            max(config.num_workers, config.max_workers), config.worker_priority
+        )
+        self._released: set[int] = set()  # workers --num_workers=auto let go
+        self.scaling: list[dict] = []  # its decisions, as journaled (restore)
         self._identities: dict[tuple[ReplicaType, int], dict | None] = {}
         self._unrecorded: set[tuple[ReplicaType, int]] = set()  # launching, never launched
         platform.add_event_listener(self._on_event)
@@ -274,6 +284,10 @@ class ReplicaManager(JournaledOwner):
             return
         # Its tasks must not wait for anyone: back to the queue right away.
         self._tm.recover_tasks(state.replica_id)
+        if state.replica_id in self._released:
+            logger.info("Worker %d ended after it was released: not relaunched", state.replica_id)
+            self._check_workers_left()
+            return
         cause = why_deleted or (
             f"exit code {event.exit_code}" + (f", {event.reason}" if event.reason else "")
         )
@@ -361,6 +375,40 @@ class ReplicaManager(JournaledOwner):
         logger.warning("Deleting hung worker %d", worker_id)
         self.platform.delete(ReplicaType.WORKER, worker_id)
 
+    # ---- --num_workers=auto ----------------------------------------------------------------
+    def add_worker(self) -> int:
+        """Launch one more worker (a new id); returns its id."""
+        with self._lock:
+            worker_id = self._next_worker_id
+            self._next_worker_id += 1
+        self._launch_worker(
+            worker_id, relaunch_count=0, priority=self._priorities.get(worker_id, "")
+        )
+        return worker_id
+
+    def release_worker(self, worker_id: int, reason: str) -> None:
+        """Let ``worker_id`` go for good: gracefully when it runs (no more tasks for it), by
+        deleting it when it does not run yet."""
+        with self._lock:
+            self._released.add(worker_id)
+            state = self._workers.get(worker_id)
+            if state is None or state.phase.is_terminal:
+                return
+            pending = state.phase == ReplicaPhase.PENDING
+            if pending:
+                self._deleting[(ReplicaType.WORKER, worker_id)] = reason
+        self._tm.retire(worker_id)
+        if pending:
+            self.platform.delete(ReplicaType.WORKER, worker_id)
+
+    def worker_phase(self, worker_id: int) -> str:
+        with self._lock:
+            state = self._workers.get(worker_id)
+            return str(state.phase) if state is not None else ""
+
+    def record_scaling(self, op: ScalingDecided) -> None:
+        self._record(op)
+
     # ---- queries -------------------------------------------------------------------------
     @property
     def failed_message(self) -> str:
@@ -370,9 +418,9 @@ class ReplicaManager(JournaledOwner):
         with self._lock:
             return [i for i, w in self._workers.items() if not w.phase.is_terminal]
 
-    def all_workers_exited(self) -> bool:
+    def all_workers_exited(self, ignore: set[int] = frozenset()) -> bool:
         with self._lock:
-            return all(w.phase.is_terminal for w in self._workers.values())
+            return all(w.phase.is_terminal for i, w in self._workers.items() if i not in ignore)
 
     def replicas(self) -> list[ReplicaState]:
         with self._lock:
@@ -386,9 +434,10 @@ class ReplicaManager(JournaledOwner):
         with self._changed:
             self._changed.wait(timeout)
 
-    def wait_workers_exited(self, timeout: float) -> bool:
+    def wait_workers_exited(self, timeout: float, ignore: set[int] = frozenset()) -> bool:
+        """Until every worker but those in ``ignore`` ended; False after ``timeout``."""
         deadline = time.monotonic() + timeout
-        while not self.all_workers_exited():
+        while not self.all_workers_exited(ignore):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
@@ -433,6 +482,8 @@ class ReplicaManager(JournaledOwner):
                         self._ps_failures[ps_id] = failures
                     case JobFailed(message):
                         self._failed_message = self._failed_message or message
+                    case ScalingDecided(decision):
+                        self.scaling.append(decision)
 
     def _restore_launched(self, op: ReplicaLaunched) -> None:
         rtype, replica_id = ReplicaType(op.replica_type), op.replica_id

@@ -243,3 +243,28 @@ def test_local_processes_sigkill_relaunch_and_budget(tmp_path):
     finally:
         rm.stop()
     assert platform.replica_pid(PS, 0) is None
+
+
+# ---- --num_workers=auto ----------------------------------------------------------------------
+def test_an_added_worker_gets_a_new_id_and_a_released_one_is_never_relaunched():
+    p = FakePlatform()
+    rm, tm = _manager(p, num_workers=1, max_workers=4)
+    assert rm.add_worker() == 1 and p.ids(W) == [0, 1]
+    task = tm.get(1)
+    assert task.type == TaskType.TRAINING
+    rm.release_worker(1, "released (--num_workers=auto)")
+    assert tm.get(1).type == TaskType.NONE  # no more tasks: it reports what it holds, exits
+    assert tm.report(task.task_id, True, 1)
+    p.end(W, 1, ReplicaPhase.FAILED, 137)  # even a preemption does not bring it back
+    assert p.ids(W) == [0, 1] and rm.alive_workers() == [0]
+
+
+def test_a_worker_released_before_it_runs_is_deleted():
+    p = FakePlatform()
+    p.launch = lambda spec: p.launched.append(spec)  # stays Pending (no room on the cluster)
+    rm, tm = _manager(p, num_workers=1, max_workers=4)
+    worker = rm.add_worker()
+    assert rm.worker_phase(worker) == "Pending"
+    rm.release_worker(worker, "not added (--num_workers=auto)")
+    assert p.deleted == [(W, worker)]
+    assert p.ids(W) == [0, worker]  # not relaunched

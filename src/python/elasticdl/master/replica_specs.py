@@ -45,6 +45,8 @@ class ReplicaSpecs:
         self.job = job
         self.platform = platform
         self.context = context
+        # How many workers the job has when the next one starts (--num_workers=auto grows it).
+        self.worker_count = job.num_workers
 
     def ps_addrs(self) -> tuple[str, ...]:
         return tuple(self.platform.address(ReplicaType.PS, i) for i in range(self.job.num_ps_pods))
@@ -84,7 +86,7 @@ class ReplicaSpecs:
         if self.platform.traits.shared_host and not user_set:
             # Workers on one host size their thread pools for their share of its CPUs, not for
             # all of them (N workers x all CPUs threads would oversubscribe it).
-            env[WORKER_CPUS_ENV] = str(share_per_worker(job.num_workers))
+            env[WORKER_CPUS_ENV] = str(share_per_worker(self.worker_count))
         return ReplicaSpec(
             ReplicaType.WORKER,
             worker_id,

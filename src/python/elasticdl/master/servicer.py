@@ -8,6 +8,7 @@ from typing import Callable
 
 import grpc
 from elasticdl.common.tensor_utils import pb_to_ndarray
+from elasticdl.master.autoscaler import PSLoads
 from elasticdl.master.evaluation_service import EvaluationMetricsError, EvaluationService
 from elasticdl.master.rendezvous import Rendezvous
 from elasticdl.master.status_writer import LossHistory
@@ -37,8 +38,10 @@ class MasterServicer(pb_grpc.MasterServicer):
         job_status: Callable[[], pb.JobStatus] | None = None,
         rendezvous: Rendezvous | None = None,
         loss_history: LossHistory | None = None,
+        ps_loads: PSLoads | None = None,
     ) -> None:
         self._tm = task_manager
+        self._ps_loads = ps_loads
         self._loss_history = loss_history
         self._es = evaluation_service
         self._job_status = job_status
@@ -125,6 +128,20 @@ class MasterServicer(pb_grpc.MasterServicer):
         self._model_version = max(self._model_version, request.model_version)
         if self._es is not None:
             self._es.report_version(request.model_version)
+        return empty_pb2.Empty()
+
+    def report_ps_load(self, request: pb.ReportPSLoadRequest, context):
+        if self._ps_loads is not None:
+            self._ps_loads.update(
+                request.ps_id,
+                {
+                    "window_s": request.window_seconds,
+                    "cpu_fraction": request.cpu_fraction,
+                    "lock_busy_fraction": request.lock_busy_fraction,
+                    "lock_wait_ms": request.lock_wait_ms,
+                    "requests": request.requests,
+                },
+            )
         return empty_pb2.Empty()
 
     def get_comm_rank(self, request: pb.GetCommRankRequest, context) -> pb.GetCommRankResponse:

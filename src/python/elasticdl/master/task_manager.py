@@ -13,11 +13,18 @@ Guarantees kept here, on top of the original design:
   worker is ignored. So after any number of worker failures ``records_trained ==
   records_expected`` when the job ends. (Records a dying worker had already pushed gradients
   for may be trained twice; that is harmless for SGD and the price of not losing data.)
+  A task of a slow worker may be *backed up*, held by two workers at once: the first
+  report of it is the one accepted and counted, the other holder's is dropped, so the
+  count stays exactly once (the gradients the loser pushed before that count as a dying
+  worker's do). See ``master.task_backups``.
 * **Bounded retries.** A task that *fails* (the worker reports an error) is retried up to
   ``max_task_retries`` times; then it is dropped and the job fails with a message naming the
   shard and the last error. A task taken back from a dead worker is not a failure of the task
   and does not consume a retry.
 * **Hung workers**: see ``master.task_timeouts``, which implements it.
+* **Stragglers** (``straggler_factor`` > 0): near the end of the data a worker several times
+  slower than its peers gets no more work than its share, and its tasks are backed up by idle
+  workers: see ``master.task_backups``, which implements it, and ``master.stragglers``.
 * **Journaled**: see ``master.task_recovery``, which implements it.
 
 Order of work: pending evaluation tasks first (they are pinned to a model version and should
@@ -41,12 +48,14 @@ from elasticdl.common.types import Shard
 from elasticdl.master.journal_ops import (
     EvaluationRoundDropped,
     EvaluationTasksCreated,
+    TaskBackedUp,
     TaskHandedOut,
     TaskReported,
     TasksFailed,
     TasksRequeued,
     TrainingDone,
 )
+from elasticdl.master.task_backups import TaskBackups
 from elasticdl.master.task_recovery import TaskRecovery
 from elasticdl.master.task_timeouts import TaskTimeouts
 from elasticdl.master.tasks import (  # noqa: F401 (as_shard: part of this module's names)
@@ -65,7 +74,7 @@ from elasticdl.master.tasks import (  # noqa: F401 (as_shard: part of this modul
 logger = logging.getLogger(__name__)
 
 
-class TaskManager(TaskTimeouts, TaskRecovery):
+class TaskManager(TaskTimeouts, TaskBackups, TaskRecovery):
     def __init__(
         self,
         config: TaskManagerConfig,
@@ -119,6 +128,8 @@ class TaskManager(TaskTimeouts, TaskRecovery):
 
         self.inherited_grace_s = 10.0
         self._contact: dict[int, float] | None = None  # worker -> first call after a restart
+        self._init_backups(config.straggler_factor)
+        self._retired: set[int] = set()  # released workers (retire)
 
         self._done_listeners: list[DoneListener] = []
         self._training_done_listeners: list[Callable[[], None]] = []
@@ -232,9 +243,16 @@ class TaskManager(TaskTimeouts, TaskRecovery):
             self._note_contact(worker_id)
             task = self._get_locked(worker_id)
             if task.task_id:
-                self._record(TaskHandedOut(worker_id, task.task_id))
+                self._record(self._hand_out_op(worker_id, task.task_id, None))
             self._maybe_snapshot()
             return task
+
+    def _hand_out_op(
+        self, worker_id: int, task_id: int, answering: tuple[int, bool] | None
+    ) -> TaskHandedOut | TaskBackedUp:
+        if self._is_backup(task_id, worker_id):
+            return TaskBackedUp(worker_id, task_id, answering)
+        return TaskHandedOut(worker_id, task_id, answering)
 
     def report_and_get(
         self,
@@ -266,12 +284,18 @@ class TaskManager(TaskTimeouts, TaskRecovery):
                 doing = self._doing.get(last[2])
                 if doing is not None and doing.worker_id == worker_id:
                     task = doing.task
+                elif self._is_backup(last[2], worker_id):
+                    task = self._backups[last[2]].task
             if task is None:
                 task = self._get_locked(worker_id)
                 if task.task_id:
                     self._last_exchange[worker_id] = (task_id, success, task.task_id)
+                    handed = self._hand_out_op(worker_id, task.task_id, (task_id, success))
                     if op is None:
-                        op = TaskHandedOut(worker_id, task.task_id, answering=(task_id, success))
+                        op = handed
+                    elif isinstance(handed, TaskBackedUp):  # an op of its own, after the report
+                        self._record(op)
+                        op = handed
                     else:
                         op = dataclasses.replace(op, handed_out=task.task_id)
             if op is not None:
@@ -283,12 +307,14 @@ class TaskManager(TaskTimeouts, TaskRecovery):
         return task
 
     def _get_locked(self, worker_id: int) -> Task:
-        if self._failed_message:
+        if self._failed_message or worker_id in self._retired:
             return NO_MORE_TASKS
         task = None
         if self._eval_todo:
             task = self._eval_todo.popleft()
         elif self._todo:
+            if self._withhold(worker_id):
+                return WAIT_TASK
             task = self._todo.popleft()
         elif self._epochs_remain():
             self._create_next_epoch()
@@ -305,7 +331,10 @@ class TaskManager(TaskTimeouts, TaskRecovery):
                     extended_config={"saved_model_path": self.config.saved_model_path},
                 )
         if task is None:
-            return WAIT_TASK if self._doing else NO_MORE_TASKS
+            if not self._doing:
+                return NO_MORE_TASKS
+            return self._backup_for(worker_id) or WAIT_TASK
+        self._note_started(worker_id)
         self._doing[task.task_id] = Assignment(task, worker_id, self._clock())
         self._last_owner[task.task_id] = worker_id
         return task
@@ -403,10 +432,12 @@ class TaskManager(TaskTimeouts, TaskRecovery):
         listeners_args = None
         if model_version is not None:
             self._model_version_seen = max(self._model_version_seen, int(model_version))
-        doing = self._doing.get(task_id)
-        if doing is None or doing.worker_id != worker_id:
+        doing, counts = self._claim(task_id, worker_id, success)
+        if doing is None:
             doing = self._take_back_requeued(task_id, worker_id, success)
             if doing is None:
+                if self._dropped_report(task_id, worker_id):
+                    return False, None
                 self._stale_reports += 1
                 logger.warning(
                     "Ignoring stale report for task %d from worker %d (%s); the task "
@@ -416,9 +447,16 @@ class TaskManager(TaskTimeouts, TaskRecovery):
                     "success" if success else "failure",
                 )
                 return False, None
-        else:
-            del self._doing[task_id]
         task = doing.task
+        self._note_reported(worker_id, task, success)
+        if not counts:
+            logger.warning(
+                "%s failed on worker %d; its other holder goes on with it: %s",
+                task.describe(),
+                worker_id,
+                err_message,
+            )
+            return True, None
         for k, v in (exec_counters or {}).items():
             self._exec_counters[k] += int(v)
         if success:
@@ -476,7 +514,8 @@ class TaskManager(TaskTimeouts, TaskRecovery):
         ids = sorted((i for i in task_ids if i in self._doing), reverse=True)
         for task_id in ids:
             task = self._doing.pop(task_id).task
-            self._queue_for(task).appendleft(task)
+            if not self._promote_backup(task_id):
+                self._queue_for(task).appendleft(task)
         self._tasks_recovered += len(ids)
         if ids:
             self._record(TasksRequeued(tuple(ids)))
@@ -544,13 +583,24 @@ class TaskManager(TaskTimeouts, TaskRecovery):
                 records_predicted=self._records_predicted,
                 completed_steps=self._completed_steps,
                 exec_counters=dict(self._exec_counters),
+                backups_issued=self._backups_issued,
+                backups_won=self._backups_won,
+                backup_reports_dropped=self._backup_reports_dropped,
                 finished=self._finished_locked(),
                 failed_message=self._failed_message,
             )
 
+    def retire(self, worker_id: int) -> None:
+        """``worker_id`` gets "no more tasks" from now on (released by --num_workers=auto; not
+        journaled: a restarted master retires it again from the autoscaler's decisions)."""
+        with self._lock:
+            self._retired.add(worker_id)
+            self._stragglers.forget(worker_id)
+
     def doing_workers(self) -> set[int]:
         with self._lock:
-            return {d.worker_id for d in self._doing.values()}
+            held = list(self._doing.values()) + list(self._backups.values())
+            return {d.worker_id for d in held}
 
     @property
     def model_version_seen(self) -> int:

@@ -25,7 +25,8 @@ def _new(clock=None, **kw):
     )
 
 
-def _random_ops(tm, clock, rng, steps, workers=4):
+def _random_ops(tm, clock, rng, steps, workers=4, slow=None):
+    """``slow``: a worker that reports a fifth as often as the others."""
     held = {w: [] for w in range(workers)}
     for _ in range(steps):
         clock.now += rng.random()
@@ -35,7 +36,7 @@ def _random_ops(tm, clock, rng, steps, workers=4):
             t = tm.get(w)
             if t.task_id:
                 held[w].append(t.task_id)
-        elif r < 0.7 and held[w]:
+        elif r < 0.7 and held[w] and (w != slow or rng.random() < 0.2):
             tid = held[w].pop(rng.randrange(len(held[w])))
             ok = rng.random() < 0.85
             if rng.random() < 0.5:
@@ -93,6 +94,28 @@ def test_snapshot_then_records_gives_the_live_state(seed, tmp_path):
     rebuilt = _new()
     rebuilt.replay(*Journal(tmp_path, "tasks").replay())
     assert rebuilt.state() == live.state()
+
+
+def test_replay_with_stragglers_backed_up_gives_the_live_state(tmp_path):
+    backups = 0
+    for seed in range(30):
+        rng = random.Random(200 + seed)
+        clock = FakeClock()
+        live = _new(clock, num_epochs=1, straggler_factor=2.0)
+        directory = tmp_path / str(seed)
+        journal = Journal(
+            directory, "tasks", fsync_interval_s=0, compact_every=rng.randrange(5, 60)
+        )
+        journal.open()
+        live.attach_journal(journal)
+        _random_ops(live, clock, rng, steps=400, slow=0)
+        journal.close()
+        rebuilt = _new(num_epochs=1, straggler_factor=2.0)
+        rebuilt.replay(*Journal(directory, "tasks").replay())
+        assert rebuilt.state() == live.state(), seed
+        assert rebuilt.summary() == live.summary(), seed
+        backups += live.summary().backups_issued
+    assert backups > 0  # the seeds do back up tasks
 
 
 def test_the_whole_job_after_a_crash_counts_every_task_once():

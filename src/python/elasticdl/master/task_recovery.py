@@ -24,10 +24,12 @@ from elasticdl.common.types import Shard
 from elasticdl.master.journal import JournalError
 from elasticdl.master.journal_ops import (
     TASK_OPS,
+    BackupsDropped,
     EvaluationRoundDropped,
     EvaluationTasksCreated,
     JournaledOwner,
     JournalOp,
+    TaskBackedUp,
     TaskHandedOut,
     TaskReported,
     TasksFailed,
@@ -90,6 +92,19 @@ class TaskRecovery(JournaledOwner):
             "last_exchange": sorted(
                 [w, a, int(s), b] for w, (a, s, b) in self._last_exchange.items()
             ),
+            **self._backup_state(),
+        }
+
+    def _backup_state(self) -> dict:
+        """Only where backups were used: a job without them keeps the earlier state."""
+        if not (self._backups or self._backups_issued):
+            return {}
+        return {
+            "backups": sorted([i, b.worker_id] for i, b in self._backups.items()),
+            "backups_issued": self._backups_issued,
+            "backups_won": self._backups_won,
+            "backup_reports_dropped": self._backup_reports_dropped,
+            "abandoned": sorted(self._abandoned.items()),
         }
 
     def restore(self, state: dict) -> None:
@@ -130,6 +145,14 @@ class TaskRecovery(JournaledOwner):
             )
             self._exec_counters = collections.defaultdict(int, state["exec_counters"])
             self._last_exchange = {w: (a, bool(s), b) for w, a, s, b in state["last_exchange"]}
+            self._backups = {
+                task_id: Assignment(self._doing[task_id].task, worker_id, now)
+                for task_id, worker_id in state.get("backups", [])
+            }
+            self._backups_issued = state.get("backups_issued", 0)
+            self._backups_won = state.get("backups_won", 0)
+            self._backup_reports_dropped = state.get("backup_reports_dropped", 0)
+            self._abandoned = {w: t for w, t in state.get("abandoned", [])}
 
     def replay(self, snapshot: dict | None, records: Iterable[dict]) -> int:
         """Rebuild the state from a journal: ``restore(snapshot)``, then apply its ops in order.
@@ -174,6 +197,12 @@ class TaskRecovery(JournaledOwner):
                 if op.handed_out is not None:  # report_and_get: handed out in the same call
                     answering = (op.task, op.success)
                     self._apply_locked(TaskHandedOut(op.worker, op.handed_out, answering))
+            case TaskBackedUp(worker, task_id, answering):
+                self._add_backup(worker, task_id)
+                if answering is not None:
+                    self._last_exchange[worker] = (answering[0], answering[1], task_id)
+            case BackupsDropped(tasks):
+                self._drop_backup_ids(tasks)
             case TasksRequeued(tasks):
                 self._requeue_locked(list(tasks))
             case EvaluationTasksCreated(version):
@@ -193,7 +222,7 @@ class TaskRecovery(JournaledOwner):
         crash stays its worker's (counted when it reports), timed from now. Returns their ids."""
         with self._lock:
             now = self._clock()
-            for d in self._doing.values():
+            for d in list(self._doing.values()) + list(self._backups.values()):
                 d.inherited, d.start_time = True, now
             self._contact = {}
             return sorted(self._doing)
@@ -207,6 +236,7 @@ class TaskRecovery(JournaledOwner):
         (or ``timeout_factor`` x the longest task, if longer) without reporting them: the
         answer that handed them out died with the old master. Back to the queue."""
         with self._lock:
+            self._drop_unclaimed_backups()
             inherited = [d for d in self._doing.values() if d.inherited]
             if not inherited:
                 self._contact = None  # nothing inherited left: stop noting contacts
@@ -226,3 +256,20 @@ class TaskRecovery(JournaledOwner):
                 )
                 self._requeue_locked(ids)
             return ids
+
+    def _drop_unclaimed_backups(self) -> None:
+        """Inherited copies whose worker has called the new master for the grace period
+        without reporting them (the answer that handed them out died with the old master)."""
+        grace = max(self.inherited_grace_s, self.config.timeout_factor * self._max_task_seconds)
+        now = self._clock()
+        ids = sorted(
+            task_id
+            for task_id, b in self._backups.items()
+            if b.inherited
+            and self._contact is not None
+            and b.worker_id in self._contact
+            and now - self._contact[b.worker_id] > grace
+        )
+        if ids:
+            self._drop_backup_ids(ids)
+            self._record(BackupsDropped(tuple(ids)))

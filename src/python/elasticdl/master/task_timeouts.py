@@ -37,6 +37,7 @@ class TaskTimeouts:
         with self._lock:
             mine = [d.task for d in self._doing.values() if d.worker_id in worker_ids]
             self._requeue_locked([t.task_id for t in mine])
+            self._drop_backups(worker_ids)  # copies of tasks whose first holder goes on
             if mine:
                 logger.info(
                     "Recovered %d task(s) of worker(s) %s: %s",
@@ -55,7 +56,7 @@ class TaskTimeouts:
             )
             now = self._clock()
             slow: dict[int, list[int]] = collections.defaultdict(list)
-            for d in self._doing.values():
+            for d in list(self._doing.values()) + list(self._backups.values()):
                 if d.task.type != TaskType.TRAIN_END_CALLBACK and now - d.start_time > limit:
                     slow[d.worker_id].append(d.task.task_id)
             for worker_id, ids in slow.items():

@@ -135,6 +135,8 @@ class TaskManagerConfig:
     seed: int = 0
     timeout_floor_s: float = 300.0
     timeout_factor: float = 3.0
+    # A worker this many times slower than its peers' median is a straggler (0: not handled).
+    straggler_factor: float = 0.0
 
     def __post_init__(self) -> None:
         _check_records_per_task(self.records_per_task)
@@ -142,6 +144,10 @@ class TaskManagerConfig:
             raise ValueError("--max_step needs --minibatch_size > 0")
         if self.max_task_retries < 0:
             raise ValueError(f"max_task_retries must be >= 0, got {self.max_task_retries}")
+        if self.straggler_factor != 0 and self.straggler_factor < 1:
+            raise ValueError(
+                f"straggler_factor must be 0 (off) or at least 1, got {self.straggler_factor}"
+            )
 
 
 @dataclasses.dataclass
@@ -174,6 +180,9 @@ class TaskSummary:
     exec_counters: dict[str, int]
     finished: bool
     failed_message: str
+    backups_issued: int = 0  # copies of slow workers' tasks handed to idle workers
+    backups_won: int = 0  # ... whose copy was reported first
+    backup_reports_dropped: int = 0  # reports of a backed-up task after its other holder's
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

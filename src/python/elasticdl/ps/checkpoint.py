@@ -10,13 +10,22 @@ so a crash never leaves a truncated file that looks complete.
 
 Restoring reads every shard file of a version and keeps what the *new* shard owns (dense by
 name hash, rows by id % shard_num), so a job may resume on a different number of PS.
+
+A shard is written either from a `pb.Model` (`save_shard`: the save_checkpoint RPC) or
+straight from the PS's arrays (`shard_pieces`, the background writer of
+elasticdl.ps.snapshot_writer): the same protobuf encoding produced field by field, each
+table's rows in block order (a reader does not care about the order), so no message and no
+sorted copy of a table is ever built. A file must stay under protobuf's 2 GiB message limit
+to be read back (`MAX_SHARD_BYTES`): a larger shard is refused before anything is written.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
 import shutil
+from typing import Iterable
 
 import numpy as np
 from elasticdl.common import tensor_utils as tu
@@ -24,7 +33,7 @@ from elasticdl.common.hash_utils import string_to_id
 from elasticdl.common.job_dir import write_atomically
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.errors import PSError
-from elasticdl.ps.parameters import is_slot_key, parse_slot_key
+from elasticdl.ps.parameters import Parameters, is_slot_key, parse_slot_key, slot_key
 
 logger = logging.getLogger(__name__)
 
@@ -107,14 +116,118 @@ def save_shard(
         os.makedirs(vdir, exist_ok=True)
         write_atomically(path, model.SerializeToString(), mode=0o600, durable=True)
     except BaseException:
-        _discard_incomplete(vdir)
+        discard_incomplete(vdir)
         raise
     if keep_checkpoint_max > 0:
         remove_old_versions(checkpoint_dir, keep_checkpoint_max)
     return path
 
 
-def _discard_incomplete(vdir: str) -> None:
+def save_shard_pieces(
+    pieces: Iterable[bytes | memoryview],
+    version: int,
+    checkpoint_dir: str,
+    shard_index: int,
+    shard_num: int,
+    keep_checkpoint_max: int = 0,
+) -> str:
+    """`save_shard` for a shard given as the pieces of its encoding (`shard_pieces`)."""
+    path = shard_path(checkpoint_dir, version, shard_index, shard_num)
+    vdir = os.path.dirname(path)
+    try:
+        os.makedirs(vdir, exist_ok=True)
+        write_atomically(path, pieces, mode=0o600, durable=True)
+    except BaseException:
+        discard_incomplete(vdir)
+        raise
+    if keep_checkpoint_max > 0:
+        remove_old_versions(checkpoint_dir, keep_checkpoint_max)
+    return path
+
+
+# Protobuf refuses to parse a message of 2 GiB or more: a shard file must stay below.
+MAX_SHARD_BYTES = (1 << 31) - 1
+_LEN, _VARINT = 2, 0
+_MODEL_VERSION, _MODEL_INFOS, _MODEL_DENSE, _MODEL_TABLES, _MODEL_STATE = 1, 2, 3, 4, 5
+
+
+def shard_pieces(params: Parameters) -> tuple[list[bytes | memoryview], int]:
+    """The serialized `pb.Model` of `params` (what `params.to_model_pb()` holds, slots
+    included) as pieces to write one after the other, and their total size. The large pieces
+    are views of the PS's own arrays, not copies: what the background writer's forked child
+    writes from its copy-on-write view of them. Raises CheckpointError for a shard protobuf
+    could not read back."""
+    pieces: list[bytes | memoryview] = [_tag(_MODEL_VERSION, _VARINT), tu._varint(params.version)]
+    for name, table in params.embedding_tables.items():
+        info = [
+            _string_field(1, name),
+            _tag(2, _VARINT),
+            tu._varint(table.dim),
+            _string_field(3, table.initializer),
+            _tag(4, _VARINT),
+            tu._varint(pb.DT_FLOAT32),
+        ]
+        pieces += _message_field(_MODEL_INFOS, info)
+    for name, value in params.dense.items():
+        pieces += _map_entry(_MODEL_DENSE, name, tu.ndarray_to_tensor_pieces(value))
+    for slot, per_param in params.dense_slots.items():
+        for name, value in per_param.items():
+            key = slot_key(slot, name)
+            pieces += _map_entry(_MODEL_DENSE, key, tu.ndarray_to_tensor_pieces(value))
+    for name, value in params.state.items():
+        pieces += _map_entry(_MODEL_STATE, name, tu.ndarray_to_tensor_pieces(value))
+    for name, table in params.embedding_tables.items():
+        ids = tu.ndarray_to_tensor_pieces(table.ids)  # row r holds id ids[r]: block order
+        blocks = [(name, table.values)]
+        blocks += [(slot_key(slot, name), table.slot(slot)) for slot in table.slot_names]
+        for key, block in blocks:
+            slices = _message_field(1, tu.ndarray_to_tensor_pieces(block)) + _message_field(2, ids)
+            pieces += _map_entry(_MODEL_TABLES, key, slices)
+    total = sum(memoryview(p).nbytes for p in pieces)
+    if total > MAX_SHARD_BYTES:
+        raise CheckpointError(
+            f"PS {params.ps_id}'s shard is {total / 2**30:.2f} GiB, more than protobuf can read "
+            "back (2 GiB); spread the model over more PS (--num_ps_pods)"
+        )
+    return pieces, total
+
+
+def _tag(field: int, wire: int) -> bytes:
+    return tu._varint(field << 3 | wire)
+
+
+def _string_field(field: int, text: str) -> bytes:
+    data = text.encode()
+    return _tag(field, _LEN) + tu._varint(len(data)) + data
+
+
+def _message_field(field: int, body: list) -> list:
+    size = sum(memoryview(p).nbytes for p in body)
+    return [_tag(field, _LEN) + tu._varint(size), *body]
+
+
+def _map_entry(field: int, key: str, value: list) -> list:
+    """One entry of a map<string, message> field: {1: key, 2: value}."""
+    return _message_field(field, [_string_field(1, key), *_message_field(2, value)])
+
+
+def write_failure(ps_id: int, version: int, directory: str, err: OSError) -> str:
+    """One line: why PS ``ps_id`` could not write ``version``, which checkpoint stays, the fix."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        cause, fix = (
+            "no space left on the device",
+            "free space there or choose another --checkpoint_dir",
+        )
+    else:
+        cause, fix = err.strerror or str(err), "check --checkpoint_dir"
+    latest = get_latest_valid_version_dir(directory)
+    return (
+        f"PS {ps_id} did not write checkpoint version {version} to {directory}: {cause}; "
+        f"the newest complete checkpoint {latest or '(none yet)'} is kept; {fix}"
+    )
+
+
+def discard_incomplete(vdir: str) -> None:
     """After this PS failed to write its shard of a version (a full disk), that version can
     never become complete: remove what the other PS wrote of it, so it does not hold space
     that the next checkpoints need. A version dir that is complete anyway is left alone."""

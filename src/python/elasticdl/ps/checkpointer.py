@@ -1,9 +1,11 @@
 """When and where one PS writes its checkpoint shard.
 
-Periodic saves (every `checkpoint_steps` versions) take a consistent snapshot while the model
-lock is held (the caller holds it), then serialize and write it on a background thread, so
-gradient pushes do not wait for the disk. Explicit saves (the save_checkpoint RPC, shutdown)
-are synchronous.
+Periodic saves (every `checkpoint_steps` versions) must not stop training: the PS's copy-on-
+write snapshot is written by a forked child (`elasticdl.ps.snapshot_writer`), so gradient pushes
+wait only for the fork. One write runs at a time; a save due meanwhile is skipped (the next
+due version is written). Where the child cannot be made, the snapshot is a copy taken under
+the model lock instead, written on a background thread. Explicit saves (the save_checkpoint
+RPC) are synchronous.
 
 A save that the disk refuses (full, quota, read-only) fails in one line naming the directory
 and the newest complete checkpoint, which stays as it was (shard files are renamed into place
@@ -12,35 +14,26 @@ version tries again.
 """
 from __future__ import annotations
 
-import errno
 import logging
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps import checkpoint
 from elasticdl.ps.errors import PSError
+from elasticdl.ps.parameters import Parameters
+from elasticdl.ps.snapshot_writer import SnapshotWriter, WriteResult
 
 logger = logging.getLogger(__name__)
+
+# Background saves: what `Checkpointer.save_periodic` did with a due version.
+STARTED, SKIPPED, COPIED = "started", "skipped", "copied"
 
 
 class CheckpointWriteError(PSError):
     """The checkpoint directory refused a write; the message is one line."""
-
-
-def _write_failure(ps_id: int, version: int, directory: str, err: OSError) -> str:
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        cause, fix = (
-            "no space left on the device",
-            "free space there or choose another --checkpoint_dir",
-        )
-    else:
-        cause, fix = err.strerror or str(err), "check --checkpoint_dir"
-    latest = checkpoint.get_latest_valid_version_dir(directory)
-    return (
-        f"PS {ps_id} did not write checkpoint version {version} to {directory}: {cause}; "
-        f"the newest complete checkpoint {latest or '(none yet)'} is kept; {fix}"
-    )
 
 
 @dataclass
@@ -59,12 +52,23 @@ class CheckpointConfig:
 
 
 class Checkpointer:
-    def __init__(self, config: CheckpointConfig, ps_id: int, num_ps: int):
+    def __init__(
+        self, config: CheckpointConfig, ps_id: int, num_ps: int, copy_on_write: bool = True
+    ):
+        """``copy_on_write``: periodic saves from a forked child (else: a copy under the lock,
+        written on a thread, as where fork is not available)."""
         self.config = config
         self.ps_id = ps_id
         self.num_ps = num_ps
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ps-checkpoint")
         self._pending: list[Future] = []
+        self._copy_on_write = copy_on_write and hasattr(os, "fork")
+        self._writer = SnapshotWriter(
+            ps_id, num_ps, config.keep_checkpoint_max, on_done=self._written
+        )
+        self._after_write: Callable[[], None] | None = None
+        self.skipped = 0  # periodic saves skipped: the previous write still ran
+        self.written: list[WriteResult] = []  # background writes, oldest first (the last 16)
 
     def due(self, version: int) -> bool:
         steps = self.config.checkpoint_steps
@@ -84,10 +88,69 @@ class Checkpointer:
             )
         except OSError as e:
             raise CheckpointWriteError(
-                _write_failure(self.ps_id, model.version, directory, e)
+                checkpoint.write_failure(self.ps_id, model.version, directory, e)
             ) from None
         logger.info("PS %d saved checkpoint version %d to %s", self.ps_id, model.version, path)
         return path
+
+    def save_periodic(
+        self, params: Parameters, after_write: Callable[[], None] | None = None
+    ) -> str:
+        """Checkpoint ``params`` at its current version without waiting for the disk; call
+        with the model lock held. Returns STARTED (a child writes it), SKIPPED (the previous
+        write still runs; ``after_write``, if given, is called once it ended) or COPIED (a
+        copy taken now is written on a thread)."""
+        if self._copy_on_write:
+            try:
+                if self._writer.start(params, self.config.checkpoint_dir):
+                    return STARTED
+            except OSError as e:
+                self._copy_on_write = False
+                logger.warning(
+                    "PS %d cannot fork a checkpoint writer (%s): checkpoints are copied under "
+                    "the model lock from now on",
+                    self.ps_id,
+                    e,
+                )
+            else:
+                self.skipped += 1
+                running = self._writer.last_started
+                logger.info(
+                    "PS %d skipped checkpoint version %d: version %d is still being written "
+                    "(one write at a time)",
+                    self.ps_id,
+                    params.version,
+                    running,
+                )
+                if after_write is not None:
+                    self._after_write = after_write
+                return SKIPPED
+        self.save_async(params.to_model_pb())
+        return COPIED
+
+    def _written(self, result: WriteResult) -> None:
+        self.written = (self.written + [result])[-16:]
+        if result.ok:
+            logger.info(
+                "PS %d saved checkpoint version %d to %s in %.1f s; training waited %.1f ms "
+                "for the snapshot, %.0f MiB copied while it was written",
+                self.ps_id,
+                result.version,
+                result.path,
+                result.write_s,
+                result.blocked_s * 1e3,
+                result.overhead_bytes / 2**20,
+            )
+        else:
+            logger.error(
+                "PS %d did not write checkpoint version %d: %s; training goes on",
+                self.ps_id,
+                result.version,
+                result.error,
+            )
+        after, self._after_write = self._after_write, None
+        if after is not None:
+            after()
 
     def save_async(self, model: pb.Model) -> Future:
         def run():
@@ -109,6 +172,7 @@ class Checkpointer:
 
     def flush(self) -> None:
         """Wait for background saves to finish (errors were logged already)."""
+        self._writer.wait()
         for f in list(self._pending):
             try:
                 f.result()

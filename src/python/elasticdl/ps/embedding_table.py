@@ -185,11 +185,16 @@ def _block(capacity: int, dim: int) -> np.ndarray:
     of its own, unmapped when the block is dropped: the PS's malloc keeps freed heap memory up to
     its trim threshold (elasticdl.common.malloc_tuning), and the blocks a growing table leaves
     behind (each doubling frees the previous table and slots) would stay in the process's RSS
-    (figures: benchmarks/ps/README.md, table_sweep.py). Untouched pages stay unmapped either way."""
+    (figures: benchmarks/ps/README.md, table_sweep.py). Untouched pages stay unmapped either way.
+
+    The mapping is private, not the shared one ``mmap`` makes by default: a checkpoint is
+    written by a forked child from a copy-on-write view of the PS's memory
+    (elasticdl.ps.snapshot_writer), and a shared mapping would go on changing under it."""
     nbytes = capacity * dim * 4
     if nbytes < _MAPPED_BLOCK_BYTES:
         return np.empty((capacity, dim), dtype=np.float32)
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.float32).reshape(capacity, dim)
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)
+    return np.frombuffer(region, dtype=np.float32).reshape(capacity, dim)
 
 
 def _resized(array: np.ndarray, capacity: int, live: int) -> np.ndarray:

@@ -1,8 +1,11 @@
-"""Best-effort, non-blocking `report_version` calls from a PS to the master.
+"""Best-effort, non-blocking reports from a PS to the master: `report_version` and, every
+few seconds, `report_ps_load`.
 
 The master starts an evaluation round when a PS reports a version that is a multiple of
-`--evaluation_steps`. Gradient pushes must never wait on the master, so reports go through a
-bounded queue served by one daemon thread; failures are logged (rate-limited), never raised.
+`--evaluation_steps`, and sizes a `--num_workers=auto` job by the PS's load
+(elasticdl.ps.load_meter). Gradient pushes must never wait on the master, so reports go through
+a bounded queue served by one daemon thread, which also sends the load when it has been idle
+for `load_interval_s`; failures are logged (rate-limited), never raised.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import grpc
 from elasticdl.common import auth, tls
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+from elasticdl.ps.load_meter import LoadMeter
 
 logger = logging.getLogger(__name__)
 
@@ -30,12 +34,17 @@ class MasterReporter:
         max_pending: int = 64,
         secret: str | None = None,
         tls_config: tls.TLS | None = None,
+        load_meter: LoadMeter | None = None,
+        load_interval_s: float = 2.0,
     ):
         self.master_addr = master_addr
         self.secret = secret
         self.tls_config = tls_config
         self.ps_id = ps_id
         self.timeout_s = timeout_s
+        self.load_meter = load_meter
+        self.load_interval_s = load_interval_s
+        self.loads_reported = 0
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._thread = threading.Thread(target=self._run, name="ps-master-reporter", daemon=True)
         self._last_warning = 0.0
@@ -68,8 +77,15 @@ class MasterReporter:
             channel = auth.authenticated_channel(channel, self.secret)
         stub = pb_grpc.MasterStub(channel)
         try:
+            next_load = time.monotonic() + self.load_interval_s
             while True:
-                item = self._queue.get()
+                wait = max(0.0, next_load - time.monotonic()) if self.load_meter else None
+                try:
+                    item = self._queue.get(timeout=wait)
+                except queue.Empty:
+                    next_load = time.monotonic() + self.load_interval_s
+                    self._report_load(stub)
+                    continue
                 if item is _STOP:
                     return
                 try:
@@ -86,3 +102,24 @@ class MasterReporter:
                     )
         finally:
             channel.close()
+
+    def _report_load(self, stub) -> None:
+        load = self.load_meter.window()
+        try:
+            stub.report_ps_load(
+                pb.ReportPSLoadRequest(
+                    ps_id=self.ps_id,
+                    window_seconds=load.window_s,
+                    cpu_fraction=load.cpu_fraction,
+                    lock_busy_fraction=load.lock_busy_fraction,
+                    lock_wait_ms=load.lock_wait_ms,
+                    requests=load.requests,
+                ),
+                timeout=self.timeout_s,
+            )
+            self.loads_reported += 1
+        except grpc.RpcError as e:
+            self._warn(
+                f"report_ps_load to master {self.master_addr} failed: "
+                f"{e.code().name} {e.details()}"
+            )

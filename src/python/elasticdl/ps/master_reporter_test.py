@@ -9,6 +9,7 @@ from concurrent import futures
 import grpc
 import pytest
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+from elasticdl.ps.load_meter import LoadMeter, MeteredLock
 from elasticdl.ps.master_reporter import MasterReporter
 from google.protobuf import empty_pb2
 
@@ -79,3 +80,37 @@ def test_an_unreachable_master_costs_the_reports_not_the_caller():
     reporter.close(timeout_s=HANG_GUARD_S)
     assert reporter.reported == []
     assert not reporter._thread.is_alive()
+
+
+class LoadMaster(pb_grpc.MasterServicer):
+    def __init__(self):
+        self.loads = []
+        self.got = threading.Event()
+
+    def report_ps_load(self, request, context):
+        self.loads.append(request)
+        self.got.set()
+        return empty_pb2.Empty()
+
+
+def test_the_load_is_reported_while_no_version_is():
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    master = LoadMaster()
+    pb_grpc.add_MasterServicer_to_server(master, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    lock = MeteredLock()
+    reporter = MasterReporter(
+        f"127.0.0.1:{port}", ps_id=3, load_meter=LoadMeter(lock, cpus=1), load_interval_s=0.05
+    )
+    try:
+        with lock:
+            pass
+        assert master.got.wait(HANG_GUARD_S), "no load report reached the master"
+    finally:
+        reporter.close(timeout_s=HANG_GUARD_S)
+        server.stop(0)
+    load = master.loads[0]
+    assert load.ps_id == 3 and load.window_seconds > 0
+    assert 0 <= load.lock_busy_fraction <= 1 and load.cpu_fraction >= 0
+    assert sum(x.requests for x in master.loads) == 1

@@ -18,6 +18,7 @@ from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps import checkpoint, memory_fit
 from elasticdl.ps.checkpointer import CheckpointConfig, Checkpointer
 from elasticdl.ps.errors import PSError
+from elasticdl.ps.load_meter import LoadMeter
 from elasticdl.ps.master_reporter import MasterReporter
 from elasticdl.ps.optimizer import Optimizer, parse_optimizer_config
 from elasticdl.ps.parameters import Parameters
@@ -83,16 +84,23 @@ class PSServer:
             self.tls = tls.TLS.of(c)
         except tls.TLSError as e:
             raise PSError(str(e)) from None
-        self.reporter = (
-            MasterReporter(c.master_addr, c.ps_id, secret=secret, tls_config=self.tls)
-            if c.master_addr and c.evaluation_steps
-            else None
-        )
         self.params = Parameters(c.ps_id, c.num_ps_pods)
         self.params.check_new_tables = self._check_tables_fit
         self._last_periodic_save = 0  # the version of this run's newest periodic checkpoint
         self.ps = ParameterServer(
             self.params, self.optimizer, self.policy, self._on_version, self._on_state
+        )
+        # Versions for evaluation rounds, the load for --num_workers=auto.
+        self.reporter = (
+            MasterReporter(
+                c.master_addr,
+                c.ps_id,
+                secret=secret,
+                tls_config=self.tls,
+                load_meter=LoadMeter(self.ps.lock),
+            )
+            if c.master_addr
+            else None
         )
         self.restored_from = self._restore()
         self.request_cap = RequestCap(self.params, c.minibatch_size)
@@ -139,18 +147,25 @@ class PSServer:
         c = self.config
         if c.log_every_versions and version % c.log_every_versions == 0:
             logger.info("PS %d reached version %d", c.ps_id, version)
-        if self.reporter is not None and version % c.evaluation_steps == 0:
+        if self.reporter is not None and c.evaluation_steps and version % c.evaluation_steps == 0:
             self.reporter.report_version(version)
         if self.checkpointer.due(version):
             self._last_periodic_save = version
-            self.checkpointer.save_async(self.params.to_model_pb())
+            self.checkpointer.save_periodic(self.params)
 
     def _on_state(self, version: int) -> None:
         # State sent alone (a task cut short) belongs to the current version: when this run
         # checkpointed that version, write it again (replaced whole), so the checkpoint an
-        # evaluation job starts from holds the statistics of every step it contains.
+        # evaluation job starts from holds the statistics of every step it contains. While
+        # that version's write still runs (its snapshot predates the state), once it ended.
         if version and version == self._last_periodic_save:
-            self.checkpointer.save_async(self.params.to_model_pb())
+            self.checkpointer.save_periodic(self.params, after_write=self._rewrite_state)
+
+    def _rewrite_state(self) -> None:
+        with self.ps.lock:
+            version = self.params.version
+            if version == self._last_periodic_save:
+                self.checkpointer.save_periodic(self.params)
 
     # ------------------------------------------------------------------ gRPC lifecycle
     def start(self) -> int:

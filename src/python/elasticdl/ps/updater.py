@@ -11,14 +11,14 @@ Sync (`grads_to_wait` = K): a push is accepted if grad_version >= ps_version - t
 buffered; after K accepted pushes the dense gradients are AVERAGED, the sparse ones SUMMED (the
 rows each worker touched are disjoint samples of the batch), applied once, and the version bumps.
 
-One lock covers apply and every read of the model, so readers never see a half-applied update.
+One lock covers apply and every read of the model, so readers never see a half-applied update;
+it is metered (elasticdl.ps.load_meter: how long requests queue for it and hold it).
 NumPy and the native kernels release the GIL for large arrays, so decoding a push (done before
 taking the lock) overlaps with another push being applied.
 """
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -29,6 +29,7 @@ from elasticdl.common.shared_memory import SharedMemoryError, SharedRegion
 from elasticdl.common.tensor_utils import IndexedRows
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.errors import PSError
+from elasticdl.ps.load_meter import MeteredLock
 from elasticdl.ps.optimizer import Optimizer
 from elasticdl.ps.parameters import Parameters
 
@@ -122,7 +123,7 @@ class ParameterServer:
         self.params = params
         self.optimizer = optimizer
         self.policy = policy or UpdatePolicy()
-        self.lock = threading.RLock()
+        self.lock = MeteredLock()
         self._buffer = _SyncBuffer()
         # Called (under the lock, so versions arrive in order) after every version bump; must
         # return quickly -- the servicer hands slow work (RPCs, file writes) to threads.

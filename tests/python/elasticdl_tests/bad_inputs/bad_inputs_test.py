@@ -135,6 +135,30 @@ CLI_ROWS = [
     Row("num-workers-float", train("--num_workers=1.5"), "--num_workers"),
     Row("num-workers-nan", train("--num_workers=nan"), "--num_workers"),
     Row("num-workers-empty", train("--num_workers="), "--num_workers"),
+    Row("num-workers-word", train("--num_workers=many"), "a number of workers or auto"),
+    Row("min-workers-without-auto", train("--min_workers=2"), "--min_workers only size a job"),
+    Row(
+        "min-workers-over-max",
+        train("--num_workers=auto", "--min_workers=4", "--max_workers=2"),
+        "--min_workers=4 is more than --max_workers=2",
+    ),
+    Row("max-workers-zero", train("--num_workers=auto", "--max_workers=0"), "--max_workers"),
+    Row(
+        "autoscale-gain-one",
+        train("--num_workers=auto", "--autoscale_min_gain=1"),
+        "--autoscale_min_gain must be in [0, 1)",
+    ),
+    Row(
+        "autoscale-gain-nan",
+        train("--num_workers=auto", "--autoscale_min_gain=nan"),
+        "--autoscale_min_gain",
+    ),
+    Row(
+        "num-workers-auto-allreduce",
+        train("--num_workers=auto", "--distribution_strategy=AllreduceStrategy"),
+        "--num_workers=auto sizes ParameterServerStrategy jobs",
+    ),
+    Row("straggler-factor-half", train("--straggler_factor=0.5"), "--straggler_factor"),
     Row("minibatch-size-zero", train("--minibatch_size=0"), "--minibatch_size must be > 0"),
     Row(
         "minibatches-per-task-zero",

@@ -23,6 +23,7 @@ from elasticdl.common.job_dir import CHECKPOINT_SUBDIR, default_job_dir, elastic
 from elasticdl.common.job_spec.checks import AUX_PARAMS, MAX_JOB_NAME_LENGTH, image_in_prefix
 from elasticdl.common.job_spec.fields import (
     ALLREDUCE_BACKENDS,
+    AUTO_WORKERS,
     DEFAULT_EXTRA_PYPI_INDEX,
     DEFAULT_MASTER_PORT,
     EVALUATE,
@@ -65,6 +66,7 @@ from elasticdl.common.spec_codec import SpecError, parse_bool
 
 __all__ = [
     "ALLREDUCE_BACKENDS",
+    "AUTO_WORKERS",
     "AUX_PARAMS",
     "CHECKPOINT_SUBDIR",
     "DEFAULT_EXTRA_PYPI_INDEX",

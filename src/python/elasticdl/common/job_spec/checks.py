@@ -183,6 +183,16 @@ def params(name: str, value: str) -> None:
             raise SpecError(f"--{name}: {item.strip()!r} is not key=value; use 'k1=v1; k2=v2'")
 
 
+def straggler_factor(name: str, value: float) -> None:
+    if value != 0 and not value >= 1:
+        raise SpecError(f"--{name} must be 0 (off) or at least 1, got {value:g}")
+
+
+def fraction(name: str, value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise SpecError(f"--{name} must be in [0, 1), e.g. 0.1 for 10%, got {value:g}")
+
+
 def worker_priority(name: str, value: str) -> None:
     if not value or value in ("high", "low"):
         return

@@ -29,6 +29,8 @@ POD_SECURITY_RESTRICTED, POD_SECURITY_NONE = "restricted", "none"
 POD_SECURITY_MODES = (POD_SECURITY_RESTRICTED, POD_SECURITY_NONE)
 ALLREDUCE_BACKENDS = ("auto", "gloo", "nccl")
 DEFAULT_MASTER_PORT = 50001
+# --num_workers=auto: the spelling of "the master sizes the job" (JobSpec.auto_workers).
+AUTO_WORKERS = "auto"
 DEFAULT_EXTRA_PYPI_INDEX = "https://pypi.org/simple"
 
 _ALL = JOB_COMMANDS
@@ -247,6 +249,14 @@ class JobSpec:
         "training",
         check=checks.positive,
     )
+    straggler_factor: float = _field(
+        3.0,
+        "A worker this many times slower per record than the median of the others is a "
+        "straggler: near the end of the data it gets no more than its share of the work and "
+        "idle workers back up its tasks (first report counts; 0: off)",
+        "training",
+        check=checks.straggler_factor,
+    )
 
     # ---- job ---------------------------------------------------------------------------
     job_name: str = _field(
@@ -269,7 +279,29 @@ class JobSpec:
         "makes the master restartable (a Job starts a new one that resumes the job)",
         "job",
     )
-    num_workers: int = _field(2, "Number of workers", "job", check=checks.positive)
+    num_workers: int = _field(
+        2,
+        "Number of workers, or 'auto': the master starts --min_workers and adds workers while "
+        "each raises the job's records/s by --autoscale_min_gain, up to --max_workers",
+        "job",
+        check=checks.positive,
+    )
+    min_workers: int = _field(
+        1, "With --num_workers=auto: the workers the job starts with", "job", check=checks.positive
+    )
+    max_workers: int = _field(
+        8, "With --num_workers=auto: the most workers the job gets", "job", check=checks.positive
+    )
+    autoscale_min_gain: float = _field(
+        0.1,
+        "With --num_workers=auto: add another worker only while the last one added raised the "
+        "job's records/s by at least this fraction (and the PS are not saturated)",
+        "job",
+        check=checks.fraction,
+    )
+    auto_workers: bool = _field(
+        False, "The master sizes the job (--num_workers=auto)", "job", commands=()
+    )
     num_ps_pods: int = _field(
         0,
         "Number of parameter servers (0 with ParameterServerStrategy means 1)",
@@ -426,6 +458,10 @@ class JobSpec:
     def __post_init__(self) -> None:
         if isinstance(self.log_level, str):
             object.__setattr__(self, "log_level", self.log_level.upper())
+        if isinstance(self.num_workers, str) and self.num_workers.strip().lower() == AUTO_WORKERS:
+            # Sized by the master: it starts with the minimum.
+            object.__setattr__(self, "auto_workers", True)
+            object.__setattr__(self, "num_workers", self.min_workers)
         checks.check_fields(self)
 
     # ---- derived values ----------------------------------------------------------------
@@ -467,7 +503,11 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
-        return spec_codec.from_dict(cls, dict(data), "job spec")
+        data = dict(data)
+        if str(data.get("num_workers", "")).strip().lower() == AUTO_WORKERS:
+            data.pop("num_workers")
+            data["auto_workers"] = True
+        return spec_codec.from_dict(cls, data, "job spec")
 
     @classmethod
     def from_json(cls, text: str) -> "JobSpec":

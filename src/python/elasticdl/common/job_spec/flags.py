@@ -10,7 +10,15 @@ import enum
 from typing import Any, Iterable, Mapping
 
 from elasticdl.common import spec_codec
-from elasticdl.common.job_spec.fields import EVALUATE, FIELDS, JOB_COMMANDS, PREDICT, TRAIN, JobSpec
+from elasticdl.common.job_spec.fields import (
+    AUTO_WORKERS,
+    EVALUATE,
+    FIELDS,
+    JOB_COMMANDS,
+    PREDICT,
+    TRAIN,
+    JobSpec,
+)
 from elasticdl.common.job_spec.retired import RETIRED_FLAGS, check_retired
 from elasticdl.common.spec_codec import SpecError
 from elasticdl.common.types import JobType
@@ -103,6 +111,11 @@ def spec_from_text(command: str, values: Mapping[str, str]) -> JobSpec:
         if name in RETIRED_FLAGS:
             check_retired(name, text)
             continue
+        if name == "num_workers" and text.strip().lower() == AUTO_WORKERS:
+            typed[name] = AUTO_WORKERS  # JobSpec makes it auto_workers
+            continue
+        if name == "num_workers" and not text.strip().lstrip("-").isdigit():
+            raise SpecError(f"--num_workers: expected a number of workers or auto, got {text!r}")
         typed[name] = spec_codec.from_text(name, text, ftypes[name])
     return spec_from_values(command, typed)
 

@@ -250,6 +250,22 @@ def test_a_spec_is_frozen_and_typed():
         (["--worker_image=reg.io/x:1\nRUN"], "--worker_image 'reg.io/x:1\\nRUN' is not an image"),
         (["--namespace=Bad_NS"], "--namespace 'Bad_NS' is not a Kubernetes namespace name"),
         (["--envs=A=x\ny"], "--envs: the value of A contains control characters"),
+        (["--num_workers=many"], "--num_workers: expected a number of workers or auto, got 'many'"),
+        (["--min_workers=2"], "--min_workers only size a job with --num_workers=auto"),
+        (
+            ["--num_workers=auto", "--min_workers=4", "--max_workers=2"],
+            "--min_workers=4 is more than --max_workers=2",
+        ),
+        (["--num_workers=auto", "--max_workers=0"], "--max_workers must be > 0"),
+        (
+            ["--num_workers=auto", "--autoscale_min_gain=1"],
+            "--autoscale_min_gain must be in [0, 1)",
+        ),
+        (
+            ["--num_workers=auto", "--distribution_strategy=AllreduceStrategy"],
+            "--num_workers=auto sizes ParameterServerStrategy jobs",
+        ),
+        (["--straggler_factor=0.5"], "--straggler_factor must be 0 (off) or at least 1"),
     ],
 )
 def test_validation_messages(extra, message):
@@ -393,3 +409,18 @@ def test_v02_evaluation_timing_and_tensorboard_flags(tmp_path):
     assert "not under a --volume" in error(
         ["--image_name=reg/x:1", "--tensorboard_log_dir=/data-other/tb"], check_local_paths=False
     )
+
+
+def test_num_workers_auto_starts_with_the_minimum_and_round_trips():
+    spec = _spec(MINIMAL + ["--num_workers=auto", "--min_workers=2", "--max_workers=6"])
+    assert spec.auto_workers and spec.num_workers == 2 and spec.max_workers == 6
+    assert JobSpec.from_json(spec.to_json()) == spec
+    typed = spec_from_values(
+        "train",
+        dict(job_name="j", model_def="a.b", training_data="/d", num_workers="auto"),
+    )
+    assert typed.auto_workers and typed.num_workers == typed.min_workers == 1
+    assert JobSpec.from_dict({"job_name": "j", "num_workers": "auto"}).auto_workers
+    fixed = _spec(MINIMAL)
+    assert not fixed.auto_workers and fixed.num_workers == 2
+    assert fixed.straggler_factor == 3.0

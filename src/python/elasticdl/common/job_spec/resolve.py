@@ -69,6 +69,8 @@ def with_derived_defaults(spec: JobSpec) -> tuple[JobSpec, list[str]]:
             "num_ps_pods: 1 (ParameterServerStrategy needs a parameter server; "
             "set --num_ps_pods to change)"
         )
+    if spec.auto_workers and spec.num_workers != spec.min_workers:
+        changes["num_workers"] = spec.min_workers  # the master starts with the minimum
     if spec.checkpoint_steps > 0 and not spec.checkpoint_dir:
         job_dir = changes.get("job_dir", spec.job_dir)
         checkpoint_dir, notice = default_checkpoint_dir(platform, job_dir)
@@ -91,6 +93,7 @@ def check_together(spec: JobSpec, check_local_paths: bool | None) -> None:
         raise SpecError(
             "--model_def is required, e.g. --model_def=mnist.mnist_functional_api.custom_model"
         )
+    _check_worker_count(spec)
     _check_tls(spec, check_local_paths)
     if check_local_paths:
         check_model_zoo(spec.model_zoo, spec.model_def)
@@ -267,6 +270,33 @@ def _check_tensorboard_log_dir(spec: JobSpec, check_local_paths: bool) -> None:
         raise SpecError(
             f"--tensorboard_log_dir {value!r}: {existing} is not a writable directory; "
             "choose a directory you can write"
+        )
+
+
+def _check_worker_count(spec: JobSpec) -> None:
+    """--num_workers=auto and its bounds."""
+    if not spec.auto_workers:
+        defaults = {f.name: f.default for f in dataclasses.fields(spec)}
+        given = [
+            f"--{name}"
+            for name in ("min_workers", "max_workers", "autoscale_min_gain")
+            if getattr(spec, name) != defaults[name]
+        ]
+        if given:
+            raise SpecError(
+                f"{', '.join(given)} only size a job with --num_workers=auto; drop "
+                f"{'them' if len(given) > 1 else 'it'} or set --num_workers=auto"
+            )
+        return
+    if spec.min_workers > spec.max_workers:
+        raise SpecError(
+            f"--min_workers={spec.min_workers} is more than --max_workers={spec.max_workers}; "
+            "the job starts with --min_workers and grows up to --max_workers"
+        )
+    if spec.allreduce:
+        raise SpecError(
+            "--num_workers=auto sizes ParameterServerStrategy jobs; give AllreduceStrategy jobs "
+            "a number of workers"
         )
 
 

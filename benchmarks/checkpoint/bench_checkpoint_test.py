@@ -1,0 +1,37 @@
+"""bench_checkpoint.py runs end to end at a tiny size (so it cannot rot) and its JSON line is
+sane. Not a performance test: nothing here depends on how fast the machine is."""
+import json
+import os
+import subprocess
+import sys
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_checkpoint.py")
+
+
+def test_tiny_run_prints_a_sane_json_line(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run(
+        [sys.executable, SCRIPT, "--rows", "2e3,2e4", "--repeats", "1", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["benchmark"] == "ps_checkpoint_blocking"
+    assert summary["rows"] == [2000, 20000]
+    for per_rows in summary["per_rows"].values():
+        for mode in ("sync", "copy", "cow"):
+            assert per_rows[mode]["blocked_s"] > 0
+    assert os.listdir(tmp_path) == []  # its checkpoints went with its temporary directory
+
+
+def test_bad_rows_are_one_line():
+    out = subprocess.run(
+        [sys.executable, SCRIPT, "--rows", "many"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "bench_checkpoint: error: --rows must be comma-separated numbers like 1e5,1e6, got 'many'"
+    ]

@@ -1,0 +1,75 @@
+"""A job that sizes itself (--num_workers=auto) on a throughput that stops growing: the master
+starts one worker and adds a second (the first step from the minimum is always tried); the
+PS is then held to 1% of a CPU by a cgroup quota (it needs several times that), so the job is
+limited by its one PS and the second worker cannot pay: the master must release it (or hold,
+seeing the PS saturated), log the numbers behind each decision, and still count every record
+once.
+
+The quota needs root and a cgroup hierarchy with the cpu controller: elsewhere the test skips
+with the reason, except where ELASTICDL_REQUIRE_CGROUP_CPU is set, where that is a failure.
+"""
+import os
+
+import pytest
+from elasticdl_testing.cpu_throttle import ThrottleUnavailable, cpu_throttled
+
+from .conftest import replica
+
+JOB = "autoscale"
+REQUIRE_ENV = "ELASTICDL_REQUIRE_CGROUP_CPU"
+
+
+def decisions(status: dict) -> list[dict]:
+    return status.get("autoscaling", {}).get("decisions", [])
+
+
+def test_an_auto_sized_job_stops_adding_when_the_ps_limits_it(cli, fashion_mnist):
+    cli.submit(
+        "train",
+        JOB,
+        f"--training_data={fashion_mnist / 'train'}",
+        "--num_epochs=3",
+        "--minibatch_size=64",
+        "--num_minibatches_per_task=2",
+        "--num_workers=auto",
+        "--min_workers=1",
+        "--max_workers=3",
+        "--num_ps_pods=1",
+    )
+    first = cli.wait_for(JOB, lambda s: decisions(s), timeout=300, what="made a first decision")
+    added = decisions(first)[0]
+    assert added["action"] == "add" and added["workers"] == 2, added
+    assert added["measured_workers"] == 1 and added["records_per_s"] > 0, added
+    assert "records/s with 1 workers" in added["reason"], added
+    try:
+        with cpu_throttled(replica(first, "ps-0")["pid"], 0.01):
+            second = cli.wait_for(
+                JOB, lambda s: len(decisions(s)) >= 2, timeout=600, what="made a second decision"
+            )
+    except ThrottleUnavailable as e:
+        cli.run("cancel", JOB, timeout=120, check=False)
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"{e} ({REQUIRE_ENV} is set)", pytrace=False)
+        pytest.skip(str(e))
+    stopped = decisions(second)[1]
+    assert stopped["action"] in ("release", "hold"), stopped
+    assert stopped["measured_workers"] == 2 and stopped["ps"], stopped
+    if stopped["action"] == "release":
+        assert stopped["workers"] == 1 and stopped["worker"] == added["worker"], stopped
+        assert stopped["gain"] < 0.1, stopped
+    else:
+        assert "saturated" in stopped["reason"], stopped
+
+    final = cli.wait_end(JOB, timeout=900)
+    assert final["phase"] == "Succeeded", cli.master_log(JOB)[-4000:]
+    assert final["records_trained"] == final["records_expected"] == 180000
+    assert final["records_trained_per_epoch"] == {"1": 60000, "2": 60000, "3": 60000}
+    assert final["autoscaling"]["settled"]
+    assert len(decisions(final)) == 2  # settled: nothing more was decided
+    if stopped["action"] == "release":
+        # Let go gracefully: it reported what it held and exited, and was not relaunched.
+        released = replica(final, f"worker-{stopped['worker']}")
+        assert released["phase"] == "Succeeded" and released["replaced_by"] is None
+    assert "Autoscaling: add ->" in cli.master_log(JOB)
+    shown = cli.run("status", JOB).stdout
+    assert "Autoscaling: 1..3 workers" in shown and "add -> 2:" in shown, shown
