@@ -24,8 +24,8 @@ from elasticdl.master import status_writer
 from elasticdl.master.autoscaler import Autoscaler, AutoscalerConfig, PSLoads
 from elasticdl.master.evaluation_service import FINAL_VERSION, EvaluationService
 from elasticdl.master.journal import JournalError
+from elasticdl.master.launch_specs import Checkpointing, LaunchSpecs, ReplicaContext, replica_env
 from elasticdl.master.replica_manager import ReplicaManager, ReplicaManagerConfig
-from elasticdl.master.replica_specs import Checkpointing, ReplicaContext, ReplicaSpecs, replica_env
 from elasticdl.master.resume import JobJournal, PreviousLife
 from elasticdl.master.server import MasterServerError, create_master_server
 from elasticdl.master.servicer import MasterServicer
@@ -168,7 +168,7 @@ class Job:
             self.rendezvous.config.store_host = master_addr.rpartition(":")[0]
             # Workers that end leave the communication group at once (before any relaunch).
             self.platform.add_event_listener(self.rendezvous.on_replica_event)
-        replicas = ReplicaSpecs(
+        replicas = LaunchSpecs(
             a,
             self.platform,
             ReplicaContext(
@@ -180,7 +180,7 @@ class Job:
                 secret=self.secret,
             ),
         )
-        self.replica_specs = replicas
+        self.launch_specs = replicas
         self.rm = ReplicaManager(
             self.platform,
             ReplicaManagerConfig(
@@ -225,7 +225,7 @@ class Job:
         a = self.job_spec
 
         def planned(workers: int) -> None:  # local workers size their threads by it
-            self.replica_specs.worker_count = workers
+            self.launch_specs.worker_count = workers
 
         scaler = Autoscaler(
             AutoscalerConfig(a.min_workers, a.max_workers, a.autoscale_min_gain),

@@ -22,7 +22,7 @@ from elasticdl.master.evaluation_service import EvaluationService
 from elasticdl.master.replica_manager import ReplicaManager, ReplicaManagerConfig
 from elasticdl.master.resume import JobJournal
 from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
-from elasticdl.platform.base import Platform, ReplicaEvent, ReplicaPhase, ReplicaSpec, ReplicaType
+from elasticdl.platform.base import LaunchSpec, Platform, ReplicaEvent, ReplicaPhase, ReplicaType
 
 STEPS = 34
 SPEC_JSON = '{"job_name": "journal-v1"}'
@@ -86,7 +86,7 @@ def build(clock: Clock, platform: Platform):
         clock=clock,
     )
     es = EvaluationService(tm, lambda: {"mean": _Mean()}, evaluation_steps=5)
-    spec = lambda kind: lambda i: ReplicaSpec(  # noqa: E731
+    spec = lambda kind: lambda i: LaunchSpec(  # noqa: E731
         kind, i, module=f"elasticdl.{kind}.main", args=[f"--id={i}"], port=2222
     )
     rm = ReplicaManager(platform, ReplicaManagerConfig(1, 2), spec(W), spec(PS), tm)

@@ -54,11 +54,11 @@ from elasticdl.master.journal_ops import (
 from elasticdl.master.task_manager import TaskManager
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
+    LaunchSpec,
     Platform,
     PlatformError,
     ReplicaEvent,
     ReplicaPhase,
-    ReplicaSpec,
     ReplicaType,
 )
 
@@ -135,7 +135,7 @@ class ReplicaState:
         }
 
 
-SpecBuilder = Callable[[int], ReplicaSpec]
+SpecBuilder = Callable[[int], LaunchSpec]
 
 
 class ReplicaManager(JournaledOwner):
@@ -218,7 +218,7 @@ class ReplicaManager(JournaledOwner):
             )
         self._launch(spec)
 
-    def _launch(self, spec: ReplicaSpec) -> None:
+    def _launch(self, spec: LaunchSpec) -> None:
         # Before the process exists: a master dying right after starting it leaves a trace.
         self._record(ReplicaLaunching(str(spec.replica_type), spec.replica_id))
         try:

@@ -13,10 +13,10 @@ from elasticdl.master.task_manager import TaskManager, TaskManagerConfig, TaskTy
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
     REASON_OOM_KILLED,
+    LaunchSpec,
     Platform,
     ReplicaEvent,
     ReplicaPhase,
-    ReplicaSpec,
     ReplicaType,
 )
 from elasticdl.platform.local import LocalProcessPlatform
@@ -30,7 +30,7 @@ class FakePlatform(Platform):
 
     def __init__(self):
         super().__init__("fake")
-        self.launched: list[ReplicaSpec] = []
+        self.launched: list[LaunchSpec] = []
         self.deleted: list[tuple] = []
         self.closed = False
 
@@ -67,7 +67,7 @@ class FakePlatform(Platform):
 
 
 def _spec(replica_type):
-    return lambda i: ReplicaSpec(
+    return lambda i: LaunchSpec(
         replica_type, i, module=f"elasticdl.{replica_type}.main", args=[f"--id={i}"]
     )
 
@@ -178,7 +178,7 @@ def test_worker_priority_fraction():
 
 
 # ---- with real child processes ------------------------------------------------------------
-class InlineSpec(ReplicaSpec):
+class InlineSpec(LaunchSpec):
     """Runs inline code (`python -c`) instead of an ElasticDL module."""
 
     def command(self, python="python"):

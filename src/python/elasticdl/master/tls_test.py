@@ -175,7 +175,7 @@ def test_a_job_trains_over_mutual_tls(certs, tmp_path):
     assert code == 0, status["message"]
     assert status["records_trained"] == status["records_expected"] == 192
     # The replicas were given the files (and no key material) in their specs.
-    worker = job.replica_specs.worker(0)
+    worker = job.launch_specs.worker(0)
     assert any("--tls_cert_file" in a for a in worker.args)
     assert not any("PRIVATE KEY" in a for a in worker.args)
 

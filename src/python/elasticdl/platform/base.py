@@ -1,7 +1,7 @@
 """The interface through which the master runs its replicas (parameter servers and workers).
 
 The master never talks to Kubernetes or to the operating system directly: it describes each
-replica as a :class:`ReplicaSpec` and hands it to a :class:`Platform`. Two implementations
+replica as a :class:`LaunchSpec` and hands it to a :class:`Platform`. Two implementations
 exist and are interchangeable:
 
 * ``elasticdl.platform.local.LocalProcessPlatform``: every replica is a child process of the
@@ -13,7 +13,7 @@ Contract every platform keeps:
 * ``address(type, id)`` is *stable*: the same replica type and id always get the same
   ``host:port`` for the lifetime of the platform, also across ``delete`` + ``launch``. This is
   how a relaunched PS is found again by the workers. The port part of that address is the port
-  the replica must listen on (``ReplicaSpec.port``).
+  the replica must listen on (``LaunchSpec.port``).
 * Lifecycle changes are reported asynchronously as :class:`ReplicaEvent` objects to every
   listener registered with ``add_event_listener``; listeners are called from a platform thread,
   one event at a time, in the order the platform observed them, and must not block for long.
@@ -47,7 +47,7 @@ __all__ = [
     "PlatformTraits",
     "ReplicaEvent",
     "ReplicaPhase",
-    "ReplicaSpec",
+    "LaunchSpec",
     "ReplicaType",
     "replica_name",
 ]
@@ -63,7 +63,7 @@ REASON_DELETED_BY_MASTER = "DeletedByMaster"
 
 
 @dataclasses.dataclass
-class ReplicaSpec:
+class LaunchSpec:
     """What to run for one replica.
 
     The program is always a Python module of this package (``elasticdl.ps.main`` or
@@ -174,7 +174,7 @@ class Platform(abc.ABC):
 
     # ---- replicas ------------------------------------------------------------------------
     @abc.abstractmethod
-    def launch(self, spec: ReplicaSpec) -> None:
+    def launch(self, spec: LaunchSpec) -> None:
         """Start the replica described by ``spec`` (asynchronously: it reports ``Pending`` /
         ``Running`` and later a terminal phase through events). Launching a (type, id) that
         is still alive raises :class:`PlatformError`."""
@@ -220,7 +220,7 @@ class Platform(abc.ABC):
         a duplicate. Returns how many were stopped."""
         return 0
 
-    def adopt(self, spec: ReplicaSpec, identity: dict | None) -> bool:
+    def adopt(self, spec: LaunchSpec, identity: dict | None) -> bool:
         """Watch the running replica ``identity`` names, launched as ``spec`` by a previous
         master of this job, as if this platform had launched it (``Running``, then events as
         usual); True if adopted. Otherwise emit the terminal event of how it ended (best

@@ -50,12 +50,12 @@ from elasticdl.k8s.names import (
 from elasticdl.k8s.pods import PodTemplate, build_pod, build_service
 from elasticdl.k8s.termination import read_termination
 from elasticdl.platform.base import (
+    LaunchSpec,
     Platform,
     PlatformError,
     PlatformTraits,
     ReplicaEvent,
     ReplicaPhase,
-    ReplicaSpec,
     ReplicaType,
 )
 from elasticdl.platform.k8s_addresses import DEFAULT_PORTS, ReplicaAddresses
@@ -223,7 +223,7 @@ class KubernetesPlatform(Platform):
         return f"kubectl logs -n {self.namespace} {name}"
 
     # ---- lifecycle -----------------------------------------------------------------------
-    def launch(self, spec: ReplicaSpec) -> None:
+    def launch(self, spec: LaunchSpec) -> None:
         key = (spec.replica_type, spec.replica_id)
         name = self._pod_name(*key)
         with self._lock:
@@ -291,7 +291,7 @@ class KubernetesPlatform(Platform):
             raise PlatformError(f"cannot delete {name}: {e}") from None
         return 1
 
-    def adopt(self, spec: ReplicaSpec, identity: dict | None) -> bool:
+    def adopt(self, spec: LaunchSpec, identity: dict | None) -> bool:
         """Take over the pod a previous master launched as ``spec`` if it still exists with the
         recorded name and UID: report its state as read now (``Running``, or how it ended) and
         its changes from then on. A pod under that name with another UID is not this replica:
@@ -395,7 +395,7 @@ class KubernetesPlatform(Platform):
                 raise PlatformError("a job has one secret; replicas asked for different ones")
         return {var: (name, var) for var in secret_env}
 
-    def _ensure_service(self, name: str, spec: ReplicaSpec) -> None:
+    def _ensure_service(self, name: str, spec: LaunchSpec) -> None:
         service = build_service(
             self.template,
             name=name,

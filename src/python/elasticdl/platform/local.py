@@ -44,12 +44,12 @@ from elasticdl.platform.base import (
     EXIT_CODE_KILLED,
     REASON_DELETED_BY_MASTER,
     REASON_ERROR,
+    LaunchSpec,
     Platform,
     PlatformError,
     PlatformTraits,
     ReplicaEvent,
     ReplicaPhase,
-    ReplicaSpec,
     ReplicaType,
 )
 
@@ -119,7 +119,7 @@ class _AdoptedProcess:
 
 @dataclasses.dataclass
 class _Child:
-    spec: ReplicaSpec
+    spec: LaunchSpec
     proc: subprocess.Popen | _AdoptedProcess
     log_path: Path
     deleting: bool = False
@@ -196,7 +196,7 @@ class LocalProcessPlatform(Platform):
             self._ports[(ReplicaType(replica_type), replica_id)] = int(port)
 
     # ---- lifecycle -----------------------------------------------------------------------
-    def launch(self, spec: ReplicaSpec) -> None:
+    def launch(self, spec: LaunchSpec) -> None:
         key = (spec.replica_type, spec.replica_id)
         with self._lock:
             if self._closed:
@@ -297,7 +297,7 @@ class LocalProcessPlatform(Platform):
                 stopped += 1
         return stopped
 
-    def adopt(self, spec: ReplicaSpec, identity: dict | None) -> bool:
+    def adopt(self, spec: LaunchSpec, identity: dict | None) -> bool:
         """Watch the replica a previous master launched as ``spec`` (``identity`` from
         ``replica_identity``) if that very process still runs: same pid and start time, and
         its environment names this replica's exit-status file (so it is this job's, not a
@@ -434,7 +434,7 @@ def _environ_has(pid: int, entry: str, wait_s: float = 1.0) -> bool:
         time.sleep(0.02)
 
 
-def _ended_event(spec: ReplicaSpec, code: int | None) -> ReplicaEvent:
+def _ended_event(spec: LaunchSpec, code: int | None) -> ReplicaEvent:
     """How a replica that ended while no master watched it ended: its exit-status file, or
     killed (no file)."""
     if code == 0:

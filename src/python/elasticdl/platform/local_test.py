@@ -8,15 +8,15 @@ import time
 import pytest
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
+    LaunchSpec,
     PlatformError,
     ReplicaPhase,
-    ReplicaSpec,
     ReplicaType,
 )
 from elasticdl.platform.local import LocalProcessPlatform, exit_code_of
 
 
-class InlineSpec(ReplicaSpec):
+class InlineSpec(LaunchSpec):
     """Real replicas run `python -m <module>`; these test programs are inline `python -c` code."""
 
     def command(self, python="python"):

@@ -18,9 +18,9 @@ from elasticdl.k8s.names import LABEL_STATUS, master_pod_name
 from elasticdl.k8s.pods import PodTemplate, build_pod
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
+    LaunchSpec,
     PlatformError,
     ReplicaPhase,
-    ReplicaSpec,
     ReplicaType,
 )
 from elasticdl.platform.kubernetes import NETWORK_HOST, KubernetesPlatform
@@ -92,7 +92,7 @@ def _spec(replica_type, replica_id, seconds=3600, exit_code=0, port=None, **kwar
     args = ["--seconds", str(seconds), "--exit-code", str(exit_code)]
     if port:
         args += ["--port", str(port)]
-    return ReplicaSpec(
+    return LaunchSpec(
         replica_type=replica_type,
         replica_id=replica_id,
         module=SLEEPER,

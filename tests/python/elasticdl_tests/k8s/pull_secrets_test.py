@@ -14,7 +14,7 @@ from elasticdl.jobs.config import ClientConfig, ServerSettings, with_config
 from elasticdl.jobs.k8s_backend import KubernetesBackend
 from elasticdl.k8s.names import master_pod_name
 from elasticdl.k8s.pods import PodTemplate
-from elasticdl.platform.base import ReplicaSpec, ReplicaType
+from elasticdl.platform.base import LaunchSpec, ReplicaType
 from elasticdl.platform.kubernetes import KubernetesPlatform
 
 
@@ -48,7 +48,7 @@ def test_every_pod_of_the_job_pulls_with_the_secrets(k8s, namespace):
     )
     try:
         platform.launch(
-            ReplicaSpec(replica_type=ReplicaType.WORKER, replica_id=0, module="x", args=[])
+            LaunchSpec(replica_type=ReplicaType.WORKER, replica_id=0, module="x", args=[])
         )
         worker = k8s.get_pod("elasticdl-pulls-worker-0")
         assert [s.name for s in worker.spec.image_pull_secrets] == ["regcred", "team-pull"]

@@ -17,7 +17,7 @@ from elasticdl.k8s import rbac
 from elasticdl.k8s.client import K8sApiError, K8sClient, to_model
 from elasticdl.k8s.names import master_pod_name
 from elasticdl.k8s.pods import PodTemplate, build_pod
-from elasticdl.platform.base import ReplicaSpec, ReplicaType
+from elasticdl.platform.base import LaunchSpec, ReplicaType
 from elasticdl.platform.kubernetes import KubernetesPlatform
 
 
@@ -113,7 +113,7 @@ def test_master_operations_need_only_the_role_and_stay_in_namespace(k8s_cluster,
     platform = KubernetesPlatform("rbac", sa, image="img")  # reads the master pod: get
     try:
         platform.launch(
-            ReplicaSpec(
+            LaunchSpec(
                 ReplicaType.PS,
                 0,
                 "elasticdl.ps.main",
@@ -122,7 +122,7 @@ def test_master_operations_need_only_the_role_and_stay_in_namespace(k8s_cluster,
                 secret_env={"ELASTICDL_JOB_SECRET": "the-jobs-secret"},
             )
         )  # pods+services+secrets create
-        platform.launch(ReplicaSpec(ReplicaType.WORKER, 0, "elasticdl.worker.main", []))
+        platform.launch(LaunchSpec(ReplicaType.WORKER, 0, "elasticdl.worker.main", []))
         assert {p.metadata.name for p in sa.list_pods("elasticdl-job-name=rbac")} == {
             "elasticdl-rbac-master",
             "elasticdl-rbac-ps-0",

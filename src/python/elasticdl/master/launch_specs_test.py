@@ -8,7 +8,7 @@ from elasticdl.common.cpu_budget import WORKER_CPUS_ENV, share_per_worker
 from elasticdl.common.job_spec import JobSpec
 from elasticdl.common.replica_spec import PSSpec, WorkerSpec
 from elasticdl.common.spec_codec import SpecError
-from elasticdl.master.replica_specs import Checkpointing, ReplicaContext, ReplicaSpecs, replica_env
+from elasticdl.master.launch_specs import Checkpointing, LaunchSpecs, ReplicaContext, replica_env
 from elasticdl.platform.base import PlatformTraits
 from elasticdl.platform.local import LocalProcessPlatform
 from elasticdl.ps.server import PSConfig
@@ -25,8 +25,8 @@ def _job(**changes) -> JobSpec:
     return spec
 
 
-def _specs(platform, job=None, env=None, **context) -> ReplicaSpecs:
-    return ReplicaSpecs(
+def _specs(platform, job=None, env=None, **context) -> LaunchSpecs:
+    return LaunchSpecs(
         job or _job(), platform, ReplicaContext("127.0.0.1:1", env=env or {}, **context)
     )
 

@@ -1,5 +1,5 @@
 """The specs of the job's parameter servers and workers, derived from the job spec, and the
-platform launch descriptions (``ReplicaSpec``) that carry them.
+platform launch descriptions (``LaunchSpec``) that carry them.
 
 Everything a replica is told comes from the job spec by field name (``replica_spec.derive``)
 or from :class:`ReplicaContext`: what the master learned while starting (its own address, the
@@ -17,7 +17,7 @@ from elasticdl.common.auth import JOB_SECRET_ENV
 from elasticdl.common.cpu_budget import WORKER_CPUS_ENV, share_per_worker
 from elasticdl.common.job_spec import JobSpec, env_name_patterns
 from elasticdl.common.replica_spec import PSSpec, WorkerSpec
-from elasticdl.platform.base import Platform, ReplicaSpec, ReplicaType
+from elasticdl.platform.base import LaunchSpec, Platform, ReplicaType
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +40,7 @@ class ReplicaContext:
     secret: str = dataclasses.field(default="", repr=False)
 
 
-class ReplicaSpecs:
+class LaunchSpecs:
     def __init__(self, job: JobSpec, platform: Platform, context: ReplicaContext) -> None:
         self.job = job
         self.platform = platform
@@ -78,7 +78,7 @@ class ReplicaSpecs:
             opt_args=self.context.opt_args,
         )
 
-    def worker(self, worker_id: int) -> ReplicaSpec:
+    def worker(self, worker_id: int) -> LaunchSpec:
         """What the platform launches for worker ``worker_id``."""
         job = self.job
         env = dict(self.context.env)
@@ -87,7 +87,7 @@ class ReplicaSpecs:
             # Workers on one host size their thread pools for their share of its CPUs, not for
             # all of them (N workers x all CPUs threads would oversubscribe it).
             env[WORKER_CPUS_ENV] = str(share_per_worker(self.worker_count))
-        return ReplicaSpec(
+        return LaunchSpec(
             ReplicaType.WORKER,
             worker_id,
             module=replica_spec.WORKER_MODULE,
@@ -99,11 +99,11 @@ class ReplicaSpecs:
             image=job.worker_image or job.image_name,
         )
 
-    def ps(self, ps_id: int) -> ReplicaSpec:
+    def ps(self, ps_id: int) -> LaunchSpec:
         """What the platform launches for parameter server ``ps_id``."""
         job = self.job
         spec = self.ps_spec(ps_id)
-        return ReplicaSpec(
+        return LaunchSpec(
             ReplicaType.PS,
             ps_id,
             module=replica_spec.PS_MODULE,
