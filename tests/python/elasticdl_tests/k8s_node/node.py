@@ -1,23 +1,29 @@
-"""A REAL single-node Kubernetes cluster for tests: ``scripts/k8s/start-node.sh`` (etcd,
-kube-apiserver, controller-manager, scheduler, a real kubelet with its dockershim, a private
-Docker engine and a local registry, all on loopback).
+"""A REAL multi-node Kubernetes cluster for tests: ``scripts/k8s/start-node.sh`` (etcd,
+kube-apiserver, controller-manager, scheduler, kube-proxy, cluster DNS, a local registry, and
+two nodes: each a real kubelet with its dockershim and a private Docker engine, pods on a CNI
+pod network).
 
-Pants runs test files in parallel processes; they all share ONE node: each holds a shared
+Pants runs test files in parallel processes; they all share ONE cluster: each holds a shared
 ``flock`` on ``<node dir>/users.lock`` while it runs and whoever leaves last (gets the
-exclusive lock) stops the node -- if the tests started it (a node a developer started stays up).
+exclusive lock) stops the cluster -- if the tests started it (one a developer started stays
+up). A test that takes the cluster from under its pods (a node loss, a stop) first turns its
+shared lock into the exclusive one (:meth:`NodeLease.exclusive`): it waits until no other test
+process uses the cluster, and other processes wait until it hands the cluster back whole.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
-START_TIMEOUT_S = 1500  # a fresh machine builds kubelet + scheduler first (build-node.sh)
+START_TIMEOUT_S = 1500  # a fresh machine builds the binaries first (build-node.sh)
 STARTED_MARKER = "started-by-tests"
 REQUIRE_ENV = "ELASTICDL_REQUIRE_K8S_NODE"
 
@@ -54,6 +60,7 @@ NODE_BINARIES = (
     "kube-controller-manager",
     "kube-scheduler",
     "kubelet",
+    "kube-proxy",
     "kubectl",
     "busybox",
 )
@@ -65,6 +72,8 @@ def why_not_here() -> str:
         return "the real node needs root (dockerd, kubelet, cgroups)"
     if not os.path.isdir("/sys/fs/cgroup/memory"):
         return "the real node needs cgroup v1 (kubelet 1.20's dockershim); /sys/fs/cgroup/memory is missing"
+    if not os.path.isdir("/sys/fs/cgroup/freezer"):
+        return "the cluster needs the cgroup v1 freezer hierarchy (a node's processes are tracked in it)"
     if not shutil.which("dockerd") and not shutil.which("apt-get"):
         return "neither dockerd nor apt-get (to install docker.io) is available"
     for tool in ("openssl", "ip", "curl"):
@@ -77,8 +86,19 @@ def missing_binaries() -> list[str]:
     return [b for b in NODE_BINARIES if not os.access(bin_dir() / b, os.X_OK)]
 
 
+def script_path() -> Path:
+    return repo_root() / "scripts" / "k8s" / "start-node.sh"
+
+
+def _docker_cli() -> str:
+    return "/usr/bin/docker" if os.access("/usr/bin/docker", os.X_OK) else "docker"
+
+
 @dataclass
 class Node:
+    """The cluster (the name is the tier's: it began as one node). ``docker_host`` is node 1's
+    engine, where the tests build images; ``engines`` maps every node's name to its engine."""
+
     kubeconfig: str
     docker_host: str
     registry: str
@@ -86,6 +106,12 @@ class Node:
     bin_dir: Path
     state_dir: Path
     start_seconds: float
+    engines: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> list[str]:
+        """The nodes' names (also their InternalIPs: 127.0.0.1, 127.0.0.2, ...), in order."""
+        return list(self.engines)
 
     def api_client(self):
         from kubernetes import client, config
@@ -106,17 +132,55 @@ class Node:
         return r.stdout
 
     def docker(self, *args: str, check: bool = True, timeout: float = 120) -> str:
-        cli = "/usr/bin/docker" if os.access("/usr/bin/docker", os.X_OK) else "docker"
+        """``docker ARGS`` against node 1's engine (where images are built)."""
+        return self.docker_on(self.docker_host, *args, check=check, timeout=timeout)
+
+    def docker_on(self, where: str, *args: str, check: bool = True, timeout: float = 120) -> str:
+        """``docker ARGS`` against the engine of node ``where`` (a node name or an engine)."""
+        host = self.engines.get(where, where)
         r = subprocess.run(
-            [cli, *args],
+            [_docker_cli(), *args],
             capture_output=True,
             text=True,
             timeout=timeout,
-            env={**os.environ, "DOCKER_HOST": self.docker_host},
+            env={**os.environ, "DOCKER_HOST": host},
         )
         if check and r.returncode != 0:
-            raise AssertionError(f"docker {' '.join(args)}: {r.stderr.strip()}")
+            raise AssertionError(f"docker {' '.join(args)} (on {where}): {r.stderr.strip()}")
         return r.stdout
+
+    def docker_each(self, *args: str, check: bool = True, timeout: float = 120) -> dict[str, str]:
+        """``docker ARGS`` on every node's engine: {node name: output}."""
+        return {n: self.docker_on(n, *args, check=check, timeout=timeout) for n in self.engines}
+
+    def docker_any(self, *args: str, timeout: float = 120) -> str:
+        """``docker ARGS`` on the engine where it succeeds, e.g. ``kill <container id>``: only
+        the engine that runs the container knows it."""
+        errors = []
+        for n in self.engines:
+            try:
+                return self.docker_on(n, *args, timeout=timeout)
+            except AssertionError as e:
+                errors.append(str(e))
+        raise AssertionError("; ".join(errors))
+
+    def pull_everywhere(self, image: str, timeout: float = 900) -> None:
+        """Pull a registry image into every engine but node 1's (where it was built), as an
+        image pre-puller would: a pod then starts as fast on any node."""
+        for n, host in self.engines.items():
+            if host != self.docker_host:
+                self.docker_on(n, "pull", "-q", image, timeout=timeout)
+
+    def script(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        """``scripts/k8s/start-node.sh ARGS`` for this cluster (its output; exit status not
+        checked)."""
+        return subprocess.run(
+            ["bash", str(script_path()), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "ELASTICDL_NODE_DIR": str(self.state_dir)},
+        )
 
 
 def _node_pids() -> list[int]:
@@ -130,12 +194,62 @@ def _node_pids() -> list[int]:
     return pids
 
 
+def parse_start_output(stdout: str, state_dir: Path, seconds: float) -> Node:
+    """The Node from ``start-node.sh start``'s KEY=value lines (``ELASTICDL_NODE_<i>`` is
+    ``<node name>,<its engine>``)."""
+    values = dict(
+        line.split("=", 1) for line in stdout.splitlines() if "=" in line and " " not in line
+    )
+    engines = {}
+    for i in range(1, 10):
+        if f"ELASTICDL_NODE_{i}" in values:
+            name, engine = values[f"ELASTICDL_NODE_{i}"].split(",", 1)
+            engines[name] = engine
+    return Node(
+        kubeconfig=values["KUBECONFIG"],
+        docker_host=values["DOCKER_HOST"],
+        registry=values["ELASTICDL_NODE_REGISTRY"],
+        api=values["ELASTICDL_NODE_API"],
+        bin_dir=bin_dir(),
+        state_dir=state_dir,
+        start_seconds=seconds,
+        engines=engines,
+    )
+
+
+def start_cluster(state_dir: Path) -> subprocess.CompletedProcess:
+    """``start-node.sh start`` (idempotent: joins a running cluster, restarts what is down)."""
+    return subprocess.run(
+        ["bash", str(script_path()), "start"],
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S,
+        env={**os.environ, "ELASTICDL_NODE_DIR": str(state_dir)},
+    )
+
+
 class NodeLease:
-    """Start (or join) the node; ``release()`` stops it when no other user remains."""
+    """Start (or join) the cluster; ``release()`` stops it when no other user remains."""
 
     def __init__(self) -> None:
         self._fd: int | None = None
         self.node: Node | None = None
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[Node]:
+        """The cluster for this process alone: waits until no other test process holds it,
+        and hands it back (shared) afterwards. Whoever uses it meanwhile must leave it whole
+        (every node up) when done; a stopped cluster is started again here."""
+        assert self._fd is not None and self.node is not None, "acquire() first"
+        # (a conversion: the shared lock is dropped, then the exclusive one awaited)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            yield self.node
+        finally:
+            r = start_cluster(node_dir())
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+            if r.returncode != 0:
+                raise RuntimeError(f"start-node.sh start after exclusive use: {r.stderr[-500:]}")
 
     def acquire(self) -> Node:
         reason = why_not_here()
@@ -146,20 +260,15 @@ class NodeLease:
         # Shared lock first, so that a user finishing meanwhile does not stop our node.
         self._fd = os.open(d / "users.lock", os.O_CREAT | os.O_RDWR, 0o644)
         fcntl.flock(self._fd, fcntl.LOCK_SH)
-        script = repo_root() / "scripts" / "k8s" / "start-node.sh"
         env = {**os.environ, "ELASTICDL_NODE_DIR": str(d)}
         # Concurrent starters (parallel test files) take turns; start is idempotent.
         with open(d / "start.lock", "w") as start_lock:
             fcntl.flock(start_lock, fcntl.LOCK_EX)
-            up = subprocess.run(["bash", str(script), "status"], capture_output=True, env=env)
-            t0 = time.monotonic()
-            r = subprocess.run(
-                ["bash", str(script), "start"],
-                capture_output=True,
-                text=True,
-                timeout=START_TIMEOUT_S,
-                env=env,
+            up = subprocess.run(
+                ["bash", str(script_path()), "status"], capture_output=True, env=env
             )
+            t0 = time.monotonic()
+            r = start_cluster(d)
             seconds = time.monotonic() - t0
             if r.returncode != 0:
                 self.release(stop=False)
@@ -169,18 +278,7 @@ class NodeLease:
             if up.returncode != 0:
                 # Not (fully) up before: the tests started it, so the tests stop it.
                 (d / STARTED_MARKER).touch()
-        values = dict(
-            line.split("=", 1) for line in r.stdout.splitlines() if "=" in line and " " not in line
-        )
-        self.node = Node(
-            kubeconfig=values["KUBECONFIG"],
-            docker_host=values["DOCKER_HOST"],
-            registry=values["ELASTICDL_NODE_REGISTRY"],
-            api=values["ELASTICDL_NODE_API"],
-            bin_dir=bin_dir(),
-            state_dir=d,
-            start_seconds=seconds,
-        )
+        self.node = parse_start_output(r.stdout, d, seconds)
         return self.node
 
     def release(self, stop: bool = True) -> None:
@@ -199,7 +297,7 @@ class NodeLease:
                 marker.unlink()
                 pids = _node_pids()
                 r = subprocess.run(
-                    ["bash", str(repo_root() / "scripts" / "k8s" / "start-node.sh"), "stop"],
+                    ["bash", str(script_path()), "stop"],
                     capture_output=True,
                     text=True,
                     timeout=180,

@@ -58,7 +58,7 @@ def test_killed_workers_recovery_is_measured_from_the_journal(
     core = client.CoreV1Api(node.api_client())
     journal = recovery.JournalTail(volume / "job" / "journal")
     try:
-        kills = recovery.measure_kills(core, ns, job, journal, KILLS, "docker", node.docker)
+        kills = recovery.measure_kills(core, ns, job, journal, KILLS, "docker", node.docker_any)
     finally:
         assert main(["cancel", job, f"--namespace={ns}", "--platform=kubernetes"]) == 0
     for kill in kills:
