@@ -88,7 +88,11 @@ freezer() { echo "/sys/fs/cgroup/freezer$(cg_node "$1")"; }     # every process 
 t0=$(date +%s.%N)
 say() { awk -v m="$*" -v t0="$t0" -v t="$(date +%s.%N)" 'BEGIN { printf "start-node: %5.1fs %s\n", t - t0, m }' >&2; }
 die() { echo "start-node: error: $*" >&2; exit 1; }
-alive() { [[ -f $R/$1.pid ]] && kill -0 "$(cat "$R/$1.pid")" 2>/dev/null; }
+running() { # pid: a live process (a zombie, dead and not yet reaped by its parent, is not)
+  local state; state=$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$1/status" 2>/dev/null)
+  [[ -n $state && $state != Z ]]
+}
+alive() { [[ -f $R/$1.pid ]] && running "$(cat "$R/$1.pid")"; }
 kc() { "$BIN/kubectl" --kubeconfig="$K/admin.kubeconfig" "$@"; }
 dk() { local i=$1; shift; DOCKER_HOST=$(node_sock "$i") $DOCKER "$@"; }   # node i's engine
 
@@ -427,6 +431,7 @@ start_kubelet() { # node
   spawn_on_node "$i" "kubelet-$i" "$BIN/kubelet" --kubeconfig="$d/kubelet.kubeconfig" \
     --container-runtime=docker --docker-endpoint="$(node_sock "$i")" --docker="$(node_sock "$i")" \
     --experimental-dockershim-root-directory="$d/dockershim" \
+    --container-runtime-endpoint="unix://$d/dockershim.sock" --image-service-endpoint="unix://$d/dockershim.sock" \
     --pod-infra-container-image=local/pause:node \
     --root-dir="$d/kubelet" --cert-dir="$d/kubelet/pki" --volume-plugin-dir="$d/kubelet/volume-plugins" \
     --hostname-override="$name" --address="$name" --port="$(kubelet_port "$i")" --read-only-port=0 \
@@ -637,15 +642,22 @@ stop_pids() { # seconds-before-SIGKILL name...: TERM them together, wait, KILL w
   for n in "$@"; do
     [[ -f $R/$n.pid ]] || continue
     pid=$(cat "$R/$n.pid")
-    if kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; pids+=("$pid"); names+=("$n"); fi
+    if running "$pid"; then kill -TERM "$pid"; pids+=("$pid"); names+=("$n"); fi
     rm -f "$R/$n.pid"
   done
   ((${#pids[@]})) || return 0
+  local left
   for _ in $(seq $((t * 10))); do
-    kill -0 "${pids[@]}" 2>/dev/null || break
+    left=0; for pid in "${pids[@]}"; do running "$pid" && left=1; done
+    ((left)) || break
     sleep 0.1
   done
-  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"; done
+  for pid in "${pids[@]}"; do running "$pid" && kill -KILL "$pid" 2>/dev/null; done
+  for _ in $(seq 50); do # SIGKILL is not instant either
+    left=0; for pid in "${pids[@]}"; do running "$pid" && left=1; done
+    ((left)) || break
+    sleep 0.1
+  done
   say "stopped ${names[*]}"
 }
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from elasticdl_tests.k8s_node import cluster_objects as objects
+from elasticdl_tests.k8s_node.node import process_running
 from elasticdl_tests.waiting import wait_for
 
 # Kubernetes' default is 300 s; the lost node's pods go 5 s after its NoExecute taint.
@@ -181,7 +182,12 @@ spec:
     assert r.returncode == 0, r.stderr
     rejoined_s = time.monotonic() - t1
     assert _ready(cluster, lost) == "True"
-    assert not (_node(cluster, lost)["spec"].get("taints") or []), _node(cluster, lost)["spec"]
+    wait_for(  # lifted on the controller's next pass over the node
+        lambda: not _node(cluster, lost)["spec"].get("taints"),
+        60,
+        f"{lost}'s taints to go",
+        diagnose,
+    )
     wait_for(
         lambda: objects.pod(cluster, ns, "lone") is None
         and objects.pod(cluster, ns, first["metadata"]["name"]) is None,
@@ -189,23 +195,30 @@ spec:
         "the evicted pods to be gone",
         diagnose,
     )
-    objects.apply(
-        cluster,
-        ns,
-        f"""
+    # Both nodes run pods again, each in its own engine and pod range (a restarted kubelet
+    # must not take over another node's runtime).
+    manifest = ""
+    for i, node in enumerate(cluster.nodes):
+        manifest += f"""
+---
 apiVersion: v1
 kind: Pod
-metadata: {{name: after}}
+metadata: {{name: after-{i}}}
 spec:
-  nodeSelector: {{kubernetes.io/hostname: "{lost}"}}
+  nodeSelector: {{kubernetes.io/hostname: "{node}"}}
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 1
-  containers: [{{name: c, image: {objects.BUSYBOX}, imagePullPolicy: Never, command: {json.dumps(objects.SLEEPER)}}}]
-""",
-        tmp_path,
-    )
-    after = objects.running(cluster, ns, "after")
-    assert after["spec"]["nodeName"] == lost
+  containers:
+  - {{name: c, image: {objects.BUSYBOX}, imagePullPolicy: Never, command: {json.dumps(objects.SLEEPER)}}}
+"""
+    objects.apply(cluster, ns, manifest, tmp_path)
+    prefix = cluster.api.rsplit(":", 1)[0].rsplit(".", 2)[0]
+    for i, node in enumerate(cluster.nodes):
+        after = objects.running(cluster, ns, f"after-{i}")
+        assert after["spec"]["nodeName"] == node
+        assert after["status"]["podIP"].startswith(f"{prefix}.{i + 1}."), after["status"]
+        cid = after["status"]["containerStatuses"][0]["containerID"].split("//")[1]
+        assert cluster.docker_on(node, "inspect", "-f", "{{.State.Running}}", cid).strip() == "true"
     print(
         "node loss (t=0 at the kill): "
         + ", ".join(f"{what} {s:.1f} s" for what, s in times.items())
@@ -290,9 +303,11 @@ spec:
     assert r.returncode == 0, r.stderr
 
     left = []
-    alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+    alive = [p for p in pids if process_running(p)]
     left += [f"recorded processes {alive}"] if alive else []
     for pid in _all_pids():
+        if not process_running(pid):
+            continue
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:

@@ -183,6 +183,16 @@ class Node:
         )
 
 
+def process_running(pid: int) -> bool:
+    """A live process (a zombie -- dead, not yet reaped by its parent -- is not)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next((ln.split()[1] for ln in f if ln.startswith("State:")), "")
+    except OSError:
+        return False
+    return state not in ("", "Z")
+
+
 def _node_pids() -> list[int]:
     """The pids start-node.sh recorded for the node's processes."""
     pids = []
@@ -304,7 +314,7 @@ class NodeLease:
                     env={**os.environ, "ELASTICDL_NODE_DIR": str(node_dir())},
                 )
                 # Nothing of the node may be left: no process, no mount under its directory.
-                left = [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+                left = [pid for pid in pids if process_running(pid)]
                 with open("/proc/self/mounts") as f:
                     mounts = [ln.split()[1] for ln in f if f" {node_dir()}/" in ln]
                 if r.returncode != 0 or left or mounts:
