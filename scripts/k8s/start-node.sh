@@ -123,13 +123,13 @@ node_count() { # the running cluster's node count, else the one asked for
   if [[ -f $R/nodes ]]; then cat "$R/nodes"; else echo "${ASKED:-2}"; fi
 }
 
-kubeconfig() { # path user token
+kubeconfig() { # path user token [server address]
   cat >"$1" <<YAML
 apiVersion: v1
 kind: Config
 clusters:
 - name: elasticdl-cluster
-  cluster: {server: "https://$CLUSTER_IP:$API_PORT", certificate-authority: "$P/ca.crt"}
+  cluster: {server: "https://${4:-$CLUSTER_IP}:$API_PORT", certificate-authority: "$P/ca.crt"}
 users:
 - name: $2
   user: {token: "$3"}
@@ -260,6 +260,9 @@ net_up() { # the host side of the pod network; everything added is recorded in $
   # A connection addressed into the range (a ClusterIP, a NodePort on the cluster address) is
   # never translated to an address outside it (an Endpoints object may name any address).
   ipt_add mangle POSTROUTING -m conntrack --ctstate DNAT --ctorigdst "$NET" ! -d "$NET" -j DROP
+  # The apiserver's loopback door: 127.0.0.1:<api port>, from this machine only, leads to the
+  # cluster address (a local address: no route_localnet needed, nothing leaves loopback).
+  ipt_add nat OUTPUT -o lo -d 127.0.0.1/32 -p tcp --dport "$API_PORT" -j DNAT --to-destination "$CLUSTER_IP:$API_PORT"
   # portmap makes its chains (CNI-*) when a pod first asks for a hostPort; they are ours to
   # remove at stop only if none existed before.
   if ! grep -q '^cni-chains$' "$R/net" 2>/dev/null && ! iptables -w -t nat -S 2>/dev/null | grep -q '^-N CNI-'; then
@@ -517,7 +520,10 @@ start() {
     done
   fi
   certs "$n"
-  kubeconfig "$K/admin.kubeconfig" admin "$(token_of elasticdl-node-admin)"
+  # Users (and tests, and host-network pods) reach the apiserver on loopback: when the cluster
+  # is down that address refuses at once, where the cluster address would be routed off the
+  # machine by the default route.
+  kubeconfig "$K/admin.kubeconfig" admin "$(token_of elasticdl-node-admin)" 127.0.0.1
   kubeconfig "$K/kube-proxy.kubeconfig" kube-proxy "$(token_of system:kube-proxy)"
   printf '%s' "$(token_of elasticdl:cluster-dns)" >"$P/cluster-dns.token"
   chmod 600 "$P/cluster-dns.token"
@@ -557,7 +563,7 @@ start() {
   done
   wait_for registry 10 curl -sf "http://$REGISTRY/v2/"
   wait_for kube-apiserver 120 curl -sf --cacert "$P/ca.crt" \
-    -H "Authorization: Bearer $(token_of elasticdl-node-admin)" "https://$CLUSTER_IP:$API_PORT/readyz"
+    -H "Authorization: Bearer $(token_of elasticdl-node-admin)" "https://127.0.0.1:$API_PORT/readyz"
   say "apiserver up; $n engines up"
 
   # kube-controller-manager runs a patched node lifecycle controller (build-k8s.sh,
@@ -617,7 +623,7 @@ YAML
     echo "KUBECONFIG=$K/admin.kubeconfig"
     echo "DOCKER_HOST=$(node_sock 1)"
     echo "ELASTICDL_NODE_REGISTRY=$REGISTRY"
-    echo "ELASTICDL_NODE_API=$CLUSTER_IP:$API_PORT"
+    echo "ELASTICDL_NODE_API=127.0.0.1:$API_PORT"
     for i in $(seq "$n"); do echo "ELASTICDL_NODE_$i=$(node_name "$i"),$(node_sock "$i")"; done
   } >"$K/env"
   cat "$K/env"

@@ -47,7 +47,7 @@ def _ready(cluster, name: str) -> str:
 
 def _dns(cluster, name: str) -> str:
     """What the cluster DNS server answers for `name` (asked from the machine)."""
-    dns_ip = cluster.api.rsplit(":", 1)[0].rsplit(".", 1)[0] + ".10"
+    dns_ip = cluster.range_prefix + ".0.10"  # start-node.sh: the DNS server is <A.B>.0.10
     r = subprocess.run(
         [str(cluster.bin_dir / "busybox"), "nslookup", name, dns_ip],
         capture_output=True,
@@ -212,7 +212,7 @@ spec:
   - {{name: c, image: {objects.BUSYBOX}, imagePullPolicy: Never, command: {json.dumps(objects.SLEEPER)}}}
 """
     objects.apply(cluster, ns, manifest, tmp_path)
-    prefix = cluster.api.rsplit(":", 1)[0].rsplit(".", 2)[0]
+    prefix = cluster.range_prefix
     for i, node in enumerate(cluster.nodes):
         after = objects.running(cluster, ns, f"after-{i}")
         assert after["spec"]["nodeName"] == node
@@ -256,7 +256,7 @@ def _links() -> dict[str, str]:
 def test_stop_leaves_nothing_behind(exclusive_cluster, node_namespace, tmp_path):
     cluster, ns = exclusive_cluster, node_namespace
     state = cluster.state_dir
-    prefix = cluster.api.rsplit(":", 1)[0].rsplit(".", 2)[0] + "."  # the cluster's /16
+    prefix = cluster.range_prefix + "."  # the cluster's /16 (read before the stop)
     # Something of every kind: pods on the pod network of each node (network namespaces,
     # veths, IPAM), one with a hostPort (the portmap plugin's chains), a ClusterIP Service
     # (kube-proxy's chains).

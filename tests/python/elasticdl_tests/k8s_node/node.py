@@ -25,6 +25,9 @@ from typing import Iterator
 
 START_TIMEOUT_S = 1500  # a fresh machine builds the binaries first (build-node.sh)
 STARTED_MARKER = "started-by-tests"
+# "<prefix><pid>": a test process waits for the cluster alone; whoever leaves meanwhile does
+# not stop it (the waiter is a user too, though it holds no lock while it waits).
+EXCLUSIVE_WAITER = "exclusive-wanted."
 REQUIRE_ENV = "ELASTICDL_REQUIRE_K8S_NODE"
 
 
@@ -113,6 +116,25 @@ class Node:
         """The nodes' names (also their InternalIPs: 127.0.0.1, 127.0.0.2, ...), in order."""
         return list(self.engines)
 
+    @property
+    def cluster_address(self) -> str:
+        """The apiserver's address in the cluster's range, the `kubernetes` Service's endpoint
+        (``api`` is its loopback door on this machine)."""
+        return self.kubectl(
+            "get",
+            "endpoints",
+            "kubernetes",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.subsets[0].addresses[0].ip}",
+        ).strip()
+
+    @property
+    def range_prefix(self) -> str:
+        """The cluster's /16 as "A.B" (start-node.sh: node i's pods in A.B.i.0/24)."""
+        return self.cluster_address.rsplit(".", 2)[0]
+
     def api_client(self):
         from kubernetes import client, config
 
@@ -193,6 +215,16 @@ def process_running(pid: int) -> bool:
     return state not in ("", "Z")
 
 
+def _exclusive_waiters() -> list[int]:
+    """The live test processes waiting for the cluster alone."""
+    pids = []
+    for f in node_dir().glob(f"{EXCLUSIVE_WAITER}*"):
+        pid = f.name[len(EXCLUSIVE_WAITER) :]
+        if pid.isdigit() and process_running(int(pid)):
+            pids.append(int(pid))
+    return pids
+
+
 def _node_pids() -> list[int]:
     """The pids start-node.sh recorded for the node's processes."""
     pids = []
@@ -251,9 +283,17 @@ class NodeLease:
         and hands it back (shared) afterwards. Whoever uses it meanwhile must leave it whole
         (every node up) when done; a stopped cluster is started again here."""
         assert self._fd is not None and self.node is not None, "acquire() first"
-        # (a conversion: the shared lock is dropped, then the exclusive one awaited)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        waiter = node_dir() / f"{EXCLUSIVE_WAITER}{os.getpid()}"
+        waiter.touch()  # before the shared lock goes
         try:
+            # (a conversion: the shared lock is dropped, then the exclusive one awaited)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        finally:
+            waiter.unlink()
+        try:
+            r = start_cluster(node_dir())  # whole: nothing of it may be down for these tests
+            if r.returncode != 0:
+                raise RuntimeError(f"start-node.sh start for exclusive use: {r.stderr[-500:]}")
             yield self.node
         finally:
             r = start_cluster(node_dir())
@@ -300,7 +340,9 @@ class NodeLease:
                 try:
                     fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    return  # another test process still uses the node; it stops it
+                    return  # another test process still uses the cluster; it stops it
+                if _exclusive_waiters():
+                    return  # one waits for it alone (and will stop it when it leaves last)
                 marker = node_dir() / STARTED_MARKER
                 if not marker.exists():
                     return

@@ -27,14 +27,9 @@ from elasticdl_tests.k8s_node.node import repo_root
 FETCH = 'for i in $(seq 60); do wget -qO- -T 2 "$0" && exit 0; sleep 1; done; exit 1'
 
 
-def _range(cluster) -> str:
-    """The cluster's /16 prefix ("10.244"): the apiserver listens on <prefix>.0.1."""
-    return cluster.api.rsplit(":", 1)[0].rsplit(".", 2)[0]
-
-
 def _pod_range(cluster, node: str) -> str:
-    """Node i's pod range <prefix>.i.0/24, as its prefix "<prefix>.i."."""
-    return f"{_range(cluster)}.{cluster.nodes.index(node) + 1}."
+    """Node i's pod range <A.B>.i.0/24, as its prefix "<A.B>.i."."""
+    return f"{cluster.range_prefix}.{cluster.nodes.index(node) + 1}."
 
 
 def test_pods_on_two_nodes_reach_each_other_by_service_names(k8s_node, node_namespace, tmp_path):
