@@ -1,4 +1,4 @@
-"""What the real one-node Kubernetes cluster costs a job, measured in one run (issue #15):
+"""What the real one-node Kubernetes cluster costs a job, measured in one run:
 
     python benchmarks/k8s/node_overhead.py [--repeats 3] [--pods 5] [--records 2048]
 
@@ -112,7 +112,7 @@ def main() -> None:
 
 
 def _measure(args, env, core, namespace, image, zoo, data) -> None:
-    from elasticdl.client.backend import get_backend
+    from elasticdl.jobs.platforms import platform_backend
 
     pods = pod_start_seconds(core, namespace, args.pods)
     common = [
@@ -134,8 +134,8 @@ def _measure(args, env, core, namespace, image, zoo, data) -> None:
         f"--model_zoo={zoo}",
         f"--training_data={data / 'train'}",
     ]
-    node_backend = get_backend("kubernetes", namespace)
-    local_backend = get_backend("local")
+    node_backend = platform_backend("kubernetes", namespace)
+    local_backend = platform_backend("local")
     runs = {"node": [], "local": []}
     for i in range(args.repeats):
         for where, backend, argv in (

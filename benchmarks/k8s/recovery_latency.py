@@ -1,4 +1,4 @@
-"""How fast a job on the real node recovers from a killed worker (issue #17), beside the same
+"""How fast a job on the real node recovers from a killed worker, beside the same
 measure on the local platform in the same run:
 
     python benchmarks/k8s/recovery_latency.py [--kills 10] [--files 4] [--kill docker|delete]

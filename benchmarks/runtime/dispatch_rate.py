@@ -168,7 +168,7 @@ def async_client_process(
 ) -> None:
     """Like `client_process`, but the clients are coroutines of one grpc.aio event loop (still
     one channel each): a blocking client thread costs more CPU per call than the master's
-    handler, and on a 2-core machine that CPU is taken from the master being measured."""
+    handler, and on a small machine that CPU is taken from the master being measured."""
     import asyncio
 
     import grpc

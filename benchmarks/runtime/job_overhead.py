@@ -111,16 +111,16 @@ def baseline_in_child(train_dir: str, minibatch_size: int, warmup_records: int) 
 # ---------------------------------------------------------------------------------------- job
 def _master_stub(job_dir: str, deadline: float):
     import grpc
-    from elasticdl.common import auth
+    from elasticdl.common import auth, job_dir as job_files
     from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
-    status = os.path.join(job_dir, "status.json")
+    status = os.path.join(job_dir, job_files.STATUS_FILE)
     while time.time() < deadline:
         try:
             with open(status) as f:
                 port = json.load(f)["master"]["port"]
             # The master serves only holders of the job's secret (its owner may read it).
-            secret = auth.read_secret_file(os.path.join(job_dir, auth.SECRET_FILE))
+            secret = auth.read_secret_file(os.path.join(job_dir, job_files.SECRET_FILE))
             channel = auth.authenticated_channel(grpc.insecure_channel(f"127.0.0.1:{port}"), secret)
             return channel, pb_grpc.MasterStub(channel)
         except (OSError, ValueError, KeyError):
@@ -149,7 +149,7 @@ def run_job(
     env["ELASTICDL_SHARED_MEMORY"] = "1" if shared_memory else "0"
     # The master (and the PS and workers it starts) run from this checkout's sources with this
     # interpreter, never a dist/ master.pex that may predate them: a client run from sources
-    # prefers this interpreter when it has TensorFlow (elasticdl.client.master_runtime).
+    # prefers this interpreter when it has TensorFlow (elasticdl.jobs.master_runtime).
     env.pop("ELASTICDL_MASTER_PEX", None)
     os.makedirs(home, exist_ok=True)
     submitted = time.time()

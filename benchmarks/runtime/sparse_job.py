@@ -282,7 +282,7 @@ def main(argv=None) -> int:
     try:
         # Repeats alternate the loop and the jobs, so all see the same drift of the machine's
         # load; the summary holds medians, and the strict ratio against the loop's fastest run
-        # (the Keras loop is bimodal on a loaded 2-core machine, and a slow run flatters).
+        # (the Keras loop is bimodal on a loaded machine, and a slow run flatters).
         base_runs, job_runs = [], {n: [] for n in ps_counts}
         rows = []
         for r in range(args.repeats):

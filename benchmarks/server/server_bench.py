@@ -4,7 +4,7 @@
 
 1. ``--jobs`` jobs are submitted through a real server process (uvicorn on 127.0.0.1) and the
    real submit path (package, data paths, LocalBackend); their master is the client tests'
-   FAKE master (``client/testdata/fake_master.py``: ends in ~0.1 s), because 100 TensorFlow
+   FAKE master (``jobs/testdata/fake_master.py``: ends in ~0.1 s), because 100 TensorFlow
    masters do not fit this machine and list/status cost does not depend on what the master
    did. Then ``list_jobs`` and ``get_job_status`` through the SDK (a new connection per call,
    as the CLI makes them), against ``version`` (authentication + HTTP, no job work) and the
@@ -29,12 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from elasticdl.client.local_backend import LocalBackend
-from elasticdl.client.server_client import JobServerClient
-from elasticdl.server.testing import ServerProcess
+from elasticdl.jobs.local_backend import LocalBackend
+from elasticdl.jobs.server_client import JobServerClient
+from elasticdl_testing.server_process import ServerProcess
 
 FAKE_MASTER = (
-    Path(__file__).resolve().parents[2] / "src/python/elasticdl/client/testdata/fake_master.py"
+    Path(__file__).resolve().parents[2] / "src/python/elasticdl/jobs/testdata/fake_master.py"
 )
 
 

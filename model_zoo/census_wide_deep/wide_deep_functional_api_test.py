@@ -2,7 +2,7 @@
 import numpy as np
 import tensorflow as tf
 from elasticdl.data.example_codec import encode_example
-from elasticdl.worker.testing import run_local_job, write_recordio
+from elasticdl_testing.local_job import run_local_job, write_recordio
 
 MODEL_ZOO = __file__.rsplit("/census_wide_deep/", 1)[0]
 

@@ -1,5 +1,5 @@
 """The Python SDK: submit and manage jobs (the ``elasticdl`` command line is a thin layer
-over the same calls).
+over these calls).
 
     from elasticdl import api
 
@@ -10,7 +10,7 @@ over the same calls).
         training_data="data/mnist/train",
         num_workers=2,
     )
-    final = api.wait(job.job_name)
+    final = api.wait(job)
     print(final.phase, final.evaluation_metrics)
 
 Keyword arguments are the fields of :class:`JobSpec` with their types (``num_workers=2``, not
@@ -18,26 +18,36 @@ Keyword arguments are the fields of :class:`JobSpec` with their types (``num_wor
 completed from the config file and checked exactly like the command line's, so a bad value
 raises the same ``ValueError`` (one-line message) and creates nothing. Unlike
 ``elasticdl train``, the API never follows the job: it returns after submitting (use
-:func:`wait` / :func:`logs`).
+:func:`wait` / :func:`logs`). A job is named by its name or by the :class:`JobHandle` its
+submit returned (which also knows where it runs).
+
+Where jobs go and where a job is found is decided in one place,
+:func:`elasticdl.jobs.routing.backend_for`: the job server of the config file (``server:``)
+unless a platform is named, else the named platform, else this machine's jobs and the
+configured cluster's.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator
+import sys
+from typing import Any, Callable, Iterator
 
-from elasticdl.client.backend import JobBackend, JobHandle, backend_for_job, jobs_everywhere
-from elasticdl.client.errors import (
+from elasticdl.common.job_spec import JobSpec
+from elasticdl.common.job_status import JobStatus, ReplicaStatus
+from elasticdl.common.types import JobPhase, JobType, PlatformName, Strategy
+from elasticdl.jobs.backend import JobBackend, JobHandle, Progress
+from elasticdl.jobs.config import load_config
+from elasticdl.jobs.errors import (
     ArgumentError,
     ClientError,
     JobConflictError,
     JobNotFoundError,
+    NoJobServerError,
     WaitTimeout,
 )
-from elasticdl.client.version import __version__
-from elasticdl.common.job_spec import JobSpec
-from elasticdl.common.job_status import JobStatus, ReplicaStatus
-from elasticdl.common.types import JobPhase, JobType, PlatformName, Strategy
+from elasticdl.jobs.routing import backend_for, required_job_server
+from elasticdl.version import __version__
 
 __all__ = [
     "train",
@@ -64,110 +74,99 @@ __all__ = [
     "ClientError",
     "JobNotFoundError",
     "JobConflictError",
+    "NoJobServerError",
     "WaitTimeout",
     "__version__",
 ]
 
+logger = logging.getLogger(__name__)
 
-def _server_client(platform: str | None = None):
-    """The configured job server's client, unless a platform is named."""
-    if platform:
-        return None
-    from elasticdl.client.config import load_config
-
-    config = load_config()
-    if config.server is None:
-        return None
-    from elasticdl.client.server_client import JobServerClient
-
-    return JobServerClient.from_config(config)
+Job = str | JobHandle
 
 
-def _submit(command: str, spec: JobSpec | None, values: dict[str, Any]) -> JobHandle:
-    from elasticdl.client import submit as submitting
-
+def _submit(command: str | None, spec: JobSpec | None, values: dict[str, Any]) -> JobHandle:
     package_path = values.pop("package_path", "")
+    yaml_path = values.pop("yaml_path", "")
+    progress: Progress | None = values.pop("progress", None)
     if spec is not None:
         if values:
             raise ArgumentError(
                 "pass either a JobSpec or keyword arguments, not both "
                 "(use spec.replace(...) to change a spec)"
             )
-        values = {k: v for k, v in spec.to_dict(only_changed=True).items()}
-    client = _server_client(values.get("platform"))
-    if client is not None:
-        from elasticdl.client.server_backend import handle_of
-        from elasticdl.common import job_spec
-
-        spec = job_spec.spec_from_values(command, values)
-        package = package_path or spec.model_zoo or "."
-        return handle_of(client.submit_job(spec, package_dir=package, command=command))
-    if package_path:
+        values = spec.to_dict(only_changed=True)
+    config = load_config()
+    backend = backend_for(
+        values.get("platform"), values.get("namespace"), values.get("kube_context"), config=config
+    )
+    job, notices = backend.prepare(command, values, config)
+    if yaml_path and job.platform not in (None, PlatformName.KUBERNETES):
         raise ArgumentError(
-            "package_path is what a job server runs; configure one or use model_zoo"
+            "--yaml writes a Kubernetes manifest; use it with --platform=kubernetes and --image_name"
         )
-    resolved, _ = submitting.spec_from_values(command, values)
-    _, handle = submitting.submit(resolved)
+    if job.image_base and job.platform == PlatformName.KUBERNETES:
+        # The build form: the model-zoo image is built and pushed first (progress on stderr).
+        from elasticdl.client import zoo_image
+
+        job, built = zoo_image.prepare(job)
+        for notice in built:
+            print(f"elasticdl: {notice}", file=sys.stderr, flush=True)
+    handle = backend.submit(job, yaml_path=yaml_path, package_path=package_path, progress=progress)
+    handle.notices = notices
     return handle
 
 
 def train(spec: JobSpec | None = None, /, **values: Any) -> JobHandle:
     """Submit a training job (``elasticdl train --detach``). With a job server configured
     (``server:`` in the config file) the model zoo (``package_path=``, default ``model_zoo``)
-    is uploaded and the job runs there; its data paths are paths in your data directory."""
+    is uploaded (``progress=``: called with done bytes, all bytes and a file name as it goes)
+    and the job runs there; its data paths are paths in your data directory. ``yaml_path=``
+    (Kubernetes): only write the master's manifest there."""
     return _submit("train", spec, values)
 
 
 def evaluate(spec: JobSpec | None = None, /, **values: Any) -> JobHandle:
-    """Submit an evaluation job (``elasticdl evaluate --detach``)."""
+    """Submit an evaluation job (``elasticdl evaluate --detach``); see :func:`train`."""
     return _submit("evaluate", spec, values)
 
 
 def predict(spec: JobSpec | None = None, /, **values: Any) -> JobHandle:
-    """Submit a prediction job (``elasticdl predict --detach``)."""
+    """Submit a prediction job (``elasticdl predict --detach``); see :func:`train`."""
     return _submit("predict", spec, values)
 
 
-def submit(spec: JobSpec) -> JobHandle:
-    """Submit a job whose spec says what it does (``job_type``; else derived from its data)."""
-    from elasticdl.client import submit as submitting
-    from elasticdl.client.config import load_config, with_config
-
-    values = with_config(spec.to_dict(only_changed=True), load_config())
-    resolved, _ = JobSpec.from_dict(values).resolve()
-    _, handle = submitting.submit(resolved)
-    return handle
-
-
-def _server_backend(platform: str | None) -> JobBackend | None:
-    client = _server_client(platform)
-    if client is None:
-        return None
-    from elasticdl.client.server_backend import ServerBackend
-
-    return ServerBackend(client)
+def submit(spec: JobSpec, package_path: str = "") -> JobHandle:
+    """Submit a job whose spec says what it does (``job_type``; else derived from its data),
+    where :func:`train` would."""
+    return _submit(None, spec, {"package_path": package_path})
 
 
 def _backend_of(
-    name: str, platform: str | None, namespace: str | None, kube_context: str | None
-) -> JobBackend:
-    """The backend holding job ``name``: the job server if one is configured, the ``platform``
-    given, else the job is looked up by name as ``elasticdl status JOB`` does (this machine's
-    jobs first, then the configured cluster's namespace; a name in both raises ClientError)."""
-    return _server_backend(platform) or backend_for_job(name, platform, namespace, kube_context)
+    job: Job, platform: str | None, namespace: str | None, kube_context: str | None
+) -> tuple[JobBackend, str]:
+    """The backend holding ``job`` and its name. A handle says where its job runs; a name is
+    looked up as ``elasticdl status JOB`` does."""
+    if isinstance(job, JobHandle):
+        if not job.server:  # else: the configured job server
+            platform = platform or job.platform
+            namespace = namespace or job.namespace or None
+            kube_context = kube_context or job.kube_context or None
+        job = job.job_name
+    return backend_for(platform, namespace, kube_context), job
 
 
 def status(
-    name: str,
+    job: Job,
     platform: str | None = None,
     namespace: str | None = None,
     kube_context: str | None = None,
 ) -> JobStatus:
-    return _backend_of(name, platform, namespace, kube_context).status(name)
+    backend, name = _backend_of(job, platform, namespace, kube_context)
+    return backend.status(name)
 
 
 def wait(
-    name: str,
+    job: Job,
     timeout: float | None = None,
     platform: str | None = None,
     namespace: str | None = None,
@@ -175,36 +174,38 @@ def wait(
     poll_interval: float = 1.0,
 ) -> JobStatus:
     """Block until the job ends; raises :class:`WaitTimeout` after ``timeout`` seconds."""
-    return _backend_of(name, platform, namespace, kube_context).wait(
-        name, timeout=timeout, poll_interval=poll_interval
-    )
+    backend, name = _backend_of(job, platform, namespace, kube_context)
+    return backend.wait(name, timeout=timeout, poll_interval=poll_interval)
 
 
 def cancel(
-    name: str,
+    job: Job,
     platform: str | None = None,
     namespace: str | None = None,
     kube_context: str | None = None,
 ) -> JobStatus:
-    return _backend_of(name, platform, namespace, kube_context).cancel(name)
+    backend, name = _backend_of(job, platform, namespace, kube_context)
+    return backend.cancel(name)
 
 
 def list_jobs(
-    platform: str | None = None, namespace: str | None = None, kube_context: str | None = None
+    platform: str | None = None,
+    namespace: str | None = None,
+    kube_context: str | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> list[JobStatus]:
     """The jobs of ``platform``; without one, those of this machine and of the configured
-    cluster (a cluster that cannot be asked is logged as a warning, its jobs left out)."""
-    server = _server_backend(platform)
-    if server is not None:
-        return server.list_jobs()
-    jobs, warnings = jobs_everywhere(platform, namespace, kube_context)
-    for warning in warnings:
-        logging.getLogger(__name__).warning("%s", warning)
+    cluster (a cluster that cannot be asked goes to ``on_warning``, default: a logged
+    warning, and its jobs are left out)."""
+    backend = backend_for(platform, namespace, kube_context)
+    jobs = backend.list_jobs()
+    for warning in backend.warnings:
+        (on_warning or logger.warning)(warning)
     return jobs
 
 
 def logs(
-    name: str,
+    job: Job,
     replica: str = "master",
     follow: bool = False,
     platform: str | None = None,
@@ -213,29 +214,23 @@ def logs(
 ) -> Iterator[str]:
     """A replica's log in chunks: ``master``, ``ps-N``, ``worker-N``, or (a job built from a
     package by a job server) ``build``, the image build's log, followed while it runs."""
-    return _backend_of(name, platform, namespace, kube_context).logs(name, replica, follow=follow)
+    backend, name = _backend_of(job, platform, namespace, kube_context)
+    return backend.logs(name, replica, follow=follow)
 
 
-def _require_server():
-    client = _server_client()
-    if client is None:
-        raise ClientError(
-            "no job server configured; add 'server: {url: ..., token: ...}' to the config file"
-        )
-    return client
-
-
-def upload(src: str, dest: str, progress=None) -> list[dict]:
+def upload(src: str, dest: str, progress: Progress | None = None) -> list[dict]:
     """Upload a file or directory to your data directory on the job server (``elasticdl
     upload``); ``progress(done_bytes, total_bytes, name)`` is called as it goes."""
-    return _require_server().upload(src, dest, progress)
+    return required_job_server("upload").upload(src, dest, progress)
 
 
-def download(src: str, dest: str, progress=None) -> list[str]:
+def download(src: str, dest: str, progress: Progress | None = None) -> list[str]:
     """Download a file or directory from your data directory on the job server."""
-    return _require_server().download(src, dest, progress)
+    return required_job_server("download").download(src, dest, progress)
 
 
 def server_version() -> dict:
-    """The job server's version, API and platform (``elasticdl version``)."""
-    return _require_server().version()
+    """The job server's version, API, platform and your user name (``elasticdl version``),
+    and its ``url``; :class:`NoJobServerError` without a job server in the config file."""
+    client = required_job_server("server_version")
+    return {**client.version(), "url": client.url}

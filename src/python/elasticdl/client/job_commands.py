@@ -7,9 +7,14 @@ that steer the client itself (``--detach``, ``--yaml``) are defined here.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Any
 
 from elasticdl.common import job_spec
 from elasticdl.common.spec_codec import SpecError
+
+if TYPE_CHECKING:
+    from elasticdl.common.job_spec import JobSpec
+    from elasticdl.jobs.config import ClientConfig
 
 JOB_COMMANDS = {
     job_spec.TRAIN: "Train a model",
@@ -53,7 +58,7 @@ def add_job_command_params(command: str, parser: argparse.ArgumentParser) -> Non
 
 
 def job_parser(command: str):
-    from elasticdl.client.cli_parser import StrictArgumentParser
+    from elasticdl.common.cli_parser import StrictArgumentParser
 
     if command not in JOB_COMMANDS:
         raise SpecError(f"unknown job command {command!r}; use one of {', '.join(JOB_COMMANDS)}")
@@ -62,3 +67,24 @@ def job_parser(command: str):
     )
     add_job_command_params(command, parser)
     return parser
+
+
+def given_job_values(command: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The job fields a user gave as flags, as typed values (each flag's text parsed and
+    checked by its field; retired flags checked and dropped)."""
+    given = job_spec.given_values(args)
+    typed = job_spec.spec_from_text(command, given)
+    return {name: getattr(typed, name) for name in given if name in job_spec.FIELDS}
+
+
+def spec_from_flags(
+    command: str, args: argparse.Namespace, config: "ClientConfig | None" = None
+) -> tuple["JobSpec", list[str]]:
+    """The resolved spec ``elasticdl <command> <flags>`` submits (without a job server) and
+    the notices about what was decided. Raises ``ValueError`` subclasses; nothing is
+    created on disk or in a cluster."""
+    from elasticdl.jobs.config import load_config
+    from elasticdl.jobs.given import resolved_spec
+
+    values = given_job_values(command, args)
+    return resolved_spec(command, values, config if config is not None else load_config())

@@ -16,11 +16,11 @@ import logging
 import sys
 from typing import Sequence
 
-from elasticdl.client.cli_parser import StrictArgumentParser
-from elasticdl.client.errors import WaitTimeout
-from elasticdl.client.version import __version__
+from elasticdl.common.cli_parser import StrictArgumentParser
 from elasticdl.common.spec_codec import SpecError as ArgumentError
 from elasticdl.common.types import JobPhase, PlatformName
+from elasticdl.jobs.errors import WaitTimeout
+from elasticdl.version import __version__
 
 PROG = "elasticdl"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -35,21 +35,6 @@ def _err(message: str) -> None:
 # --------------------------------------------------------------------------------------------
 # Handlers (heavy imports stay inside them)
 # --------------------------------------------------------------------------------------------
-
-
-def _server_client(args: argparse.Namespace | None = None):
-    """The configured job server's client, unless ``--platform`` was given (then the jobs
-    are this machine's or the cluster's, as without a server)."""
-    if args is not None and getattr(args, "platform", None):
-        return None
-    from elasticdl.client.config import load_config
-
-    config = load_config()
-    if config.server is None:
-        return None
-    from elasticdl.client.server_client import JobServerClient
-
-    return JobServerClient.from_config(config)
 
 
 def _progress_line(stream=None):
@@ -77,134 +62,89 @@ def _progress_line(stream=None):
     return report
 
 
-def _run_job_on_server(args: argparse.Namespace, client) -> int:
-    from elasticdl.client.server_backend import ServerBackend
-    from elasticdl.common import job_spec
-
-    if args.yaml:
-        raise ArgumentError(
-            "--yaml writes a Kubernetes manifest; it cannot go through a job server"
-        )
-    spec = job_spec.spec_from_text(args.command, job_spec.given_values(args))
-    package = args.package_path or spec.model_zoo or "."
-    status = client.submit_job(
-        spec, package_dir=package, command=args.command, progress=_progress_line()
-    )
-    _err(f"submitted job {status.job_name} to the job server {client.url} ({status.platform})")
-    if args.detach:
-        print(status.job_name)
-        _err(f"follow it with '{PROG} logs -f {status.job_name}'")
-        return EXIT_OK
-    return _follow(ServerBackend(client), status.job_name)
-
-
 def _run_job(args: argparse.Namespace) -> int:
-    from elasticdl.client.submit import spec_from_flags, submit
+    from elasticdl import api
+    from elasticdl.client.job_commands import given_job_values
 
-    client = _server_client(args)
-    if client is not None:
-        return _run_job_on_server(args, client)
-    if args.package_path:
-        raise ArgumentError(
-            "--package_path is what a job server runs; configure one (server: in the config "
-            "file) or use --model_zoo"
-        )
-    spec, notices = spec_from_flags(args.command, args)
-    backend, handle = submit(spec, yaml_path=args.yaml)
-    for notice in notices:  # after submit: a rejected job prints its one error line only
+    submit = getattr(api, args.command)  # api.train, api.evaluate, api.predict
+    handle = submit(
+        **given_job_values(args.command, args),
+        package_path=args.package_path,
+        yaml_path=args.yaml,
+        progress=_progress_line(),
+    )
+    for notice in handle.notices:  # after submit: a rejected job prints its one error line only
         _err(notice)
     if handle.yaml_path:
         _err(
             f"wrote the master pod manifest of job {handle.job_name} to {handle.yaml_path} (nothing submitted)"
         )
         return EXIT_OK
-    where = (
-        f"job dir {handle.job_dir}"
-        if handle.job_dir
-        else f"namespace {handle.namespace or spec.namespace}"
-    )
-    _err(f"submitted job {handle.job_name} ({handle.platform}, {where})")
+    if handle.server:
+        platform = handle.platform.removeprefix("server:")
+        _err(f"submitted job {handle.job_name} to the job server {handle.server} ({platform})")
+    else:
+        where = f"job dir {handle.job_dir}" if handle.job_dir else f"namespace {handle.namespace}"
+        _err(f"submitted job {handle.job_name} ({handle.platform}, {where})")
     if args.detach:
         print(handle.job_name)
-        _err(
-            f"follow it with '{PROG} logs -f {handle.job_name}', check it with '{PROG} status {handle.job_name}'"
-        )
+        follow = f"follow it with '{PROG} logs -f {handle.job_name}'"
+        if not handle.server:
+            follow += f", check it with '{PROG} status {handle.job_name}'"
+        _err(follow)
         return EXIT_OK
-    return _follow(backend, handle.job_name)
+    return _follow(handle)
 
 
-def _follow(backend, name: str) -> int:
+def _follow(handle) -> int:
+    from elasticdl import api
+
+    name = handle.job_name
     _err(
         "following the master log (Ctrl-C cancels the job; submit with --detach to return at once)"
     )
+    shown = ""  # the log's tail, so the final line does not repeat the master's error line
     try:
-        for chunk in backend.logs(name, "master", follow=True):
+        for chunk in api.logs(handle, "master", follow=True):
             sys.stdout.write(chunk)
             sys.stdout.flush()
-        status = backend.wait(name, poll_interval=0.2)
+            shown = (shown + chunk)[-_SHOWN_TAIL:]
+        status = api.wait(handle, poll_interval=0.2)
     except KeyboardInterrupt:
         _err(f"interrupted: cancelling job {name} ...")
         try:
-            status = backend.cancel(name)
+            status = api.cancel(handle)
             _err(f"job {name} {status.phase}")
         except KeyboardInterrupt:
             _err(f"cancel interrupted; run '{PROG} cancel {name}' to finish it")
         return EXIT_INTERRUPTED
-    return _report_final(status)
+    return _report_final(status, shown)
 
 
-def _report_final(status) -> int:
-    message = f": {status.message}" if status.message else ""
+_SHOWN_TAIL = 4096
+
+
+def _report_final(status, shown: str = "") -> int:
+    if status.message and status.message.strip() in shown:
+        message = " (the error above)"
+    else:
+        message = f": {status.message}" if status.message else ""
     _err(f"job {status.job_name} {status.phase}{message}")
     return EXIT_OK if status.phase == JobPhase.SUCCEEDED else EXIT_FAILED
 
 
 def _target(args: argparse.Namespace) -> dict:
+    """Where to look for jobs: the --platform, --namespace and --kube_context given."""
     return {
         k: getattr(args, k) for k in ("platform", "namespace", "kube_context") if hasattr(args, k)
     }
 
 
-def _backend_for(args: argparse.Namespace):
-    """The configured job server (without --platform), else the direct backend."""
-    from elasticdl.client.server_backend import ServerBackend
-
-    client = _server_client(args)
-    return ServerBackend(client) if client is not None else _direct_backend_for(args)
-
-
-def _direct_backend_for(args: argparse.Namespace):
-    """The backend of job ``args.job``: ``--platform``, else where a job of that name is (the
-    local job directories, then the configured cluster)."""
-    from elasticdl.client.backend import backend_for_job
-
-    return backend_for_job(args.job, **_target(args))
-
-
 def _list(args: argparse.Namespace) -> int:
-    client = _server_client(args)
-    if client is None:
-        return _direct_list(args)
+    from elasticdl import api
     from elasticdl.client.output import dump, jobs_table
 
-    jobs = client.list_jobs()
-    if args.output_format == "table":
-        if jobs:
-            print(jobs_table(jobs))
-        else:
-            _err("no jobs found")
-    else:
-        print(dump([j.to_dict() for j in jobs], args.output_format))
-    return EXIT_OK
-
-
-def _direct_list(args: argparse.Namespace) -> int:
-    from elasticdl.client.backend import jobs_everywhere
-    from elasticdl.client.output import dump, jobs_table
-
-    jobs, warnings = jobs_everywhere(**_target(args))
-    for warning in warnings:
-        _err(f"warning: {warning}")
+    jobs = api.list_jobs(**_target(args), on_warning=lambda w: _err(f"warning: {w}"))
     if args.output_format == "table":
         if jobs:
             print(jobs_table(jobs))
@@ -216,9 +156,10 @@ def _direct_list(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from elasticdl import api
     from elasticdl.client.output import dump, status_text
 
-    status = _backend_for(args).status(args.job)
+    status = api.status(args.job, **_target(args))
     print(
         status_text(status)
         if args.output_format == "table"
@@ -228,9 +169,10 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    backend = _backend_for(args)
+    from elasticdl import api
+
     try:
-        for chunk in backend.logs(args.job, args.replica, follow=args.follow):
+        for chunk in api.logs(args.job, args.replica, follow=args.follow, **_target(args)):
             sys.stdout.write(chunk)
             sys.stdout.flush()
     except KeyboardInterrupt:
@@ -239,14 +181,15 @@ def _logs(args: argparse.Namespace) -> int:
 
 
 def _wait(args: argparse.Namespace) -> int:
+    from elasticdl import api
+
     if args.timeout is not None and not (0 < args.timeout < float("inf")):  # nan too
         raise ArgumentError(
             f"--timeout must be a finite number of seconds > 0, got {args.timeout:g}; "
             "leave it out to wait without a limit"
         )
-    backend = _backend_for(args)
     try:
-        status = backend.wait(args.job, timeout=args.timeout)
+        status = api.wait(args.job, timeout=args.timeout, **_target(args))
     except WaitTimeout as e:
         _err(f"error: {e}")
         return EXIT_FAILED
@@ -256,9 +199,10 @@ def _wait(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    backend = _backend_for(args)
-    before = backend.status(args.job)
-    status = backend.cancel(args.job)
+    from elasticdl import api
+
+    before = api.status(args.job, **_target(args))
+    status = api.cancel(args.job, **_target(args))
     if before.is_final:
         _err(f"job {args.job} had already finished: {status.phase}")
     else:
@@ -274,29 +218,24 @@ def _rbac(args: argparse.Namespace) -> int:
 
 
 def _version(args: argparse.Namespace) -> int:
+    from elasticdl import api
+
     print(f"{PROG} {__version__} (python {sys.version.split()[0]})")
-    client = _server_client()
-    if client is not None:
-        server = client.version()
-        print(
-            f"server {server['server']} at {client.url} (API {server['api']}, "
-            f"{server['platform']} jobs, user {server['user']})"
-        )
+    try:
+        server = api.server_version()
+    except api.NoJobServerError:
+        return EXIT_OK
+    print(
+        f"server {server['server']} at {server['url']} (API {server['api']}, "
+        f"{server['platform']} jobs, user {server['user']})"
+    )
     return EXIT_OK
 
 
-def _required_server_client(command: str):
-    client = _server_client()
-    if client is None:
-        raise ArgumentError(
-            f"{command} needs a job server; add 'server: {{url: ..., token: ...}}' to the config file"
-        )
-    return client
-
-
 def _upload(args: argparse.Namespace) -> int:
-    client = _required_server_client("upload")
-    stored = client.upload(args.src, args.dest, progress=_progress_line())
+    from elasticdl import api
+
+    stored = api.upload(args.src, args.dest, progress=_progress_line())
     size = sum(s["size"] for s in stored)
     _err(
         f"uploaded {len(stored)} file(s), {size / 2**20:.1f} MiB, to {args.dest} (sha256 verified)"
@@ -305,8 +244,9 @@ def _upload(args: argparse.Namespace) -> int:
 
 
 def _download(args: argparse.Namespace) -> int:
-    client = _required_server_client("download")
-    files = client.download(args.src, args.dest, progress=_progress_line())
+    from elasticdl import api
+
+    files = api.download(args.src, args.dest, progress=_progress_line())
     _err(f"downloaded {len(files)} file(s) to {args.dest} (sha256 verified)")
     return EXIT_OK
 

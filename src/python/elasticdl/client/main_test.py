@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from elasticdl.client.main import main
-from elasticdl.client.version import __version__
+from elasticdl.version import __version__
 
 HEAVY = ("tensorflow", "numpy", "grpc", "kubernetes", "docker", "yaml", "google.protobuf")
 

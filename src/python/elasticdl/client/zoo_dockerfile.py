@@ -1,7 +1,7 @@
 """``elasticdl zoo init``: the Dockerfile of a model-zoo image.
 
 The generated Dockerfile is ordered for Docker's layer cache, because a model zoo is rebuilt
-many times while its dependencies rarely change (SQLFlow #3106, ElasticDL #1287):
+many times while its dependencies rarely change:
 
 1. ``FROM`` the ElasticDL base image (framework + TensorFlow + native kernels already inside);
 2. local wheels from ``--local_pkg_dir`` (e.g. a development build of ElasticDL itself);
@@ -15,12 +15,12 @@ Everything it references must lie inside the build context (the current director
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from elasticdl.client.errors import ClientError
+from elasticdl.common.job_dir import write_atomically
+from elasticdl.jobs.errors import ClientError
 
 DEFAULT_BASE_IMAGE = "elasticdl:cpu"
 """The CPU base image that ``scripts/build-images.sh`` builds from the project's wheels (the
@@ -218,9 +218,7 @@ def init_model_zoo(
     ctx = Path(context)
     resolved = _resolve(cfg, ctx, copy_cluster_spec=True)
     path = ctx / dockerfile
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(_render(cfg, resolved))
-    os.replace(tmp, path)  # never leave a half-written Dockerfile
+    write_atomically(path, _render(cfg, resolved))  # never leave a half-written Dockerfile
     write_dockerignore(ctx)
     return path
 

@@ -1,4 +1,4 @@
-"""The model-zoo image of a job submitted with ``--image_base`` (the on-prem seed's form)::
+"""The model-zoo image of a job submitted with ``--image_base`` (its build form)::
 
     elasticdl train --image_base=elasticdl:cpu --docker_image_prefix=reg.example.com/team/ \\
         --model_zoo=./model_zoo --model_def=... --cluster_spec=spec.py ...

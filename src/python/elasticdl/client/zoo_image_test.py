@@ -1,6 +1,7 @@
-"""The seed forms of ``--image_base`` as the spec resolves them, the build context and its
-content tag (no engine here; tests/python/elasticdl_tests/images/zoo_submit_test.py builds
-and pushes with a real one, k8s_node/seed_forms_test.py runs the job on the real node)."""
+"""The two forms of ``--image_base`` (build an image from the model zoo, or run a pre-built
+one) as the spec resolves them, the build context and its content tag (no engine here;
+tests/python/elasticdl_tests/images/zoo_submit_test.py builds and pushes with a real one,
+k8s_node/seed_forms_test.py runs the job on the real node)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import os
 
 import pytest
 from elasticdl.client import zoo_image
-from elasticdl.client.cli_parser import StrictArgumentParser
 from elasticdl.client.main import main
 from elasticdl.common import job_spec
+from elasticdl.common.cli_parser import StrictArgumentParser
 from elasticdl.common.spec_codec import SpecError
 from elasticdl.common.types import PlatformName
 
@@ -32,8 +33,9 @@ def _resolve(*argv: str, command: str = "train"):
     return job_spec.spec_from_text(command, given).resolve()
 
 
-def _seed(zoo, *extra: str):
-    """Seed 003's command (without the cluster-only flags that do not matter here)."""
+def _build_form(zoo, *extra: str):
+    """A job of the build form: ``--image_base`` and a model zoo on this machine (without the
+    cluster-only flags that do not matter here)."""
     return (
         "--image_base=elasticdl:ci",
         f"--model_zoo={zoo}",
@@ -46,7 +48,7 @@ def _seed(zoo, *extra: str):
 
 
 def test_build_form_goes_to_kubernetes_and_keeps_the_base(zoo):
-    spec, notices = _resolve(*_seed(zoo, "--docker_image_prefix=reg.docker.com/user/"))
+    spec, notices = _resolve(*_build_form(zoo, "--docker_image_prefix=reg.docker.com/user/"))
     assert spec.platform == PlatformName.KUBERNETES
     assert (spec.image_base, spec.image_name) == ("elasticdl:ci", "")
     assert spec.docker_image_prefix == "reg.docker.com/user/"
@@ -67,7 +69,7 @@ def test_prebuilt_form_runs_the_image_with_its_zoo():
     assert spec.resolve()[0] == spec  # the master resolves it again: nothing changes
 
 
-def test_seed_000_image_flag_is_image_name():
+def test_the_original_image_flag_is_image_name():
     spec, _ = _resolve(
         "--image=reg.docker.alibaba-inc.com/bright/elasticdl-wnd:1.0",
         "--model_def=my_model_repo.models.wnd.custom_model",
@@ -90,7 +92,7 @@ def test_seed_000_image_flag_is_image_name():
 )
 def test_bad_combinations_name_the_field(zoo, argv, message):
     with pytest.raises(SpecError) as info:
-        _resolve(*_seed(zoo), *argv)
+        _resolve(*_build_form(zoo), *argv)
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
@@ -107,12 +109,12 @@ def test_build_form_needs_the_zoo_here(tmp_path, monkeypatch):
 
 
 def test_checkpoint_steps_without_dir_gets_the_default(zoo, tmp_path):
-    spec, notices = _resolve(*_seed(zoo, "--checkpoint_steps=10"))
+    spec, notices = _resolve(*_build_form(zoo, "--checkpoint_steps=10"))
     assert spec.checkpoint_dir == job_spec.POD_CHECKPOINT_DIR
     [notice] = [n for n in notices if n.startswith("checkpoint_dir:")]
     assert "lost with the pods" in notice and "--volume" in notice
     # Restartable master: under its --job_dir, which lies on a volume.
-    spec, _ = _resolve(*_seed(zoo, "--checkpoint_steps=10", "--job_dir=/data/jobs/j"))
+    spec, _ = _resolve(*_build_form(zoo, "--checkpoint_steps=10", "--job_dir=/data/jobs/j"))
     assert spec.checkpoint_dir == "/data/jobs/j/checkpoint_dir"
     # Local: in the job directory, as the original wrote it beside the master.
     spec, notices = _resolve(
@@ -128,7 +130,12 @@ def test_checkpoint_steps_without_dir_gets_the_default(zoo, tmp_path):
 
 
 def test_bad_combination_on_the_command_line_is_one_line(zoo, capsys):
-    argv = ["train", *_seed(zoo), "--docker_image_prefix=reg.io/t/", "--image_name=reg.io/x:1"]
+    argv = [
+        "train",
+        *_build_form(zoo),
+        "--docker_image_prefix=reg.io/t/",
+        "--image_name=reg.io/x:1",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--image_base and --image_name are exclusive" in err, err
@@ -175,7 +182,7 @@ def test_image_names_and_the_spec_the_job_runs_with(zoo):
     assert zoo_image.image_name("reg.io/team/", "abc") == "reg.io/team/elasticdl:abc"
     assert zoo_image.image_name("reg.io/team", "abc") == "reg.io/team/elasticdl:abc"
     assert zoo_image.image_name("", "abc") == "elasticdl:abc"
-    spec, _ = _resolve(*_seed(zoo, "--docker_image_prefix=reg.io/team/"))
+    spec, _ = _resolve(*_build_form(zoo, "--docker_image_prefix=reg.io/team/"))
     pushed = zoo_image.ZooImage("reg.io/team/elasticdl:abc", built=True, pushed=True)
     run, notices = zoo_image.spec_with_image(spec, pushed)
     assert (run.image_name, run.model_zoo, run.image_base) == (pushed.image, "/model_zoo", "")

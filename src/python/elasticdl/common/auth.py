@@ -18,10 +18,10 @@ import secrets
 from typing import Any, Callable, Mapping
 
 import grpc
+from elasticdl.common.job_dir import write_atomically
 
 JOB_SECRET_ENV = "ELASTICDL_JOB_SECRET"
 TOKEN_METADATA_KEY = "x-elasticdl-job-token"
-SECRET_FILE = "job_secret"  # in a local job's directory, mode 0600
 _SECRET_BYTES = 32
 
 
@@ -46,12 +46,7 @@ def job_secret_from_env(environ: Mapping[str, str] | None = None) -> str:
 
 def write_secret_file(path: str | os.PathLike, secret: str) -> None:
     """Write ``secret`` to a file only its owner can read (created 0600, never wider)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, secret.encode())
-    finally:
-        os.close(fd)
+    write_atomically(path, secret, mode=0o600)
 
 
 def read_secret_file(path: str | os.PathLike) -> str:

@@ -9,8 +9,8 @@ divided by the number of workers), which caps the figure the same way.
 
 `split_for_training(cpus)`: a training worker runs two kinds of work at once. Its look-ahead
 computes the next task's minibatches (reading and parsing records in a tf.data pipeline) while
-the compiled step trains on the current ones. Both used to get every CPU, and on a small host
-they preempted each other: a step's parallel op waits for its slowest shard, so a core taken by
+the compiled step trains on the current ones. Given every CPU each, on a small host they
+preempt each other: a step's parallel op waits for its slowest shard, so a core taken by
 the parser for one time slice stalls the whole op while the other core idles. Giving each its
 own share removes that: half the CPUs (at least one) for the data pipeline, the rest for the
 step's intra-op pool (measurements: benchmarks/runtime/README.md). A user's own

@@ -86,7 +86,7 @@ def _register_zoo_package(model_zoo: str) -> None:
     current = sys.modules.get(ZOO_PACKAGE)
     if current is not None and list(getattr(current, "__path__", []) or []) == [model_zoo]:
         return
-    for name in [n for n in sys.modules if n.startswith(ZOO_PACKAGE + ".")]:
+    for name in [n for n in list(sys.modules) if n.startswith(ZOO_PACKAGE + ".")]:
         del sys.modules[name]  # modules of another zoo loaded earlier in this process
     spec = importlib.machinery.ModuleSpec(ZOO_PACKAGE, None, is_package=True)
     spec.submodule_search_locations = [model_zoo]

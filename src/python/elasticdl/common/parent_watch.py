@@ -7,7 +7,7 @@ that never comes back. The local platform names what they must not outlive:
 
 * ``$ELASTICDL_EXIT_WITH_OWNER`` = ``pid:start_time`` of the job's *owner*, the small
   supervisor the client starts the master under (it restarts a master that dies, see
-  ``client/local_backend.py``). Replicas outlive a master crash, so the restarted master can
+  ``jobs/local_processes.py``). Replicas outlive a master crash, so the restarted master can
   adopt them, but stop once the owner is gone (the job was cancelled or ended).
 * ``$ELASTICDL_EXIT_WITH_PARENT`` = the master's pid, for a master run without an owner
   (``python -m elasticdl.master.main`` by hand, tests): replicas stop once their parent is no
@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Callable
+
+from elasticdl.common.job_dir import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -127,10 +129,7 @@ def run_main(main: Callable[[], int], environ: dict[str, str] | None = None) -> 
     finally:
         if path:
             try:
-                tmp = f"{path}.tmp"
-                with open(tmp, "w") as f:
-                    f.write(f"{code}\n")
-                os.replace(tmp, path)
+                write_atomically(path, f"{code}\n")
             except OSError as e:
                 logger.warning("cannot record the exit status in %s: %s", path, e)
 

@@ -14,12 +14,13 @@ import dataclasses
 from typing import Any, Sequence, TypeVar
 
 from elasticdl.common import spec_codec
+from elasticdl.common.job_spec.checks import check_fields, checked, non_negative, one_of, positive
+from elasticdl.common.job_spec.fields import ALLREDUCE_BACKENDS
 from elasticdl.common.spec_codec import SpecError
 from elasticdl.common.types import JobType, Strategy
 
 WORKER_MODULE = "elasticdl.worker.main"
 PS_MODULE = "elasticdl.ps.main"
-ALLREDUCE_BACKENDS = ("auto", "gloo", "nccl")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,16 +43,16 @@ class WorkerSpec:
     prediction_outputs_processor: str
     data_reader_params: str
     # The training loop
-    minibatch_size: int
-    get_model_steps: int
+    minibatch_size: int = checked(positive)
+    get_model_steps: int = checked(positive)
     log_loss_steps: int
     output: str
     log_level: str
-    allreduce_backend: str
+    allreduce_backend: str = checked(one_of(ALLREDUCE_BACKENDS))
     # Seconds to keep retrying an unreachable master or PS before giving up.
     retry_timeout: float = 120.0
     # AllreduceStrategy: re-form the group and retry a failed allreduce this often.
-    allreduce_retries: int = 5
+    allreduce_retries: int = checked(non_negative, 5)
     # The original ElasticDL's model-file conventions (see common.model_utils.load_model_spec).
     dataset_fn: str = ""
     model_params: str = ""
@@ -62,18 +63,7 @@ class WorkerSpec:
     tls_server_name: str = ""
 
     def __post_init__(self) -> None:
-        spec_codec.check_types(self)
-        if self.minibatch_size <= 0:
-            raise SpecError(f"--minibatch_size must be > 0, got {self.minibatch_size}")
-        if self.get_model_steps <= 0:
-            raise SpecError(f"--get_model_steps must be > 0, got {self.get_model_steps}")
-        if self.allreduce_retries < 0:
-            raise SpecError(f"--allreduce_retries must be >= 0, got {self.allreduce_retries}")
-        if self.allreduce_backend not in ALLREDUCE_BACKENDS:
-            raise SpecError(
-                f"--allreduce_backend {self.allreduce_backend!r} is invalid; use one of "
-                + ", ".join(ALLREDUCE_BACKENDS)
-            )
+        check_fields(self)
         if self.distribution_strategy == Strategy.PARAMETER_SERVER and not self.ps_addrs:
             raise SpecError("--ps_addrs is empty: pass the PS addresses (host:port,...)")
 
@@ -115,7 +105,7 @@ class PSSpec:
     log_every_versions: int = 100
     # The job's minibatch: with the model, it sizes the largest push this PS accepts
     # (elasticdl.common.message_caps).
-    minibatch_size: int = 64
+    minibatch_size: int = checked(positive, 64)
     # Mutual TLS (elasticdl.common.tls): PEM files inside the replica's host or pod; "" = off.
     tls_cert_file: str = ""
     tls_key_file: str = ""
@@ -123,9 +113,7 @@ class PSSpec:
     tls_server_name: str = ""
 
     def __post_init__(self) -> None:
-        spec_codec.check_types(self)
-        if self.minibatch_size <= 0:
-            raise SpecError(f"--minibatch_size must be > 0, got {self.minibatch_size}")
+        check_fields(self)
 
 
 SpecT = TypeVar("SpecT", WorkerSpec, PSSpec)

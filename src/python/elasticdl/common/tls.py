@@ -13,16 +13,25 @@ name given as `--tls_server_name` that channels expect instead of the address's 
 On Kubernetes the paths are those inside the pods (the client checks only that all three are
 given): put the files in a Secret and mount it with
 `--volume=secret_name=<secret>,mount_path=/etc/elasticdl-tls` (files 0440, group of the pods).
+
+The files are read by whoever checks the spec, the job server among them, so a path is only
+ever read as a small regular file: a FIFO, a device (/dev/zero) or a directory is refused
+without a read, a file over ``MAX_PEM_BYTES`` after reading that much, and a path that is
+missing reads the same as one that cannot be opened (the message does not tell whether a file
+exists).
 """
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from typing import Optional
 
 import grpc
 
 FLAGS = ("tls_cert_file", "tls_key_file", "tls_ca_file")
+# A certificate chain or key is a few KiB; a CA bundle of every public root is ~200 KiB.
+MAX_PEM_BYTES = 1 << 20
 
 
 class TLSError(ValueError):
@@ -44,16 +53,34 @@ def check_flags(cert_file: str, key_file: str, ca_file: str, server_name: str = 
 
 
 def _read(flag: str, path: str) -> bytes:
+    unreadable = TLSError(
+        f"--{flag} {path!r}: no readable regular file there (missing, not readable, or a "
+        "directory, FIFO or device); give the path of the PEM file"
+    )
+    # O_NONBLOCK: opening a FIFO does not wait for a writer (regular files ignore the flag).
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        with open(os.path.expanduser(path), "rb") as f:
-            data = f.read()
-    except OSError as e:
+        fd = os.open(os.path.expanduser(path), flags)
+    except OSError:
+        raise unreadable from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise unreadable
+        data = bytearray()
+        while len(data) <= MAX_PEM_BYTES and (chunk := os.read(fd, 1 << 16)):
+            data += chunk
+    except OSError:
+        raise unreadable from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_PEM_BYTES:
         raise TLSError(
-            f"--{flag} {path!r}: cannot read it ({e.strerror}); check the path"
-        ) from None
+            f"--{flag} {path!r} is over {MAX_PEM_BYTES >> 20} MiB; a PEM certificate, key or "
+            "CA is a few KiB"
+        )
     if b"-----BEGIN " not in data:
         raise TLSError(f"--{flag} {path!r} is not a PEM file; give the PEM-encoded file")
-    return data
+    return bytes(data)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ FEATURES = {
 
 
 def test_decoded_by_real_tensorflow():
-    tf = pytest.importorskip("tensorflow")
+    import tensorflow as tf
+
     data = encode_example(FEATURES)
     ex = tf.train.Example.FromString(data)
     f = ex.features.feature
@@ -60,7 +61,8 @@ def test_decoded_by_real_tensorflow():
 
 
 def test_decode_tf_written_unpacked():
-    tf = pytest.importorskip("tensorflow")
+    import tensorflow as tf
+
     ex = tf.train.Example()
     ex.features.feature["x"].float_list.value.extend([1.0, 2.0])
     ex.features.feature["y"].int64_list.value.extend([-5])

@@ -17,7 +17,8 @@ the official ``kubernetes`` Python client that
   client fails to deserialize although the call succeeded, so those calls skip
   deserialization;
 * offers :meth:`K8sClient.watch_pods`, a watch that survives expired resource versions
-  (HTTP 410) by re-listing and synthesising the events the consumer missed.
+  (HTTP 410) by re-listing and synthesising the events the consumer missed
+  (:mod:`elasticdl.k8s.pod_watch`).
 
 The ``kubernetes`` package is imported lazily (only when a client is built), so importing
 this module is cheap.
@@ -25,62 +26,18 @@ this module is cheap.
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
-import json
-import logging
 import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
+from elasticdl.common.text_chunks import decoded_chunks
+from elasticdl.k8s.api_errors import K8sApiError, K8sConfigError, api_error, api_exception_class
+from elasticdl.k8s.pod_watch import watch_pods
+
 if TYPE_CHECKING:
     from elasticdl.common.job_spec import JobSpec
-
-logger = logging.getLogger(__name__)
-
-
-# ---- errors ----------------------------------------------------------------------------------
-class K8sConfigError(ValueError):
-    """No usable Kubernetes credentials; the message says what was tried and how to fix it."""
-
-
-class K8sApiError(RuntimeError):
-    """A Kubernetes API call failed. ``status`` is the HTTP status (0 if none)."""
-
-    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-
-
-def _api_exception_class():
-    from kubernetes.client.exceptions import ApiException
-
-    return ApiException
-
-
-def _describe_api_exception(exc) -> tuple[str, str]:
-    """(reason, message) from an ApiException's Status body, falling back to its text."""
-    reason, message = getattr(exc, "reason", "") or "", ""
-    body = getattr(exc, "body", None)
-    if body:
-        try:
-            data = json.loads(body)
-            reason = data.get("reason") or reason
-            message = data.get("message") or ""
-        except (ValueError, TypeError, AttributeError):
-            message = str(body)[:300]
-    return str(reason), message
-
-
-def _wrap(exc, what: str) -> K8sApiError:
-    status = int(getattr(exc, "status", 0) or 0)
-    reason, message = _describe_api_exception(exc)
-    text = f"{what} failed: HTTP {status} {reason}".rstrip()
-    if message:
-        text += f": {message}"
-    return K8sApiError(text, status=status, reason=reason)
 
 
 # ---- configuration ---------------------------------------------------------------------------
@@ -211,10 +168,10 @@ class K8sClient:
     def _call(self, what: str, fn, *args, missing_ok: bool = False, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except _api_exception_class() as e:
+        except api_exception_class() as e:
             if missing_ok and e.status == 404:
                 return None
-            raise _wrap(e, what) from None
+            raise api_error(e, what) from None
 
     # -- pods --
     def create_pod(self, pod):
@@ -330,11 +287,11 @@ class K8sClient:
             response = self.core.read_namespaced_pod_log(
                 name, self.namespace, _preload_content=False, **kwargs
             )
-        except _api_exception_class() as e:
+        except api_exception_class() as e:
             # 404 also comes back when the pod exists but its node/kubelet cannot be found.
             if e.status == 404 and self.get_pod(name) is None:
                 return None
-            raise _wrap(e, f"read log of pod {name}") from None
+            raise api_error(e, f"read log of pod {name}") from None
         return response.data.decode("utf-8", errors="replace")
 
     def follow_pod_log(self, name: str, container: str | None = None) -> Iterator[str]:
@@ -353,16 +310,8 @@ class K8sClient:
         )
 
         def chunks() -> Iterator[str]:
-            # Incremental: a character split between two chunks is decoded whole.
-            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             try:
-                for chunk in response.stream(4096):
-                    text = decoder.decode(chunk)
-                    if text:
-                        yield text
-                tail = decoder.decode(b"", final=True)
-                if tail:
-                    yield tail
+                yield from decoded_chunks(response.stream(4096))
             finally:
                 response.release_conn()
 
@@ -560,78 +509,10 @@ class K8sClient:
     def watch_pods(
         self, label_selector: str, stop: threading.Event, timeout_seconds: int = 30
     ) -> Iterator[tuple[str, Any]]:
-        """Yield ``(event_type, pod)`` for pods matching ``label_selector`` until ``stop`` is set.
-
-        Starts with an ``ADDED`` event per existing pod, then streams ADDED/MODIFIED/DELETED.
-        When the server has compacted the resource version (HTTP 410) or the connection
-        breaks, it re-lists and yields ``MODIFIED`` for every pod still there and ``DELETED``
-        for pods that disappeared meanwhile, so a consumer never misses a final state.
-        ``stop`` is checked at least every ``timeout_seconds``.
-        """
-        from kubernetes import watch
-
-        known: dict[str, Any] = {}
-        resource_version = None
-        first = True
-        while not stop.is_set():
-            if resource_version is None:
-                try:
-                    listing = self.core.list_namespaced_pod(
-                        self.namespace, label_selector=label_selector
-                    )
-                except Exception as e:  # API server briefly unreachable: retry
-                    logger.warning("listing pods (%s) failed: %s; retrying", label_selector, e)
-                    stop.wait(1.0)
-                    continue
-                current = {p.metadata.name: p for p in listing.items}
-                for name, pod in list(known.items()):
-                    if name not in current:
-                        del known[name]
-                        yield "DELETED", pod
-                for name, pod in current.items():
-                    known[name] = pod
-                    yield ("ADDED" if first else "MODIFIED"), pod
-                first = False
-                resource_version = listing.metadata.resource_version
-            w = watch.Watch()
-            try:
-                for event in w.stream(
-                    self.core.list_namespaced_pod,
-                    self.namespace,
-                    label_selector=label_selector,
-                    resource_version=resource_version,
-                    timeout_seconds=int(timeout_seconds),
-                    allow_watch_bookmarks=False,
-                ):
-                    if stop.is_set():
-                        w.stop()
-                        break
-                    kind, pod = event["type"], event["object"]
-                    if kind == "ERROR" or not hasattr(pod, "metadata"):
-                        # A watch-level Status (e.g. 410 Gone delivered in-stream): relist.
-                        resource_version = None
-                        break
-                    resource_version = pod.metadata.resource_version
-                    if kind == "DELETED":
-                        known.pop(pod.metadata.name, None)
-                    else:
-                        known[pod.metadata.name] = pod
-                    yield kind, pod
-            except _api_exception_class() as e:
-                if e.status != 410:
-                    logger.warning(
-                        "pod watch (%s) failed: %s; re-listing", label_selector, _wrap(e, "watch")
-                    )
-                    stop.wait(0.5)
-                resource_version = None
-            except Exception as e:  # connection reset, read timeout, ...
-                if stop.is_set():
-                    break
-                logger.warning("pod watch (%s) interrupted: %s; re-listing", label_selector, e)
-                stop.wait(0.5)
-                resource_version = None
-            finally:
-                w.stop()
+        """Yield ``(event_type, pod)`` for pods matching ``label_selector`` until ``stop`` is
+        set: :func:`elasticdl.k8s.pod_watch.watch_pods` (a watch that survives expired
+        resource versions)."""
+        return watch_pods(self, label_selector, stop, timeout_seconds)
 
 
 __all__ = [

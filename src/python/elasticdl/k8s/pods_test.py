@@ -67,8 +67,8 @@ def test_only_the_master_gets_api_credentials_and_secrets_stay_out_of_the_spec()
 
 
 def test_secret_envs_reach_every_pod_as_secret_key_refs_only():
-    from elasticdl.client.k8s_backend import KubernetesBackend
     from elasticdl.common.job_spec import JobSpec
+    from elasticdl.jobs.k8s_backend import KubernetesBackend
 
     job = JobSpec(
         job_name="j",

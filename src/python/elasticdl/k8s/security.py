@@ -21,7 +21,10 @@ little as possible on its node:
 
 from __future__ import annotations
 
+import copy
+
 from elasticdl.common.job_spec import POD_SECURITY_NONE, POD_SECURITY_RESTRICTED
+from elasticdl.k8s.client import to_model
 
 # The non-root user (and group) of the base images; fixed, so a hostPath directory can be
 # prepared for it before the job starts (chown 10001:10001 DIR).
@@ -40,7 +43,9 @@ __all__ = [
     "TMP_PATH",
     "TMP_VOLUME",
     "container_security_context",
+    "container_security_context_json",
     "pod_security_context",
+    "pod_security_context_json",
     "restricted",
 ]
 
@@ -54,30 +59,39 @@ def restricted(mode: str) -> bool:
     return mode == POD_SECURITY_RESTRICTED
 
 
+# The restricted settings, in the JSON form of the API (camelCase keys).
+RESTRICTED_POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS_USER,
+    "runAsGroup": RUN_AS_GROUP,
+    "fsGroup": RUN_AS_GROUP,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESTRICTED_CONTAINER_SECURITY = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+}
+
+
+def pod_security_context_json(mode: str) -> dict | None:
+    """The pod's ``securityContext`` as JSON (None: the image's and cluster's defaults)."""
+    return copy.deepcopy(RESTRICTED_POD_SECURITY) if restricted(mode) else None
+
+
+def container_security_context_json(mode: str) -> dict | None:
+    """The ``securityContext`` of the pod's containers as JSON (None: defaults)."""
+    return copy.deepcopy(RESTRICTED_CONTAINER_SECURITY) if restricted(mode) else None
+
+
 def pod_security_context(mode: str):
     """The ``V1PodSecurityContext`` of a pod (None: the image's and cluster's defaults)."""
-    if not restricted(mode):
-        return None
-    from kubernetes import client
-
-    return client.V1PodSecurityContext(
-        run_as_non_root=True,
-        run_as_user=RUN_AS_USER,
-        run_as_group=RUN_AS_GROUP,
-        fs_group=RUN_AS_GROUP,
-        seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
-    )
+    data = pod_security_context_json(mode)
+    return None if data is None else to_model(data, "V1PodSecurityContext")
 
 
 def container_security_context(mode: str):
     """The ``V1SecurityContext`` of the pod's container (None: defaults)."""
-    if not restricted(mode):
-        return None
-    from kubernetes import client
-
-    return client.V1SecurityContext(
-        run_as_non_root=True,
-        allow_privilege_escalation=False,
-        capabilities=client.V1Capabilities(drop=["ALL"]),
-        read_only_root_filesystem=True,
-    )
+    data = container_security_context_json(mode)
+    return None if data is None else to_model(data, "V1SecurityContext")

@@ -24,10 +24,8 @@ half-way through an evaluation task does not skew the metrics when another worke
 ``fn(labels, predictions)`` returning per-sample values (averaged). TensorFlow is imported only
 when a Keras metric is actually updated.
 
-With a journal attached (``master.journal``) rounds started and finished (with their metrics)
-and the model version are recorded. Buffered outputs are not (they are whole evaluation
-batches): a restarted master evaluates every round that was open when the old one died again
-from scratch (``resume_after_restart``), so no metric mixes outputs of two lives.
+Buffered outputs are not journaled (they are whole evaluation batches): a restarted master
+evaluates every round left open again from scratch, so no metric mixes two masters' outputs.
 """
 
 from __future__ import annotations
@@ -39,8 +37,15 @@ import time
 from typing import Any, Callable, Mapping
 
 import numpy as np
-from elasticdl.master.journal import JournalSink
-from elasticdl.master.task_manager import Task, TaskManager, TaskType
+from elasticdl.master.journal_ops import (
+    EVALUATION_OPS,
+    JournaledOwner,
+    RoundDone,
+    RoundStarted,
+    VersionsSeen,
+)
+from elasticdl.master.task_manager import TaskManager
+from elasticdl.master.tasks import Task, TaskType
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +179,9 @@ class EvaluationTimer:
         return True
 
 
-class EvaluationService:
+class EvaluationService(JournaledOwner):
+    OPS = EVALUATION_OPS
+
     def __init__(
         self,
         task_manager: TaskManager,
@@ -198,7 +205,6 @@ class EvaluationService:
         self._model_version = 0
         self.history: list[EvaluationResult] = []
         self._listeners: list[Callable[[EvaluationResult], None]] = []
-        self._sink: JournalSink | None = None
         self._finished_rounds: set[int] = set()
         self._final = (
             final_evaluation and task_manager.has_evaluation_data and task_manager.has_training
@@ -291,7 +297,7 @@ class EvaluationService:
             self._rounds[model_version] = _Round(
                 model_version, num_tasks, MetricsAggregator(self._eval_metrics_fn())
             )
-            self._record({"o": "start", "v": model_version})
+            self._record(RoundStarted(model_version))
         self._tm.create_evaluation_tasks(model_version)
         logger.info(
             "Evaluation of model version %s started (%d tasks)", _v(model_version), num_tasks
@@ -360,13 +366,12 @@ class EvaluationService:
                 result = self._finish(rnd)
                 self._finished_rounds.add(task.model_version)
                 self._record(
-                    {
-                        "o": "done",
-                        "v": task.model_version,
-                        "r": result.model_version,
-                        "m": result.metrics,
-                        "f": result.failed_tasks,
-                    }
+                    RoundDone(
+                        task.model_version,
+                        result.model_version,
+                        result.metrics,
+                        result.failed_tasks,
+                    )
                 )
         if result is not None:
             for listener in self._listeners:
@@ -389,33 +394,29 @@ class EvaluationService:
         return result
 
     # ---- journal ---------------------------------------------------------------------------
-    def attach_journal(self, sink: JournalSink | None) -> None:
-        self._sink = sink
-
-    def _record(self, op: dict) -> None:
-        if self._sink is not None:
-            self._sink.record(op)
-
     def _record_version_locked(self, before: tuple[int, int]) -> None:
         if (self._model_version, self._last_requested) != before:
-            self._record({"o": "ver", "v": self._model_version, "lr": self._last_requested})
+            self._record(VersionsSeen(self._model_version, self._last_requested))
 
     def replay(self, snapshot: dict | None, records: list[dict]) -> None:
         """Rebuild rounds, history and versions from the journal (rounds still open come
-        back empty; ``resume_after_restart`` runs them again)."""
-        ops = ([{"o": "state", **snapshot}] if snapshot else []) + list(records)
+        back empty; ``resume_after_restart`` runs them again). The service writes no
+        snapshots (its journal stays small), so ``snapshot`` is always None."""
+        ops = self._decode(records)
         with self._lock:
             for op in ops:
-                kind = op["o"]
-                if kind == "start":
-                    self._rounds[op["v"]] = _Round(op["v"], 0, None)  # type: ignore[arg-type]
-                elif kind == "done":
-                    self._rounds.pop(op["v"], None)
-                    self._finished_rounds.add(op["v"])
-                    self.history.append(EvaluationResult(op["r"], dict(op["m"]), op["f"]))
-                elif kind == "ver":
-                    self._model_version = max(self._model_version, op["v"])
-                    self._last_requested = max(self._last_requested, op["lr"])
+                match op:
+                    case RoundStarted(version):
+                        self._rounds[version] = _Round(version, 0, None)  # type: ignore[arg-type]
+                    case RoundDone(version, result_version, metrics, failed_tasks):
+                        self._rounds.pop(version, None)
+                        self._finished_rounds.add(version)
+                        self.history.append(
+                            EvaluationResult(result_version, dict(metrics), failed_tasks)
+                        )
+                    case VersionsSeen(version, last_requested):
+                        self._model_version = max(self._model_version, version)
+                        self._last_requested = max(self._last_requested, last_requested)
 
     def resume_after_restart(self) -> list[int]:
         """Start again every round the previous master left open (and the final one, if

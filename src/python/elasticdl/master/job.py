@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 
 from elasticdl.common import auth, message_caps, tls
+from elasticdl.common.job_dir import LOG_DIR, RECOVERY_DIR, SECRET_FILE, STATUS_FILE
 from elasticdl.common.job_spec import DEFAULT_MASTER_PORT, JobSpec
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
 from elasticdl.common.types import JobPhase, JobType, PlatformName
-from elasticdl.master import job_status
+from elasticdl.master import status_writer
 from elasticdl.master.evaluation_service import FINAL_VERSION, EvaluationService
 from elasticdl.master.journal import JournalError
 from elasticdl.master.replica_manager import ReplicaManager, ReplicaManagerConfig
@@ -95,7 +96,7 @@ class Job:
 
         a = self.job_spec
         if self.job_dir is not None:
-            (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+            (self.job_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
         self.tls = tls.TLS.of(a)  # read before anything starts: a bad file is a one-line error
         self.model_spec = load_model_of(
             a, require_feed=False, require_eval_metrics_fn=self.evaluates
@@ -147,11 +148,11 @@ class Job:
         if self.previous is not None:
             self._resume_tasks()
         self.rendezvous = self._start_rendezvous() if self.allreduce else None
-        self.loss_history = job_status.LossHistory()
+        self.loss_history = status_writer.LossHistory()
         self.servicer = MasterServicer(
             self.tm,
             self.es,
-            job_status=lambda: job_status.to_pb(self.snapshot()),
+            job_status=lambda: status_writer.to_pb(self.snapshot()),
             rendezvous=self.rendezvous,
             loss_history=self.loss_history,
         )
@@ -194,8 +195,8 @@ class Job:
         if self.journal is not None:
             self._resume_replicas()
         self.tensorboard = self._tensorboard_writer()
-        self.status_writer = job_status.StatusWriter(
-            self.job_dir / "status.json" if self.job_dir is not None else None,
+        self.status_writer = status_writer.StatusWriter(
+            self.job_dir / STATUS_FILE if self.job_dir is not None else None,
             self.snapshot,
             publish=self.platform.publish_status,
         )
@@ -265,7 +266,7 @@ class Job:
         if self.previous is not None:
             try:
                 self.rm.restore(self.previous.replicas)
-            except (KeyError, TypeError, ValueError) as e:
+            except (JournalError, KeyError, TypeError, ValueError) as e:
                 raise JobConfigError(f"cannot resume from {self.journal.directory}: {e}") from e
         self.rm.attach_journal(self.journal.replicas)
 
@@ -287,7 +288,7 @@ class Job:
             and self.platform.traits.shared_job_dir
             and self.job_dir is not None
         ):
-            recovery = str(self.job_dir / "recovery-checkpoints")
+            recovery = str(self.job_dir / RECOVERY_DIR)
             logger.info(
                 "PS recovery checkpoints every %d versions in %s (--checkpoint_steps=0; set "
                 "--checkpoint_steps and --checkpoint_dir to keep checkpoints of your own)",
@@ -319,12 +320,12 @@ class Job:
         master keeps its predecessor's: the running replicas hold it."""
         if self.previous is not None and self.job_dir is not None:
             try:
-                return auth.read_secret_file(self.job_dir / auth.SECRET_FILE)
+                return auth.read_secret_file(self.job_dir / SECRET_FILE)
             except OSError as e:
                 raise JobConfigError(f"cannot resume: the job's secret is unreadable: {e}")
         secret = auth.new_job_secret()
         if self.job_dir is not None:
-            auth.write_secret_file(self.job_dir / auth.SECRET_FILE, secret)
+            auth.write_secret_file(self.job_dir / SECRET_FILE, secret)
         return secret
 
     def _start_rendezvous(self):

@@ -1,5 +1,5 @@
 """An append-only journal of the master's state transitions, so a restarted master resumes the
-job where the dead one left it (issue #19).
+job where the dead one left it (docs/architecture.md, "When the master dies").
 
 Layout: one journal per state owner (``tasks``, ``evaluation``, ``replicas``) in ``<job
 dir>/journal/``::
@@ -7,7 +7,7 @@ dir>/journal/``::
     tasks-00000003.log    segment 3: records appended since snapshot 2
     tasks-00000002.snap   snapshot: the owner's whole state after every record of segments <= 2
 
-A record is a JSON object (compact, one small encoding the owners already speak) framed as
+A record is a JSON object (an operation of ``master.journal_ops``) framed as
 ``<u32 length><u32 CRC32 of the payload><payload>`` (little-endian). Replay reads the newest
 valid snapshot, then every later segment up to its first incomplete or corrupt frame: a tail
 torn by a crash (or cut anywhere) ends that segment cleanly, never with an exception. A new
@@ -40,9 +40,10 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
+from elasticdl.common.job_dir import write_atomically
+
 logger = logging.getLogger(__name__)
 
-JOURNAL_DIR = "journal"
 _HEADER = struct.Struct("<II")
 # A frame longer than this is corruption, not a record (snapshots of huge jobs stay below).
 MAX_RECORD_BYTES = 1 << 30
@@ -200,15 +201,7 @@ class Journal:
             self._seq += 1
             self._open_segment()
             final = self._segment_path(covered, "snap")
-            tmp = final.with_name(final.name + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, encode(state))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, final)
-            _fsync_dir(self.directory)
+            write_atomically(final, encode(state), mode=0o600, durable=True)
             for seq, _kind, path in self._files():
                 if seq <= covered and path != final:
                     path.unlink(missing_ok=True)
@@ -250,11 +243,3 @@ class MemorySink:
     def snapshot(self, state: dict) -> None:
         self.state = json.loads(json.dumps(state))
         self.records = []
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -2,9 +2,9 @@
 ``--job_spec_file=PATH``), the job spec the client resolved (``JobSpec.to_json``).
 
 Exit status: 0 when the job succeeded, 1 when it failed or was cancelled, 2 when the spec or
-the model definition is unusable (one-line error on stderr); 3 when a master under a Kubernetes
-Job was stopped while its Job still wants the job to run (a deleted or evicted pod): the Job
-starts the next master, which resumes from the journal.
+the model definition is unusable (one-line error on stderr, ``common.process_entry``); 3 when
+a master under a Kubernetes Job was stopped while its Job still wants the job to run (a
+deleted or evicted pod): the Job starts the next master, which resumes from the journal.
 """
 
 from __future__ import annotations
@@ -13,17 +13,16 @@ import logging
 import os
 import signal
 import sys
+import time
+from pathlib import Path
 
-LOG_FORMAT = "[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] %(message)s"
-PROG = "elasticdl master"
+from elasticdl.common.job_dir import MARKER_FILE, STATUS_FILE, write_atomically
+from elasticdl.common.process_entry import MASTER, UsageError, run_process
+
+PROG = MASTER.prog
 EXIT_FOR_NEXT_MASTER = 3
 
-
-def _setup_logging(level: str, log_file: str = "") -> None:
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    if log_file:
-        handlers.append(logging.FileHandler(log_file))
-    logging.basicConfig(level=level, format=LOG_FORMAT, handlers=handlers, force=True)
+logger = logging.getLogger("elasticdl.master.main")
 
 
 def read_job_spec(argv: list[str] | None = None):
@@ -33,31 +32,18 @@ def read_job_spec(argv: list[str] | None = None):
     return spec_from_master_argv(sys.argv[1:] if argv is None else argv)
 
 
-def _log_to_files(logger: logging.Logger, message: str) -> None:
-    """An error for the log file only: stderr has it already, as the one error line."""
-    record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, message, (), None)
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
-
-
 def main(argv: list[str] | None = None) -> int:
-    try:
-        spec = read_job_spec(argv)
-    except ValueError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
-    _setup_logging(spec.log_level, spec.log_file_path)
-    logger = logging.getLogger("elasticdl.master.main")
+    return run_process(MASTER, argv, read_job_spec, _run_job, lambda spec: spec.log_file_path)
 
+
+def _run_job(spec) -> int:
     from elasticdl.master.job import Job
 
     try:
         job = Job(spec)
     except ValueError as e:  # bad model definition or data: the user's to fix
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        _log_to_files(logger, f"Job {spec.job_name} cannot start: {e}")
-        return 2
+        _record_failure(spec, str(e))
+        raise UsageError(e) from None
 
     def on_signal(signum, frame):
         name = signal.Signals(signum).name
@@ -79,6 +65,26 @@ def main(argv: list[str] | None = None) -> int:
         # the Job that restarts dead masters would start another one.
         return 0
     return code
+
+
+def _record_failure(spec, message: str) -> None:
+    """A job that cannot start ends Failed with the reason, where the client reads its status
+    (a job directory the client made): the user sees that reason, not an exit code."""
+    if not spec.job_dir or not (Path(spec.job_dir) / MARKER_FILE).is_file():
+        return
+    from elasticdl.common.job_status import JobStatus
+    from elasticdl.common.types import JobPhase
+
+    status = JobStatus(
+        job_name=spec.job_name,
+        phase=JobPhase.FAILED,
+        message=" ".join(message.splitlines()),
+        updated_at=time.time(),
+    )
+    try:
+        write_atomically(Path(spec.job_dir) / STATUS_FILE, status.to_json() + "\n")
+    except OSError as e:
+        logger.warning("Cannot write the job's status: %s", e)
 
 
 if __name__ == "__main__":

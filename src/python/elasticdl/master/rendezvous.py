@@ -4,9 +4,10 @@ The master decides who is in the group; the workers only ask. A *generation* (th
 ``rendezvous_id`` of the wire protocol) is one fixed membership: an ordered list of workers, the
 position being the rank. Workers build their collective group (torch.distributed, Gloo) for one
 generation at a time, through a key-value store the master hosts (:class:`RendezvousStore`):
-every generation uses its own key prefix, so a group never meets keys of an older one.
+every generation uses its own key prefix (``common.allreduce_keys``), so a group never meets
+keys of an older one.
 
-Rules:
+Rules (pure Python and thread-safe; torch is imported only by :class:`RendezvousStore`):
 
 * **Join**: a worker reports ``LOOP_START`` without a generation (``rendezvous_id <= 0``) when it
   is ready to train (model built, data in hand). Joining on the worker's own report rather than
@@ -24,8 +25,6 @@ Rules:
   answers (frozen) is waited for at most ``answer_timeout_s``.
 * Ranks follow joining order: survivors keep their relative order, newcomers come last, so rank
   0 - which broadcasts the model to everyone after a change - is the longest-serving member.
-
-Pure Python and thread-safe; torch is imported only by :class:`RendezvousStore`.
 """
 
 from __future__ import annotations
@@ -38,13 +37,6 @@ from collections import OrderedDict
 from typing import Callable
 
 logger = logging.getLogger(__name__)
-
-# Key prefix of generation g in the store; workers and master must agree.
-STORE_PREFIX = "elasticdl/rendezvous/{generation}/"
-
-
-def store_prefix(generation: int) -> str:
-    return STORE_PREFIX.format(generation=generation)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ joins and leaves (platform events included). Pure logic with a manual clock."""
 import elasticdl.client.main  # noqa: F401
 import elasticdl.master.job  # noqa: F401
 import elasticdl.ps.main  # noqa: F401
-from elasticdl.master.rendezvous import Rendezvous, RendezvousConfig, generation_base, store_prefix
+from elasticdl.master.rendezvous import Rendezvous, RendezvousConfig, generation_base
 from elasticdl.platform.base import ReplicaEvent, ReplicaPhase, ReplicaType
 
 
@@ -133,10 +133,6 @@ def test_unanswering_member_waited_for_at_most_the_timeout():
     assert r.generation == 1
     clock.now += 2
     assert r.generation == 2 and r.members() == [0, 1, 2]
-
-
-def test_store_prefix_differs_per_generation():
-    assert store_prefix(1) != store_prefix(2)
 
 
 def test_parameter_server_path_never_imports_torch():

@@ -21,13 +21,11 @@ Rules (the original pod manager's, plus PS recovery):
   After ``max_ps_relaunches`` non-preemption failures of one PS the job fails.
 * **The job fails** when a task exceeded its retries, a PS cannot be kept alive, or no worker
   is left (all ended) while work remains.
-* **The master restarts** (issue #19): with a journal attached, every launch (with the
-  platform's identity of the process and its address) and every end (phase, exit code,
-  replacement) is recorded; ``restore`` rebuilds the replica table, relaunch counts and the
-  next worker id from it, and ``adopt`` (instead of ``start``) takes over the replicas still
-  running and applies the rules above to the ones that ended while no master watched. A
-  record also precedes each launch: a replica the dead master started but had not recorded
-  is stopped (``Platform.reclaim``) before it is launched again.
+* **The master restarts** (docs/architecture.md): ``restore`` rebuilds the replica table,
+  relaunch counts and the next worker id from the journal, ``adopt`` (instead of ``start``)
+  takes over the replicas still running, applies the rules above to the ones that ended
+  while no master watched, and stops (``Platform.reclaim``) one the dead master had started
+  without recording the launch.
 """
 
 from __future__ import annotations
@@ -39,7 +37,15 @@ import threading
 import time
 from typing import Callable
 
-from elasticdl.master.journal import JournalSink
+from elasticdl.master.journal_ops import (
+    REPLICA_OPS,
+    JobFailed,
+    JournaledOwner,
+    PSFailures,
+    ReplicaEnded,
+    ReplicaLaunched,
+    ReplicaLaunching,
+)
 from elasticdl.master.task_manager import TaskManager
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
@@ -126,7 +132,9 @@ class ReplicaState:
 SpecBuilder = Callable[[int], ReplicaSpec]
 
 
-class ReplicaManager:
+class ReplicaManager(JournaledOwner):
+    OPS = REPLICA_OPS
+
     def __init__(
         self,
         platform: Platform,
@@ -150,7 +158,6 @@ class ReplicaManager:
         self._failed_message = ""
         self._changed = threading.Condition(self._lock)
         self._priorities = parse_worker_priority(config.num_workers, config.worker_priority)
-        self._sink: JournalSink | None = None
         self._identities: dict[tuple[ReplicaType, int], dict | None] = {}
         self._unrecorded: set[tuple[ReplicaType, int]] = set()  # launching, never launched
         platform.add_event_listener(self._on_event)
@@ -203,7 +210,7 @@ class ReplicaManager:
 
     def _launch(self, spec: ReplicaSpec) -> None:
         # Before the process exists: a master dying right after starting it leaves a trace.
-        self._record({"o": "launching", "k": str(spec.replica_type), "i": spec.replica_id})
+        self._record(ReplicaLaunching(str(spec.replica_type), spec.replica_id))
         try:
             self.platform.launch(spec)
         except PlatformError as e:
@@ -219,15 +226,14 @@ class ReplicaManager:
             identity = self.platform.replica_identity(*key)
             self._identities[key] = identity
             self._record(
-                {
-                    "o": "launch",
-                    "k": str(spec.replica_type),
-                    "i": spec.replica_id,
-                    "rc": state.relaunch_count,
-                    "p": state.priority,
-                    "id": identity,
-                    "addr": self.platform.address(*key) if spec.port is not None else None,
-                }
+                ReplicaLaunched(
+                    str(spec.replica_type),
+                    spec.replica_id,
+                    state.relaunch_count,
+                    state.priority,
+                    identity,
+                    self.platform.address(*key) if spec.port is not None else None,
+                )
             )
 
     # ---- events --------------------------------------------------------------------------
@@ -316,7 +322,7 @@ class ReplicaManager:
             logger.warning("Last output of PS %d:\n%s", ps_id, event.message)
         if not event.looks_preempted:
             self._ps_failures[ps_id] = self._ps_failures.get(ps_id, 0) + 1
-            self._record({"o": "psf", "i": ps_id, "n": self._ps_failures[ps_id]})
+            self._record(PSFailures(ps_id, self._ps_failures[ps_id]))
         if self._ps_failures.get(ps_id, 0) > self.config.max_ps_relaunches:
             self._fail(
                 f"PS {ps_id} failed {self._ps_failures[ps_id]} times (exit code {event.exit_code}); "
@@ -337,7 +343,7 @@ class ReplicaManager:
             if not self._failed_message:
                 self._failed_message = message
                 logger.error("Job failed: %s", message)
-                self._record({"o": "fail", "m": message})
+                self._record(JobFailed(message))
             self._changed.notify_all()
         self._tm.fail(message)
 
@@ -390,65 +396,61 @@ class ReplicaManager:
         return True
 
     # ---- journal / a restarted master ------------------------------------------------------
-    def attach_journal(self, sink: JournalSink | None) -> None:
-        self._sink = sink
-
-    def _record(self, op: dict) -> None:
-        if self._sink is not None:
-            self._sink.record(op)
-
     def _record_end(self, state: ReplicaState) -> None:
         self._record(
-            {
-                "o": "end",
-                "k": str(state.replica_type),
-                "i": state.replica_id,
-                "ph": str(state.phase),
-                "x": state.exit_code,
-                "r": state.reason,
-                "by": state.replaced_by,
-            }
+            ReplicaEnded(
+                str(state.replica_type),
+                state.replica_id,
+                str(state.phase),
+                state.exit_code,
+                state.reason,
+                state.replaced_by,
+            )
         )
 
     def restore(self, records: list[dict]) -> None:
         """Rebuild the replica table from the journal's records (before ``adopt``); the
         platform gets the PS addresses back (``reserve_address``)."""
+        ops = self._decode(records)
         with self._lock:
-            for op in records:
-                kind = op["o"]
-                if kind == "launching":
-                    self._unrecorded.add((ReplicaType(op["k"]), op["i"]))
-                elif kind == "launch":
-                    self._unrecorded.discard((ReplicaType(op["k"]), op["i"]))
-                    rtype = ReplicaType(op["k"])
-                    table = self._ps if rtype == ReplicaType.PS else self._workers
-                    table[op["i"]] = ReplicaState(
-                        rtype,
-                        op["i"],
-                        phase=ReplicaPhase.RUNNING,
-                        relaunch_count=op["rc"],
-                        priority=op["p"],
-                        log=self.platform.log_location(rtype, op["i"]),
-                    )
-                    self._identities[(rtype, op["i"])] = op["id"]
-                    if op.get("addr"):
-                        self.platform.reserve_address(rtype, op["i"], op["addr"])
-                    if rtype == ReplicaType.WORKER:
-                        self._next_worker_id = max(self._next_worker_id, op["i"] + 1)
-                elif kind == "end":
-                    rtype = ReplicaType(op["k"])
-                    table = self._ps if rtype == ReplicaType.PS else self._workers
-                    state = table.get(op["i"])
-                    if state is not None:
-                        state.phase = ReplicaPhase(op["ph"])
-                        state.exit_code, state.reason = op["x"], op["r"]
-                        state.replaced_by = op["by"]
-                    if op["by"] is not None:
-                        self._next_worker_id = max(self._next_worker_id, op["by"] + 1)
-                elif kind == "psf":
-                    self._ps_failures[op["i"]] = op["n"]
-                elif kind == "fail":
-                    self._failed_message = self._failed_message or op["m"]
+            for op in ops:
+                match op:
+                    case ReplicaLaunching(kind, replica_id):
+                        self._unrecorded.add((ReplicaType(kind), replica_id))
+                    case ReplicaLaunched():
+                        self._restore_launched(op)
+                    case ReplicaEnded():
+                        rtype = ReplicaType(op.replica_type)
+                        table = self._ps if rtype == ReplicaType.PS else self._workers
+                        state = table.get(op.replica_id)
+                        if state is not None:
+                            state.phase = ReplicaPhase(op.phase)
+                            state.exit_code, state.reason = op.exit_code, op.reason
+                            state.replaced_by = op.replaced_by
+                        if op.replaced_by is not None:
+                            self._next_worker_id = max(self._next_worker_id, op.replaced_by + 1)
+                    case PSFailures(ps_id, failures):
+                        self._ps_failures[ps_id] = failures
+                    case JobFailed(message):
+                        self._failed_message = self._failed_message or message
+
+    def _restore_launched(self, op: ReplicaLaunched) -> None:
+        rtype, replica_id = ReplicaType(op.replica_type), op.replica_id
+        self._unrecorded.discard((rtype, replica_id))
+        table = self._ps if rtype == ReplicaType.PS else self._workers
+        table[replica_id] = ReplicaState(
+            rtype,
+            replica_id,
+            phase=ReplicaPhase.RUNNING,
+            relaunch_count=op.relaunch_count,
+            priority=op.priority,
+            log=self.platform.log_location(rtype, replica_id),
+        )
+        self._identities[(rtype, replica_id)] = op.identity
+        if op.address:
+            self.platform.reserve_address(rtype, replica_id, op.address)
+        if rtype == ReplicaType.WORKER:
+            self._next_worker_id = max(self._next_worker_id, replica_id + 1)
 
     def adopt(self) -> None:
         """Instead of ``start`` after ``restore``: adopt every replica the journal says runs;

@@ -15,7 +15,9 @@ import hashlib
 import os
 from pathlib import Path
 
-from elasticdl.master.journal import JOURNAL_DIR, Journal, JournalError
+from elasticdl.common.job_dir import JOURNAL_DIR
+from elasticdl.master.journal import Journal, JournalError
+from elasticdl.master.journal_ops import REPLICA_OPS, MasterStarted, decode_all, encode
 
 
 @dataclasses.dataclass
@@ -43,17 +45,17 @@ class JobJournal:
         if not self.replicas.exists():
             return None
         _, records = self.replicas.replay()
-        masters = [r for r in records if r.get("o") == "master"]
+        masters = [op for op in decode_all(records, REPLICA_OPS) if isinstance(op, MasterStarted)]
         if not masters:
             return None
-        if masters[-1].get("spec") != self.digest:
+        if masters[-1].spec_digest != self.digest:
             raise JournalError(
                 f"{self.directory} holds the journal of another spec of this job; the master "
                 "cannot resume it (submit the job again to start over)"
             )
         self.lives = len(masters)
         return PreviousLife(
-            port=int(masters[-1]["port"]),
+            port=masters[-1].port,
             lives=len(masters),
             tasks=self.tasks.replay(),
             evaluation=self.evaluation.replay(),
@@ -64,7 +66,7 @@ class JobJournal:
         """Start recording this master's life (fresh segments after the previous ones)."""
         for journal in (self.replicas, self.tasks, self.evaluation):
             journal.open()
-        self.replicas.record({"o": "master", "port": port, "spec": self.digest, "pid": os.getpid()})
+        self.replicas.record(encode(MasterStarted(port, self.digest, os.getpid())))
 
     def close(self) -> None:
         for journal in (self.replicas, self.tasks, self.evaluation):

@@ -9,8 +9,8 @@ from typing import Callable
 import grpc
 from elasticdl.common.tensor_utils import pb_to_ndarray
 from elasticdl.master.evaluation_service import EvaluationMetricsError, EvaluationService
-from elasticdl.master.job_status import LossHistory
 from elasticdl.master.rendezvous import Rendezvous
+from elasticdl.master.status_writer import LossHistory
 from elasticdl.master.task_manager import TaskManager
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc

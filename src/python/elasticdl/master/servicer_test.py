@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from elasticdl.common.tensor_utils import ndarray_to_pb
 from elasticdl.master.evaluation_service import EvaluationService
-from elasticdl.master.job_status import LossHistory
 from elasticdl.master.server import MasterServerError, create_master_server
 from elasticdl.master.servicer import MasterServicer
+from elasticdl.master.status_writer import LossHistory
 from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc

@@ -17,22 +17,8 @@ Guarantees kept here, on top of the original design:
   ``max_task_retries`` times; then it is dropped and the job fails with a message naming the
   shard and the last error. A task taken back from a dead worker is not a failure of the task
   and does not consume a retry.
-* **Hung workers.** A task running longer than ``max(timeout_floor_s, timeout_factor x the
-  longest task seen so far)`` (the floor is ``--task_timeout``) is taken back
-  (``check_timeouts``) and its worker is reported to the caller, which deletes/relaunches it
-  with ``--relaunch_timeout_worker``; otherwise the worker's late report of it is ignored
-  unless the task is still queued (then it counts, once). A stopped PS stalls every worker
-  this way; the job goes on when it resumes.
-* **Journaled.** With a journal attached (``attach_journal``, see ``master.journal``) every
-  transition is recorded as one small op (task handed out, reported, re-queued, evaluation
-  tasks created, training done, job failed) before the call that caused it returns, so before
-  the RPC is answered; ``replay`` of those ops on a task manager built from the same shards
-  gives the same state (ops are deterministic: shuffling is seeded, clock readings travel in
-  the op). A restarted master replays, then ``resume_after_restart``: tasks handed out before
-  the crash stay with their worker, whose report is accepted once when it reconnects; a task
-  whose worker has talked to the new master for ``inherited_grace_s`` without reporting it
-  (its answer was lost with the old master) goes back to the queue (``requeue_unclaimed``).
-  A worker that repeats a report-and-get call whose answer it lost gets the same task again.
+* **Hung workers**: see ``master.task_timeouts``, which implements it.
+* **Journaled**: see ``master.task_recovery``, which implements it.
 
 Order of work: pending evaluation tasks first (they are pinned to a model version and should
 finish quickly), then training/prediction tasks; a new epoch is created when the queue runs
@@ -44,7 +30,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import enum
 import logging
 import math
 import random
@@ -53,184 +38,34 @@ import time
 from typing import Any, Callable, Iterable
 
 from elasticdl.common.types import Shard
-from elasticdl.master.journal import JournalError, JournalSink
+from elasticdl.master.journal_ops import (
+    EvaluationRoundDropped,
+    EvaluationTasksCreated,
+    TaskHandedOut,
+    TaskReported,
+    TasksFailed,
+    TasksRequeued,
+    TrainingDone,
+)
+from elasticdl.master.task_recovery import TaskRecovery
+from elasticdl.master.task_timeouts import TaskTimeouts
+from elasticdl.master.tasks import (  # noqa: F401 (as_shard: part of this module's names)
+    NO_MORE_TASKS,
+    WAIT_TASK,
+    Assignment,
+    DoneListener,
+    Task,
+    TaskManagerConfig,
+    TaskSummary,
+    TaskType,
+    as_shard,
+    split_shards,
+)
 
 logger = logging.getLogger(__name__)
 
 
-class TaskType(enum.IntEnum):
-    """Same numbers as ``elasticdl.proto.elasticdl_pb2.TaskType``."""
-
-    NONE = 0
-    TRAINING = 1
-    EVALUATION = 2
-    PREDICTION = 3
-    WAIT = 4
-    TRAIN_END_CALLBACK = 5
-
-
-def as_shard(obj: Any) -> Shard:
-    """Accept a Shard, any object with ``name/start/end`` (what data readers'
-    ``create_shards()`` return) or a ``(name, start, end)`` tuple."""
-    if isinstance(obj, Shard):
-        return obj
-    if hasattr(obj, "name") and hasattr(obj, "start") and hasattr(obj, "end"):
-        shard = Shard(str(obj.name), int(obj.start), int(obj.end))
-    else:
-        name, start, end = obj
-        shard = Shard(str(name), int(start), int(end))
-    if shard.start < 0 or shard.end < shard.start:
-        raise ValueError(f"invalid shard {shard}: need 0 <= start <= end")
-    return shard
-
-
-def split_shards(shards: Iterable[Any], records_per_task: int) -> list[Shard]:
-    """Cut each shard into ranges of at most ``records_per_task`` records (last one shorter).
-
-    ``("f1", 0, 10)`` with 3 records per task -> ``[0,3), [3,6), [6,9), [9,10)``.
-    """
-    if records_per_task <= 0:
-        raise ValueError(
-            f"records_per_task must be > 0, got {records_per_task}: "
-            "set --minibatch_size and --num_minibatches_per_task to positive numbers"
-        )
-    out = []
-    for obj in shards:
-        shard = as_shard(obj)
-        for start in range(shard.start, shard.end, records_per_task):
-            out.append(Shard(shard.name, start, min(start + records_per_task, shard.end)))
-    return out
-
-
-@dataclasses.dataclass
-class Task:
-    task_id: int
-    type: TaskType
-    shard: Shard = Shard("", 0, 0)
-    epoch: int = 0  # 1-based for training tasks; 0 for others
-    model_version: int = -1  # evaluation tasks: the version to evaluate (-1 = latest)
-    extended_config: dict[str, str] = dataclasses.field(default_factory=dict)
-    retries: int = 0  # failures reported so far
-
-    @property
-    def num_records(self) -> int:
-        return self.shard.num_records
-
-    @property
-    def key(self) -> tuple:
-        """Identity of the work, stable across re-queues; used for exactly-once accounting."""
-        return (self.type, self.epoch, self.model_version, self.shard)
-
-    def to_pb(self, model_version: int | None = None):
-        from elasticdl.proto import elasticdl_pb2 as pb
-
-        msg = pb.Task(
-            task_id=self.task_id,
-            type=int(self.type),
-            model_version=self.model_version if model_version is None else model_version,
-            epoch=self.epoch,
-        )
-        msg.shard.name = self.shard.name
-        msg.shard.start = self.shard.start
-        msg.shard.end = self.shard.end
-        msg.extended_config.update(self.extended_config)
-        return msg
-
-    def describe(self) -> str:
-        s = self.shard
-        return f"task {self.task_id} ({self.type.name.lower()} {s.name}[{s.start}:{s.end}])"
-
-    def to_state(self) -> list:
-        s = self.shard
-        return [
-            self.task_id,
-            int(self.type),
-            s.name,
-            s.start,
-            s.end,
-            self.epoch,
-            self.model_version,
-            self.retries,
-            self.extended_config,
-        ]
-
-    @classmethod
-    def from_state(cls, v: list) -> "Task":
-        return cls(v[0], TaskType(v[1]), Shard(v[2], v[3], v[4]), v[5], v[6], dict(v[8]), v[7])
-
-
-WAIT_TASK = Task(task_id=0, type=TaskType.WAIT)
-NO_MORE_TASKS = Task(task_id=0, type=TaskType.NONE)
-
-
-@dataclasses.dataclass
-class TaskManagerConfig:
-    records_per_task: int
-    num_epochs: int = 1  # <= 0: train until max_step (or forever)
-    minibatch_size: int = 0  # needed for max_step: steps of a task = ceil(records / minibatch)
-    max_step: int = 0  # 0 = no limit
-    max_task_retries: int = 3
-    saved_model_path: str = ""  # non-empty -> one TRAIN_END_CALLBACK task after training
-    shuffle: bool = False  # shuffle the task order of each training epoch
-    seed: int = 0
-    timeout_floor_s: float = 300.0
-    timeout_factor: float = 3.0
-
-    def __post_init__(self) -> None:
-        if self.records_per_task <= 0:
-            raise ValueError(
-                f"records_per_task must be > 0, got {self.records_per_task}: set "
-                "--minibatch_size and --num_minibatches_per_task to positive numbers"
-            )
-        if self.max_step > 0 and self.minibatch_size <= 0:
-            raise ValueError("--max_step needs --minibatch_size > 0")
-        if self.max_task_retries < 0:
-            raise ValueError(f"max_task_retries must be >= 0, got {self.max_task_retries}")
-
-
-@dataclasses.dataclass
-class _Doing:
-    task: Task
-    worker_id: int
-    start_time: float
-    inherited: bool = False  # handed out by a master that died (see resume_after_restart)
-
-
-@dataclasses.dataclass
-class TaskSummary:
-    """Counters for job status and the end-of-job report."""
-
-    tasks_todo: int
-    tasks_doing: int
-    tasks_done: int
-    tasks_retried: int  # re-queued after a reported failure
-    tasks_recovered: int  # taken back from dead / hung workers
-    tasks_failed: int  # dropped after exceeding max_task_retries
-    stale_reports: int  # late reports ignored (exactly-once)
-    epoch: int
-    records_trained: int
-    records_expected: int
-    records_trained_per_epoch: dict[int, int]
-    records_predicted: int
-    completed_steps: int
-    exec_counters: dict[str, int]
-    finished: bool
-    failed_message: str
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["records_trained_per_epoch"] = {
-            str(k): v for k, v in self.records_trained_per_epoch.items()
-        }
-        return d
-
-
-# Called with (task, success, worker_id) once per task when its outcome is final (accepted
-# success, or dropped after too many failures).
-DoneListener = Callable[[Task, bool, int], None]
-
-
-class TaskManager:
+class TaskManager(TaskTimeouts, TaskRecovery):
     def __init__(
         self,
         config: TaskManagerConfig,
@@ -254,7 +89,7 @@ class TaskManager:
         self._next_id = 1
         self._todo: collections.deque[Task] = collections.deque()
         self._eval_todo: collections.deque[Task] = collections.deque()
-        self._doing: dict[int, _Doing] = {}
+        self._doing: dict[int, Assignment] = {}
         self._last_owner: dict[int, int] = {}  # task_id -> last worker it was given to
         self._completed_keys: set[tuple] = set()
 
@@ -282,8 +117,6 @@ class TaskManager:
         # a repeat of that call (the answer was lost) gets the same task again.
         self._last_exchange: dict[int, tuple[int, bool, int]] = {}
 
-        self._sink: JournalSink | None = None
-        self._replaying = False
         self.inherited_grace_s = 10.0
         self._contact: dict[int, float] | None = None  # worker -> first call after a restart
 
@@ -370,7 +203,7 @@ class TaskManager:
                 for r in self._evaluation_ranges
             ]
             self._eval_todo.extend(tasks)
-            self._record({"o": "ev", "v": model_version})
+            self._record(EvaluationTasksCreated(model_version))
             return [t.task_id for t in tasks]
 
     def drop_evaluation_round(self, model_version: int) -> None:
@@ -378,7 +211,7 @@ class TaskManager:
         lost that round's buffered outputs and evaluates the version again."""
         with self._lock:
             self._drop_evaluation_round_locked(model_version)
-            self._record({"o": "de", "v": model_version})
+            self._record(EvaluationRoundDropped(model_version))
 
     def _drop_evaluation_round_locked(self, version: int) -> None:
         def of_round(t: Task) -> bool:
@@ -399,7 +232,7 @@ class TaskManager:
             self._note_contact(worker_id)
             task = self._get_locked(worker_id)
             if task.task_id:
-                self._record({"o": "g", "w": worker_id, "t": task.task_id})
+                self._record(TaskHandedOut(worker_id, task.task_id))
             self._maybe_snapshot()
             return task
 
@@ -416,8 +249,8 @@ class TaskManager:
         repeats the last one this worker made in such a call (it lost the answer, e.g. to a
         master that died) and the task it got then is still its own, that task again.
 
-        One journal record for both (a report op with the task handed out, ``"g"``), written
-        under the lock like every op, so ops are recorded in the order they happened."""
+        One journal record for both (the report with the task handed out), written under the
+        lock like every op, so ops are recorded in the order they happened."""
         with self._lock:
             accepted, listeners_args, op = self._report_op_locked(
                 task_id, success, worker_id, exec_counters, err_message, model_version
@@ -438,10 +271,9 @@ class TaskManager:
                 if task.task_id:
                     self._last_exchange[worker_id] = (task_id, success, task.task_id)
                     if op is None:
-                        op = {"o": "g", "w": worker_id, "t": task.task_id}
-                        op["a"] = [task_id, int(success)]
+                        op = TaskHandedOut(worker_id, task.task_id, answering=(task_id, success))
                     else:
-                        op["g"] = task.task_id
+                        op = dataclasses.replace(op, handed_out=task.task_id)
             if op is not None:
                 self._record(op)
             self._maybe_snapshot()
@@ -474,7 +306,7 @@ class TaskManager:
                 )
         if task is None:
             return WAIT_TASK if self._doing else NO_MORE_TASKS
-        self._doing[task.task_id] = _Doing(task, worker_id, self._clock())
+        self._doing[task.task_id] = Assignment(task, worker_id, self._clock())
         self._last_owner[task.task_id] = worker_id
         return task
 
@@ -492,9 +324,9 @@ class TaskManager:
 
     def _fire_training_done_locked(self) -> None:
         if self._training_done_fired or not self._training_ranges or self._replaying:
-            return  # replay: the "td" op sets the flag; listeners ran in the first life
+            return  # replay: TrainingDone sets the flag; listeners ran in the first life
         self._training_done_fired = True
-        self._record({"o": "td"})
+        self._record(TrainingDone())
         logger.info(
             "Training done: %d records in %d epoch(s)",
             sum(self._records_trained.values()),
@@ -539,7 +371,7 @@ class TaskManager:
         exec_counters: dict[str, int] | None,
         err_message: str,
         model_version: int | None,
-    ) -> tuple[bool, tuple | None, dict]:
+    ) -> tuple[bool, tuple | None, TaskReported]:
         """Apply a report; returns (accepted, done-listener arguments, its journal op)."""
         self._note_contact(worker_id)
         doing = self._doing.get(task_id)
@@ -547,15 +379,15 @@ class TaskManager:
         accepted, listeners_args = self._report_locked(
             task_id, success, worker_id, exec_counters, err_message, model_version, duration
         )
-        op = {"o": "r", "t": task_id, "w": worker_id, "s": int(success)}
-        if exec_counters:
-            op["c"] = exec_counters
-        if err_message:
-            op["e"] = err_message
-        if model_version is not None:
-            op["v"] = model_version
-        if accepted and success:
-            op["d"] = duration
+        op = TaskReported(
+            task_id,
+            worker_id,
+            success,
+            counters=exec_counters or None,
+            error=err_message,
+            model_version=model_version,
+            duration=duration if accepted and success else 0.0,
+        )
         return accepted, listeners_args, op
 
     def _report_locked(
@@ -622,7 +454,7 @@ class TaskManager:
         if not self._training_done_fired and self._training_finished_locked():
             self._fire_training_done_locked()
 
-    def _take_back_requeued(self, task_id: int, worker_id: int, success: bool) -> _Doing | None:
+    def _take_back_requeued(self, task_id: int, worker_id: int, success: bool) -> Assignment | None:
         """A successful report from the previous owner of a task that was taken back but not
         yet handed to anyone else is still good work: accept it and unqueue the task."""
         if not success or self._last_owner.get(task_id) != worker_id or task_id in self._doing:
@@ -636,7 +468,7 @@ class TaskManager:
                         task.describe(),
                         worker_id,
                     )
-                    return _Doing(task, worker_id, self._clock())
+                    return Assignment(task, worker_id, self._clock())
         return None
 
     def _requeue_locked(self, task_ids: list[int]) -> None:
@@ -647,7 +479,7 @@ class TaskManager:
             self._queue_for(task).appendleft(task)
         self._tasks_recovered += len(ids)
         if ids:
-            self._record({"o": "q", "t": ids})
+            self._record(TasksRequeued(tuple(ids)))
 
     def _queue_for(self, task: Task) -> collections.deque:
         return self._eval_todo if task.type == TaskType.EVALUATION else self._todo
@@ -685,75 +517,12 @@ class TaskManager:
         )
 
     # ---- failures ------------------------------------------------------------------------
-    def recover_tasks(self, worker_id: int) -> list[int]:
-        """Put every task ``worker_id`` holds back at the front of its queue (the worker died
-        or was deleted); returns their ids. Not counted as a task failure."""
-        return self._recover({worker_id})
-
-    def _recover(self, worker_ids: set[int]) -> list[int]:
-        with self._lock:
-            mine = [d.task for d in self._doing.values() if d.worker_id in worker_ids]
-            self._requeue_locked([t.task_id for t in mine])
-            if mine:
-                logger.info(
-                    "Recovered %d task(s) of worker(s) %s: %s",
-                    len(mine),
-                    sorted(worker_ids),
-                    ", ".join(t.describe() for t in mine),
-                )
-            return [t.task_id for t in mine]
-
-    def check_timeouts(self) -> dict[int, list[int]]:
-        """Take back tasks running longer than the timeout; returns {worker_id: [task ids]}
-        so the caller can delete/relaunch those workers."""
-        with self._lock:
-            limit = max(
-                self.config.timeout_floor_s, self.config.timeout_factor * self._max_task_seconds
-            )
-            now = self._clock()
-            slow: dict[int, list[int]] = collections.defaultdict(list)
-            for d in self._doing.values():
-                if d.task.type != TaskType.TRAIN_END_CALLBACK and now - d.start_time > limit:
-                    slow[d.worker_id].append(d.task.task_id)
-            for worker_id, ids in slow.items():
-                logger.warning(
-                    "Worker %d exceeded the task timeout (%.0f s) on task(s) %s",
-                    worker_id,
-                    limit,
-                    ids,
-                )
-            if slow:
-                self._recover(set(slow))
-            return dict(slow)
-
-    def start_timeout_monitor(
-        self, on_timeout: Callable[[int], None], interval_s: float = 30.0
-    ) -> None:
-        """Background thread: every ``interval_s`` check timeouts and call ``on_timeout(worker_id)``
-        for each hung worker."""
-
-        def loop():
-            while not self._stop.wait(interval_s):
-                for worker_id in self.check_timeouts():
-                    try:
-                        on_timeout(worker_id)
-                    except Exception:
-                        logger.exception("Timeout handler failed for worker %d", worker_id)
-
-        self._timeout_thread = threading.Thread(target=loop, name="task-timeouts", daemon=True)
-        self._timeout_thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._timeout_thread is not None:
-            self._timeout_thread.join(timeout=5)
-
     def fail(self, message: str) -> None:
         """Mark the job failed from outside (e.g. no worker left); workers get NONE."""
         with self._lock:
             if not self._failed_message:
                 self._failed_message = message
-                self._record({"o": "f", "m": message})
+                self._record(TasksFailed(message))
 
     # ---- reporting -----------------------------------------------------------------------
     def summary(self) -> TaskSummary:
@@ -790,191 +559,3 @@ class TaskManager:
     @property
     def training_done_fired(self) -> bool:
         return self._training_done_fired
-
-    # ---- journal ---------------------------------------------------------------------------
-    def attach_journal(self, sink: JournalSink | None) -> None:
-        """Record every transition from now on into ``sink`` (see the module docstring)."""
-        self._sink = sink
-
-    def _record(self, op: dict) -> None:
-        if self._sink is None or self._replaying:
-            return
-        self._sink.record(op)
-
-    def _maybe_snapshot(self) -> None:
-        """At the end of an outer call (get, report): the state is then exactly that after
-        every recorded op (nested ones, from listeners, included)."""
-        if self._sink is not None and not self._replaying and self._sink.wants_snapshot():
-            self._sink.snapshot(self._state_locked())
-
-    def state(self) -> dict:
-        """Everything a restarted master needs, as JSON-able data (a journal snapshot)."""
-        with self._lock:
-            return self._state_locked()
-
-    def _state_locked(self) -> dict:
-        return {
-            "next_id": self._next_id,
-            "todo": [t.to_state() for t in self._todo],
-            "eval_todo": [t.to_state() for t in self._eval_todo],
-            "doing": [[d.task.to_state(), d.worker_id] for d in self._doing.values()],
-            "last_owner": sorted(self._last_owner.items()),
-            "completed": sorted(
-                [int(k[0]), k[1], k[2], k[3].name, k[3].start, k[3].end]
-                for k in self._completed_keys
-            ),
-            "epoch": self._epoch,
-            "max_step_reached": self._max_step_reached,
-            "train_end_state": self._train_end_state,
-            "training_done_fired": self._training_done_fired,
-            "failed_message": self._failed_message,
-            "tasks_done": self._tasks_done,
-            "tasks_retried": self._tasks_retried,
-            "tasks_recovered": self._tasks_recovered,
-            "tasks_failed": self._tasks_failed,
-            "stale_reports": self._stale_reports,
-            "records_trained": sorted(self._records_trained.items()),
-            "records_dropped": self._records_dropped,
-            "records_predicted": self._records_predicted,
-            "completed_steps": self._completed_steps,
-            "exec_counters": dict(sorted(self._exec_counters.items())),
-            "max_task_seconds": self._max_task_seconds,
-            "model_version_seen": self._model_version_seen,
-            "last_exchange": sorted(
-                [w, a, int(s), b] for w, (a, s, b) in self._last_exchange.items()
-            ),
-        }
-
-    def restore(self, state: dict) -> None:
-        """Become the task manager that ``state`` (from :meth:`state`) describes."""
-        with self._lock:
-            now = self._clock()
-            self._next_id = state["next_id"]
-            self._todo = collections.deque(Task.from_state(v) for v in state["todo"])
-            self._eval_todo = collections.deque(Task.from_state(v) for v in state["eval_todo"])
-            self._doing = {}
-            for v, worker_id in state["doing"]:
-                task = Task.from_state(v)
-                self._doing[task.task_id] = _Doing(task, worker_id, now)
-            self._last_owner = {int(k): v for k, v in state["last_owner"]}
-            self._completed_keys = {
-                (TaskType(k[0]), k[1], k[2], Shard(k[3], k[4], k[5])) for k in state["completed"]
-            }
-            self._epoch = state["epoch"]
-            self._max_step_reached = state["max_step_reached"]
-            self._train_end_state = state["train_end_state"]
-            self._training_done_fired = state["training_done_fired"]
-            self._failed_message = state["failed_message"]
-            for name in (
-                "tasks_done",
-                "tasks_retried",
-                "tasks_recovered",
-                "tasks_failed",
-                "stale_reports",
-                "records_dropped",
-                "records_predicted",
-                "completed_steps",
-                "max_task_seconds",
-                "model_version_seen",
-            ):
-                setattr(self, f"_{name}", state[name])
-            self._records_trained = collections.defaultdict(
-                int, {int(k): v for k, v in state["records_trained"]}
-            )
-            self._exec_counters = collections.defaultdict(int, state["exec_counters"])
-            self._last_exchange = {w: (a, bool(s), b) for w, a, s, b in state["last_exchange"]}
-
-    def replay(self, snapshot: dict | None, records: Iterable[dict]) -> int:
-        """Rebuild the state from a journal: ``restore(snapshot)``, then apply its ops in order.
-        Returns how many ops were applied. Raises JournalError when an op does not match what
-        this task manager does (the journal belongs to other data or another version)."""
-        if snapshot is not None:
-            self.restore(snapshot)
-        n = 0
-        with self._lock:
-            self._replaying = True
-            try:
-                for op in records:
-                    self._apply_locked(op)
-                    n += 1
-            except (KeyError, TypeError, ValueError) as e:
-                raise JournalError(f"journal op {n + 1} cannot be replayed: {e!r}") from e
-            finally:
-                self._replaying = False
-        return n
-
-    def _apply_locked(self, op: dict) -> None:
-        kind = op["o"]
-        if kind == "g":
-            task = self._get_locked(op["w"])
-            if task.task_id != op["t"]:
-                raise JournalError(
-                    f"journal op {op}: this job hands out task {task.task_id} there; the "
-                    "journal was written for other data or another ElasticDL version"
-                )
-            if "a" in op:
-                self._last_exchange[op["w"]] = (op["a"][0], bool(op["a"][1]), op["t"])
-        elif kind == "r":
-            self._report_locked(
-                op["t"],
-                bool(op["s"]),
-                op["w"],
-                op.get("c"),
-                op.get("e", ""),
-                op.get("v"),
-                op.get("d", 0.0),
-            )
-            if "g" in op:  # report_and_get: the task handed out in the same call
-                self._apply_locked({"o": "g", "w": op["w"], "t": op["g"], "a": [op["t"], op["s"]]})
-        elif kind == "q":
-            self._requeue_locked(op["t"])
-        elif kind == "ev":
-            self.create_evaluation_tasks(op["v"])
-        elif kind == "de":
-            self._drop_evaluation_round_locked(op["v"])
-        elif kind == "td":
-            self._training_done_fired = True
-        elif kind == "f":
-            self._failed_message = self._failed_message or op["m"]
-        else:
-            raise JournalError(f"unknown journal op {kind!r}")
-
-    # ---- after a restart -------------------------------------------------------------------
-    def resume_after_restart(self) -> list[int]:
-        """Called once after replay by a restarted master: every task handed out before the
-        crash stays its worker's (counted when it reports), timed from now. Returns their ids."""
-        with self._lock:
-            now = self._clock()
-            for d in self._doing.values():
-                d.inherited, d.start_time = True, now
-            self._contact = {}
-            return sorted(self._doing)
-
-    def _note_contact(self, worker_id: int) -> None:
-        if self._contact is not None and worker_id not in self._contact:
-            self._contact[worker_id] = self._clock()
-
-    def requeue_unclaimed(self) -> list[int]:
-        """Inherited tasks whose worker has called the new master for ``inherited_grace_s``
-        (or ``timeout_factor`` x the longest task, if longer) without reporting them: the
-        answer that handed them out died with the old master. Back to the queue."""
-        with self._lock:
-            inherited = [d for d in self._doing.values() if d.inherited]
-            if not inherited:
-                self._contact = None  # nothing inherited left: stop noting contacts
-                return []
-            grace = max(self.inherited_grace_s, self.config.timeout_factor * self._max_task_seconds)
-            now = self._clock()
-            ids = [
-                d.task.task_id
-                for d in inherited
-                if d.worker_id in self._contact and now - self._contact[d.worker_id] > grace
-            ]
-            if ids:
-                logger.warning(
-                    "Task(s) %s were handed out by the previous master but their workers never "
-                    "got them; re-queued",
-                    ids,
-                )
-                self._requeue_locked(ids)
-            return ids

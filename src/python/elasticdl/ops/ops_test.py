@@ -1,5 +1,9 @@
 """Public ``elasticdl.ops`` API (whichever backend is active: native when built) against the
-NumPy reference oracle on random data with duplicate ids, plus goldens and error cases."""
+NumPy reference oracle on random data with duplicate ids, plus goldens and error cases.
+
+Where the native module is missing or stale, ``elasticdl.ops`` falls back to the reference and
+these tests compare it with itself; under CI (ELASTICDL_REQUIRE_NATIVE_OPS, exported by
+scripts/run-tests.sh: Pants builds src/cc:native for them) that fallback is a failure."""
 
 import os
 import subprocess
@@ -62,6 +66,18 @@ def _run_on_omp_threads(threads, body, timeout, **env):
 def test_backend_reports_a_known_name():
     assert ops.backend() in ("native", "reference")
     assert isinstance(ops.cuda_available(), bool)
+
+
+def test_the_native_kernels_are_the_backend_loaded():
+    from elasticdl.ops import _backend
+
+    if _backend.native is None:
+        reason = f"elasticdl.ops runs on the NumPy reference: {_backend._reason}"
+        if os.environ.get("ELASTICDL_REQUIRE_NATIVE_OPS"):
+            pytest.fail(f"{reason} (ELASTICDL_REQUIRE_NATIVE_OPS is set)", pytrace=False)
+        pytest.skip(reason)
+    assert ops.backend() == "native"
+    assert _backend.native.ABI_VERSION == _backend.NATIVE_ABI
 
 
 @pytest.mark.parametrize(

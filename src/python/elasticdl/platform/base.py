@@ -5,9 +5,8 @@ replica as a :class:`ReplicaSpec` and hands it to a :class:`Platform`. Two imple
 exist and are interchangeable:
 
 * ``elasticdl.platform.local.LocalProcessPlatform``: every replica is a child process of the
-  master (the default; laptops, CI, debugging).
-* ``elasticdl.platform.kubernetes.KubernetesPlatform``: every replica is a pod (+ a headless
-  service for replicas that listen on a port).
+  master (the default; laptops, CI, debugging);
+* ``elasticdl.platform.kubernetes.KubernetesPlatform``: every replica is a pod (and a service).
 
 Contract every platform keeps:
 
@@ -24,11 +23,9 @@ Contract every platform keeps:
   a replica removed by someone else (a preempting scheduler, a ``kubectl delete pod``) reports
   ``Deleted`` or ``Failed`` with ``reason`` set where the platform can tell
   (``"Preempted"``, ``"OOMKilled"``, ``"Evicted"``, ``"Error"``).
-* A master that dies and is restarted (issue #19) gets the same addresses back: it hands the
-  old ones to ``reserve_address`` before building specs, and, where the platform's replicas
-  outlive their master (``replicas_outlive_master``), adopts the running ones by the
-  ``replica_identity`` recorded at launch instead of launching them again, after ``reclaim``
-  stopped any it started without recording them.
+* A restarted master gets the same addresses back (``reserve_address``) and, where replicas
+  outlive their master, adopts the running ones by the ``replica_identity`` recorded at
+  launch (``adopt``) after ``reclaim`` stopped any launched unrecorded.
 """
 
 from __future__ import annotations

@@ -2,50 +2,29 @@
 
 * PS ``i`` -> pod ``elasticdl-<job>-ps-<i>`` + headless service of the same name; worker
   ``i`` -> pod ``elasticdl-<job>-worker-<i>`` (a service too if it listens on a port), named
-  and labelled by :mod:`elasticdl.k8s.names`. All are owned by the master pod
-  (``ownerReferences``), so deleting the master pod deletes the job — or, for a restartable
-  master, by the batch/v1 Job that controls the master pod (see below).
-* Pod objects come from :mod:`elasticdl.k8s.pods` (resources, volumes, priorities, image
-  pull policy, restart policy ``Never``, ``MY_POD_IP``, ``--envs``, cluster spec).
-* One watch thread (the job's PS and worker pods) turns pod changes into
-  :class:`~elasticdl.platform.base.ReplicaEvent` s, one terminal event per pod, read by
-  :func:`elasticdl.k8s.termination.read_termination` (the reading ``elasticdl status`` shows
-  too): ``Failed`` carries the container's exit code and the cause (``OOMKilled``,
-  ``Preempted``, ``Evicted``, ``Error``...; exit 137 without OOMKilled is the preemption
-  signature the master relaunches on), a pod deleted by :meth:`delete` reports ``Deleted`` /
-  ``DeletedByMaster``, a pod deleted by anyone else reports ``Deleted`` with the cause the
-  reading finds (``Deleted`` if none) once it is gone.
+  and labelled by :mod:`elasticdl.k8s.names`, built by :mod:`elasticdl.k8s.pods`. All are
+  owned by the master pod (``ownerReferences``), so deleting it deletes the job (for a
+  restartable master, by its batch/v1 Job: see below).
+* One watch thread turns the job's pod changes into replica events, one terminal event per
+  pod, read by :func:`elasticdl.k8s.termination.read_termination`: ``Failed`` carries the
+  container's exit code and the cause (``OOMKilled``, ``Preempted``, ``Evicted``,
+  ``Error``...), a pod deleted by :meth:`delete` reports ``Deleted`` / ``DeletedByMaster``,
+  one deleted by anyone else ``Deleted`` with the cause the reading finds once it is gone.
 
-Addresses (``address(type, id)``), chosen by ``network``:
+Addresses, chosen by ``network``:
 
 ``pod`` (default, real clusters)
     ``elasticdl-<job>-<type>-<id>.<namespace>.svc:<port>`` — the headless service's DNS name,
     which a relaunched PS keeps; every pod has its own IP, so all PS listen on 2222.
-``host`` (all pods share one network namespace: ``hostNetwork`` pods on a one-node cluster,
-    and the process kubelet of the test harness)
-    ``<master IP>:<port>`` with a distinct free port per replica, stable for the platform's
-    lifetime. Selected with ``ELASTICDL_K8S_NETWORK=host`` in the master's environment
-    (e.g. ``--envs=ELASTICDL_K8S_NETWORK=host``).
+``host`` (``ELASTICDL_K8S_NETWORK=host`` in the master's environment: all pods share one
+    network namespace, e.g. ``hostNetwork`` pods on a one-node cluster)
+    ``<master IP>:<port>`` with a distinct free port per replica, stable for its lifetime.
 
-A restartable master (issue #19): the client submits the master pod as the template of a
-batch/v1 Job (``elasticdl.client.k8s_backend``: why a Job and not a ReplicaSet) whenever the
-job has a ``--job_dir`` on a ``--volume``, where the master keeps its journal (a volume, not
-API objects: etcd caps an object at ~1.5 MiB and the task journal of a long job grows past
-that between snapshots). Such a master finds the Job as its own pod's controller and
-
-* makes the Job the owner of everything it creates (``replicas_outlive_master``): replica
-  pods and services survive the master pod, and deleting the Job (``elasticdl cancel``)
-  still removes every one;
-* records each replica's pod name and UID (``replica_identity``) and, restarted, adopts the
-  pod that still has both (``adopt``), stops a pod it finds under a name it never recorded
-  (``reclaim``), and in ``host`` mode takes back the recorded ports (``reserve_address``);
-* is reached at the same address: in ``pod`` mode the headless Service
-  ``elasticdl-<job>-master`` the client created (a new pod has a new IP), in ``host`` mode
-  the node's IP (one node: the same).
-
-Events of pods that this platform neither launched nor adopted are held back, so a new
-master hears nothing of its predecessor's pods before it adopts them; ``adopt`` then reports
-each pod's state as it reads it from the API server, and the watch goes on from there.
+A restartable master (docs/architecture.md, "When the master dies") runs in the pod of a
+batch/v1 Job, which then owns every pod and service this platform creates; the platform
+records each replica's pod name and UID (``replica_identity``), adopts the pods that still
+have both, and stops a pod under a name it never recorded (``reclaim``). Events of pods it
+neither launched nor adopted are held back until ``adopt`` reports each pod's state.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from elasticdl.client.k8s_backend import KubernetesBackend  # noqa: E402
+from elasticdl.jobs.k8s_backend import KubernetesBackend  # noqa: E402
 from elasticdl.k8s import names  # noqa: E402
 from elasticdl.k8s import termination  # noqa: E402
 from elasticdl.k8s.client import to_model  # noqa: E402

@@ -29,7 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-from elasticdl.common.job_spec import JobSpec, default_job_dir
+from elasticdl.common.job_dir import LOG_DIR, default_job_dir, replica_exit_name, replica_log_name
+from elasticdl.common.job_spec import JobSpec
 from elasticdl.common.parent_watch import (
     EXIT_STATUS_FILE_ENV,
     EXIT_WITH_OWNER_ENV,
@@ -135,7 +136,7 @@ class LocalProcessPlatform(Platform):
     ) -> None:
         super().__init__(job_name)
         self.job_dir = Path(job_dir)
-        self.log_dir = self.job_dir / "logs"
+        self.log_dir = self.job_dir / LOG_DIR
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.host = host
         self.python = python or sys.executable
@@ -175,13 +176,13 @@ class LocalProcessPlatform(Platform):
         return f"{self.host}:{port}"
 
     def log_path(self, replica_type: ReplicaType, replica_id: int) -> Path:
-        return self.log_dir / f"{ReplicaType(replica_type).value}-{replica_id}.log"
+        return self.log_dir / replica_log_name(ReplicaType(replica_type).value, replica_id)
 
     def log_location(self, replica_type: ReplicaType, replica_id: int) -> str:
         return str(self.log_path(replica_type, replica_id))
 
     def exit_status_path(self, replica_type: ReplicaType, replica_id: int) -> Path:
-        return self.log_dir / f"{ReplicaType(replica_type).value}-{replica_id}.exit"
+        return self.log_dir / replica_exit_name(ReplicaType(replica_type).value, replica_id)
 
     @property
     def replicas_outlive_master(self) -> bool:

@@ -17,11 +17,11 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 
 import numpy as np
 from elasticdl.common import tensor_utils as tu
 from elasticdl.common.hash_utils import string_to_id
+from elasticdl.common.job_dir import write_atomically
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.errors import PSError
 from elasticdl.ps.parameters import is_slot_key, parse_slot_key
@@ -105,21 +105,8 @@ def save_shard(
     vdir = os.path.dirname(path)
     try:
         os.makedirs(vdir, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=vdir)
-    except OSError:
-        _discard_incomplete(vdir)
-        raise
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(model.SerializeToString())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomically(path, model.SerializeToString(), mode=0o600, durable=True)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         _discard_incomplete(vdir)
         raise
     if keep_checkpoint_max > 0:

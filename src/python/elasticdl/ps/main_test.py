@@ -171,7 +171,7 @@ def test_bad_flags_are_one_line_errors():
     with pytest.raises(SpecError, match="--lr_staleness_modulation: expected true or false"):
         ps_spec_from_argv(["--lr_staleness_modulation=maybe"])
     with pytest.raises(SpecError, match="unrecognized arguments: --namespace=x"):
-        ps_spec_from_argv(["--namespace=x"])  # unknown flags are no longer ignored
+        ps_spec_from_argv(["--namespace=x"])  # unknown flags are errors, not ignored
 
 
 def test_only_callers_with_the_job_secret_are_served():

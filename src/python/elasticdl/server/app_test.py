@@ -1,7 +1,7 @@
 """The server's authentication and version route, over a real uvicorn process."""
 
 import pytest
-from elasticdl.server.testing import ServerProcess, request
+from elasticdl_testing.server_process import ServerProcess, request
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,9 @@ def test_every_route_needs_a_valid_token(server, path, header):
 
 @pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json"])
 def test_no_unauthenticated_documentation(server, path):
-    assert request(server.port, "GET", path)[0] == 404
+    """FastAPI's own pages are off: nothing there without a token (401), nor with one (404)."""
+    assert request(server.port, "GET", path)[0] == 401
+    assert request(server.port, "GET", path, server.tokens["alice"])[0] == 404
 
 
 def test_version_and_openapi_with_a_token(server):
@@ -35,6 +37,10 @@ def test_version_and_openapi_with_a_token(server):
     assert body["platform"] == "local" and body["server"]
     status, schema, _ = request(server.port, "GET", "/v1/openapi.json", server.tokens["alice"])
     assert status == 200 and "/v1/version" in schema["paths"]
+    # What a client must know of job names: they are global, so 409 may be another user's.
+    submit = schema["paths"]["/v1/jobs"]["post"]
+    assert "Job names are global" in submit["description"]
+    assert "another user's job" in submit["responses"]["409"]["description"]
 
 
 def test_tokens_are_stored_hashed(server):

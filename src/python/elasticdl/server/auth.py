@@ -18,7 +18,8 @@ import threading
 import time
 from pathlib import Path
 
-from elasticdl.server.errors import BadRequest, Conflict
+from elasticdl.common.job_dir import write_atomically
+from elasticdl.server.errors import BadRequest, Conflict, Unauthorized
 
 USER_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
 
@@ -73,6 +74,19 @@ class TokenStore:
                 found = name
         return found
 
+    def user_of(self, authorization: str) -> str:
+        """The user of an ``Authorization: Bearer <token>`` header's value; Unauthorized (401)
+        for a missing, malformed or unknown token."""
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("missing bearer token; send 'Authorization: Bearer <token>'")
+        user = self.authenticate(token.strip())
+        if user is None:
+            raise Unauthorized(
+                "invalid token; ask the server's admin for one (elasticdl server add-user)"
+            )
+        return user
+
     # ---- writing -------------------------------------------------------------------------
     def add_user(self, name: str, replace: bool = False) -> str:
         """Create ``name`` with a new token and return the token (it is not stored)."""
@@ -87,9 +101,5 @@ class TokenStore:
                 raise Conflict(f"user {name!r} exists; pass --replace to give it a new token")
             users[name] = {"sha256": token_hash(token), "created_at": time.time()}
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=2, sort_keys=True)
-            os.replace(tmp, self.path)
+            write_atomically(self.path, json.dumps(data, indent=2, sort_keys=True), mode=0o600)
         return token

@@ -4,21 +4,16 @@ A build pod is deleted once its image is pushed (or its build failed), and its l
 Before that, the server reads the pod's log (both containers: ``install``, then ``push``) and
 keeps its last :data:`MAX_LOG_BYTES` here; ``GET /v1/jobs/{name}/logs?replica=build`` serves
 the pod's log while it runs and this file after. The file lives as long as the job does.
-
-Where the cluster cannot serve pod logs (the test harness's process kubelet), the pod's log is
-read from ``$ELASTICDL_K8S_POD_LOG_DIR/<namespace>/<pod>.log``, as the Kubernetes backend does.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from elasticdl.client.k8s_backend import POD_LOG_DIR_ENV
+from elasticdl.common.job_dir import write_atomically
 
 MAX_LOG_BYTES = 2 << 20
 BUILD_REPLICA = "build"  # the logs API's name for a job's image build
-CONTAINERS = ("install", "push")  # the build pod's init container, then its container
 
 
 def dropped_note(count: int) -> str:
@@ -46,9 +41,7 @@ class BuildLogs:
             data = dropped_note(cut).encode() + data[cut:]
         path = self.path(owner, job_name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        write_atomically(path, data)
 
     def read(self, owner: str, job_name: str) -> str | None:
         try:
@@ -58,28 +51,3 @@ class BuildLogs:
 
     def remove(self, owner: str, job_name: str) -> None:
         self.path(owner, job_name).unlink(missing_ok=True)
-
-
-def pod_log_file(namespace: str, pod: str) -> Path | None:
-    """The pod's log file where the cluster cannot serve logs (see the module docstring)."""
-    directory = os.environ.get(POD_LOG_DIR_ENV)
-    return Path(directory) / namespace / f"{pod}.log" if directory else None
-
-
-def read_build_log(k8s, pod: str) -> str:
-    """The build pod's whole log as it is now: its containers' logs one after the other."""
-    path = pod_log_file(k8s.namespace, pod)
-    if path is not None:
-        try:
-            return path.read_bytes().decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-    parts = []
-    for container in CONTAINERS:
-        try:
-            text = k8s.read_pod_log(pod, container=container)
-        except Exception:  # a container that has not started has no log yet
-            text = None
-        if text:
-            parts.append(text)
-    return "".join(parts)

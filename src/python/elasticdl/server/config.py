@@ -5,10 +5,11 @@ Layout of ``state_dir`` (everything the server writes, nothing else)::
     tokens.json          user -> sha256 of the user's token (0600)
     server.lock          held (flock) by the one server running on this directory
     packages/<sha256>/   extracted model-zoo packages, keyed by the tarball's sha256
+    package-users/<sha256>/<user>  who uploaded each package (only they may use it)
     data/<user>/...      what users uploaded (and what their jobs write: checkpoints, outputs)
     data-sums/<user>/... sha256 of uploaded files, with the size and mtime they describe
-    jobs/<user>/<job>/   local job directories (see ``elasticdl.client.local_backend``)
-    builds/<user>/<job>.json  Kubernetes jobs waiting for their image (``image_builds``)
+    jobs/<user>/<job>/   local job directories (see ``elasticdl.jobs.local_job_dir``)
+    builds/<user>/<job>.json  Kubernetes jobs waiting for their image (``image_build_records``)
     images/<tag>         images this server built and pushed (reused by later jobs)
     build-logs/<user>/<job>.log  the last MiBs of a job's image build log (``build_logs``)
     builder/             the build pods' program (mounted into them)
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from elasticdl.server.image_builds import BuildSettings
+    from elasticdl.server.image_build_records import BuildSettings
 
 MIB = 1 << 20
 
@@ -56,10 +57,16 @@ class ServerConfig:
     registry_insecure: bool = False
     build_host_network: bool = False
     max_request_bytes: int = 1 * MIB  # POST /v1/jobs bodies (a spec is a few KiB)
+    # Connections (connections.py, request_gate.py): how many, and how long a client may take
+    # to send a request's head, and to send the next bytes of its body.
+    max_connections: int = 256
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keep_alive_timeout: float = 5.0
 
     @property
     def builds(self) -> "BuildSettings | None":
-        from elasticdl.server.image_builds import BuildSettings
+        from elasticdl.server.image_build_records import BuildSettings
 
         if not (self.build_base_image and self.build_repository and self.state_volume):
             return None
@@ -86,6 +93,10 @@ class ServerConfig:
         return self.root / "packages"
 
     @property
+    def package_users_dir(self) -> Path:
+        return self.root / "package-users"
+
+    @property
     def data_dir(self) -> Path:
         return self.root / "data"
 
@@ -102,6 +113,13 @@ class ServerConfig:
         return self.root / "tmp"
 
     def make_dirs(self) -> None:
-        for path in (self.packages_dir, self.data_dir, self.sums_dir, self.jobs_dir, self.tmp_dir):
+        for path in (
+            self.packages_dir,
+            self.package_users_dir,
+            self.data_dir,
+            self.sums_dir,
+            self.jobs_dir,
+            self.tmp_dir,
+        ):
             path.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)  # tokens, packages and data of every user live below

@@ -5,7 +5,7 @@ import re
 
 import pytest
 from elasticdl.server.dashboard import CONTENT_SECURITY_POLICY, STATIC_TYPES
-from elasticdl.server.testing import ServerProcess, request
+from elasticdl_testing.server_process import ServerProcess, request
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import AsyncIterator
 
+from elasticdl.common.job_dir import write_atomically
 from elasticdl.server.errors import BadRequest, Conflict, NotFound
 from elasticdl.server.uploads import receive
 from fastapi.concurrency import run_in_threadpool
@@ -38,8 +39,43 @@ class StoredFile:
         return dataclasses.asdict(self)
 
 
+# Bounds on a path a user names (data paths, a package's members): far above what a dataset
+# or a model zoo needs, and below what the file system refuses (a name of over 255 bytes, a
+# path of over 4096), so that such a path is a one-line 400, not an OSError from deep inside.
+MAX_NAME_BYTES = 255
+MAX_PATH_BYTES = 1024
+MAX_PATH_DEPTH = 32
+
+
+def _shown(path: str) -> str:
+    return repr(path if len(path) <= 60 else path[:57] + "...")
+
+
+def check_path_size(path: str, what: str = "path") -> None:
+    """The path's length, depth and each name's length within the bounds above."""
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATH_BYTES:
+        raise BadRequest(
+            f"{what} {_shown(path)} is {size} bytes long; a path has at most {MAX_PATH_BYTES}"
+        )
+    parts = [p for p in path.split("/") if p]
+    if len(parts) > MAX_PATH_DEPTH:
+        raise BadRequest(
+            f"{what} {_shown(path)} has {len(parts)} parts; a path has at most "
+            f"{MAX_PATH_DEPTH} (its directories and its name)"
+        )
+    for part in parts:
+        if len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            raise BadRequest(
+                f"{what}: the name {_shown(part)} is over {MAX_NAME_BYTES} bytes; use a "
+                "shorter one"
+            )
+
+
 def check_relative_path(path: str, what: str = "path") -> PurePosixPath:
-    """A relative path with no '..', '.', empty or control-character parts."""
+    """A relative path with no '..', '.', empty or control-character parts, within the
+    bounds of ``check_path_size``."""
+    check_path_size(path, what)
     if not path or path.startswith("/") or "\\" in path:
         raise BadRequest(
             f"{what} {path!r} must be a relative path below your data directory, e.g. mnist/train"
@@ -125,9 +161,7 @@ class DataStore:
     def _write_sum(self, user: str, path: str, record: dict) -> None:
         sum_path = self._sum_path(user, path)
         sum_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = sum_path.with_name(sum_path.name + ".tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, sum_path)
+        write_atomically(sum_path, json.dumps(record))
 
     # ---- download ------------------------------------------------------------------------
     def checksum(self, user: str, path: str, target: Path) -> str:

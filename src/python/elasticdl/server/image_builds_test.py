@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import pytest
 from elasticdl.images import oci_build
-from elasticdl.server.image_builds import (
-    BuildRecord,
-    BuildRecords,
-    BuildSettings,
-    build_pod,
-    write_builder,
-)
+from elasticdl.server.image_build_records import BuildRecord, BuildRecords, BuildSettings
+from elasticdl.server.image_builds import build_pod, write_builder
 from elasticdl.server.main import main
 
 PACKAGE = "ab" * 32
@@ -170,7 +165,7 @@ def _service(tmp_path):
     async def chunks():
         yield body
 
-    info, _ = asyncio.run(packages.add(chunks(), len(body)))
+    info, _ = asyncio.run(packages.add(chunks(), len(body), user="alice"))
     data_store = DataStore(tmp_path / "data", tmp_path / "sums", tmp_path / "tmp", 1 << 20)
     target = KubernetesTarget("ns1", "", "host_path=/srv/data,mount_path=/data")
     service = JobService(
@@ -192,14 +187,14 @@ def _service(tmp_path):
 )
 def test_package_jobs_are_checked_before_any_build(tmp_path, spec, words):
     """Refused at POST (the build would take minutes before the master found out); no record."""
+    from elasticdl.jobs.job_request import JobRequest
     from elasticdl.server.errors import Unprocessable
-    from elasticdl.server.jobs import SubmitRequest
 
     service, package = _service(tmp_path)
     fields = {"job_name": "j1", "model_def": "mnist.model.custom_model", "training_data": "t"}
     with pytest.raises(Unprocessable) as refused:
-        service.submit("alice", SubmitRequest("train", {**fields, **spec}, package=package))
+        service.submit("alice", JobRequest(spec={**fields, **spec}, package=package))
     assert words in refused.value.reason and str(tmp_path) not in refused.value.reason
     assert service.records.all() == []
     with pytest.raises(Unprocessable, match="either image or package"):
-        service.submit("alice", SubmitRequest("train", fields, package=package, image="r.io/x:1"))
+        service.submit("alice", JobRequest(spec=fields, package=package, image="r.io/x:1"))

@@ -4,8 +4,9 @@ never sends model_zoo, and the master refuses an empty one (seen on the real nod
 from __future__ import annotations
 
 from elasticdl.client.zoo_dockerfile import MODEL_ZOO_DIR
+from elasticdl.jobs.job_request import JobRequest
 from elasticdl.server.data_store import DataStore
-from elasticdl.server.jobs import JobService, KubernetesTarget, SubmitRequest
+from elasticdl.server.jobs import JobService, KubernetesTarget
 from elasticdl.server.packages import PackageStore
 
 
@@ -17,7 +18,7 @@ def _values(tmp_path, spec: dict) -> dict:
     target = KubernetesTarget("ns1", "", "host_path=/srv/data,mount_path=/data")
     service = JobService(tmp_path / "jobs", packages, data, "kubernetes", kubernetes=target)
     fields = {"job_name": "j1", "model_def": "mnist.model.custom_model", **spec}
-    return service._kubernetes_values("alice", SubmitRequest("train", fields, image="r.io/z:1"))
+    return service.placement.values("alice", JobRequest(spec=fields, image="r.io/z:1"))
 
 
 def test_given_image_runs_the_zoo_where_zoo_build_puts_it(tmp_path):

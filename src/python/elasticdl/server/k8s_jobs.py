@@ -11,11 +11,13 @@ the dashboard shows it beside the PS and workers the master publishes.
 
 from __future__ import annotations
 
-from elasticdl.client.errors import ClientError, JobNotFoundError
-from elasticdl.client.k8s_backend import KubernetesBackend, current_masters
 from elasticdl.common.job_status import JobStatus, ReplicaStatus
+from elasticdl.jobs.errors import ClientError, JobNotFoundError
+from elasticdl.jobs.k8s_backend import KubernetesBackend
+from elasticdl.jobs.k8s_status import current_masters
 from elasticdl.k8s.client import K8sApiError
 from elasticdl.k8s.names import MASTER_TYPE, job_selector, masters_selector
+from elasticdl.k8s.pod_logs import PodLogs
 from elasticdl.k8s.termination import read_termination
 
 OWNER_LABEL = "elasticdl-owner"
@@ -24,8 +26,14 @@ OWNER_LABEL = "elasticdl-owner"
 class OwnedKubernetesBackend(KubernetesBackend):
     """``KubernetesBackend`` seen by one user of the server."""
 
-    def __init__(self, owner: str, namespace: str, kube_context: str = "") -> None:
-        super().__init__(namespace=namespace, kube_context=kube_context)
+    def __init__(
+        self,
+        owner: str,
+        namespace: str,
+        kube_context: str = "",
+        pod_logs: PodLogs | None = None,
+    ) -> None:
+        super().__init__(namespace=namespace, kube_context=kube_context, pod_logs=pod_logs)
         self.owner = owner
 
     def build_master_pod(self, job, service_account: str = ""):

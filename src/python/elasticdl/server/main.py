@@ -16,11 +16,14 @@ import os
 import socket
 import sys
 import time
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from elasticdl.client.cli_parser import StrictArgumentParser
+from elasticdl.common.cli_parser import StrictArgumentParser
 from elasticdl.server.config import MIB, ServerConfig
 from elasticdl.server.errors import ServerError
+
+if TYPE_CHECKING:
+    from elasticdl.k8s.pod_logs import PodLogs
 
 PROG = "elasticdl server"
 
@@ -105,6 +108,38 @@ def _serve_parser() -> StrictArgumentParser:
     parser.add_argument(
         "--max_upload_mb", type=int, default=16 * 1024, help="Largest data file accepted"
     )
+    limits = parser.add_argument_group(
+        "connections",
+        "Bounds on what a client holds: connections, and how long it may take to send a "
+        "request (deploy/k8s/README.md)",
+    )
+    limits.add_argument(
+        "--max_connections",
+        type=int,
+        default=256,
+        help="Connections held at once, idle and log streams included; a request beyond "
+        "them is answered 503",
+    )
+    limits.add_argument(
+        "--header_timeout",
+        type=float,
+        default=10.0,
+        help="Seconds a client may take to send a request's line and headers (then 408)",
+    )
+    limits.add_argument(
+        "--body_timeout",
+        type=float,
+        default=30.0,
+        help="Seconds a request's body may go without sending a byte (then 408); a large "
+        "upload that keeps sending is never cut",
+    )
+    limits.add_argument(
+        "--keep_alive_timeout",
+        type=float,
+        default=5.0,
+        help="Seconds an idle connection is kept between requests, and the longest the rest "
+        "of a body answered early (401, 413) is read and dropped",
+    )
     parser.add_argument("--log_level", default="info", choices=("debug", "info", "warning"))
     return parser
 
@@ -134,6 +169,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     for flag in ("max_package_mb", "max_upload_mb"):
         if getattr(args, flag) <= 0:
             raise SpecError(f"--{flag} must be > 0, got {getattr(args, flag)}")
+    if not 1 <= args.max_connections <= 65536:
+        raise SpecError(f"--max_connections must be 1..65536, got {args.max_connections}")
+    for flag in ("header_timeout", "body_timeout", "keep_alive_timeout"):
+        if not 0 < getattr(args, flag) <= 3600:
+            raise SpecError(f"--{flag} must be in (0, 3600] seconds, got {getattr(args, flag):g}")
     if args.data_volume and "mount_path=" not in args.data_volume:
         raise SpecError(
             f"--data_volume {args.data_volume!r} has no mount_path; e.g. "
@@ -166,6 +206,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         tls_key=args.tls_key,
         max_package_bytes=args.max_package_mb * MIB,
         max_data_bytes=args.max_upload_mb * MIB,
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+        keep_alive_timeout=args.keep_alive_timeout,
     )
 
 
@@ -232,13 +276,21 @@ def _lock_state_dir(config: ServerConfig, timeout: float = 0) -> int:
         time.sleep(0.2)
 
 
-def serve(config: ServerConfig, log_level: str = "info", lock_timeout: float = 0) -> None:
+def serve(
+    config: ServerConfig,
+    log_level: str = "info",
+    lock_timeout: float = 0,
+    pod_logs: "PodLogs | None" = None,
+) -> None:
+    """Run the server until it is stopped. ``pod_logs``: where the logs of the jobs' pods
+    are read (default: the Kubernetes API)."""
     import uvicorn
-    from elasticdl.server.app import create_app
+    from elasticdl.server.app import build_services, create_app
+    from elasticdl.server.connections import uvicorn_settings
 
     # Held until this process ends, however it ends; the port is bound only once it is held.
     lock = _lock_state_dir(config, lock_timeout)
-    app = create_app(config)
+    app = create_app(config, build_services(config, pod_logs))
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -253,12 +305,15 @@ def serve(config: ServerConfig, log_level: str = "info", lock_timeout: float = 0
         ssl_keyfile=config.tls_key or None,
         # Log streams (follow) stay open; do not wait for them forever on shutdown.
         timeout_graceful_shutdown=5,
+        **uvicorn_settings(
+            config.max_connections, config.header_timeout, config.keep_alive_timeout
+        ),
     )
     uvicorn.Server(uv_config).run(sockets=[sock])
     os.close(lock)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, pod_logs: "PodLogs | None" = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -280,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(
                 f"--state_lock_timeout must be 0..3600 seconds, got {args.state_lock_timeout:g}"
             )
-        serve(config_from_args(args), args.log_level, args.state_lock_timeout)
+        serve(config_from_args(args), args.log_level, args.state_lock_timeout, pod_logs)
         return 0
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0

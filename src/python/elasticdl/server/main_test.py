@@ -8,10 +8,10 @@ import sys
 import time
 
 import pytest
-from elasticdl.client.errors import ClientError
-from elasticdl.client.server_client import JobServerClient
+from elasticdl.jobs.errors import ClientError
+from elasticdl.jobs.server_client import JobServerClient
 from elasticdl.server.main import main as server_main
-from elasticdl.server.testing import ServerProcess
+from elasticdl_testing.server_process import ServerProcess
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +72,10 @@ def test_https_with_the_ca_and_nothing_else(tmp_path, certificate):
         (["--max_upload_mb=0"], "--max_upload_mb must be > 0"),
         (["--platform=mars"], "invalid choice: 'mars'"),
         (["--state_lock_timeout=-1"], "--state_lock_timeout must be 0..3600 seconds"),
+        (["--max_connections=0"], "--max_connections must be 1..65536, got 0"),
+        (["--header_timeout=0"], "--header_timeout must be in (0, 3600] seconds, got 0"),
+        (["--body_timeout=-1"], "--body_timeout must be in (0, 3600] seconds, got -1"),
+        (["--keep_alive_timeout=1e9"], "--keep_alive_timeout must be in (0, 3600] seconds"),
     ],
 )
 def test_bad_server_flags_are_one_line(tmp_path, capsys, flags, message):

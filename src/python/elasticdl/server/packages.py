@@ -4,14 +4,22 @@
 are paths relative to the zoo's root (``mnist/mnist_functional_api.py``, ``requirements.txt``).
 The package id is the tarball's sha256; the same bytes sent twice give the same package.
 Only regular files and directories are accepted (a link or a device could point a job at
-the server's own files), and no member may leave the directory (absolute paths, ``..``).
+the server's own files), no member may leave the directory (absolute paths, ``..``), and
+member paths have the bounds of data paths (``data_store.check_path_size``). What the file
+system still refuses while extracting (a file ``a`` and then ``a/b``) is a 400 naming the path.
 Extraction goes to a temporary directory that is renamed into place when complete, so a
 package is either all there or not there at all.
+
+A package is stored once however many users send its bytes, but each user reaches only the
+packages they uploaded: ``<state_dir>/package-users/<id>/<user>`` records each uploader, and
+another user's id reads exactly as an unknown one (404), so an id tells nothing of who has it.
+A user who sends the same bytes gets their own access (201, as for a new package).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import re
 import shutil
 import tarfile
@@ -20,12 +28,15 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import AsyncIterator
 
+from elasticdl.server.data_store import check_path_size
 from elasticdl.server.errors import BadRequest, NotFound, TooLarge
 from elasticdl.server.uploads import PACKAGE_STAGING_PREFIX, receive
 from fastapi.concurrency import run_in_threadpool
 
 PACKAGE_ID = re.compile(r"[0-9a-f]{64}")
 REQUIREMENTS = "requirements.txt"
+# Extraction errors that are the server's (a full disk), not the package's: those stay 500.
+SERVER_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ENOMEM, errno.EMFILE, errno.ENFILE}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,38 +57,54 @@ class PackageStore:
         max_bytes: int,
         max_extracted_bytes: int,
         max_members: int,
+        users_root: Path | None = None,
     ) -> None:
         self.root = root
+        self.users_root = users_root or root.parent / "package-users"
         self.tmp_dir = tmp_dir
         self.max_bytes = max_bytes
         self.max_extracted_bytes = max_extracted_bytes
         self.max_members = max_members
 
-    def path(self, package_id: str) -> Path:
+    def path(self, package_id: str, *, user: str) -> Path:
+        """The package's directory, if ``user`` uploaded it; NotFound alike for an unknown id
+        and for another user's."""
         if not PACKAGE_ID.fullmatch(package_id or ""):
             raise NotFound(f"package {package_id!r} is not a package id (64 hex digits)")
         path = self.root / package_id
-        if not path.is_dir():
+        if not (path.is_dir() and self.uploaded_by(package_id, user)):
             raise NotFound(f"no package {package_id}; upload it with POST /v1/packages")
         return path
 
-    def info(self, package_id: str) -> PackageInfo:
-        path = self.path(package_id)
+    def uploaded_by(self, package_id: str, user: str) -> bool:
+        return (self.users_root / package_id / user).is_file()
+
+    def _record_uploader(self, package_id: str, user: str) -> None:
+        # One empty file per uploader: concurrent uploads of the same bytes never race on
+        # a shared record.
+        (self.users_root / package_id).mkdir(parents=True, exist_ok=True)
+        (self.users_root / package_id / user).touch()
+
+    def info(self, package_id: str, *, user: str) -> PackageInfo:
+        path = self.path(package_id, user=user)
         files = sum(1 for p in path.rglob("*") if p.is_file())
         return PackageInfo(package_id, files, (path / REQUIREMENTS).is_file())
 
     async def add(
-        self, chunks: AsyncIterator[bytes], length: int | None
+        self, chunks: AsyncIterator[bytes], length: int | None, *, user: str
     ) -> tuple[PackageInfo, bool]:
-        """Store a tarball; returns its info and whether it is new."""
+        """Store a tarball as ``user``'s; returns its info and whether it is new to ``user``
+        (not whether another user sent the same bytes before: that is theirs to know)."""
         received = await receive(chunks, self.tmp_dir, self.max_bytes, "the package", length)
+        package_id = received.sha256
         try:
-            if (self.root / received.sha256).is_dir():
-                return self.info(received.sha256), False
-            await run_in_threadpool(self._extract, received.path, received.sha256)
+            if not (self.root / package_id).is_dir():
+                await run_in_threadpool(self._extract, received.path, package_id)
         finally:
             received.path.unlink(missing_ok=True)
-        return self.info(received.sha256), True
+        new = not self.uploaded_by(package_id, user)
+        self._record_uploader(package_id, user)
+        return self.info(package_id, user=user), new
 
     # ---- checking and extracting ---------------------------------------------------------
     def _check(self, tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
@@ -95,6 +122,7 @@ class PackageStore:
                     )
                 if ".." in PurePosixPath(name).parts:
                     raise BadRequest(f"member {name!r} escapes the package directory with '..'")
+                check_path_size(name, "member")
                 if member.issym() or member.islnk():
                     raise BadRequest(
                         f"member {name!r} is a link; packages hold only files and directories (copy the target instead)"
@@ -138,6 +166,10 @@ class PackageStore:
                     raise BadRequest(
                         f"the package cannot be extracted ({e}); send it again"
                     ) from None
+                except OSError as e:
+                    if e.errno in SERVER_ERRNOS:
+                        raise
+                    raise BadRequest(_extraction_error(e, staging)) from None
             staging.chmod(0o755)
             try:
                 staging.rename(self.root / package_id)
@@ -147,6 +179,21 @@ class PackageStore:
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
+
+
+def _extraction_error(e: OSError, staging: Path) -> str:
+    """What went wrong writing the package's content, with the path as the package names it
+    (not the server's directory)."""
+    where = ""
+    if e.filename:
+        try:
+            where = f" at {str(Path(e.filename).relative_to(staging))!r}"
+        except ValueError:
+            pass
+    reason = f"the package cannot be extracted{where}: {e.strerror or e}"
+    if e.errno in (errno.ENOTDIR, errno.EISDIR, errno.EEXIST):
+        return reason + "; a path in it is a file or a directory, not both (e.g. 'a' and 'a/b')"
+    return reason + "; send a tarball of plain files and directories"
 
 
 def _extract_members(tar: tarfile.TarFile, staging: Path, members: list[tarfile.TarInfo]) -> None:

@@ -55,9 +55,9 @@ def test_extracted_modes_and_owner(tmp_path, monkeypatch, filters):
     async def chunks():
         yield body
 
-    info, new = asyncio.run(store.add(chunks(), len(body)))
+    info, new = asyncio.run(store.add(chunks(), len(body), user="alice"))
     assert new and info.files == 1
-    root = store.path(info.id)
+    root = store.path(info.id, user="alice")
     model = root / "mnist" / "model.py"
     assert model.read_text().startswith("def custom_model")
     # No set-uid bit, no write for group and others; not the archive's owner (uid 4242).

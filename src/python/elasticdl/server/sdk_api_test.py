@@ -8,10 +8,10 @@ import elasticdl
 import pytest
 from elasticdl import api
 from elasticdl.client.main import main
-from elasticdl.client.server_client import JobServerClient
-from elasticdl.server.testing import ServerProcess
+from elasticdl.jobs.server_client import JobServerClient
+from elasticdl_testing.server_process import ServerProcess
 
-FAKE_MASTER = Path(elasticdl.__file__).parent / "client" / "testdata" / "fake_master.py"
+FAKE_MASTER = Path(elasticdl.__file__).parent / "jobs" / "testdata" / "fake_master.py"
 
 
 @pytest.fixture
@@ -78,3 +78,22 @@ def test_cli_version_and_bad_package_path(configured, capsys):
     # --platform=local bypasses the server (a local job, nothing on the server).
     assert main(["list", "--platform=local"]) == 0
     assert "no jobs found" in capsys.readouterr().err
+
+
+def test_submit_goes_to_the_configured_server_like_train(configured):
+    """api.submit(spec) decides where the job goes as api.train does: the job server."""
+    server, zoo, tmp = configured
+    (tmp / "train").mkdir()
+    (tmp / "train" / "part-0").write_bytes(b"records")
+    api.upload(str(tmp / "train"), "d/train")
+    spec = api.JobSpec(
+        job_name="via-submit",
+        model_zoo=str(zoo),
+        model_def="mnist.model.custom_model",
+        training_data="d/train",
+    )
+    handle = api.submit(spec)
+    assert (handle.platform, handle.server) == ("server:local", server.url)
+    assert api.wait(handle, timeout=60, poll_interval=0.2).phase == "Succeeded"
+    assert (server.state_dir / "jobs" / "alice" / "via-submit" / "job_spec.json").is_file()
+    assert not (tmp / "home" / "jobs").exists()  # nothing ran on this machine

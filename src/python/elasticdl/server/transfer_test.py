@@ -7,9 +7,9 @@ import socket
 import time
 
 import pytest
-from elasticdl.client.errors import ClientError
-from elasticdl.client.server_client import JobServerClient
-from elasticdl.server.testing import ServerProcess, request
+from elasticdl.jobs.errors import ClientError
+from elasticdl.jobs.server_client import JobServerClient
+from elasticdl_testing.server_process import ServerProcess, request
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +38,19 @@ def test_package_upload_is_keyed_by_content_and_skipped_when_known(server, tmp_p
     assert (extracted / "mnist" / "model.py").read_text().startswith("def custom_model")
     assert not (extracted / "mnist" / "__pycache__").exists()
     assert seen and seen[-1][0] == seen[-1][1]
-    # The same directory gives the same bytes: no second upload, the same id for bob too.
+    # The same directory gives the same bytes: no second upload by alice. Bob cannot see her
+    # package, so his client sends it; he gets the same id, and the server keeps one copy.
     seen.clear()
-    assert client(server, "bob").upload_package(zoo, progress=lambda *a: seen.append(a)) == package
+    assert client(server).upload_package(zoo, progress=lambda *a: seen.append(a)) == package
     assert seen == []
+    status, _, _ = request(server.port, "GET", f"/v1/packages/{package}", server.tokens["bob"])
+    assert status == 404
+    stored = sorted((server.state_dir / "packages").iterdir())
+    assert client(server, "bob").upload_package(zoo, progress=lambda *a: seen.append(a)) == package
+    assert seen and seen[-1][0] == seen[-1][1]
     status, info, _ = request(server.port, "GET", f"/v1/packages/{package}", server.tokens["bob"])
     assert status == 200 and info == {"id": package, "files": 2, "requirements": True}
+    assert sorted((server.state_dir / "packages").iterdir()) == stored
 
 
 def test_upload_download_directory_with_checksums(server, tmp_path):

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-from elasticdl.common import auth
-from elasticdl.master.rendezvous import store_prefix
+from elasticdl.common.allreduce_keys import group_store_prefix
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.master_client import MasterClient
 
@@ -49,7 +48,7 @@ class GroupConfig:
     collective_timeout_s: float = 120.0
     join_timeout_s: float = 600.0
     poll_interval_s: float = 0.2
-    # The job's secret: the store's keys are named after it (see elasticdl.common.auth).
+    # The job's secret: the store's keys are named after it (see elasticdl.common.allreduce_keys).
     secret: str = ""
 
     def __post_init__(self) -> None:
@@ -193,9 +192,7 @@ class CommGroup:
                 timeout=datetime.timedelta(seconds=self.config.join_timeout_s),
             )
             self._store_addr = addr
-        prefix = store_prefix(resp.rendezvous_id)
-        if self.config.secret:
-            prefix = f"{auth.store_prefix(self.config.secret)}/{prefix}"
+        prefix = group_store_prefix(resp.rendezvous_id, self.config.secret)
         store = dist.PrefixStore(prefix, self._store)
         started = time.monotonic()
         self._backend = self._choose_backend(store, resp.rank_id, resp.world_size)

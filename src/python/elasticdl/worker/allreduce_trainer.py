@@ -34,8 +34,8 @@ import numpy as np
 import tensorflow as tf
 from elasticdl.common.model_utils import ModelSpec
 from elasticdl.worker.allreduce_group import AllreduceMasterClient, CollectiveError, CommGroup
-from elasticdl.worker.model_inputs import zeros_of_declared_inputs
 from elasticdl.worker.saved_model import batch_spec, write_saved_model
+from elasticdl.worker.trainer import Trainer
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class AllreduceTrainerConfig:
     use_tf_function: bool = True
 
 
-class AllreduceTrainer:
+class AllreduceTrainer(Trainer):
     def __init__(
         self,
         spec: ModelSpec,
@@ -86,10 +86,6 @@ class AllreduceTrainer:
     def model_version(self) -> int:
         return self.steps
 
-    def learning_rate_may_have_changed(self) -> None:
-        """The worker calls this after callbacks ran (LearningRateScheduler); the Keras
-        optimizer here reads its learning rate at each step, so nothing is cached to drop."""
-
     def ensure_model(self, features, model: Optional[keras.Model] = None) -> keras.Model:
         if self.model is not None:
             return self.model
@@ -108,16 +104,6 @@ class AllreduceTrainer:
         self._buf = np.zeros(sum(self._sizes) + _HEADER, np.float32)
         self.model = model
         return model
-
-    def ensure_model_without_data(self) -> bool:
-        if self.model is not None:
-            return True
-        probe = self.spec.model_fn()
-        zeros = zeros_of_declared_inputs(probe)
-        if zeros is None:
-            return False
-        self.ensure_model(zeros, model=probe)
-        return True
 
     def pull_model(self, force: bool = False) -> None:
         """The local replica is the model: nothing to pull."""

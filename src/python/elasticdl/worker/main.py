@@ -1,7 +1,8 @@
 """`python -m elasticdl.worker.main`: one worker process of an ElasticDL job.
 
-Exit codes: 0 when the master has no more tasks; 2 for bad flags or model definition; 1 when the
-worker cannot go on (PS unreachable, repeated task failures).
+Exit codes: 0 when the master has no more tasks; 2 for bad flags or model definition (one
+line on stderr, ``common.process_entry``); 1 when the worker cannot go on (PS unreachable,
+repeated task failures).
 """
 from __future__ import annotations
 
@@ -10,46 +11,35 @@ import sys
 
 from elasticdl.common.auth import MissingJobSecret, job_secret_from_env
 from elasticdl.common.cpu_budget import apply_training_split
-from elasticdl.common.malloc_tuning import tune_malloc
 from elasticdl.common.model_utils import ModelSpecError, get_dict_from_params_str, load_model_of
-from elasticdl.common.parent_watch import exit_with_parent, run_main
+from elasticdl.common.process_entry import WORKER, UsageError, run_process
 from elasticdl.common.replica_spec import worker_spec_from_argv
-from elasticdl.common.spec_codec import SpecError
 from elasticdl.common.tls import TLS
 
 logger = logging.getLogger("elasticdl.worker.main")
 
 
 def main(argv=None) -> int:
-    # Before any model-sized buffer exists (see elasticdl.common.malloc_tuning).
-    tune_malloc()
+    return run_process(WORKER, argv, worker_spec_from_argv, _work)
+
+
+def _work(spec) -> int:
     try:
-        spec = worker_spec_from_argv(sys.argv[1:] if argv is None else argv)
         secret = job_secret_from_env()
-    except (SpecError, MissingJobSecret) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=spec.log_level,
-        format="[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] %(message)s",
-    )
-    exit_with_parent()
-    try:
         if spec.job_type.trains:
             # Before TensorFlow starts its runtime (see elasticdl.common.cpu_budget).
             apply_training_split()
         model = load_model_of(spec, require_eval_metrics_fn=False)
         reader_params = get_dict_from_params_str(spec.data_reader_params)
         tls_config = TLS.of(spec)
-    except (ModelSpecError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except (MissingJobSecret, ModelSpecError, ValueError) as err:
+        raise UsageError(err) from None
 
     # TensorFlow is imported only now: flag errors above come back fast.
     from elasticdl.worker.master_client import MasterClient
     from elasticdl.worker.ps_client import PSClient
+    from elasticdl.worker.ps_trainer import PSTrainer, TrainerConfig
     from elasticdl.worker.task_data_service import TaskDataService
-    from elasticdl.worker.trainer import PSTrainer, TrainerConfig
     from elasticdl.worker.worker import Worker, WorkerConfig
 
     job_type = spec.job_type
@@ -119,6 +109,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    # The exit status also goes to the file the master named: a restarted master that adopted
-    # this process cannot wait for it (see elasticdl.common.parent_watch).
-    sys.exit(run_main(main))
+    sys.exit(main())

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
-from elasticdl import ops
 from elasticdl.common import shared_memory as shm
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.common.tensor_utils import (
@@ -37,12 +35,22 @@ from elasticdl.common.tls import TLS
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.worker.grpc_utils import Backoff, build_channel, is_retryable
+from elasticdl.worker.ps_fan_out import fan_out
 from elasticdl.worker.ps_links import (  # noqa: F401  (the attach schedule, re-exported)
     ATTACH_MAX_DOUBLINGS,
     ATTACH_RETRY_PUSHES,
     PSLink,
     PushPart,
     dense_to_message,
+)
+from elasticdl.worker.ps_types import (  # noqa: F401 (part of this module's names)
+    EmbeddingTableInfo,
+    PackedGradients,
+    PackedLayout,
+    PSUnavailableError,
+    PullResult,
+    PushResult,
+    deduplicate_indexed_rows,
 )
 
 logger = logging.getLogger(__name__)
@@ -53,104 +61,14 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 CHANNEL_PULL_MAX_BYTES = 64 * 1024 * 1024
 
 
-class PSUnavailableError(RuntimeError):
-    """A PS stayed unreachable longer than the retry budget."""
-
-
-@dataclass
-class EmbeddingTableInfo:
-    name: str
-    dim: int
-    initializer: str = "uniform"
-    dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
-    vocabulary: int = 0  # the layer's input_dim; 0: unbounded (the PS cannot check the fit)
-
-
-@dataclass
-class PullResult:
-    """Outcome of pull_dense_parameters: which PS are uninitialised, and the new parameters."""
-
-    uninitialized_ps: List[int]
-    parameters: Dict[str, np.ndarray]
-    # PS id -> its flat parameter block, when every PS that sent parameters wrote them into a
-    # packed shared-memory region (views, valid until the next push); else None.
-    blocks: Optional[Dict[int, np.ndarray]] = None
-    # The model's non-trainable state the PS hold, when the pull asked for it (include_state).
-    state: Dict[str, np.ndarray] = field(default_factory=dict)
-
-    @property
-    def all_initialized(self) -> bool:
-        return not self.uninitialized_ps
-
-
-@dataclass(frozen=True)
-class PackedLayout:
-    """Where every dense parameter lies in the flat blocks of the regions shared with the PS:
-    per PS, (name, element offset, size, shape) in block order (see SharedRegion.packed)."""
-
-    entries: Tuple[Tuple[int, Tuple[Tuple[str, int, int, Tuple[int, ...]], ...]], ...]
-
-    def unpack(self, ps_id: int, block: np.ndarray) -> Dict[str, np.ndarray]:
-        for pid, entries in self.entries:
-            if pid == ps_id:
-                return shm.unpack_block(entries, block)
-        raise KeyError(ps_id)
-
-
-@dataclass
-class PackedGradients:
-    """Dense gradients as one flat block per PS, laid out as `layout` says."""
-
-    layout: PackedLayout
-    blocks: Dict[int, np.ndarray]
-
-
-@dataclass
-class PushResult:
-    accepted: bool
-    versions: Dict[int, int]  # PS id -> version reported by that PS
-    # push_gradients(pull_dense=True): the pull that came back with the push; None when a PS
-    # did not answer it (one that predates the field), so the caller pulls separately. Its
-    # arrays may be views of shared memory: valid until the next push, copy to keep them.
-    pulled: Optional[PullResult] = None
-
-
 def _serialize(request) -> bytes:
     """A request message, or a ps_links.PushRequest, as bytes."""
     return request.SerializeToString()
 
 
-def _reissue_or_raise(
-    requests: List[Tuple[int, object]], i: int, err: grpc.RpcError, reissue
-) -> None:
-    """Replace call `i` by what `reissue(ps_id, req, err)` returns; re-raise `err` without one."""
-    again = reissue(*requests[i], err) if reissue else None
-    if again is None:
-        raise err
-    requests[i] = (requests[i][0], again)
-
-
 def _count(pos) -> int:
     """How many ids a share of a pull holds: a slice of `unique`, or positions in it."""
     return pos.stop - pos.start if isinstance(pos, slice) else int(pos.size)
-
-
-def deduplicate_indexed_rows(values: np.ndarray, ids: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Sum the rows of equal ids: gradients of one embedding row must reach the PS once."""
-    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-    values = np.asarray(values)
-    if values.dtype == np.float32 and values.ndim == 2 and values.shape[0] == ids.size:
-        # One sort and a multi-threaded sum (elasticdl.ops) instead of NumPy's unique, a
-        # scatter-add and, with no duplicates, a second sort.
-        unique, summed = ops.sparse_aggregate(ids, values)
-        return summed, unique
-    unique, inverse = np.unique(ids, return_inverse=True)
-    if unique.size == ids.size:
-        order = np.argsort(ids, kind="stable")
-        return values[order], ids[order]
-    summed = np.zeros((unique.size,) + values.shape[1:], dtype=values.dtype)
-    np.add.at(summed, inverse, values)
-    return summed, unique
 
 
 class PSClient:
@@ -265,70 +183,15 @@ class PSClient:
         requests: Sequence[Tuple[int, object]],
         reissue: Optional[Callable[[int, object, grpc.RpcError], Optional[object]]] = None,
     ) -> List[object]:
-        """Issue `method(req)` on PS `ps_id` for every (ps_id, req) at once; results in order.
-
-        Calls that fail with UNAVAILABLE (a PS restarting) are re-issued until the retry budget
-        is spent. Any other error propagates immediately, unless `reissue(ps_id, req, err)`
-        returns a replacement request: then that one call (and only that one: the others may
-        have been applied) is sent again with it.
-        """
-        requests = list(requests)
-        results: List[object] = [None] * len(requests)
-        pending = list(range(len(requests)))
-        backoff = Backoff(self.retry_timeout)
-        while pending:
-            if len(pending) == 1:
-                # One call (one PS): a blocking call skips the future's extra hand-off thread
-                # (its cost: benchmarks/runtime/README.md).
-                i = pending[0]
-                try:
-                    results[i] = getattr(self._stubs[requests[i][0]], method)(
-                        requests[i][1], timeout=self.rpc_timeout
-                    )
-                    break
-                except grpc.RpcError as err:
-                    if not is_retryable(err):
-                        _reissue_or_raise(requests, i, err, reissue)
-                        continue
-                    ps = [requests[i][0]]
-                    if not backoff.sleep_or_give_up():
-                        raise PSUnavailableError(
-                            f"PS {self.addrs[ps[0]]} unreachable for "
-                            f"{self.retry_timeout:.0f}s during {method}: {err.details()}"
-                        )
-                    logger.warning("%s: PS %s unavailable, retrying", method, ps)
-                    continue
-            futures = [
-                (
-                    i,
-                    getattr(self._stubs[requests[i][0]], method).future(
-                        requests[i][1], timeout=self.rpc_timeout
-                    ),
-                )
-                for i in pending
-            ]
-            failed, reissued = [], []
-            last_err = None
-            for i, fut in futures:
-                try:
-                    results[i] = fut.result()
-                except grpc.RpcError as err:
-                    if not is_retryable(err):
-                        _reissue_or_raise(requests, i, err, reissue)
-                        reissued.append(i)
-                        continue
-                    failed.append(i)
-                    last_err = err
-            if failed:
-                ps = sorted({requests[i][0] for i in failed})
-                if not backoff.sleep_or_give_up():
-                    raise PSUnavailableError(
-                        f"PS {', '.join(self.addrs[p] for p in ps)} unreachable for "
-                        f"{self.retry_timeout:.0f}s during {method}: {last_err.details()}"
-                    )
-                logger.warning("%s: PS %s unavailable, retrying", method, ps)
-            pending = sorted(failed + reissued)
-        return results
+        return fan_out(
+            self._stubs,
+            self.addrs,
+            method,
+            requests,
+            retry_timeout=self.retry_timeout,
+            rpc_timeout=self.rpc_timeout,
+            reissue=reissue,
+        )
 
     # ------------------------------------------------------------------ placement
     def ps_of_param(self, name: str) -> int:

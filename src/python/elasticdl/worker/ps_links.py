@@ -20,21 +20,8 @@ message it gets.
 
 Either way the link drops the region and attaches again at the next push.
 
-Pulls of embedding rows take the link's channel too, when it has one and it is free (no push in
-flight, no other thread's pull): a pull is read-only, so any failure on the channel sends that
-pull again by gRPC, which answers it authoritatively. A pull never drops the region itself (the
-step that pulls may be reading the region's parameters); a channel that failed mid-pull is
-dropped at the next push instead. A PS that does not answer pulls on its channel (one that
-predates them) gets them by gRPC from then on.
-
-A PS that refuses a
-region (on another host, a model that differs) keeps getting messages and is asked again after
-ATTACH_RETRY_PUSHES pushes, then twice as many after each further refusal.
-
-A link sends only: the caller (`PSClient.push_gradients`) sends every PS's push before it waits
-for any answer, so that all PS work at once, and runs the gRPC calls of all links as one
-fan-out with one retry budget. One push per PS is in flight at a time, so the link keeps that
-push's state (`prepare_push` to `receive` / `in_message`) itself.
+A PS that refuses a region (on another host, a model that differs) keeps getting messages and
+is asked again after ATTACH_RETRY_PUSHES pushes, then twice as many after each further refusal.
 """
 from __future__ import annotations
 
@@ -138,7 +125,20 @@ class SharedMemoryLink:
 
 class PSLink:
     """The worker's push path to one PS: its gRPC stub, the shared-memory link while attached,
-    when to ask for one next, and the push in flight."""
+    when to ask for one next, and the push in flight.
+
+    A link sends only: the caller (`PSClient.push_gradients`) sends every PS's push before it
+    waits for any answer, so that all PS work at once, and runs the gRPC calls of all links as
+    one fan-out with one retry budget. One push per PS is in flight at a time, so the link
+    keeps that push's state (`prepare_push` to `receive` / `in_message`) itself.
+
+    Pulls of embedding rows take the link's channel too, when it has one and it is free (no
+    push in flight, no other thread's pull): a pull is read-only, so any failure on the
+    channel sends that pull again by gRPC, which answers it authoritatively. A pull never
+    drops the region itself (the step that pulls may be reading the region's parameters); a
+    channel that failed mid-pull is dropped at the next push instead. A PS that does not
+    answer pulls on its channel (one that predates them) gets them by gRPC from then on.
+    """
 
     def __init__(self, ps_id: int, addr: str, stub, worker_id: int, rpc_timeout: float):
         self.ps_id = ps_id

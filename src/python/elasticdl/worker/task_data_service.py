@@ -33,9 +33,7 @@ class TaskDataService:
         reader_factory: Optional[Callable[..., Any]] = None,
         training_threads: Optional[int] = None,
     ):
-        if int(minibatch_size) <= 0:
-            raise ValueError(f"--minibatch_size must be positive, got {minibatch_size}")
-        self.spec = spec
+        self.spec = spec  # minibatch_size > 0: the worker's spec checked it (replica_spec)
         self.minibatch_size = int(minibatch_size)
         self.params = dict(data_reader_params or {})
         # A model's own reader wins over the built-in ones (same rule as on the master).
@@ -80,7 +78,7 @@ class TaskDataService:
           kind (same reader class, record type and metadata: the shards of one dataset) give
           ``feed`` the same input, so they share the pipeline.
         * Iterating a dataset eagerly costs an iterator and thread hand-offs per minibatch
-          (tens of ms on a busy 2-core machine). The pipeline batches ``CHUNK_MINIBATCHES``
+          (tens of ms on a busy machine with few cores). The pipeline batches ``CHUNK_MINIBATCHES``
           minibatches at once; a task that fits in one chunk is computed in a single call
           (``get_single_element``) and sliced into minibatches here, which is exactly what
           ``batch(minibatch_size)`` of the same stream would give.

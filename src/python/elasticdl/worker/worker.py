@@ -20,14 +20,6 @@ handles (a dead worker's tasks are all re-queued); a WAIT answered ahead is drop
 again after the report, so no work is skipped and task order is unchanged. A look-ahead that
 gets back the task the loop is running (the master took both tasks back past
 ``--task_timeout``, e.g. while a PS was stopped) asks for another instead of running it twice.
-
-Round trips: one RPC per task, `report_and_get_task`, whose answer is the next task. Without a
-look-ahead the worker reports and gets its next task at once. With one, the next task is already
-fetched when a task ends, so its result waits (microseconds: until the next task starts) and
-travels with the following look-ahead's request, on that thread, while the next task trains.
-The master sees each result before it hands out the task after next, and the worker never
-holds more than the two tasks described above. A result that no look-ahead picks up right away
-(the next task is not a small training task, or the loop ends) is sent alone at once.
 """
 from __future__ import annotations
 
@@ -47,11 +39,9 @@ from elasticdl.common.types import JobType
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.callbacks import SavedModelExporter
 from elasticdl.worker.master_client import MasterClient
+from elasticdl.worker.ps_trainer import PSRefusedModelError
 from elasticdl.worker.task_data_service import TaskDataService
-from elasticdl.worker.trainer import (  # or an AllreduceTrainer (same interface)
-    PSRefusedModelError,
-    PSTrainer,
-)
+from elasticdl.worker.trainer import Trainer
 
 logger = logging.getLogger(__name__)
 
@@ -122,12 +112,24 @@ def _lower_this_threads_priority(delta: int) -> None:
 
 
 class Worker:
+    """The task loop of one worker process (see the module docstring).
+
+    Round trips: one RPC per task, `report_and_get_task`, whose answer is the next task.
+    Without a look-ahead the worker reports and gets its next task at once. With one, the
+    next task is already fetched when a task ends, so its result waits (microseconds: until
+    the next task starts) and travels with the following look-ahead's request, on that
+    thread, while the next task trains. The master sees each result before it hands out the
+    task after next, and the worker never holds more than the two tasks described above. A
+    result that no look-ahead picks up right away (the next task is not a small training
+    task, or the loop ends) is sent alone at once.
+    """
+
     def __init__(
         self,
         config: WorkerConfig,
         spec: ModelSpec,
         master: MasterClient,
-        trainer: PSTrainer,
+        trainer: Trainer,
         data: TaskDataService,
     ):
         self.config = config
@@ -276,16 +278,13 @@ class Worker:
             if task.type == pb.WAIT:
                 # An AllReduce member keeps stepping (without data) so the others are not
                 # blocked waiting for it; everyone else just sleeps.
-                idle_step = getattr(self.trainer, "idle_step", None)
-                if idle_step is None or not idle_step():
+                if not self.trainer.idle_step():
                     time.sleep(self.config.wait_sleep_s)
                 continue
             if task.task_id == 0 or task.type == pb.NONE:
                 self._wait_for_report()
                 logger.info("Worker %d: no more tasks, exiting", self.config.worker_id)
-                leave = getattr(self.trainer, "leave", None)  # AllReduce: leave the group
-                if leave is not None:
-                    leave()
+                self.trainer.leave()  # AllReduce: leave the group
                 return 0
             self._running_task_id = task.task_id
             try:
@@ -362,9 +361,7 @@ class Worker:
             loss_sum += float(loss)
             if self._callbacks:
                 # Callbacks may read the weights: apply what the push brought back first.
-                flush = getattr(self.trainer, "flush_pending_assign", None)
-                if flush is not None:
-                    flush()
+                self.trainer.flush_pending_assign()
             for cb in self.callbacks():
                 cb.on_train_batch_end(self.trainer.model_version, {"loss": loss})
             steps = self.trainer.steps
@@ -377,9 +374,7 @@ class Worker:
                 break
         # A task that ended before its last push (stopped above) sends the state it trained
         # alone; after a normal end this sends nothing. Not reached when a step raised.
-        deliver_state = getattr(self.trainer, "deliver_state", None)  # AllReduce: none needed
-        if deliver_state is not None:
-            deliver_state()
+        self.trainer.deliver_state()
         # The master shows this version in the job status (it is not summed like the rest), and
         # the task's mean loss on its loss curve.
         version = self.trainer.model_version

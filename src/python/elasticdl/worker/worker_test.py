@@ -6,7 +6,7 @@ import numpy as np
 from elasticdl.data.example_codec import encode_example
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.main import main
-from elasticdl.worker.testing import run_local_job, write_recordio
+from elasticdl_testing.local_job import run_local_job, write_recordio
 
 _MODEL = """
 import keras
@@ -54,11 +54,28 @@ def _data(path, n):
     return write_recordio(path, recs)
 
 
-def test_worker_loop_callbacks_max_steps_and_export(tmp_path):
+def _zoo(tmp_path, package: str, model: str):
+    """A model zoo holding ``package.model`` with the text ``model``."""
     zoo = tmp_path / "zoo"
-    (zoo / "lin").mkdir(parents=True)
-    (zoo / "lin" / "__init__.py").write_text("")
-    (zoo / "lin" / "model.py").write_text(textwrap.dedent(_MODEL))
+    (zoo / package).mkdir(parents=True)
+    (zoo / package / "__init__.py").write_text("")
+    (zoo / package / "model.py").write_text(textwrap.dedent(model))
+    return zoo
+
+
+def _run_unstopped_job(tmp_path, testing):
+    """96 records in tasks of 8 through one PS, with a model no callback stops early;
+    ``testing`` is the harness module (tests patch its names)."""
+    no_stop = _MODEL.replace("MaxStepsStopping(5)", "MaxStepsStopping(10**6)")
+    zoo = _zoo(tmp_path, "lin", no_stop)
+    train = _data(str(tmp_path / "train.rio"), 96)
+    return testing.run_local_job(
+        str(zoo), "lin.model.custom_model", training_data=train, minibatch_size=8, num_ps=1
+    )
+
+
+def test_worker_loop_callbacks_max_steps_and_export(tmp_path):
+    zoo = _zoo(tmp_path, "lin", _MODEL)
     train = _data(str(tmp_path / "train.rio"), 160)
     test = _data(str(tmp_path / "test.rio"), 32)
     result = run_local_job(
@@ -126,9 +143,9 @@ def test_reports_run_on_the_look_ahead_thread_in_order_and_count_once(tmp_path, 
     loop must never stall on a WAIT."""
     import threading
 
-    from elasticdl.worker import testing
     from elasticdl.worker.master_client import MasterClient
     from elasticdl.worker.worker import Worker
+    from elasticdl_testing import local_job as testing
 
     calls = []
     rpcs = []
@@ -170,16 +187,7 @@ def test_reports_run_on_the_look_ahead_thread_in_order_and_count_once(tmp_path, 
 
     monkeypatch.setattr(testing, "MasterClient", Recording)
     monkeypatch.setattr(Worker, "_next_task", next_task)
-    zoo = tmp_path / "zoo"
-    (zoo / "lin").mkdir(parents=True)
-    (zoo / "lin" / "__init__.py").write_text("")
-    (zoo / "lin" / "model.py").write_text(
-        textwrap.dedent(_MODEL).replace("MaxStepsStopping(5)", "MaxStepsStopping(10**6)")
-    )
-    train = _data(str(tmp_path / "train.rio"), 96)
-    result = testing.run_local_job(
-        str(zoo), "lin.model.custom_model", training_data=train, minibatch_size=8, num_ps=1
-    )
+    result = _run_unstopped_job(tmp_path, testing)
     assert result.exit_code == 0
     summary = result.task_summary
     assert summary.finished and summary.records_trained == 96 and summary.tasks_done == 6
@@ -211,6 +219,7 @@ def test_a_result_no_look_ahead_picks_up_is_sent_before_the_next_task_runs():
     from types import SimpleNamespace
 
     import tensorflow as tf
+    from elasticdl.worker import trainer
     from elasticdl.worker.worker import JobType, Worker, WorkerConfig
 
     reported = []
@@ -241,16 +250,20 @@ def test_a_result_no_look_ahead_picks_up_is_sent_before_the_next_task_runs():
         def dataset(self, shard, mode):
             return iter([(tf.zeros([4, 2]), tf.zeros([4]))])
 
-    class Trainer:
-        model_version = steps = 0
-        model = None
+    class Trainer(trainer.Trainer):
+        model_version = 0
 
-        def ensure_model(self, features):
+        def ensure_model(self, features, model=None):
             pass
 
         def train_minibatch(self, features, labels, send_state=False):
             time.sleep(0.05)  # the look-ahead fetches the evaluation task meanwhile
             return 0.0
+
+        def forward(self, features):
+            raise AssertionError("the test's evaluate_task replaces the worker's")
+
+        pull_model = export_saved_model = forward
 
     evaluated = []
 
@@ -294,20 +307,17 @@ def test_the_model_files_saved_model_exporter_is_the_only_export(tmp_path, monke
     # The model file lists a SavedModelExporter (with the original's three constructor
     # arguments): the worker runs that one and adds none of its own, so the model is exported
     # once, by it, to --output.
-    zoo = tmp_path / "zoo"
-    (zoo / "linexp").mkdir(parents=True)
-    (zoo / "linexp" / "__init__.py").write_text("")
-    (zoo / "linexp" / "model.py").write_text(textwrap.dedent(_EXPORTER_MODEL))
-    from elasticdl.worker import trainer
+    zoo = _zoo(tmp_path, "linexp", _EXPORTER_MODEL)
+    from elasticdl.worker import ps_trainer
 
     exported = []
-    real_export = trainer.PSTrainer.export_saved_model
+    real_export = ps_trainer.PSTrainer.export_saved_model
 
     def export(self, path):
         exported.append(path)
         real_export(self, path)
 
-    monkeypatch.setattr(trainer.PSTrainer, "export_saved_model", export)
+    monkeypatch.setattr(ps_trainer.PSTrainer, "export_saved_model", export)
     result = run_local_job(
         str(zoo),
         "linexp.model.custom_model",
@@ -331,8 +341,8 @@ def test_a_timed_out_task_handed_back_while_it_runs_trains_once(tmp_path, monkey
     report, every record counted once."""
     import threading
 
-    from elasticdl.worker import testing
     from elasticdl.worker.master_client import MasterClient
+    from elasticdl_testing import local_job as testing
 
     managers = []
 
@@ -361,16 +371,7 @@ def test_a_timed_out_task_handed_back_while_it_runs_trains_once(tmp_path, monkey
 
     monkeypatch.setattr(testing, "TaskManager", Captured)
     monkeypatch.setattr(testing, "MasterClient", TimingOut)
-    zoo = tmp_path / "zoo"
-    (zoo / "lin").mkdir(parents=True)
-    (zoo / "lin" / "__init__.py").write_text("")
-    (zoo / "lin" / "model.py").write_text(
-        textwrap.dedent(_MODEL).replace("MaxStepsStopping(5)", "MaxStepsStopping(10**6)")
-    )
-    train = _data(str(tmp_path / "train.rio"), 96)
-    result = testing.run_local_job(
-        str(zoo), "lin.model.custom_model", training_data=train, minibatch_size=8, num_ps=1
-    )
+    result = _run_unstopped_job(tmp_path, testing)
     assert result.exit_code == 0
     # Both tasks the worker held were taken back: the one it reported and the one it ran.
     assert timed_out and len(next(iter(timed_out[0].values()))) == 2, timed_out

@@ -152,6 +152,23 @@ CLI_ROWS = [
     Row("model-zoo-missing", train("--model_zoo={tmp}/nozoo"), "--model_zoo"),
     Row("training-data-missing", train("--training_data={tmp}/nodata"), "--training_data"),
     Row(
+        "training-data-name-missing",
+        train("--training_data=nodata"),
+        "--training_data 'nodata' does not exist",
+    ),
+    Row(
+        "training-data-holds-no-recordio",
+        train("--training_data={tmp}/text"),
+        "--training_data '{tmp}/text' holds no RecordIO file",
+        files=(("text/README", "not records"),),
+    ),
+    Row(
+        "validation-data-not-recordio",
+        train("--validation_data={tmp}/test.txt"),
+        "--validation_data '{tmp}/test.txt' is not a RecordIO file",
+        files=(("test.txt", "not records"),),
+    ),
+    Row(
         "image-prefix-no-base",
         train("--docker_image_prefix=registry.example.com/me/"),
         "--docker_image_prefix needs --image_base",
@@ -640,6 +657,7 @@ def place(tmp_path, monkeypatch):
     (zoo / "mnist" / "model.py").write_text("def custom_model():\n    pass\n")
     data = tmp / "work" / "data"
     data.mkdir()
+    (data / "shard-0.rio").write_bytes(b"")  # a RecordIO shard without records
     master = tmp / "fake_master.sh"
     master.write_text("#!/bin/sh\nexit 0\n")
     master.chmod(0o755)
@@ -693,7 +711,7 @@ def test_cli(row: Row, place, capsys, monkeypatch):
     assert len(err) == 1, f"expected one line on stderr, got {err}"
     line = err[0]
     assert line.startswith("elasticdl: error: ") or line.startswith("elasticdl zoo: error: ")
-    assert row.expect in line, line
+    assert row.expect.replace("{tmp}", place["tmp"]) in line, line
     assert "Traceback" not in line
     assert _tree(tmp) == before, "something was written"
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from elasticdl.server.testing import ServerProcess, request
+from elasticdl_testing.server_process import ServerProcess, request
 from elasticdl_tests.dashboard.chromium import above as _above
 from elasticdl_tests.dashboard.chromium import artifacts as _artifacts
 from elasticdl_tests.dashboard.chromium import (  # noqa: F401 (fixtures)
@@ -101,6 +101,12 @@ def api(tmp_path_factory):
         server.stop()
 
 
+def _shown_accuracy(driver) -> float | None:
+    """The accuracy in the job page's latest-evaluation table, None before there is one."""
+    cells = driver.find_elements(By.CSS_SELECTOR, '#eval-latest tr[data-metric="accuracy"] td')
+    return float(cells[0].text) if cells and cells[0].text else None
+
+
 def test_jobs_table_curves_replicas_and_cancel_in_chromium(
     api, browser, tmp_path, capsys  # noqa: F811 (the imported fixture)
 ):
@@ -154,8 +160,6 @@ def test_jobs_table_curves_replicas_and_cancel_in_chromium(
         lambda d: d.find_elements(By.CSS_SELECTOR, '#eval-latest tr[data-metric="accuracy"]')
         and d.find_elements(By.CSS_SELECTOR, '#eval-chart g[data-series="accuracy"] circle.point'),
     )
-    accuracy = float(_text(browser, '#eval-latest tr[data-metric="accuracy"] td'))
-    assert 0.0 < accuracy <= 1.0
     _wait(
         browser,
         "the job's end",
@@ -163,6 +167,13 @@ def test_jobs_table_curves_replicas_and_cancel_in_chromium(
         timeout=120,
     )
     assert _text(browser, "#phase") == "Succeeded"
+    # The accuracy shown is the API's: the job's last evaluation, to the 4 decimals shown.
+    accuracy = api.call("GET", f"/v1/jobs/{SHORT}")["evaluation_metrics"]["accuracy"]
+    _wait(
+        browser,
+        f"the API's accuracy {accuracy:.4f} in the latest evaluation",
+        lambda d: _shown_accuracy(d) == pytest.approx(accuracy, abs=5.01e-5),
+    )
     assert not browser.find_element(By.ID, "cancel").is_displayed()  # nothing left to cancel
     losses = browser.find_elements(By.CSS_SELECTOR, points)
     assert len(losses) > 1
@@ -184,6 +195,7 @@ def test_jobs_table_curves_replicas_and_cancel_in_chromium(
     history = api.call("GET", f"/v1/jobs/{SHORT}/metrics")
     assert len(history["loss"]) == len(losses) and history["phase"] == "Succeeded"
     assert [e["model_version"] for e in history["evaluation"]][-1] == history["model_version"]
+    assert history["evaluation"][-1]["metrics"]["accuracy"] == accuracy
     other = api.server.add_user("bob")
     assert request(api.server.port, "GET", f"/v1/jobs/{SHORT}/metrics", other)[0] == 404
     shot = _artifacts(tmp_path) / "dashboard-job.png"

@@ -1,4 +1,4 @@
-"""The master survives its own death (issue #19): a local training job whose master is
+"""The master survives its own death: a local training job whose master is
 SIGKILLed at random points of training is started again by the job's owner, resumes from its
 journal, adopts its PS and workers, and finishes with every record trained once.
 

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 from elasticdl.data.example_codec import encode_example
-from elasticdl.worker.testing import write_recordio
+from elasticdl_testing.local_job import write_recordio
 
 MODEL = textwrap.dedent(
     """

@@ -1,8 +1,11 @@
-"""Helpers of the image tests: build a base image with deploy/docker/build-images.sh, run a
-command in a container, and the in-container training job both base-image tests run."""
+"""Helpers of the image tests: build a base image with deploy/docker/build-images.sh (once per
+content of its inputs), run a command in a container, and the in-container training job both
+base-image tests run."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import io
 import json
 import os
@@ -16,17 +19,30 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from elasticdl.client import (  # noqa: F401  (main imports it by name; this makes it a dependency)
     zoo,
 )
 from elasticdl.client.main import main
 from elasticdl.data.datasets import prepare
-from elasticdl_tests.images.engine import repo_root
+from elasticdl_tests.images.engine import engine_dir, repo_root
 
 JOB_RECORDS = 512  # Fashion-MNIST training records of the in-container job (and test records)
 RECORDS_PER_SHARD = 128
 MINIBATCH = 64
 STAGE_LABEL = "org.elasticdl.install-stage"
+REQUIRE_ENV = "ELASTICDL_REQUIRE_ENGINE"
+# What the engine holds of the base images built by the tests: kind -> inputs key, image id,
+# install-stage id (see cached_base_image).
+BASE_IMAGES_RECORD = "base-images.json"
+
+
+def unavailable(message: str):
+    """Skip with the reason; under CI (ELASTICDL_REQUIRE_ENGINE, which scripts/run-tests.sh
+    exports once it set up the engine and built the wheels) fail with it instead."""
+    if os.environ.get(REQUIRE_ENV):
+        pytest.fail(f"{message} ({REQUIRE_ENV} is set)", pytrace=False)
+    pytest.skip(message)
 
 
 def pants_wheels(root: Path) -> str | None:
@@ -76,6 +92,88 @@ def build_image(
     )
     assert r.returncode == 0, r.stderr[-5000:]
     return time.monotonic() - t0
+
+
+def _input_files(root: Path, kind: str, dist: str) -> list[tuple[str, Path]]:
+    """(name, path) of every file a build of KIND from DIST reads. In a checkout and in Pants'
+    sandbox alike (the test's dependencies: deploy/docker's files, pants.toml, src/cc)."""
+    # The server's wheel is not in the base images (build-images.sh leaves it to KIND server).
+    wheels = sorted(
+        w for w in Path(dist).glob("*.whl") if not w.name.startswith("elasticdl_server-")
+    )
+    files = [(f"wheel/{w.name}", w) for w in wheels]
+    docker = root / "deploy" / "docker"
+    inputs = [docker / "build-images.sh", docker / f"Dockerfile.{kind}"]
+    if kind == "gpu":  # build-images.sh compiles the CUDA kernels from these
+        cc = root / "src" / "cc"
+        inputs += sorted(
+            p for p in cc.iterdir() if p.suffix in (".py", ".toml", ".cc", ".h", ".cu")
+        )
+    files += [(str(p.relative_to(root)), p) for p in inputs]
+    # build-images.sh --download-deps takes the package sources from [python-repos].
+    if (root / "pants.toml").is_file():
+        files.append(("pants.toml", root / "pants.toml"))
+    return files
+
+
+def image_inputs_key(base_id: str, root: Path, kind: str, dist: str, flags: tuple[str, ...]) -> str:
+    """sha256 of what a base image of KIND is built from: its flags, the engine's OS base
+    image (BASE_ID), the wheels it installs, the build script and Dockerfile and, for gpu, the
+    kernels' sources."""
+    digest = hashlib.sha256()
+    digest.update(f"{kind}\n{' '.join(flags)}\n{base_id}\n".encode())
+    for name, path in _input_files(root, kind, dist):
+        digest.update(f"{name}\n{path.stat().st_size}\n".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cached_base_image(
+    engine, root: Path, kind: str, dist: str, *flags: str, timeout: float
+) -> tuple[str, float, str, str]:
+    """The base image of KIND (``build-images.sh KIND --dist DIST FLAGS``), built only when
+    its inputs changed: (name, seconds this call spent building it -- 0 when reused -- its
+    install-stage id, its inputs key).
+
+    The engine keeps one image per kind, tagged with its inputs key and recorded beside the
+    engine (kind -> inputs key, image id, install-stage id); a later test process -- another
+    file, or the next run -- whose inputs hash the same and whose tag still points at the
+    recorded image id uses it. The tests then check the image as they check a fresh build.
+    """
+    record_path = engine_dir() / BASE_IMAGES_RECORD
+    client = engine.client()
+    with open(engine_dir() / f"base-image-{kind}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a parallel test file waits for this build
+        base_id = client.inspect_image(engine.base_image)["Id"]
+        key = image_inputs_key(base_id, root, kind, dist, flags)
+        name = f"elasticdl-test/base-{kind}:{key[:24]}"
+        try:
+            records = json.loads(record_path.read_text())
+        except (OSError, ValueError):
+            records = {}
+        recorded = records.get(kind) or {}
+        if recorded.get("inputs") == key and _image_id(client, name) == recorded.get("id"):
+            return name, 0.0, recorded["stage_id"], key
+        stage_id = f"test-{uuid.uuid4().hex}"
+        seconds = build_image(
+            engine, root, kind, name, "--dist", dist, *flags, timeout=timeout, stage_id=stage_id
+        )
+        previous = recorded.get("name")
+        records[kind] = {"inputs": key, "id": _image_id(client, name), "stage_id": stage_id}
+        records[kind]["name"] = name
+        tmp = record_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(records, indent=1))
+        tmp.replace(record_path)
+        if previous and previous != name:
+            remove_images(client, previous)  # one image per kind (the GPU image is ~9 GB)
+        return name, seconds, stage_id, key
+
+
+def _image_id(client, name: str) -> str | None:
+    try:
+        return client.inspect_image(name)["Id"]
+    except Exception:  # not there (docker.errors.ImageNotFound)
+        return None
 
 
 def run(client, image: str, command, timeout: float = 120, files: Path | None = None) -> str:

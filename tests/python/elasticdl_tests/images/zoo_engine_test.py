@@ -2,7 +2,9 @@
 
 Everything goes through the real CLI entry point (``elasticdl.client.main.main``) in-process,
 the real engine API and a real registry on 127.0.0.1:5000. Each test uses fresh content
-(a random token) so that build-cache hits from earlier runs cannot fake a result.
+(a random token) so that build-cache hits from earlier runs cannot fake a result. What a
+rebuild saves is asserted as the layers it reuses; its time is a benchmark
+(benchmarks/images/zoo_rebuild.py).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import base64
 import hashlib
 import json
 import re
-import time
 import urllib.request
 import uuid
 import zipfile
@@ -109,9 +110,7 @@ def test_build_streams_progress_and_reuses_dependency_layers(
     )
     assert rc == 0, err
     try:
-        t0 = time.monotonic()
         rc, out, err = _cli(capsys, "zoo", "build", f"--image={image}", ".")
-        first_s = time.monotonic() - t0
         assert rc == 0, err
         steps = [STEP.match(ln) for ln in err.splitlines() if STEP.match(ln)]
         assert [int(m[1]) for m in steps] == list(
@@ -121,15 +120,17 @@ def test_build_streams_progress_and_reuses_dependency_layers(
             "Successfully installed zoo-helper-1.0" in ln for ln in err.splitlines()
         ), err  # RUN output
         first = SUMMARY.search(err)
-        assert first and first[4] == "0", err  # fresh content: nothing cached
+        # Fresh content: nothing cached from the first COPY on. `USER root` right after FROM
+        # may come from the cache when any earlier build on the same base image made it.
+        first_cached = _cached_instructions(err)
+        assert first and int(first[4]) == len(first_cached), err
+        assert all(i == "USER root" for i in first_cached), err
         first_id = out.strip()
         assert first_id.startswith(first[2]) and first_id == client.inspect_image(image)["Id"]
 
         # Edit only a model file: the dependency layers must come from the cache.
         (ctx / "model_zoo" / "mnist" / "model.py").write_text("VERSION = 2\n")
-        t0 = time.monotonic()
         rc, out, err = _cli(capsys, "zoo", "build", f"--image={image}", ".")
-        second_s = time.monotonic() - t0
         assert rc == 0, err
         second = SUMMARY.search(err)
         cached = _cached_instructions(err)
@@ -150,11 +151,6 @@ def test_build_streams_progress_and_reuses_dependency_layers(
         assert _run(
             client, image, "import zoo_helper, mnist.model as m; print(zoo_helper.TOKEN, m.VERSION)"
         ).split() == [token, "2"]
-        with capsys.disabled():
-            print(
-                f"\nzoo build: first (cold) {first_s:.1f}s, second (model edit only) {second_s:.1f}s"
-            )
-        assert second_s < first_s
     finally:
         for img in {image, first_id if "first_id" in locals() else image}:
             try:

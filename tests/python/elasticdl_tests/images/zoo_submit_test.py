@@ -1,4 +1,4 @@
-"""Seed 003's ``elasticdl train --image_base=... --docker_image_prefix=...`` against a REAL
+"""The on-prem cluster guide's ``elasticdl train --image_base=... --docker_image_prefix=...`` against a REAL
 Docker engine and registry (see conftest): the client builds the model-zoo image at submit
 time, pushes it to ``<prefix>elasticdl:<content tag>`` and submits with it. ``--yaml`` writes
 the master pod instead of creating it (no cluster here; k8s_node/seed_forms_test.py runs the

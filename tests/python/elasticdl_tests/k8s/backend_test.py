@@ -2,8 +2,8 @@
 
 The master pods submitted here are NOT run (their namespace is not served by the process
 kubelet) except where a test says so: these tests check what the client creates, reads and
-deletes. Logs come from the process kubelet's log files (``ELASTICDL_K8S_POD_LOG_DIR``)
-because the API server cannot proxy logs from a kubelet that does not exist.
+deletes. Logs come from the process kubelet's log files (its ``pod_logs`` reader) because the
+API server cannot proxy logs from a kubelet that does not exist.
 """
 
 from __future__ import annotations
@@ -13,15 +13,14 @@ import time
 
 import pytest
 import yaml
-from elasticdl.client.config import ClientConfig
-from elasticdl.client.errors import ClientError, JobConflictError, JobNotFoundError
-from elasticdl.client.job_commands import job_parser
-from elasticdl.client.k8s_backend import STATUS_ANNOTATION, KubernetesBackend
-from elasticdl.client.submit import spec_from_flags
+from elasticdl.client.job_commands import job_parser, spec_from_flags
 from elasticdl.common.job_spec import JobSpec
 from elasticdl.common.types import JobPhase
+from elasticdl.jobs.config import ClientConfig
+from elasticdl.jobs.errors import ClientError, JobConflictError, JobNotFoundError
+from elasticdl.jobs.k8s_backend import KubernetesBackend
 from elasticdl.k8s.client import K8sClient, to_dict
-from elasticdl.k8s.names import master_pod_name
+from elasticdl.k8s.names import STATUS_ANNOTATION, master_pod_name
 from elasticdl.k8s.pods import PodTemplate, build_pod, build_service
 
 
@@ -231,11 +230,10 @@ def test_bad_resources_are_rejected_before_the_cluster(k8s, namespace):
     assert k8s.list_pods() == []
 
 
-def test_status_and_logs_of_a_finished_master(k8s, served_namespace, kubelet, monkeypatch):
+def test_status_and_logs_of_a_finished_master(k8s, served_namespace, kubelet):
     """A master pod run by the FAKE process kubelet: status follows the pod, logs come from
     the kubelet's files."""
-    monkeypatch.setenv("ELASTICDL_K8S_POD_LOG_DIR", str(kubelet.root))
-    backend = KubernetesBackend(namespace=served_namespace, k8s=k8s)
+    backend = KubernetesBackend(namespace=served_namespace, k8s=k8s, pod_logs=kubelet.pod_logs)
     pod = build_pod(
         PodTemplate(namespace=served_namespace),
         name=master_pod_name("logs"),
@@ -254,8 +252,8 @@ def test_status_and_logs_of_a_finished_master(k8s, served_namespace, kubelet, mo
         list(backend.logs("logs", "chief-0"))
     with pytest.raises(JobNotFoundError):
         list(backend.logs("nope"))
-    # Without the log directory the API server is asked and says why it cannot help.
-    monkeypatch.delenv("ELASTICDL_K8S_POD_LOG_DIR")
+    # The Kubernetes API's pod log (the default) is asked and says why it cannot help.
+    backend = KubernetesBackend(namespace=served_namespace, k8s=k8s)
     with pytest.raises(ClientError, match="logs of elasticdl-logs-master are not available"):
         list(backend.logs("logs"))
 

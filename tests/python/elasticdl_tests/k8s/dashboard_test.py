@@ -7,7 +7,7 @@ mints), the client's REST calls, the master, PS and worker (TensorFlow, Fashion-
 uploaded through ``PUT /v1/data``), the browser. STAND-IN: the kubelet — ``process_kubelet``
 runs the pods as local processes on 127.0.0.1 (the image is never pulled; the data volume is a
 host path mounted at the same path, so the pods read what the server stored; pod logs are
-files the server reads through ``ELASTICDL_K8S_POD_LOG_DIR``; the master's process reaches the
+files the server reads with the stand-in kubelet's log reader, ``server_main``; the master's process reaches the
 API server with the admin kubeconfig, where a real pod would have its service account's token).
 
 Two jobs: one that ends (its page once finished: curves, every replica ended) and one that
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
-from elasticdl.server.testing import ServerProcess, request
+from elasticdl_testing.server_process import ServerProcess, request
 from elasticdl_tests.dashboard.chromium import (  # noqa: F401 (fixtures)
     artifacts,
     browser,
@@ -41,6 +41,7 @@ from elasticdl_tests.dashboard.chromium import (  # noqa: F401 (fixtures)
     texts,
     wait,
 )
+from elasticdl_tests.k8s import server_main
 from elasticdl_tests.k8s.cluster import write_kubeconfig
 from elasticdl_tests.k8s.server_test import _apply, _token
 from selenium.webdriver.common.by import By
@@ -97,7 +98,6 @@ def server(k8s_cluster, served_namespace, kubelet, tmp_path, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
     env["KUBECONFIG"] = str(kubeconfig)
-    env["ELASTICDL_K8S_POD_LOG_DIR"] = str(kubelet.root)
     state = tmp_path / "state"
     data = state / "data"  # the volume jobs mount: a host path at the same path in the pods
     server = ServerProcess(
@@ -106,6 +106,7 @@ def server(k8s_cluster, served_namespace, kubelet, tmp_path, monkeypatch):
         "--platform=kubernetes",
         f"--namespace={namespace}",
         f"--data_volume=host_path={data},mount_path={data}",
+        entry=server_main.entry(kubelet.root),
     )
     server.token = server.add_user("alice")
     server.namespace = namespace
@@ -141,6 +142,12 @@ def _replicas(driver, names=("master", "ps-0", "worker-0")) -> dict[str, list[st
 
 def _points(driver, css: str) -> int:
     return len(driver.find_elements(By.CSS_SELECTOR, f"{css} circle.point"))
+
+
+def _shown_accuracy(driver) -> float | None:
+    """The accuracy in the job page's latest-evaluation table, None before there is one."""
+    cells = driver.find_elements(By.CSS_SELECTOR, '#eval-latest tr[data-metric="accuracy"] td')
+    return float(cells[0].text) if cells and cells[0].text else None
 
 
 def _open(driver, job: str) -> None:
@@ -201,7 +208,14 @@ def test_kubernetes_jobs_in_chromium(
     accuracy = '#eval-chart g[data-series="accuracy"]'
     wait(browser, "an evaluation curve of accuracy", lambda d: _points(d, accuracy) > 1)
     assert _points(browser, accuracy) == len(history["evaluation"]) >= 2
-    assert 0.0 <= float(text(browser, '#eval-latest tr[data-metric="accuracy"] td')) <= 1.0
+    # The accuracy shown is the API's: the job's last evaluation, to the 4 decimals shown.
+    expected = _call(server, "GET", f"/v1/jobs/{SHORT}")["evaluation_metrics"]["accuracy"]
+    assert history["evaluation"][-1]["metrics"]["accuracy"] == expected
+    wait(
+        browser,
+        f"the API's accuracy {expected:.4f} in the latest evaluation",
+        lambda d: _shown_accuracy(d) == pytest.approx(expected, abs=5.01e-5),
+    )
     # The master pod outlives the phase it sets by a moment: the page polls until it ended.
     wait(browser, "the master ended", lambda d: _replicas(d)["master"][1] == "Succeeded")
     replicas = _replicas(browser)

@@ -56,16 +56,15 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
     k8s_cluster, served_namespace, kubelet, k8s, tmp_path, monkeypatch
 ):
     import mnist.mnist_functional_api
-    from elasticdl.client.backend import get_backend
+    from elasticdl.client.job_commands import spec_from_flags
     from elasticdl.client.main import build_parser, main
-    from elasticdl.client.submit import spec_from_flags
     from elasticdl.common.job_status import MetricsHistory
+    from elasticdl.jobs.k8s_backend import KubernetesBackend
     from elasticdl.platform.local import pick_free_port
 
     zoo = Path(mnist.mnist_functional_api.__file__).resolve().parent.parent
     monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))  # inherited by the master process
     monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("ELASTICDL_K8S_POD_LOG_DIR", str(kubelet.root))
     monkeypatch.delenv("ELASTICDL_CONFIG", raising=False)
     ns = served_namespace
     argv = [
@@ -98,7 +97,7 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
     # shares this host's ports, where the master's default port 50001 may be taken by other
     # jobs, so the spec's port (no flag: the client's default) is set to a free port.
     spec, _ = spec_from_flags("train", build_parser().parse_args(argv))
-    backend = get_backend("kubernetes", ns)
+    backend = KubernetesBackend(ns, pod_logs=kubelet.pod_logs)
     backend.submit(spec.replace(port=pick_free_port()))
     worker0 = f"elasticdl-{JOB}-worker-0"
 

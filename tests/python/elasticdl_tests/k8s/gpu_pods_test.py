@@ -28,16 +28,15 @@ def test_gpu_workers_request_nvidia_gpu_and_run_the_zoo_image(
     k8s_cluster, served_namespace, kubelet, k8s, tmp_path, monkeypatch
 ):
     import mnist.mnist_functional_api
-    from elasticdl.client.backend import get_backend
+    from elasticdl.client.job_commands import spec_from_flags
     from elasticdl.client.main import build_parser, main
-    from elasticdl.client.submit import spec_from_flags
     from elasticdl.data.datasets import prepare
+    from elasticdl.jobs.k8s_backend import KubernetesBackend
     from elasticdl.platform.local import pick_free_port
 
     zoo_dir = mnist.mnist_functional_api.__file__.rsplit("/", 2)[0]
     monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))
     monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("ELASTICDL_K8S_POD_LOG_DIR", str(kubelet.root))
     monkeypatch.delenv("ELASTICDL_CONFIG", raising=False)
 
     # The zoo image's Dockerfile starts from the GPU base image.
@@ -73,7 +72,7 @@ def test_gpu_workers_request_nvidia_gpu_and_run_the_zoo_image(
         "--detach",
     ]
     spec, _ = spec_from_flags("train", build_parser().parse_args(argv))
-    backend = get_backend("kubernetes", ns)
+    backend = KubernetesBackend(ns, pod_logs=kubelet.pod_logs)
     # Every pod of the process kubelet shares this host's ports: a free one for the master.
     backend.submit(spec.replace(port=pick_free_port()))
     try:

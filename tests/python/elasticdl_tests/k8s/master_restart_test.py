@@ -1,4 +1,4 @@
-"""A restartable master on Kubernetes (issue #19): the job's master pod is run by a batch/v1
+"""A restartable master on Kubernetes: the job's master pod is run by a batch/v1
 Job; its process is SIGKILLed mid-job, the Job controller makes a new master pod, the new master
 resumes from the journal in ``--job_dir`` (on a ``--volume``), adopts the running PS and worker
 pods by name and UID instead of starting new ones. Then the new master's pod is deleted (as a
@@ -41,16 +41,15 @@ def test_master_killed_on_kubernetes_resumes_and_adopts(
     k8s_cluster, served_namespace, kubelet, k8s, tmp_path, monkeypatch
 ):
     import mnist.mnist_functional_api
-    from elasticdl.client.backend import get_backend
+    from elasticdl.client.job_commands import spec_from_flags
     from elasticdl.client.main import build_parser, main
-    from elasticdl.client.submit import spec_from_flags
+    from elasticdl.jobs.k8s_backend import KubernetesBackend
     from elasticdl.k8s.names import job_selector, replicas_selector
     from elasticdl.platform.local import pick_free_port
 
     zoo = Path(mnist.mnist_functional_api.__file__).resolve().parent.parent
     monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))  # inherited by the master
     monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("ELASTICDL_K8S_POD_LOG_DIR", str(kubelet.root))
     monkeypatch.delenv("ELASTICDL_CONFIG", raising=False)
     ns = served_namespace
     volume = tmp_path / "volume"
@@ -77,7 +76,7 @@ def test_master_killed_on_kubernetes_resumes_and_adopts(
         "--detach",
     ]
     spec, _ = spec_from_flags("train", build_parser().parse_args(argv))
-    backend = get_backend("kubernetes", ns)
+    backend = KubernetesBackend(ns, pod_logs=kubelet.pod_logs)
     handle = backend.submit(spec.replace(port=pick_free_port()))  # see e2e_test for the port
     first = handle.master
     assert first.startswith(f"elasticdl-{JOB}-master-"), first  # named by the Job controller

@@ -1,4 +1,4 @@
-"""KubernetesPlatform under a restartable master (issue #19), against a real kube-apiserver
+"""KubernetesPlatform under a restartable master, against a real kube-apiserver
 and its Job controller: a master pod run by a batch/v1 Job makes the Job the owner of its
 replicas; the platform of a "next" master adopts the pods the first one recorded by name and
 UID, reports how the ones that ended meanwhile ended, and deletes one it never recorded.

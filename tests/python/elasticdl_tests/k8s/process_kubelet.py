@@ -25,7 +25,8 @@ container runtime and no kubelet; without something playing their part every pod
   after the grace period (capped at :attr:`max_grace_seconds`), reports the final status and
   deletes the pod with grace period 0 — what the real kubelet does;
 * it cannot serve ``kubectl logs`` (the API server proxies logs to a real kubelet's port);
-  instead each pod's stdout+stderr go to :meth:`log_path` (``<root>/<namespace>/<pod>.log``).
+  instead each pod's stdout+stderr go to :meth:`log_path` (``<root>/<namespace>/<pod>.log``),
+  which :attr:`pod_logs` reads for what the tests give a pod-log reader.
 """
 
 from __future__ import annotations
@@ -182,6 +183,14 @@ class ProcessKubelet:
 
     def log_path(self, namespace: str, name: str) -> Path:
         return self.root / namespace / f"{name}.log"
+
+    @property
+    def pod_logs(self):
+        """What reads the logs of the pods run here (the API server cannot: see
+        ``pod_log_files``)."""
+        from elasticdl_tests.k8s.pod_log_files import PodLogFiles
+
+        return PodLogFiles(self.root)
 
     def pid_of(self, namespace: str, name: str) -> int | None:
         """PID of the running process of pod ``namespace/name`` (the group leader)."""

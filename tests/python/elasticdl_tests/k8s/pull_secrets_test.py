@@ -7,12 +7,11 @@ never read by ElasticDL (only the kubelet does), so it need not exist for this."
 from __future__ import annotations
 
 import pytest
-from elasticdl.client.config import ClientConfig, ServerSettings, with_config
-from elasticdl.client.job_commands import job_parser
-from elasticdl.client.k8s_backend import KubernetesBackend
+from elasticdl.client.job_commands import job_parser, spec_from_flags
 from elasticdl.client.main import main
-from elasticdl.client.submit import spec_from_flags
 from elasticdl.common.job_spec import spec_from_master_argv
+from elasticdl.jobs.config import ClientConfig, ServerSettings, with_config
+from elasticdl.jobs.k8s_backend import KubernetesBackend
 from elasticdl.k8s.names import master_pod_name
 from elasticdl.k8s.pods import PodTemplate
 from elasticdl.platform.base import ReplicaSpec, ReplicaType

@@ -4,9 +4,9 @@ imagePullSecrets, keeps its log and submits the job) and the dashboard's curves 
 
 STAND-IN: nothing here runs the build pod's containers (the real node does that:
 tests/python/elasticdl_tests/k8s_node/server_build_test.py). The test plays the kubelet for
-the build pod: it writes the pod's log file where the server reads pod logs on a cluster that
-cannot serve them (``ELASTICDL_K8S_POD_LOG_DIR``, as for the process kubelet) and reports the
-pod's phase through ``pods/status``, as a kubelet does.
+the build pod: it writes the pod's log file where the server, run with the stand-in kubelet's
+log reader (``server_main``, ``pod_log_files``), reads it, and reports the pod's phase through
+``pods/status``, as a kubelet does.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
-from elasticdl.client.errors import ClientError, JobNotFoundError
-from elasticdl.client.server_client import JobServerClient
+from elasticdl.jobs.errors import ClientError, JobNotFoundError
+from elasticdl.jobs.server_client import JobServerClient
 from elasticdl.k8s.client import K8sClient
+from elasticdl.k8s.image_build_pod import build_pod_name
 from elasticdl.k8s.names import master_pod_name
-from elasticdl.server.image_builds import build_pod_name
-from elasticdl.server.testing import ServerProcess
+from elasticdl_testing.server_process import ServerProcess
+from elasticdl_tests.k8s import server_main
 from elasticdl_tests.k8s.cluster import write_kubeconfig
 from elasticdl_tests.k8s.server_test import _apply, _token
 
@@ -38,7 +39,6 @@ def builds(k8s_cluster, namespace, tmp_path):
     write_kubeconfig(kubeconfig, k8s_cluster.server, k8s_cluster.ca_file, token, namespace)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
     env["KUBECONFIG"] = str(kubeconfig)
-    env["ELASTICDL_K8S_POD_LOG_DIR"] = str(tmp_path / "pod-logs")
     state = tmp_path / "state"
     server = ServerProcess(
         state,
@@ -50,6 +50,7 @@ def builds(k8s_cluster, namespace, tmp_path):
         f"--build_repository={REPOSITORY}",
         f"--state_volume=host_path={state}",
         "--image_pull_secrets=regcred",  # a registry that needs credentials to pull
+        entry=server_main.entry(tmp_path / "pod-logs"),
     )
     server.tokens = {u: server.add_user(u) for u in ("alice", "bob")}
     server.start()
@@ -184,9 +185,9 @@ def test_dashboard_curves_of_a_kubernetes_job(builds, k8s_cluster, namespace):
     (StatusWriter -> KubernetesPlatform.publish_status) as the master would (the real master
     does it in e2e_test)."""
     from elasticdl.common.job_status import PUBLISHED_LOSS_SAMPLES, JobStatus
-    from elasticdl.master.job_status import LossHistory, StatusWriter
+    from elasticdl.master.status_writer import LossHistory, StatusWriter
     from elasticdl.platform.kubernetes import KubernetesPlatform
-    from elasticdl.server.testing import request
+    from elasticdl_testing.server_process import request
 
     alice = JobServerClient(builds.url, builds.tokens["alice"])
     spec = dict(_spec("curves"), model_zoo="/model_zoo")

@@ -16,7 +16,7 @@ import time
 import uuid
 
 import pytest
-from elasticdl.client.k8s_backend import KubernetesBackend
+from elasticdl.jobs.k8s_backend import KubernetesBackend
 from elasticdl.k8s import security
 from elasticdl.k8s.names import master_pod_name
 from elasticdl.k8s.pods import PodTemplate, build_pod

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 from elasticdl.client.main import main
-from elasticdl.client.server_client import JobServerClient
 from elasticdl.data.datasets import prepare
-from elasticdl.server.testing import ServerProcess
+from elasticdl.jobs.server_client import JobServerClient
+from elasticdl_testing.server_process import ServerProcess
 from elasticdl_tests.k8s_node.node import repo_root
 from elasticdl_tests.k8s_node.server_jobs import server_job_spec
 from elasticdl_tests.waiting import wait_for

@@ -52,10 +52,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from elasticdl.client.errors import JobNotFoundError
 from elasticdl.client.main import main
-from elasticdl.client.server_client import JobServerClient
 from elasticdl.data.datasets import prepare
+from elasticdl.jobs.errors import JobNotFoundError
+from elasticdl.jobs.server_client import JobServerClient
 from elasticdl.k8s import security
 from elasticdl_tests.k8s_node import base_image as images
 from elasticdl_tests.k8s_node.node import REQUIRE_ENV, repo_root

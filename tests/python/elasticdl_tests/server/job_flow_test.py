@@ -19,10 +19,10 @@ from pathlib import Path
 import elasticdl
 import mnist.mnist_functional_api  # noqa: F401  (locates the model zoo; a build dependency)
 import pytest
-from elasticdl.client.errors import JobConflictError, JobNotFoundError
-from elasticdl.client.local_backend import pid_alive
-from elasticdl.client.server_client import JobServerClient
-from elasticdl.server.testing import ServerProcess
+from elasticdl.jobs.errors import JobConflictError, JobNotFoundError
+from elasticdl.jobs.local_processes import pid_alive
+from elasticdl.jobs.server_client import JobServerClient
+from elasticdl_testing.server_process import ServerProcess
 
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"
 MODEL_ZOO = str(Path(mnist.mnist_functional_api.__file__).resolve().parent.parent)
@@ -168,6 +168,8 @@ def test_upload_train_kill_the_server_and_finish(server, alice, shards, tmp_path
     package = sdk(server, "alice").upload_package(MODEL_ZOO)
     spec = {"job_name": "srv-mnist", "model_def": MODEL_DEF, "training_data": "x"}
     (server.state_dir / "data" / "bob" / "x").mkdir(parents=True)
+    # (A package is each uploader's own: bob sends the same zoo and gets the same id.)
+    assert bob.upload_package(MODEL_ZOO) == package
     with pytest.raises(JobConflictError, match="job name 'srv-mnist' is taken"):
         bob.submit_job(spec, package_id=package)
     # Nor can its owner start a second job of that name while it runs.

@@ -6,45 +6,8 @@
 again with the same inputs and parameters does nothing. The CLI is
 ``elasticdl dataset prepare NAME --output DIR [--source PATH]``.
 
-Record schemas (the model zoo's ``feed`` functions parse exactly these):
-
-``fashion_mnist`` (60,000 train / 10,000 test, original order)
-    ``image``  bytes_list, one value: 784 raw uint8 bytes, 28x28 row-major, 0..255
-    ``label``  int64_list, one value in 0..9
-
-``census`` (UCI adult, 48,842 rows; seeded 80/20 split: 39,074 / 9,768)
-    Every column of the source except the income column, named in lowercase with ``-``,
-    ``.`` and spaces turned into ``_``: numeric columns as float_list (one value; null -> 0.0),
-    string columns as bytes_list (one value, stripped; null -> empty). For the wheel's table:
-    ``age fnlwgt educational_num capital_gain capital_loss hours_per_week`` (float) and
-    ``workclass education marital_status occupation relationship race gender
-    native_country`` (bytes).
-    ``label``  int64_list: 1 if income is ``>50K`` (or ``>50K.``), else 0
-
-``--schema original`` (``prepare(..., schema="original")``) writes instead what the original
-ElasticDL's data generators wrote, so model files written for it parse the records unchanged:
-
-``fashion_mnist``
-    ``image``  float_list, 784 values: the pixels 0.0..255.0, 28x28 row-major
-    ``label``  int64_list, one value in 0..9
-
-``census``
-    ``age capital-gain capital-loss hours-per-week`` (float_list) and ``workclass education
-    marital-status occupation relationship race sex native-country`` (bytes_list), the UCI
-    file's names (the wheel's ``gender`` is ``sex``); ``label`` int64_list as above
-
-``movielens`` (MovieLens 100k, 100,000 ratings; seeded 80/20 split: 80,000 / 20,000)
-    ``user_id``   int64_list, one value
-    ``movie_id``  int64_list, one value
-    ``rating``    float_list, one value in 1..5
-    ``label``     int64_list: 1 if rating >= 4, else 0
-
-``synthetic_ctr`` (generated; ``prepare(..., params=CtrParams(rows=..., ...))``, flags
-``--rows --features --vocab --zipf --seed``; last 10% of the rows are the test split)
-    ``dense``        float_list, 13 values
-    ``categorical``  int64_list, one id per categorical feature, Zipf-distributed
-    ``label``        int64_list, clicks drawn from a hidden logistic model; the manifest's
-    ``metadata.test.auc_ceiling`` is that model's AUC on the test split (see ``synthetic_ctr``)
+Record schemas (the model zoo's ``feed`` functions parse exactly these, and the
+``--schema original`` variants): ``docs/datasets.md``.
 """
 from __future__ import annotations
 

@@ -70,25 +70,15 @@ def build_original(inputs: Inputs, limit: Optional[int]) -> Dict[str, Split]:
         wanted[feature] = tabular.pick_column(names, candidates)
     tabular.check_columns(tabular.source_name(inputs), wanted, names)
     labels = _labels(table, wanted.pop("income label"))
-    label_entries = [feature_entry("label", int64_feature([k])) for k in (0, 1)]
     columns: List[list] = []
     for feature, source in wanted.items():
-        make = _numeric_entry(feature) if feature in ORIGINAL_NUMERIC else _string_entry(feature)
-        cache: dict = {}
-        entries = []
-        for v in tabular.column_values(table, source):
-            if feature in ORIGINAL_CATEGORICAL and v is not None and not isinstance(v, str):
-                v = str(v)
-            e = cache.get(v)
-            if e is None:
-                e = cache[v] = make(v)
-            entries.append(e)
-        columns.append(entries)
-
-    def row(i: int) -> List[bytes]:
-        return [c[i] for c in columns] + [label_entries[labels[i]]]
-
-    return tabular.split_records(table.num_rows, limit, row)
+        values = tabular.column_values(table, source)
+        if feature in ORIGINAL_NUMERIC:
+            columns.append(_entries(values, _numeric_entry(feature)))
+        else:  # categories written as text, whatever type the source gave them
+            values = (str(v) if v is not None and not isinstance(v, str) else v for v in values)
+            columns.append(_entries(values, _string_entry(feature)))
+    return _split(table, limit, columns, labels)
 
 
 def build(inputs: Inputs, limit: Optional[int]) -> Dict[str, Split]:
@@ -98,10 +88,8 @@ def build(inputs: Inputs, limit: Optional[int]) -> Dict[str, Split]:
     names = table.column_names
     label_col = tabular.pick_column(names, LABEL_CANDIDATES)
     tabular.check_columns(tabular.source_name(inputs), {"income label": label_col}, names)
-    label_entries = [feature_entry("label", int64_feature([k])) for k in (0, 1)]
     labels = _labels(table, label_col)
-    # Per column: the encoded map entry of every row. Values repeat a lot (ages, categories),
-    # so entries are cached per distinct value.
+    # Per column: the encoded map entry of every row.
     columns: List[list] = []
     for name in names:
         if name == label_col:
@@ -116,14 +104,25 @@ def build(inputs: Inputs, limit: Optional[int]) -> Dict[str, Split]:
             raise DatasetError(
                 f"{tabular.source_name(inputs)}: column {name!r} has unsupported type {col_type}"
             )
-        cache: dict = {}
-        entries = []
-        for v in tabular.column_values(table, name):
-            e = cache.get(v)
-            if e is None:
-                e = cache[v] = make(v)
-            entries.append(e)
-        columns.append(entries)
+        columns.append(_entries(tabular.column_values(table, name), make))
+    return _split(table, limit, columns, labels)
+
+
+def _entries(values, make) -> list:
+    """The encoded map entry of every value; values repeat a lot (ages, categories), so each
+    distinct one is encoded once."""
+    cache: dict = {}
+    entries = []
+    for v in values:
+        e = cache.get(v)
+        if e is None:
+            e = cache[v] = make(v)
+        entries.append(e)
+    return entries
+
+
+def _split(table, limit: Optional[int], columns: List[list], labels: List[int]):
+    label_entries = [feature_entry("label", int64_feature([k])) for k in (0, 1)]
 
     def row(i: int) -> List[bytes]:
         return [c[i] for c in columns] + [label_entries[labels[i]]]

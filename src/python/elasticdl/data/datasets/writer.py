@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
+from elasticdl.common.job_dir import write_atomically
 from elasticdl.data import recordio
 from elasticdl.data.datasets.errors import DatasetError
 from elasticdl.data.datasets.progress import Progress
@@ -169,11 +170,6 @@ def _publish(
     }
     if metadata:
         manifest["metadata"] = metadata
-    tmp = manifest_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, manifest_path)
+    write_atomically(manifest_path, json.dumps(manifest, indent=1, sort_keys=True), durable=True)
     if os.path.exists(stale_path):
         os.unlink(stale_path)

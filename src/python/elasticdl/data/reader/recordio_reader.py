@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from elasticdl.data import recordio
 from elasticdl.data.reader.base import AbstractDataReader, DataReaderError, Shard, check_range
@@ -27,6 +27,22 @@ def list_data_files(origin: str) -> List[str]:
     ]
 
 
+def recordio_files(origin: str) -> Tuple[List[str], List[str]]:
+    """The files a RecordIO reader of ``origin`` reads: ``origin`` itself if a file, else the
+    RecordIO files directly inside it (empty files count: they hold no records); and the
+    files of the directory that are not RecordIO (README, _SUCCESS, ...), which it skips."""
+    files = list_data_files(origin)
+    if os.path.isfile(origin):
+        return files, []
+    chosen, skipped = [], []
+    for path in files:
+        if os.path.getsize(path) == 0 or recordio.is_recordio_file(path):
+            chosen.append(path)
+        else:
+            skipped.append(path)
+    return chosen, skipped
+
+
 class RecordIODataReader(AbstractDataReader):
     """``data_origin`` is a RecordIO file or a directory of them.
 
@@ -43,17 +59,9 @@ class RecordIODataReader(AbstractDataReader):
         self._chunks: Dict[tuple, List[bytes]] = {}  # (path, chunk index) -> records, LRU
 
     def _files(self) -> List[str]:
-        files = list_data_files(self.data_origin)
-        if os.path.isfile(self.data_origin):
-            return files
-        chosen = []
-        for path in files:
-            if os.path.getsize(path) == 0:
-                chosen.append(path)
-            elif recordio.is_recordio_file(path):
-                chosen.append(path)
-            else:
-                logger.warning("Skipping %s: not a RecordIO file", path)
+        chosen, skipped = recordio_files(self.data_origin)
+        for path in skipped:
+            logger.warning("Skipping %s: not a RecordIO file", path)
         if not chosen:
             raise DataReaderError(
                 f"directory {self.data_origin!r} contains no RecordIO files; "

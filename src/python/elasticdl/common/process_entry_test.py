@@ -1,0 +1,86 @@
+import dataclasses
+import logging
+import os
+
+import pytest
+from elasticdl.common import process_entry
+from elasticdl.common.process_entry import Role, UsageError, quiet_tensorflow, run_process
+from elasticdl.common.spec_codec import SpecError
+
+ROLE = Role("worker")  # no tuning, no parent watch: nothing here outlives the test
+
+
+@dataclasses.dataclass
+class Spec:
+    log_level: str = "INFO"
+    log_file: str = ""
+
+
+@pytest.fixture(autouse=True)
+def _keep_logging_and_environment():
+    root = logging.getLogger()
+    saved, level = root.handlers[:], root.level
+    tf_level = os.environ.get(process_entry.TF_LOG_LEVEL_ENV)
+    yield
+    root.handlers[:] = saved
+    root.setLevel(level)
+    if tf_level is None:
+        os.environ.pop(process_entry.TF_LOG_LEVEL_ENV, None)
+    else:
+        os.environ[process_entry.TF_LOG_LEVEL_ENV] = tf_level
+
+
+def _read(argv):
+    if argv:
+        raise SpecError(f"unrecognized arguments: {' '.join(argv)}")
+    return Spec()
+
+
+def test_a_bad_flag_is_one_line_with_the_roles_prefix_and_exit_2(capsys):
+    assert run_process(ROLE, ["--bogus=1"], _read, lambda spec: 0) == 2
+    assert capsys.readouterr().err == "elasticdl worker: error: unrecognized arguments: --bogus=1\n"
+
+
+def test_a_usage_error_of_the_work_is_one_line_on_stderr_and_in_the_log_file(tmp_path, capsys):
+    log = tmp_path / "master.log"
+
+    def work(spec):
+        logging.getLogger("x").info("starting")
+        raise UsageError("model.py line 3: SyntaxError\nsecond line")
+
+    code = run_process(
+        Role("master"), [], lambda argv: Spec(log_file=str(log)), work, lambda s: s.log_file
+    )
+    assert code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == "elasticdl master: error: model.py line 3: SyntaxError second line"
+    assert not any("Traceback" in line for line in err)
+    assert "starting" in log.read_text()
+    assert log.read_text().splitlines()[-1].endswith("model.py line 3: SyntaxError second line")
+
+
+def test_the_works_status_is_the_processes_and_goes_to_the_exit_status_file(tmp_path, monkeypatch):
+    status_file = tmp_path / "worker-0.exit"
+    monkeypatch.setenv("ELASTICDL_EXIT_STATUS_FILE", str(status_file))
+    assert run_process(ROLE, [], _read, lambda spec: 1) == 1
+    assert status_file.read_text() == "1\n"
+
+
+def test_tensorflows_info_lines_are_off_unless_debug_or_the_user_chose():
+    env = {}
+    quiet_tensorflow("INFO", env)
+    assert env == {process_entry.TF_LOG_LEVEL_ENV: "1"}
+    env = {}
+    quiet_tensorflow("debug", env)
+    assert env == {process_entry.TF_LOG_LEVEL_ENV: "0"}
+    env = {process_entry.TF_LOG_LEVEL_ENV: "3"}
+    quiet_tensorflow("INFO", env)
+    assert env == {process_entry.TF_LOG_LEVEL_ENV: "3"}
+
+
+def test_the_roles_tune_what_they_need():
+    assert process_entry.PS.tune_malloc and process_entry.PS.passive_omp
+    assert process_entry.WORKER.tune_malloc and not process_entry.WORKER.passive_omp
+    assert process_entry.PS.watch_parent and process_entry.WORKER.watch_parent
+    assert not process_entry.MASTER.watch_parent
+    assert process_entry.MASTER.prog == "elasticdl master"

@@ -1,0 +1,310 @@
+"""Trainer against real parameter servers (elasticdl.ps) over gRPC on 127.0.0.1."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from elasticdl.common.model_utils import ModelSpec
+from elasticdl.worker.layers import Embedding
+from elasticdl.worker.ps_client import PSClient
+from elasticdl.worker.ps_trainer import (
+    PSRefusedModelError,
+    PSTrainer,
+    TrainerConfig,
+    WorkerStuckError,
+)
+
+LR = 0.1
+
+
+def _loss(labels, outputs):
+    return keras.losses.sparse_categorical_crossentropy(labels, outputs, from_logits=True)
+
+
+def _spec(model_fn):
+    return ModelSpec(
+        module=None,
+        model_fn=model_fn,
+        loss=_loss,
+        optimizer=lambda: keras.optimizers.SGD(LR),
+        feed=None,
+        eval_metrics_fn=None,
+    )
+
+
+def _dense_model():
+    inp = keras.Input(shape=(4,))
+    h = keras.layers.Dense(8, activation="relu")(inp)
+    return keras.Model(inp, keras.layers.Dense(3)(h))
+
+
+def _data(n=16, seed=0):
+    rng = np.random.default_rng(seed)
+    return (
+        tf.constant(rng.normal(size=(n, 4)).astype(np.float32)),
+        tf.constant(rng.integers(0, 3, size=n)),
+    )
+
+
+@pytest.mark.parametrize("use_tf_function", [True, False])
+def test_one_step_through_ps_equals_local_keras_sgd(ps_cluster, use_tf_function):
+    cluster = ps_cluster(2)
+    client = PSClient(cluster.addrs)
+    trainer = PSTrainer(_spec(_dense_model), client, TrainerConfig(use_tf_function=use_tf_function))
+    x, y = _data()
+    trainer.ensure_model(x)
+    initial = [v.numpy() for v in trainer.model.trainable_variables]
+
+    local = _dense_model()
+    for v, w in zip(local.trainable_variables, initial):
+        v.assign(w)
+    opt = keras.optimizers.SGD(LR)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(_loss(y, local(x, training=True)))
+    opt.apply_gradients(
+        zip(tape.gradient(loss, local.trainable_variables), local.trainable_variables)
+    )
+
+    got_loss = trainer.train_minibatch(x, y)
+    assert got_loss == pytest.approx(float(loss), rel=1e-5)
+    # The updated parameters came back with the push: no pull needed to see them.
+    for v, ref in zip(trainer.model.trainable_variables, local.trainable_variables):
+        np.testing.assert_allclose(v.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+    assert trainer.steps == 1 and trainer.model_version == 1
+    client.close()
+
+
+class _CountingClient(PSClient):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = {"pull": 0, "push": 0, "push_with_pull": 0}
+
+    def pull_dense_parameters(self, force=False, **kwargs):
+        self.calls["pull"] += 1
+        return super().pull_dense_parameters(force, **kwargs)
+
+    def push_gradients(self, dense, emb=None, learning_rate=0.0, pull_dense=False, **kwargs):
+        self.calls["push_with_pull" if pull_dense else "push"] += 1
+        return super().push_gradients(dense, emb, learning_rate, pull_dense, **kwargs)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_one_round_trip_per_minibatch_and_the_replica_tracks_the_ps(ps_cluster, use_async):
+    cluster = ps_cluster(2, use_async=use_async)
+    client = _CountingClient(cluster.addrs)
+    trainer = PSTrainer(_spec(_dense_model), client)
+    for step in range(5):
+        trainer.train_minibatch(*_data(seed=step))
+    assert client.calls == {"pull": 1, "push": 0, "push_with_pull": 5}  # the pull: start-up
+    ps_params = {}
+    for server in cluster.servers:
+        ps_params.update(server.params.dense)
+    # Through shared memory the last push's parameters wait for the next step's compiled call;
+    # whatever reads the model in between flushes them first.
+    assert client.packed_layout() is not None and trainer._pending is not None
+    trainer.flush_pending_assign()
+    for name, var in zip(trainer._names, trainer._vars):
+        np.testing.assert_array_equal(var.numpy(), ps_params[name])
+    assert trainer.model_version == 5
+    client.close()
+
+
+def test_get_model_steps_pulls_with_every_nth_push(ps_cluster):
+    cluster = ps_cluster(1)
+    client = _CountingClient(cluster.addrs)
+    trainer = PSTrainer(_spec(_dense_model), client, TrainerConfig(get_model_steps=3))
+    for step in range(7):
+        trainer.train_minibatch(*_data(seed=step))
+    # Steps 3 and 6 ask for the parameters with their push (before: a pull before steps 4, 7).
+    assert client.calls == {"pull": 1, "push": 5, "push_with_pull": 2}
+    client.close()
+
+
+def _embedding_model(remote=True):
+    inp = keras.Input(shape=(3,), dtype="int64")
+    if remote:
+        emb = Embedding(4, input_dim=10, combiner="mean", name="emb")(inp)
+    else:
+        emb = keras.ops.mean(keras.layers.Embedding(10, 4, name="emb")(inp), axis=1)
+    return keras.Model(inp, keras.layers.Dense(3, name="out")(emb))
+
+
+def test_embedding_step_matches_local_keras_embedding(ps_cluster):
+    cluster = ps_cluster(2)
+    client = PSClient(cluster.addrs)
+    trainer = PSTrainer(_spec(_embedding_model), client)
+    x = tf.constant([[1, 2, 2], [3, 1, 7], [7, 7, 7]], tf.int64)
+    y = tf.constant([0, 1, 2])
+    trainer.ensure_model(x)
+    table = client.pull_embedding_vectors("emb", np.arange(10))
+    dense_init = [v.numpy() for v in trainer.model.trainable_variables]
+
+    local = _embedding_model(remote=False)
+    local.get_layer("emb").embeddings.assign(table)
+    local.get_layer("out").kernel.assign(dense_init[0])
+    local.get_layer("out").bias.assign(dense_init[1])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(_loss(y, local(x, training=True)))
+    opt = keras.optimizers.SGD(LR)
+    opt.apply_gradients(
+        zip(tape.gradient(loss, local.trainable_variables), local.trainable_variables)
+    )
+
+    assert trainer.train_minibatch(x, y) == pytest.approx(float(loss), rel=1e-5)
+    np.testing.assert_allclose(
+        client.pull_embedding_vectors("emb", np.arange(10)),
+        local.get_layer("emb").embeddings.numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    trainer.pull_model()
+    np.testing.assert_allclose(
+        trainer.model.get_layer("out").kernel.numpy(),
+        local.get_layer("out").kernel.numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    client.close()
+
+
+def test_tables_that_cannot_fit_on_the_ps_fail_before_any_training(ps_cluster):
+    """The layers' vocabularies reach the PS with the tables; a table whose share of rows
+    cannot fit in the PS's memory (here 10^13 rows: no machine has 1,000 TiB) is refused with
+    one line before the PS holds any table, model or row, and a table that fits then trains."""
+    cluster = ps_cluster(2, opt_type="Adam")
+    client = PSClient(cluster.addrs)
+
+    def huge_model():
+        inp = keras.Input(shape=(3,), dtype="int64")
+        emb = Embedding(16, input_dim=10**13, combiner="mean", name="huge")(inp)
+        return keras.Model(inp, keras.layers.Dense(3, name="out")(emb))
+
+    x = tf.constant([[1, 2, 2], [3, 1, 7], [7, 7, 7]], tf.int64)
+    y = tf.constant([0, 1, 2])
+    trainer = PSTrainer(_spec(huge_model), client)
+    with pytest.raises(PSRefusedModelError) as refused:
+        trainer.train_minibatch(x, y)
+    msg = str(refused.value)
+    assert msg.startswith(
+        "embedding table 'huge' (vocabulary 10,000,000,000,000, dim 16: 5,000,000,000,000 rows "
+        "x 222 B on each PS) needs "
+    ), msg
+    assert "GiB on each of 2 PS" in msg and "--num_ps_pods" in msg and "\n" not in msg
+    for server in cluster.servers:
+        assert not server.params.embedding_tables and not server.params.initialized
+        assert server.params.version == 0
+
+    trainer = PSTrainer(_spec(_embedding_model), client)  # input_dim 10: fits anywhere
+    trainer.train_minibatch(x, y)
+    assert [s.params.version for s in cluster.servers] == [1, 1]
+    assert sum(len(s.params.embedding_tables["emb"]) for s in cluster.servers) == 4  # 1, 2, 3, 7
+    client.close()
+
+
+def test_restarted_ps_gets_the_model_again(ps_cluster):
+    cluster = ps_cluster(1)
+    client = PSClient(cluster.addrs)
+    trainer = PSTrainer(_spec(_dense_model), client)
+    x, y = _data()
+    trainer.train_minibatch(x, y)
+    # Simulate a PS that lost its state: a fresh cluster on the same client address list.
+    fresh = ps_cluster(1)
+    client2 = PSClient(fresh.addrs)
+    trainer.ps = client2
+    trainer._need_pull = True
+    trainer.train_minibatch(x, y)
+    assert fresh.servers[0].params.version == 1
+    client.close()
+    client2.close()
+
+
+def test_rejected_gradients_fail_with_clear_error(ps_cluster):
+    # Sync PS with zero tolerance and two gradients needed: a worker whose version is behind
+    # is rejected every time; here we force that by pinning the client's versions stale.
+    cluster = ps_cluster(1, use_async=False, grads_to_wait=1)
+    client = PSClient(cluster.addrs)
+    trainer = PSTrainer(
+        _spec(_dense_model), client, TrainerConfig(max_minibatch_retries=3, get_model_steps=10**9)
+    )
+    x, y = _data()
+    trainer.train_minibatch(x, y)
+    trainer.train_minibatch(x, y)  # PS version now 2
+    trainer.pull_model = lambda force=False: client.ps_versions.__setitem__(0, 0)
+    with pytest.raises(WorkerStuckError, match="rejected"):
+        trainer.train_minibatch(x, y)
+    client.close()
+
+
+def test_export_saved_model_with_embeddings(ps_cluster, tmp_path):
+    cluster = ps_cluster(2)
+    client = PSClient(cluster.addrs)
+    trainer = PSTrainer(_spec(_embedding_model), client)
+    x = tf.constant([[1, 2, 2], [3, 1, 7]], tf.int64)
+    trainer.train_minibatch(x, tf.constant([0, 1]))
+    trainer.pull_model()
+    expected = trainer.forward(x).numpy()
+    trainer.export_saved_model(str(tmp_path / "sm"))
+    loaded = tf.saved_model.load(str(tmp_path / "sm"))
+    np.testing.assert_allclose(loaded.serve(x).numpy(), expected, rtol=1e-5, atol=1e-6)
+    client.close()
+
+
+class WithUnusedLayer(keras.Model):
+    def __init__(self):
+        super().__init__(name="with_unused")
+        self.used = keras.layers.Dense(3, name="used")
+        self.unused = keras.layers.Dense(2, name="unused")
+
+    def build(self, input_shape):
+        self.used.build(input_shape)
+        self.unused.build(input_shape)
+
+    def call(self, x):
+        return self.used(x)
+
+
+def test_packed_step_falls_back_when_a_variable_gets_no_gradient(ps_cluster):
+    cluster = ps_cluster(1, use_async=False)
+    client = PSClient(cluster.addrs)
+    trainer = PSTrainer(_spec(WithUnusedLayer), client)
+    for step in range(4):
+        trainer.train_minibatch(*_data(seed=step))
+    assert client.packed_layout() is not None  # the packed path was offered ...
+    assert trainer._packed_ok is False  # ... and left: the PS must not get zeros for "unused"
+    trainer.flush_pending_assign()
+    held = cluster.servers[0].params.dense
+    for name, var in zip(trainer._names, trainer._vars):
+        np.testing.assert_array_equal(var.numpy(), held[name])
+    unused = [n for n in trainer._names if "unused" in n]
+    assert unused and cluster.servers[0].params.version == 4
+    client.close()
+
+
+def test_reading_the_model_applies_parameters_a_push_brought_back(ps_cluster):
+    cluster = ps_cluster(1)
+    client = PSClient(cluster.addrs)
+    trainer = PSTrainer(_spec(_dense_model), client)
+    for step in range(3):
+        trainer.train_minibatch(*_data(seed=step))
+    assert trainer._pending is not None
+    x, _ = _data(seed=9)
+    out = trainer.forward(x).numpy()  # flushes first
+    assert trainer._pending is None
+    reference = _dense_model()
+    reference(x)
+    held = cluster.servers[0].params.dense
+    for v, name in zip(reference.trainable_variables, trainer._names):
+        v.assign(held[name])
+    np.testing.assert_allclose(out, reference(x).numpy(), rtol=1e-5, atol=1e-6)
+    client.close()
+
+
+def test_parameter_names_of_keras3_and_tf_variables():
+    # tf.keras 2 models (tf-keras) hold tf.Variables: named by `name` without ":0".
+    from elasticdl.worker.ps_trainer import _param_names
+
+    layer = keras.layers.Dense(1, name="d")
+    layer.build((None, 2))
+    assert _param_names(layer.trainable_variables) == ["d/kernel", "d/bias"]
+    with tf.name_scope("dense_features"):
+        v = tf.Variable([1.0], name="age_embedding")
+    assert _param_names([v]) == ["dense_features/age_embedding"]

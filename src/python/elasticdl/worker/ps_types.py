@@ -1,0 +1,92 @@
+"""What the PS client and the trainer exchange: embedding table infos, the results of pulls and
+pushes, the packed layout of dense tensors in shared memory; and the deduplication of embedding
+gradients before they are pushed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+from elasticdl import ops
+from elasticdl.common import shared_memory as shm
+
+
+class PSUnavailableError(RuntimeError):
+    """A PS stayed unreachable longer than the retry budget."""
+
+
+@dataclass
+class EmbeddingTableInfo:
+    name: str
+    dim: int
+    initializer: str = "uniform"
+    dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
+    vocabulary: int = 0  # the layer's input_dim; 0: unbounded (the PS cannot check the fit)
+
+
+@dataclass
+class PullResult:
+    """Outcome of pull_dense_parameters: which PS are uninitialised, and the new parameters."""
+
+    uninitialized_ps: List[int]
+    parameters: Dict[str, np.ndarray]
+    # PS id -> its flat parameter block, when every PS that sent parameters wrote them into a
+    # packed shared-memory region (views, valid until the next push); else None.
+    blocks: Optional[Dict[int, np.ndarray]] = None
+    # The model's non-trainable state the PS hold, when the pull asked for it (include_state).
+    state: Dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def all_initialized(self) -> bool:
+        return not self.uninitialized_ps
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """Where every dense parameter lies in the flat blocks of the regions shared with the PS:
+    per PS, (name, element offset, size, shape) in block order (see SharedRegion.packed)."""
+
+    entries: Tuple[Tuple[int, Tuple[Tuple[str, int, int, Tuple[int, ...]], ...]], ...]
+
+    def unpack(self, ps_id: int, block: np.ndarray) -> Dict[str, np.ndarray]:
+        for pid, entries in self.entries:
+            if pid == ps_id:
+                return shm.unpack_block(entries, block)
+        raise KeyError(ps_id)
+
+
+@dataclass
+class PackedGradients:
+    """Dense gradients as one flat block per PS, laid out as `layout` says."""
+
+    layout: PackedLayout
+    blocks: Dict[int, np.ndarray]
+
+
+@dataclass
+class PushResult:
+    accepted: bool
+    versions: Dict[int, int]  # PS id -> version reported by that PS
+    # push_gradients(pull_dense=True): the pull that came back with the push; None when a PS
+    # did not answer it (one that predates the field), so the caller pulls separately. Its
+    # arrays may be views of shared memory: valid until the next push, copy to keep them.
+    pulled: Optional[PullResult] = None
+
+
+def deduplicate_indexed_rows(values: np.ndarray, ids: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Sum the rows of equal ids: gradients of one embedding row must reach the PS once."""
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    values = np.asarray(values)
+    if values.dtype == np.float32 and values.ndim == 2 and values.shape[0] == ids.size:
+        # One sort and a multi-threaded sum (elasticdl.ops) instead of NumPy's unique, a
+        # scatter-add and, with no duplicates, a second sort.
+        unique, summed = ops.sparse_aggregate(ids, values)
+        return summed, unique
+    unique, inverse = np.unique(ids, return_inverse=True)
+    if unique.size == ids.size:
+        order = np.argsort(ids, kind="stable")
+        return values[order], ids[order]
+    summed = np.zeros((unique.size,) + values.shape[1:], dtype=values.dtype)
+    np.add.at(summed, inverse, values)
+    return summed, unique
