@@ -79,6 +79,8 @@ node_name() { echo "127.0.0.$1"; }
 node_dir() { echo "$K/n$1"; }
 node_sock() { echo "unix://$K/n$1/docker.sock"; }
 pod_bridge() { echo "edlpod$1"; }
+engine_bridge() { echo "edldocker$1"; }                       # node i's engine's default bridge
+engine_cidr() { echo "$NETP.$((100 + $1)).1/24"; }
 pod_cidr() { echo "$NETP.$1.0/24"; }
 pod_gateway() { echo "$NETP.$1.1"; }
 kubelet_port() { echo $((PB + 9 + $1)); }
@@ -238,6 +240,19 @@ net_up() { # the host side of the pod network; everything added is recorded in $
     # Forwarding for packets that ENTER on a pod bridge only; net.ipv4.ip_forward (every
     # interface) is left as it is.
     sysctl -qw "net.ipv4.conf.$br.forwarding=1"
+    # The node's engine gets a default bridge of its own: an engine without one ("bridge":
+    # "none") deletes the machine's docker0 at its start, under any other engine using it.
+    # Containers outside Kubernetes (`docker build` steps) get an address of it and reach this
+    # machine only: nothing is forwarded from it (its range is inside the cluster's, so the
+    # mangle rules below drop it too).
+    br=$(engine_bridge "$i")
+    if ! ip link show "$br" >/dev/null 2>&1; then
+      ip link add "$br" type bridge && net_record link "$br"
+      sysctl -qw "net.ipv6.conf.$br.disable_ipv6=1" 2>/dev/null || true
+      ip addr add "$(engine_cidr "$i")" dev "$br"
+      ip link set "$br" up
+    fi
+    sysctl -qw "net.ipv4.conf.$br.forwarding=0"
   done
   # Nothing of the cluster's range leaves the machine: the bridges' own /24 routes are more
   # specific, the rest of the range is unreachable.
@@ -361,18 +376,19 @@ node_ns() { # node: its mount namespace, held by a sleep in the node's cgroup
   wait_for "mount namespace of node $i" 10 grep -q ' /var/lib/kubelet ' "/proc/$h/mountinfo"
 }
 
-start_dockerd() { # node: a private engine; pods get their network from CNI, so no bridge at all
+start_dockerd() { # node: a private engine; pods get their network from CNI
   local i=$1 d; d=$(node_dir "$i")
   alive "dockerd-$i" && return 0
   mkdir -p "$d/docker"
   # exec-root is runtime state (tmpfs /run on a real machine): a node that boots again starts
   # without the dead engine's sockets and shim state
   rm -rf "$d/docker/exec"
-  # Own data/exec root, socket and pidfile; no bridge, no iptables, no masquerading, so other
-  # engines on the machine (docker0, iptables) are not disturbed.
+  # Own data/exec root, socket, pidfile and default bridge (net_up); no iptables, no
+  # masquerading, no forwarding, so other engines on the machine (docker0, iptables) are not
+  # disturbed. (Never "bridge": "none": such an engine deletes docker0.)
   cat >"$d/docker/daemon.json" <<JSON
 { "data-root": "$d/docker/data", "exec-root": "$d/docker/exec", "pidfile": "$d/docker/dockerd.pidfile",
-  "hosts": ["$(node_sock "$i")"], "bridge": "none", "iptables": false, "ip-masq": false,
+  "hosts": ["$(node_sock "$i")"], "bridge": "$(engine_bridge "$i")", "iptables": false, "ip-masq": false,
   "ip-forward": false, "insecure-registries": ["$REGISTRY"],
   "exec-opts": ["native.cgroupdriver=cgroupfs"],
   "runtimes": {"runc-clamp-oom": {"path": "$K/runc-clamp-oom"}}, "default-runtime": "runc-clamp-oom" }
