@@ -7,9 +7,10 @@
 #   scripts/k8s/start-node.sh start [--nodes N]  # N nodes (default 2, 1..9); ~20-30 s; prints
 #                                                # KUBECONFIG=..., DOCKER_HOST=..., one line per node
 #   scripts/k8s/start-node.sh status             # every process, then `kubectl get nodes`
-#   scripts/k8s/start-node.sh stop [--purge]     # stops all it started (by pid) and removes every
+#   scripts/k8s/start-node.sh stop [--purge]     # stops all it started and removes every
 #                                                # process, mount, bridge, route, iptables rule,
-#                                                # cgroup and pod network namespace it made;
+#                                                # cgroup and pod network namespace it made
+#                                                # (found by name and tag, also after a crash);
 #                                                # --purge also deletes images and certificates
 #   scripts/k8s/start-node.sh stop-node I        # node I dies: its kubelet, engine and every
 #                                                # container on it are killed at once (SIGKILL)
@@ -81,6 +82,8 @@ node_sock() { echo "unix://$K/n$1/docker.sock"; }
 pod_bridge() { echo "edlpod$1"; }
 engine_bridge() { echo "edldocker$1"; }                       # node i's engine's default bridge
 engine_cidr() { echo "$NETP.$((100 + $1)).1/24"; }
+# Every link of ours is named so (the sweep removes them by name, whatever is recorded)
+OUR_LINKS='^(edlcluster0|edlpod[0-9]+|edldocker[0-9]+)$'
 pod_cidr() { echo "$NETP.$1.0/24"; }
 pod_gateway() { echo "$NETP.$1.1"; }
 kubelet_port() { echo $((PB + 9 + $1)); }
@@ -278,11 +281,8 @@ net_up() { # the host side of the pod network; everything added is recorded in $
   # The apiserver's loopback door: 127.0.0.1:<api port>, from this machine only, leads to the
   # cluster address (a local address: no route_localnet needed, nothing leaves loopback).
   ipt_add nat OUTPUT -o lo -d 127.0.0.1/32 -p tcp --dport "$API_PORT" -j DNAT --to-destination "$CLUSTER_IP:$API_PORT"
-  # portmap makes its chains (CNI-*) when a pod first asks for a hostPort; they are ours to
-  # remove at stop only if none existed before.
-  if ! grep -q '^cni-chains$' "$R/net" 2>/dev/null && ! iptables -w -t nat -S 2>/dev/null | grep -q '^-N CNI-'; then
-    net_record cni-chains
-  fi
+  # (portmap makes its chains, CNI-*, when a pod first asks for a hostPort; start refuses to
+  # run where any existed, so those at stop are ours.)
 }
 
 cni_conf() { # node: bridge plugin on its pod bridge, host-local IPAM, portmap on the bridge address
@@ -498,19 +498,19 @@ preflight() {
     say "making ${missing[*]} (scripts/k8s/build-node.sh)"
     "$HERE/build-node.sh" >&2
   fi
-  if [[ -f $OWNER ]]; then
-    local other; other=$(cat "$OWNER")
-    if [[ $other != "$K" ]] && [[ -f $other/run/kube-apiserver.pid ]] && kill -0 "$(cat "$other/run/kube-apiserver.pid")" 2>/dev/null; then
-      die "another cluster runs from $other (one per machine; stop it with ELASTICDL_NODE_DIR=$other $0 stop)"
-    fi
-  fi
-  if [[ ! -s $R/net ]]; then # not ours yet: the range and the chains must be free
+  local other; other=$(other_cluster)
+  [[ -z $other ]] || die "another cluster runs from $other (one per machine; stop it with ELASTICDL_NODE_DIR=$other $0 stop)"
+  if [[ ! -s $R/net ]]; then # not running: what an earlier cluster left goes first
+    sweep_leftovers
+    # the range and the chains must be free
     ip route show table main | grep -q "^$NETP\." &&
       die "routes in $NET exist already (another pod network?); choose another ELASTICDL_NODE_NET"
     local t
+    local rules
     for t in raw mangle nat filter; do
-      iptables -w -t "$t" -S 2>/dev/null | grep -q '^-N KUBE-' &&
-        die "iptables chains KUBE-* exist in table $t (another Kubernetes on this machine?): kube-proxy's would mix with them"
+      rules=$(iptables -w -t "$t" -S 2>/dev/null || true)
+      grep -q '^-N \(KUBE\|CNI\)-' <<<"$rules" &&
+        die "iptables chains KUBE-*/CNI-* exist in table $t (another Kubernetes or CNI network on this machine?): kube-proxy's and portmap's would mix with them"
     done
   fi
   return 0
@@ -529,12 +529,11 @@ start() {
   # Paths kubelet 1.20 hard-codes outside --root-dir: mount points for each node's own dirs
   # (node_ns); the host's stay empty. Remember which ones we create.
   local d i
-  if [[ ! -f $R/created-dirs ]]; then
-    : >"$R/created-dirs"
-    for d in /var/lib/kubelet /var/log/pods /var/log/containers; do
-      [[ -e $d ]] || { mkdir -p "$d"; echo "$d" >>"$R/created-dirs"; }
-    done
-  fi
+  # (in the state dir, not the run dir: a lost run dir must not make them the host's)
+  [[ -f $K/created-dirs ]] || : >"$K/created-dirs"
+  for d in /var/lib/kubelet /var/log/pods /var/log/containers; do
+    [[ -e $d ]] || { mkdir -p "$d"; echo "$d" >>"$K/created-dirs"; }
+  done
   certs "$n"
   # Users (and tests, and host-network pods) reach the apiserver on loopback: when the cluster
   # is down that address refuses at once, where the cluster address would be routed off the
@@ -721,84 +720,84 @@ start_node() { # I: the node boots again
   say "node $(node_name "$i") is Ready"
 }
 
-stop() {
-  [[ -d $K ]] || return 0
-  mkdir -p "$R"
-  local n=0 i d
-  for d in "$K"/n[0-9]*; do [[ -d $d ]] && ((${d##*/n} > n)) && n=${d##*/n}; done
-  # The kubelets first (else they restart what we remove), then the pods' containers.
-  local kubelets=(); for i in $(seq "$n"); do kubelets+=("kubelet-$i"); done
-  stop_pids 10 "${kubelets[@]}"
-  for i in $(seq "$n"); do
-    alive "dockerd-$i" || continue
-    local ids; ids=$(dk "$i" ps -aq --filter label=io.kubernetes.pod.uid 2>/dev/null || true)
-    [[ -z $ids ]] || dk "$i" rm -f $ids >/dev/null 2>&1 || true
-    # Images named after the registry are copies of what it held; its data goes below, and a
-    # later cluster's registry may hold other images under those names.
-    local imgs; imgs=$(dk "$i" images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | grep "^$REGISTRY/" || true)
-    [[ -z $imgs ]] || dk "$i" rmi $imgs >/dev/null 2>&1 || true
+# --- Teardown. What start made is found by name and tag, not only in its records: a crash or
+# an older version of this script may have lost the run dir ($R), and whatever is left of an
+# earlier cluster (an iptables rule leading the apiserver's port elsewhere, a route, a bridge)
+# breaks the next cluster or another Kubernetes on the machine.
+
+cluster_pids() { # state dir: the live control-plane processes of the cluster kept there
+  # (found by their command lines, which name files of the state dir; each node's processes
+  # are in its cgroup, see kill_node)
+  local dir=$1 f pid argv0 args
+  for f in $(grep -laF -- "$dir/" /proc/[0-9]*/cmdline 2>/dev/null); do
+    pid=${f#/proc/}; pid=${pid%/cmdline}
+    args=$(tr '\0' '\n' <"$f" 2>/dev/null) || continue
+    argv0=$(basename "$(head -n1 <<<"$args")")
+    case $argv0 in
+      etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kube-proxy | dnsmasq | docker-registry) ;;
+      python3*) [[ $(sed -n 2p <<<"$args") == */cluster-dns.py ]] || continue ;;
+      *) continue ;;
+    esac
+    running "$pid" && echo "$pid"
   done
-  stop_pids 10 dnsmasq cluster-dns kube-proxy kube-scheduler kube-controller-manager kube-apiserver registry
-  stop_pids 10 etcd
-  local dockerds=(); for i in $(seq "$n"); do dockerds+=("dockerd-$i"); done
-  stop_pids 30 "${dockerds[@]}"
-  # What is left of each node (its namespace holder, shims of killed containers) dies with its
-  # cgroup; with the last process the node's mount namespace goes, and with it every mount of
-  # the engine and kubelet and the pods' network namespaces (their veths leave the bridges).
-  local failed=0
-  for i in $(seq "$n"); do kill_node "$i" || failed=1; done
-  local m
-  for _ in 1 2 3; do # mounts under the state dir in the host's table (none expected)
-    { grep -F " $K/" /proc/self/mounts || true; } | awk '{print $2}' | sort -r | while read -r m; do
-      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-    done
-    grep -qF " $K/" /proc/self/mounts || break
-    sleep 0.5
-  done
-  # veths still on our bridges (none expected), then what net_up and kube-proxy added
-  for i in $(seq "$n"); do
-    for m in $(ip -o link show master "$(pod_bridge "$i")" 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
-      ip link del "$m" 2>/dev/null || true
-    done
-  done
-  if [[ -f $R/net ]]; then
-    local kind rest
-    tac "$R/net" | while read -r kind rest; do
-      case $kind in
-        link) ip link del "$rest" 2>/dev/null || true ;;
-        route) ip route del $rest 2>/dev/null || true ;;
-        iptables) set -- $rest; local t=$1 c=$2; shift 2
-          # the comment is quoted in the record only by words: it is one word ($TAG)
-          iptables -w -t "$t" -D "$c" "$@" 2>/dev/null || true ;;
-        sysctl) sysctl -qw "$rest" || true ;;
-        kube-proxy) chains_cleanup KUBE- ;;   # (start refuses to run where any existed)
-        cni-chains) chains_cleanup CNI- ;;
-      esac
-    done
-    rm -f "$R/net"
+  return 0
+}
+
+other_cluster() { # the state dir of another cluster that runs on this machine, if any
+  [[ -f $OWNER ]] || return 0
+  local other; other=$(cat "$OWNER")
+  [[ -n $other && $other != "$K" ]] || return 0
+  if { [[ -f $other/run/kube-apiserver.pid ]] && running "$(cat "$other/run/kube-apiserver.pid")"; } ||
+    [[ -n $(cluster_pids "$other") ]]; then
+    echo "$other"
   fi
-  say "network removed"
-  for m in /sys/fs/cgroup/*/; do # the nodes' cgroups (kubepods/..., daemons) under CGROOT
-    [[ -d ${m%/}$CGROOT ]] && find "${m%/}$CGROOT" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+}
+
+kill_pids() { # seconds-before-SIGKILL pid...: TERM them, wait, KILL what is left
+  local t=$1 pid left; shift
+  (($#)) || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  for _ in $(seq $((t * 10))); do
+    left=0; for pid in "$@"; do running "$pid" && left=1; done
+    ((left)) || return 0
+    sleep 0.1
   done
-  if [[ -f $R/created-dirs ]]; then
-    while read -r d; do [[ -n $d ]] && rm -rf "$d"; done <"$R/created-dirs"
-    rm -f "$R/created-dirs"
-  fi
-  [[ -f $OWNER && $(cat "$OWNER") == "$K" ]] && rm -f "$OWNER"
-  ((failed == 0)) || die "processes of a node survived (see above)"
-  if grep -qF " $K/" /proc/self/mounts; then
-    die "mounts under $K are left: $(grep -F " $K/" /proc/self/mounts | awk '{print $2}' | tr '\n' ' ')"
-  fi
-  # The cluster's state and the registry's data go (the next start is a fresh cluster);
-  # certificates and the engines' images stay for the next start unless --purge.
-  rm -rf "$K/etcd" "$K/controller-flexvolume" "$K/dns" "$R" "$K/env" "$K/registry-data"
-  for i in $(seq "$n"); do
-    d=$(node_dir "$i")
-    rm -rf "$d/kubelet" "$d/dockershim" "$d/cni" "$d/host" "$d/docker/exec"
+  kill -KILL "$@" 2>/dev/null || true
+  for _ in $(seq 50); do
+    left=0; for pid in "$@"; do running "$pid" && left=1; done
+    ((left)) || return 0
+    sleep 0.1
   done
-  [[ ${1:-} == --purge ]] && rm -rf "$K"
-  say "stopped"
+}
+
+tagged_rule() { # table: "<chain> <number>" of one iptables rule carrying our tag, if any
+  iptables -w -t "$1" -S 2>/dev/null | awk -v tag="$TAG" '
+    $1 == "-A" {
+      n[$2]++
+      for (i = 3; i < NF; i++)
+        if ($i == "--comment" && ($(i + 1) == tag || $(i + 1) == "\"" tag "\"")) { print $2, n[$2]; exit }
+    }'
+}
+
+has_tag() { # table chain number: that rule carries our tag
+  iptables -w -t "$1" -S "$2" "$3" 2>/dev/null | grep -qE -- "--comment \"?$TAG\"?( |$)"
+}
+
+sweep_tagged_rules() { # prints how many rules of ours it removed
+  local t c num removed=0 tries
+  for t in raw mangle nat filter; do
+    for tries in $(seq 100); do
+      c="" num=""
+      read -r c num < <(tagged_rule "$t") || true
+      [[ -n $c ]] || break
+      # by rule number, read afresh each time and checked right before (another program, such
+      # as a Docker engine, may insert rules meanwhile): no rule text is guessed or replayed
+      if has_tag "$t" "$c" "$num" && iptables -w -t "$t" -D "$c" "$num" 2>/dev/null; then
+        removed=$((removed + 1))
+      fi
+    done
+  done
+  echo "$removed"
 }
 
 chains_cleanup() { # prefix: every iptables chain named <prefix>*, and the rules jumping to it
@@ -817,6 +816,146 @@ chains_cleanup() { # prefix: every iptables chain named <prefix>*, and the rules
     for c in $ours; do iptables -w -t "$t" -F "$c" || true; done
     for c in $ours; do iptables -w -t "$t" -X "$c" || true; done
   done
+}
+
+sweep_network() { # every rule, chain, link and route of ours; prints what it removed
+  local gone=() evidence="" t m n
+  # Kubernetes' chains (kube-proxy's KUBE-*, portmap's CNI-*) are removed only where the
+  # cluster was ours: its records, its owner file, or rules with our tag. (start refuses to run
+  # where any existed before it.)
+  [[ -s $R/net ]] && evidence="records"
+  [[ -f $OWNER && $(cat "$OWNER") == "$K" ]] && evidence="owner file"
+  [[ -n $(for t in raw mangle nat filter; do tagged_rule "$t"; done) ]] && evidence="tagged rules"
+  if [[ -f $R/net ]]; then # sysctls are not named: only the record knows what to restore
+    while read -r t m; do [[ $t != sysctl ]] || sysctl -qw "$m" || true; done <"$R/net"
+  fi
+  n=$(sweep_tagged_rules)
+  ((n == 0)) || gone+=("$n iptables rules tagged $TAG")
+  if [[ -n $evidence ]]; then
+    local saved
+    for t in KUBE- CNI-; do
+      saved=$(iptables-save 2>/dev/null || true)
+      if grep -q "^:$t" <<<"$saved"; then chains_cleanup "$t"; gone+=("the ${t}* chains"); fi
+    done
+  fi
+  for n in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "$OUR_LINKS"); do
+    # veths still on our bridges first (none expected: they go with the pods' namespaces)
+    for m in $(ip -o link show master "$n" 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
+      ip link del "$m" 2>/dev/null && gone+=("veth $m")
+    done
+    ip link del "$n" 2>/dev/null && gone+=("link $n")
+  done
+  if ip route show table main exact "$NET" | grep -q '^unreachable'; then
+    ip route del unreachable "$NET" 2>/dev/null && gone+=("route unreachable $NET")
+  fi
+  rm -f "$R/net"
+  ((${#gone[@]} == 0)) || joined "${gone[@]}"
+  return 0
+}
+
+joined() { local out=$1; shift; for a in "$@"; do out+="; $a"; done; echo "$out"; }
+
+node_dirs_count() { # the highest node number with a directory in the state dir
+  local n=0 d
+  for d in "$K"/n[0-9]*; do [[ -d $d ]] && ((${d##*/n} > n)) && n=${d##*/n}; done
+  echo "$n"
+}
+
+unmount_state() { # mounts under the state dir in the host's table (none expected)
+  local m
+  for _ in 1 2 3; do
+    { grep -F " $K/" /proc/self/mounts || true; } | awk '{print $2}' | sort -r | while read -r m; do
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done
+    grep -qF " $K/" /proc/self/mounts || break
+    sleep 0.5
+  done
+}
+
+sweep_leftovers() { # at start, where no cluster of this state dir runs: whatever one left
+  local found=() pids i n what
+  pids=$(cluster_pids "$K")
+  if [[ -n $pids ]]; then
+    # shellcheck disable=SC2086
+    kill_pids 10 $pids; found+=("processes $(echo $pids)")
+  fi
+  n=$(node_dirs_count)
+  for i in $(seq "$n"); do
+    if [[ -n $(cgroup_pids "$(freezer "$i")") ]]; then kill_node "$i" || exit 1; found+=("node $i's processes"); fi
+  done
+  rm -f "$R"/*.pid
+  unmount_state
+  what=$(sweep_network)
+  [[ -z $what ]] || found+=("$what")
+  ((${#found[@]} == 0)) || say "removed what an earlier cluster left: $(joined "${found[@]}")"
+}
+
+stop() {
+  local other; other=$(other_cluster)
+  [[ -z $other ]] || die "another cluster runs from $other, not from $K (one per machine): stop it with ELASTICDL_NODE_DIR=$other $0 stop"
+  if [[ ! -d $K ]]; then # nothing of the state dir, but perhaps of the network
+    local what; what=$(sweep_network)
+    [[ -z $what ]] || say "removed $what"
+    return 0
+  fi
+  mkdir -p "$R"
+  local n i d
+  n=$(node_dirs_count)
+  # The kubelets first (else they restart what we remove), then the pods' containers.
+  local kubelets=(); for i in $(seq "$n"); do kubelets+=("kubelet-$i"); done
+  stop_pids 10 "${kubelets[@]}"
+  for i in $(seq "$n"); do
+    alive "dockerd-$i" || continue
+    local ids; ids=$(dk "$i" ps -aq --filter label=io.kubernetes.pod.uid 2>/dev/null || true)
+    [[ -z $ids ]] || dk "$i" rm -f $ids >/dev/null 2>&1 || true
+    # Images named after the registry are copies of what it held; its data goes below, and a
+    # later cluster's registry may hold other images under those names.
+    local imgs; imgs=$(dk "$i" images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | grep "^$REGISTRY/" || true)
+    [[ -z $imgs ]] || dk "$i" rmi $imgs >/dev/null 2>&1 || true
+  done
+  stop_pids 10 dnsmasq cluster-dns kube-proxy kube-scheduler kube-controller-manager kube-apiserver registry
+  stop_pids 10 etcd
+  # and those whose pid files were lost
+  local strays; strays=$(cluster_pids "$K")
+  if [[ -n $strays ]]; then
+    # shellcheck disable=SC2086
+    kill_pids 10 $strays; say "stopped processes without a pid file: $(echo $strays)"
+  fi
+  local dockerds=(); for i in $(seq "$n"); do dockerds+=("dockerd-$i"); done
+  stop_pids 30 "${dockerds[@]}"
+  # What is left of each node (its namespace holder, shims of killed containers) dies with its
+  # cgroup; with the last process the node's mount namespace goes, and with it every mount of
+  # the engine and kubelet and the pods' network namespaces (their veths leave the bridges).
+  local failed=0
+  for i in $(seq "$n"); do kill_node "$i" || failed=1; done
+  unmount_state
+  local what; what=$(sweep_network)
+  say "network removed${what:+: $what}"
+  local m
+  for m in /sys/fs/cgroup/*/; do # the nodes' cgroups (kubepods/..., daemons), then CGROOT if empty
+    for i in $(seq "$n"); do
+      [[ -d ${m%/}$(cg_node "$i") ]] && find "${m%/}$(cg_node "$i")" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    done
+    rmdir "${m%/}$CGROOT" 2>/dev/null || true
+  done
+  if [[ -f $K/created-dirs ]]; then
+    while read -r d; do [[ -n $d ]] && rm -rf "$d"; done <"$K/created-dirs"
+    rm -f "$K/created-dirs"
+  fi
+  [[ -f $OWNER && $(cat "$OWNER") == "$K" ]] && rm -f "$OWNER"
+  ((failed == 0)) || die "processes of a node survived (see above)"
+  if grep -qF " $K/" /proc/self/mounts; then
+    die "mounts under $K are left: $(grep -F " $K/" /proc/self/mounts | awk '{print $2}' | tr '\n' ' ')"
+  fi
+  # The cluster's state and the registry's data go (the next start is a fresh cluster);
+  # certificates and the engines' images stay for the next start unless --purge.
+  rm -rf "$K/etcd" "$K/controller-flexvolume" "$K/dns" "$R" "$K/env" "$K/registry-data"
+  for i in $(seq "$n"); do
+    d=$(node_dir "$i")
+    rm -rf "$d/kubelet" "$d/dockershim" "$d/cni" "$d/host" "$d/docker/exec"
+  done
+  [[ ${1:-} == --purge ]] && rm -rf "$K"
+  say "stopped"
 }
 
 status() {

@@ -12,6 +12,11 @@ they wait until no other test process uses it; it is handed back whole afterward
 2. ``start-node.sh stop`` leaves nothing behind: no process, mount, bridge, veth, route,
    iptables rule or chain (ours, kube-proxy's, the portmap plugin's), pod network namespace or
    cgroup; then the cluster is started again for the other tests.
+3. A cluster killed hard (every process SIGKILLed, its run dir with the records of what it
+   added removed, as after a crash): ``start`` removes what it left (found by the tag of its
+   iptables rules and the names of its links) and starts a working cluster; killed hard again,
+   ``stop`` alone leaves nothing behind either. Throughout, the machine's ``docker0`` (another
+   engine's bridge) survives the nodes' engines.
 """
 
 from __future__ import annotations
@@ -227,8 +232,10 @@ spec:
 
 
 # What start-node.sh makes on the host (its names; scripts/k8s/README.md lists them).
-BRIDGES = re.compile(r"^(edlcluster0|edlpod[0-9]+)$")
+BRIDGES = re.compile(r"^(edlcluster0|edlpod[0-9]+|edldocker[0-9]+)$")
 RULE_MARKS = ("elasticdl-cluster", "KUBE-", "CNI-")
+# Set by the start-node.sh sweep on stderr when it removed what an earlier cluster left.
+SWEEP_MESSAGE = "removed what an earlier cluster left"
 
 
 def _netns_of(pid: int) -> str:
@@ -242,6 +249,13 @@ def _all_pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def _links() -> dict[str, str]:
     """{interface: its master bridge or ''}."""
     out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
@@ -253,13 +267,18 @@ def _links() -> dict[str, str]:
     return links
 
 
-def test_stop_leaves_nothing_behind(exclusive_cluster, node_namespace, tmp_path):
-    cluster, ns = exclusive_cluster, node_namespace
-    state = cluster.state_dir
-    prefix = cluster.range_prefix + "."  # the cluster's /16 (read before the stop)
-    # Something of every kind: pods on the pod network of each node (network namespaces,
-    # veths, IPAM), one with a hostPort (the portmap plugin's chains), a ClusterIP Service
-    # (kube-proxy's chains).
+def _iptables() -> str:
+    return subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+
+
+def _cgroup_root() -> str:
+    return os.environ.get("ELASTICDL_NODE_CGROUP", "/elasticdl-node")
+
+
+def _hostport_pods(cluster, ns: str, tmp_path) -> tuple[set[str], set[str]]:
+    """Something of every kind: pods on the pod network of each node (network namespaces,
+    veths, IPAM), each with a hostPort (the portmap plugin's chains), a ClusterIP Service
+    (kube-proxy's chains). Returns the pods' network namespaces and veths."""
     manifest = """
 apiVersion: v1
 kind: Service
@@ -284,7 +303,7 @@ spec:
     command: {json.dumps(objects.SLEEPER)}
 """
     objects.apply(cluster, ns, manifest, tmp_path)
-    namespaces, veths = set(), set()
+    namespaces = set()
     for i, node in enumerate(cluster.nodes):
         objects.running(cluster, ns, f"p{i}")
         cid = objects.pod(cluster, ns, f"p{i}")["status"]["containerStatuses"][0]["containerID"]
@@ -292,26 +311,24 @@ spec:
         namespaces.add(_netns_of(pid))
     veths = {n for n, master in _links().items() if BRIDGES.match(master)}
     assert len(veths) >= len(cluster.nodes), _links()
-    saved = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+    saved = _iptables()
     assert (
         "KUBE-SERVICES" in saved and "CNI-HOSTPORT-DNAT" in saved and "elasticdl-cluster" in saved
     )
-    pids = [int(f.read_text()) for f in (state / "run").glob("*.pid")]
-    assert pids
+    return namespaces, veths
 
-    r = cluster.script("stop")
-    assert r.returncode == 0, r.stderr
 
+def _leftovers(
+    state: Path, prefix: str, pids: list[int], namespaces: set[str], veths: set[str]
+) -> list[str]:
+    """Whatever of the cluster is left on the machine (``prefix``: its /16 as "A.B.")."""
     left = []
     alive = [p for p in pids if process_running(p)]
     left += [f"recorded processes {alive}"] if alive else []
     for pid in _all_pids():
         if not process_running(pid):
             continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
+        cmdline = _cmdline(pid)
         if f"{state}/" in cmdline:
             left.append(f"process {pid}: {cmdline[:200]}")
         if _netns_of(pid) in namespaces:
@@ -334,18 +351,153 @@ spec:
         ["ip", "route", "show", "table", "all"], capture_output=True, text=True
     ).stdout
     left += [f"route {ln}" for ln in routes.splitlines() if prefix in ln]
-    saved = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
     left += [
         f"iptables {ln}"
-        for ln in saved.splitlines()
+        for ln in _iptables().splitlines()
         if any(m in ln for m in RULE_MARKS) or prefix in ln
     ]
-    cgroup = os.environ.get("ELASTICDL_NODE_CGROUP", "/elasticdl-node")
+    cgroup = _cgroup_root()
     left += [
         f"cgroup {h}{cgroup}"
         for h in Path("/sys/fs/cgroup").glob("*")
         if (Path(f"{h}{cgroup}")).exists()
     ]
     left += ["/run/elasticdl-node.owner"] if Path("/run/elasticdl-node.owner").exists() else []
+    return left
+
+
+def test_stop_leaves_nothing_behind(exclusive_cluster, node_namespace, tmp_path):
+    cluster, ns = exclusive_cluster, node_namespace
+    state = cluster.state_dir
+    prefix = cluster.range_prefix + "."  # the cluster's /16 (read before the stop)
+    namespaces, veths = _hostport_pods(cluster, ns, tmp_path)
+    pids = [int(f.read_text()) for f in (state / "run").glob("*.pid")]
+    assert pids
+
+    r = cluster.script("stop")
+    assert r.returncode == 0, r.stderr
+
+    left = _leftovers(state, prefix, pids, namespaces, veths)
     assert not left, "left after stop:\n" + "\n".join(left)
     # (exclusive_cluster starts it again for the other tests)
+
+
+def _ifindex(link: str) -> int | None:
+    try:
+        return int(Path(f"/sys/class/net/{link}/ifindex").read_text())
+    except OSError:
+        return None
+
+
+def _kill_hard(cluster) -> list[int]:
+    """Every process of the cluster gets SIGKILL and its run dir goes, as after a crash (or an
+    older version of the script that removed it): only what it left on the machine tells
+    what it added. Returns the pids killed."""
+    state = cluster.state_dir
+    pids = set()
+    for f in (state / "run").glob("*.pid"):
+        try:
+            pids.add(int(f.read_text()))
+        except (OSError, ValueError):
+            pass
+    freezer = Path("/sys/fs/cgroup/freezer" + _cgroup_root())
+    for procs in freezer.rglob("cgroup.procs"):
+        pids.update(int(p) for p in procs.read_text().split())
+    pids.update(p for p in _all_pids() if f"{state}/" in _cmdline(p))
+    pids.discard(os.getpid())
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    wait_for(lambda: not [p for p in pids if process_running(p)], 60, "the killed processes to go")
+    subprocess.run(["rm", "-rf", str(state / "run")], check=True)
+    return sorted(pids)
+
+
+class _Docker0:
+    """The machine's ``docker0`` (the default bridge of another Docker engine, such as the one
+    of the image tests): an engine configured without a bridge deletes it at its start. Where
+    there is none, the test makes one (no address: an engine adopting it meanwhile would give
+    it one) and removes it afterwards only if it is still that bare bridge."""
+
+    def __init__(self) -> None:
+        self.made = False
+        if _ifindex("docker0") is None:
+            subprocess.run(["ip", "link", "add", "docker0", "type", "bridge"], check=True)
+            self.made = True
+        self.index = _ifindex("docker0")
+
+    def assert_kept(self, when: str) -> None:
+        assert _ifindex("docker0") == self.index, f"docker0 deleted (or made again) {when}"
+
+    def close(self) -> None:
+        if not self.made or _ifindex("docker0") != self.index:
+            return
+        addrs = subprocess.run(
+            ["ip", "-o", "addr", "show", "dev", "docker0"], capture_output=True, text=True
+        ).stdout
+        ports = subprocess.run(
+            ["ip", "-o", "link", "show", "master", "docker0"], capture_output=True, text=True
+        ).stdout
+        if " inet " not in addrs and not ports.strip():
+            subprocess.run(["ip", "link", "del", "docker0"], check=False)
+
+
+def test_a_cluster_killed_hard_is_cleaned_up_by_start_and_by_stop(exclusive_cluster, tmp_path):
+    cluster = exclusive_cluster
+    state = cluster.state_dir
+    docker0 = _Docker0()
+    try:
+        # (up again: the test before stopped it)
+        r = cluster.script("start")
+        assert r.returncode == 0, r.stderr
+        docker0.assert_kept("by the nodes' engines starting")
+        # Each node's engine has a default bridge of its own, not none (which deletes docker0).
+        for i, node in enumerate(cluster.nodes, 1):
+            bridge = cluster.docker_on(
+                node,
+                "network",
+                "inspect",
+                "bridge",
+                "-f",
+                '{{index .Options "com.docker.network.bridge.name"}}',
+            ).strip()
+            assert bridge == f"edldocker{i}", bridge
+        prefix = cluster.range_prefix + "."
+        ns = f"edl-hard-{os.getpid()}"
+        cluster.kubectl("create", "namespace", ns)
+        wait_for(  # ServiceAccount admission refuses pods until the account has its token
+            lambda: cluster.kubectl(
+                "get", "sa", "default", "-n", ns, "-o", "jsonpath={.secrets[0].name}", check=False
+            ).strip(),
+            60,
+            f"the token of {ns}'s default account",
+        )
+        namespaces, veths = _hostport_pods(cluster, ns, tmp_path)
+
+        killed = _kill_hard(cluster)
+        saved = _iptables()
+        # what the crash left: the tagged rules (the apiserver's loopback door among them),
+        # kube-proxy's and portmap's chains, the bridges, the range's route
+        assert "elasticdl-cluster" in saved and "KUBE-SERVICES" in saved, saved
+        assert _ifindex("edlcluster0") is not None
+        assert not (state / "run").exists()
+
+        r = cluster.script("start")
+        assert r.returncode == 0, r.stderr
+        assert SWEEP_MESSAGE in r.stderr, r.stderr
+        for node in cluster.nodes:
+            assert _ready(cluster, node) == "True", cluster.kubectl("get", "nodes", check=False)
+        docker0.assert_kept("by a start after a crash")
+
+        # Killed hard again, then only `stop`: no records, the same result as a clean stop.
+        killed += _kill_hard(cluster)
+        r = cluster.script("stop")
+        assert r.returncode == 0, r.stderr
+        left = _leftovers(state, prefix, killed, namespaces, veths)
+        assert not left, "left after a crash and stop:\n" + "\n".join(left)
+        docker0.assert_kept("by stop")
+    finally:
+        docker0.close()
+    # (exclusive_cluster starts the cluster again for the other tests)
