@@ -184,19 +184,22 @@ def _job_argv(
         f"--image_name={image}",
         "--model_zoo=model_zoo",
         "--model_def=mnist.mnist_functional_api.custom_model",
-        "--master_resource_request=cpu=0.2,memory=1024Mi",
+        # Small CPU requests: each node offers one CPU (the machine's cores split between the
+        # nodes), and test files running side by side share the cluster; with bigger requests
+        # a job's second worker waited Pending until the first had finished.
+        "--master_resource_request=cpu=0.1,memory=1024Mi",
         "--master_resource_limit=cpu=1,memory=2048Mi",
-        "--worker_resource_request=cpu=0.4,memory=1024Mi",
+        "--worker_resource_request=cpu=0.2,memory=1024Mi",
         "--worker_resource_limit=cpu=1,memory=2048Mi",
-        "--ps_resource_request=cpu=0.2,memory=1024Mi",
+        "--ps_resource_request=cpu=0.1,memory=1024Mi",
         "--ps_resource_limit=cpu=1,memory=2048Mi",
         f"--minibatch_size={MINIBATCH}",
         f"--job_name={job}",
         f"--namespace={ns}",
         "--image_pull_policy=IfNotPresent",
         f"--volume={volume}",
-        # One-node cluster without a pod network or kube-proxy: the job's pods use the node's
-        # network, and the master reaches the API server on loopback.
+        # Host network: the job's pods use their node's network (a loopback address), and the
+        # master reaches the API server on loopback.
         f"--envs=ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
         f"KUBERNETES_SERVICE_PORT={api_port}",
         "--detach",
