@@ -1,10 +1,13 @@
-"""Session fixture ``k8s_node``: ONE real single-node Kubernetes cluster (real kubelet, real
-containers; ``scripts/k8s/start-node.sh``) shared by every real-node test -- across test files
-too (see ``node.NodeLease``). One fresh namespace per test.
+"""Session fixture ``k8s_node``: ONE real multi-node Kubernetes cluster (real kubelets, real
+containers, a pod network, kube-proxy, cluster DNS; ``scripts/k8s/start-node.sh``) shared by
+every real-cluster test -- across test files too (see ``node.NodeLease``). One fresh namespace
+per test. ``exclusive_cluster`` (module scope) is the cluster for a module alone: for tests
+that take nodes or the whole cluster down.
 
 Where the machine cannot run it (not root, no cgroup v1, the binaries missing) the tests are
 skipped with the reason in one line -- unless ``ELASTICDL_REQUIRE_K8S_NODE`` is set (CI, after
-``scripts/k8s/build-node.sh``), where that is an error.
+``scripts/k8s/build-node.sh``), where that, and missing wheels for the image tests, is an
+error.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ def _unavailable(message: str):
 
 
 @pytest.fixture(scope="session")
-def k8s_node():
+def k8s_node_lease():
     pytest.importorskip("kubernetes")
     reason = why_not_here()
     if reason:
@@ -46,13 +49,27 @@ def k8s_node():
         )
     lease = NodeLease()
     try:
-        node = lease.acquire()
+        lease.acquire()
     except NodeUnavailable as e:
-        _unavailable(f"no real Kubernetes node: {e}")
+        _unavailable(f"no real Kubernetes cluster: {e}")
     try:
-        yield node
+        yield lease
     finally:
         lease.release()
+
+
+@pytest.fixture(scope="session")
+def k8s_node(k8s_node_lease):
+    """The shared cluster (:class:`node.Node`)."""
+    return k8s_node_lease.node
+
+
+@pytest.fixture(scope="module")
+def exclusive_cluster(k8s_node_lease):
+    """The cluster for this module alone (no other test process uses it meanwhile); it is
+    started again whole afterwards if a test left it (or a node of it) down."""
+    with k8s_node_lease.exclusive() as node:
+        yield node
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +81,7 @@ def base_image(k8s_node):
     root = repo_root()
     dist = images.wheel_dir(root)
     if dist is None:
-        pytest.skip(
+        _unavailable(
             "the image installs the Pants wheels: set ELASTICDL_WHEEL_DIR or run ./pants package "
             "//:elasticdl-wheel src/python:elasticdl-client-wheel src/cc:native"
         )
@@ -73,7 +90,7 @@ def base_image(k8s_node):
 
 @pytest.fixture
 def node_namespace(k8s_node):
-    """A fresh namespace on the real node, deleted (with its pods) after the test."""
+    """A fresh namespace on the real cluster, deleted (with its pods) after the test."""
     from kubernetes import client
 
     api = client.CoreV1Api(k8s_node.api_client())

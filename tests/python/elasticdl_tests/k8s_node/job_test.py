@@ -121,6 +121,8 @@ def mnist_image(k8s_node, base_image, tmp_path_factory):
         assert main(["zoo", "build", f"--image={image}", "."]) == 0
         build_s = time.monotonic() - t0
         assert main(["zoo", "push", image]) == 0
+    # The other nodes' engines pull it now, not when a pod lands there (2.5 GB).
+    k8s_node.pull_everywhere(image)
     tags = json.loads(
         subprocess.run(
             ["curl", "-sf", f"http://{k8s_node.registry}/v2/elasticdl/tags/list"],
@@ -133,7 +135,9 @@ def mnist_image(k8s_node, base_image, tmp_path_factory):
     try:
         yield image, ctx, build_s
     finally:
-        # The base image stays for the other real-node test files (conftest's base_image).
+        # The base image stays for the other real-node test files (conftest's base_image); the
+        # other nodes keep their pulled copy (the next push is pulled again over it; the
+        # cluster's stop removes every image named after its registry).
         k8s_node.docker("rmi", "-f", image, check=False)
 
 
@@ -180,19 +184,22 @@ def _job_argv(
         f"--image_name={image}",
         "--model_zoo=model_zoo",
         "--model_def=mnist.mnist_functional_api.custom_model",
-        "--master_resource_request=cpu=0.2,memory=1024Mi",
+        # Small CPU requests: each node offers one CPU (the machine's cores split between the
+        # nodes), and test files running side by side share the cluster; with bigger requests
+        # a job's second worker waited Pending until the first had finished.
+        "--master_resource_request=cpu=0.1,memory=1024Mi",
         "--master_resource_limit=cpu=1,memory=2048Mi",
-        "--worker_resource_request=cpu=0.4,memory=1024Mi",
+        "--worker_resource_request=cpu=0.2,memory=1024Mi",
         "--worker_resource_limit=cpu=1,memory=2048Mi",
-        "--ps_resource_request=cpu=0.2,memory=1024Mi",
+        "--ps_resource_request=cpu=0.1,memory=1024Mi",
         "--ps_resource_limit=cpu=1,memory=2048Mi",
         f"--minibatch_size={MINIBATCH}",
         f"--job_name={job}",
         f"--namespace={ns}",
         "--image_pull_policy=IfNotPresent",
         f"--volume={volume}",
-        # One-node cluster without a pod network or kube-proxy: the job's pods use the node's
-        # network, and the master reaches the API server on loopback.
+        # Host network: the job's pods use their node's network (a loopback address), and the
+        # master reaches the API server on loopback.
         f"--envs=ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
         f"KUBERNETES_SERVICE_PORT={api_port}",
         "--detach",
@@ -246,21 +253,24 @@ def test_mnist_ps_job_in_real_containers(
     first_running_s = time.monotonic() - t_submit
     # kubectl get pods lists them as the seed shows: NAME READY STATUS RESTARTS AGE.
     assert sorted(ln.split()[:3] for ln in listed) == sorted([p, "1/1", "Running"] for p in pods)
-    # Real containers of the node's engine.
-    containers = node.docker(
-        "ps",
-        "--filter",
-        f"label=io.kubernetes.pod.namespace={ns}",
-        "--format",
-        '{{.Label "io.kubernetes.pod.name"}} {{.Label "io.kubernetes.container.name"}}',
+    # Real containers of the nodes' engines.
+    containers = "\n".join(
+        node.docker_each(
+            "ps",
+            "--filter",
+            f"label=io.kubernetes.pod.namespace={ns}",
+            "--format",
+            '{{.Label "io.kubernetes.pod.name"}} {{.Label "io.kubernetes.container.name"}}',
+        ).values()
     ).split("\n")
     assert sorted(c for c in containers if c.endswith(" main")) == sorted(f"{p} main" for p in pods)
     # Restricted pods (the default --pod_security): the engine's record of every container of
     # the job says it runs as the non-root user 10001, may not gain privileges, has every
     # capability dropped, the default seccomp profile and a read-only root filesystem.
     for pod in pods:
-        cid = node_k8s.get_pod(pod).status.container_statuses[0].container_id.split("://", 1)[1]
-        (inspected,) = json.loads(node.docker("inspect", cid))
+        running = node_k8s.get_pod(pod)
+        cid = running.status.container_statuses[0].container_id.split("://", 1)[1]
+        (inspected,) = json.loads(node.docker_on(running.spec.node_name, "inspect", cid))
         host = inspected["HostConfig"]
         assert inspected["Config"]["User"] in ("10001", "10001:10001"), (pod, inspected["Config"])
         assert "no-new-privileges" in (host["SecurityOpt"] or []), (pod, host["SecurityOpt"])
@@ -421,7 +431,7 @@ def test_killed_worker_container_is_relaunched_and_nothing_is_lost(
         return pod.status.container_statuses[0].container_id.split("://", 1)[1]
 
     cid = wait_for(training_container, 300, "worker-0 to train", diagnose)
-    node.docker("kill", cid)
+    node.docker_any("kill", cid)  # (on the engine of worker-0's node)
     killed = wait_for(
         lambda: (p := node_k8s.get_pod(worker0)) is not None
         and read_termination(p).is_terminal

@@ -1,10 +1,12 @@
-"""Pods in REAL containers on the real node, through the project's own Kubernetes code: pods
+"""Pods in REAL containers on the real cluster's nodes, through the project's own Kubernetes code: pods
 built by ``elasticdl.k8s.pods.build_pod`` (volumes from ``--volume`` strings, resources),
 created, read and deleted by ``elasticdl.k8s.client.K8sClient``, their end read by
 ``elasticdl.k8s.termination.read_termination`` (what the master decides relaunches on), their
 logs served by the kubelet and read by ``elasticdl logs`` (``KubernetesBackend.logs``).
 
-The image is the node's ``local/busybox:node`` (a static busybox, imported by start-node.sh).
+The image is ``local/busybox:node`` (a static busybox every node's engine has, imported by
+start-node.sh). The pods use the host network, as ElasticDL's host mode does: a pod's IP is its
+node's (127.0.0.i). A container is handled through the engine of the node it runs on.
 """
 
 from __future__ import annotations
@@ -99,11 +101,12 @@ def test_pod_runs_with_a_host_path_volume_and_its_exit_code_and_logs_are_read(
     )
     running = _wait(node_k8s, "hello", _running)
     running_s = time.monotonic() - t0
-    # A real container of the node's engine, on the host network (the node is 127.0.0.1).
-    assert running.spec.node_name == "127.0.0.1"
-    assert running.status.pod_ip == "127.0.0.1" and running.spec.host_network is True
+    # A real container of its node's engine, on the host network (the pod's IP is its node's).
+    node = running.spec.node_name
+    assert node in k8s_node.nodes
+    assert running.status.pod_ip == node and running.spec.host_network is True
     cid = _container_id(running)
-    assert k8s_node.docker("inspect", "-f", "{{.State.Running}}", cid).strip() == "true"
+    assert k8s_node.docker_on(node, "inspect", "-f", "{{.State.Running}}", cid).strip() == "true"
 
     ended = _wait(node_k8s, "hello", _ended)
     reading = read_termination(ended)
@@ -159,8 +162,8 @@ def test_memory_limited_pod_is_oom_killed(node_k8s):
 
 def test_docker_kill_reads_as_exit_137_without_oom(k8s_node, node_k8s):
     node_k8s.create_pod(_pod(node_k8s, "victim", ["sleep", "3600"]))
-    cid = _container_id(_wait(node_k8s, "victim", _running))
-    k8s_node.docker("kill", cid)
+    victim = _wait(node_k8s, "victim", _running)
+    k8s_node.docker_on(victim.spec.node_name, "kill", _container_id(victim))
     reading = read_termination(_wait(node_k8s, "victim", _ended, timeout=30))
     # The preemption signature the master relaunches on: SIGKILL, not OOMKilled.
     assert (reading.phase, reading.exit_code, reading.reason) == ("Failed", 137, "Error")
@@ -169,11 +172,13 @@ def test_docker_kill_reads_as_exit_137_without_oom(k8s_node, node_k8s):
 def test_delete_stops_the_container(k8s_node, node_k8s):
     command = ["sh", "-c", "trap 'exit 143' TERM; sleep 3600 & wait"]
     node_k8s.create_pod(_pod(node_k8s, "doomed", command, grace=10))
-    cid = _container_id(_wait(node_k8s, "doomed", _running))
+    doomed = _wait(node_k8s, "doomed", _running)
+    cid, node = _container_id(doomed), doomed.spec.node_name
     t0 = time.monotonic()
     assert node_k8s.delete_pod("doomed")
     while (
-        k8s_node.docker("inspect", "-f", "{{.State.Running}}", cid, check=False).strip() == "true"
+        k8s_node.docker_on(node, "inspect", "-f", "{{.State.Running}}", cid, check=False).strip()
+        == "true"
     ):
         assert time.monotonic() - t0 < 15, "container still running 15s after the delete"
         time.sleep(0.1)
@@ -184,19 +189,23 @@ def test_delete_stops_the_container(k8s_node, node_k8s):
     assert node_k8s.wait_pod_gone("doomed", timeout=60)
 
 
-def test_node_is_on_loopback_and_its_kubelet_refuses_anonymous_requests(k8s_node):
-    """The node's addresses and servers: node IP 127.0.0.1, the kubelet refuses anonymous
-    requests (x509 + webhook authorization)."""
+def test_nodes_are_on_loopback_and_their_kubelets_refuse_anonymous_requests(k8s_node):
+    """The nodes' addresses and servers: node i is 127.0.0.i (name and only address), its
+    kubelet listens there on its own port and refuses anonymous requests (x509 + webhook
+    authorization)."""
     import ssl
     import urllib.error
     import urllib.request
 
-    addresses = k8s_node.kubectl(
-        "get", "node", "127.0.0.1", "-o", "jsonpath={.status.addresses[*].address}"
-    ).split()
-    assert set(addresses) == {"127.0.0.1"}
-    port = int(k8s_node.api.rsplit(":", 1)[1]) + 10  # start-node.sh: kubelet = base + 10
     ctx = ssl.create_default_context(cafile=str(k8s_node.state_dir / "pki" / "ca.crt"))
-    with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(f"https://127.0.0.1:{port}/pods", context=ctx, timeout=10)
-    assert e.value.code == 401
+    for i, node in enumerate(k8s_node.nodes, 1):
+        assert node == f"127.0.0.{i}"
+        addresses = k8s_node.kubectl(
+            "get", "node", node, "-o", "jsonpath={.status.addresses[*].address}"
+        ).split()
+        assert set(addresses) == {node}
+        # start-node.sh: node i's kubelet = port base + 10 + (i - 1)
+        port = int(k8s_node.api.rsplit(":", 1)[1]) + 9 + i
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"https://{node}:{port}/pods", context=ctx, timeout=10)
+        assert e.value.code == 401

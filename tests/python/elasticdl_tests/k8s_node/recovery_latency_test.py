@@ -58,7 +58,7 @@ def test_killed_workers_recovery_is_measured_from_the_journal(
     core = client.CoreV1Api(node.api_client())
     journal = recovery.JournalTail(volume / "job" / "journal")
     try:
-        kills = recovery.measure_kills(core, ns, job, journal, KILLS, "docker", node.docker)
+        kills = recovery.measure_kills(core, ns, job, journal, KILLS, "docker", node.docker_any)
     finally:
         assert main(["cancel", job, f"--namespace={ns}", "--platform=kubernetes"]) == 0
     for kill in kills:
@@ -67,8 +67,9 @@ def test_killed_workers_recovery_is_measured_from_the_journal(
         assert 0 < kill.requeued_s <= kill.trained_s and kill.running_s <= kill.trained_s, kill
     victims = [k.victim for k in kills]
     replacements = [k.replacement for k in kills]
-    # Workers 0 and 1 first, each replaced by a new id (2, 3), never one reused.
-    assert victims == [0, 1] and replacements == [2, 3], kills
+    # Workers 0 and 1 (in the order they took tasks: on two nodes either may be first), each
+    # replaced by a new id (2, 3), never one reused.
+    assert sorted(victims) == [0, 1] and replacements == [2, 3], kills
     wait_for(
         lambda: node_k8s.list_pods(f"elasticdl-job-name={job}") == [],
         120,

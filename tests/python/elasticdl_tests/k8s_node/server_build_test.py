@@ -45,6 +45,7 @@ def registry_base(k8s_node, base_image) -> str:
     pushed = f"{k8s_node.registry}/elasticdl:cpu"
     k8s_node.docker("tag", name, pushed)
     k8s_node.docker("push", pushed, timeout=600)
+    k8s_node.pull_everywhere(pushed)  # the other nodes' engines: now, not when a pod lands there
     return pushed
 
 
@@ -190,7 +191,9 @@ def test_package_job_built_in_cluster_runs(
     finally:
         server.stop()
         # The built images the kubelet pulled (their base layers stay: the base image's).
-        listed = node.docker("images", "--format", "{{.Repository}}:{{.Tag}}", check=False)
-        for pulled in listed.split():
-            if pulled.startswith(f"{repository}:"):
-                node.docker("rmi", pulled, check=False)
+        for where, listed in node.docker_each(
+            "images", "--format", "{{.Repository}}:{{.Tag}}", check=False
+        ).items():
+            for pulled in listed.split():
+                if pulled.startswith(f"{repository}:"):
+                    node.docker_on(where, "rmi", pulled, check=False)

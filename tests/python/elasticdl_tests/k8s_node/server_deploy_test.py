@@ -88,6 +88,8 @@ def server_image(k8s_node, base_image) -> tuple[str, str, float]:
     k8s_node.docker("tag", base, base_pushed)
     k8s_node.docker("push", base_pushed, timeout=600)
     k8s_node.docker("push", pushed, timeout=600)
+    for image in (base_pushed, pushed):  # the other nodes' engines: now, not when a pod lands there
+        k8s_node.pull_everywhere(image)
     return pushed, base_pushed, seconds
 
 
@@ -401,7 +403,9 @@ def test_server_image_deployed_in_the_cluster_serves_users(
         node.kubectl("delete", "-f", str(manifest), "--wait=false", check=False)
         node.kubectl("delete", "pv", volume["metadata"]["name"], "--wait=false", check=False)
         # The built images the kubelet pulled (their base layers stay: the base image's).
-        listed = node.docker("images", "--format", "{{.Repository}}:{{.Tag}}", check=False)
-        for pulled in listed.split():
-            if pulled.startswith(f"{repository}:"):
-                node.docker("rmi", pulled, check=False)
+        for where, listed in node.docker_each(
+            "images", "--format", "{{.Repository}}:{{.Tag}}", check=False
+        ).items():
+            for pulled in listed.split():
+                if pulled.startswith(f"{repository}:"):
+                    node.docker_on(where, "rmi", pulled, check=False)
