@@ -129,7 +129,7 @@ def build_mnist_image(env: dict[str, str], image_base: str, work: Path) -> tuple
 
 def node_job_argv(env: dict[str, str], image: str, namespace: str, volumes: str) -> list[str]:
     """The flags every benchmark job on the node gets: its image and namespace, the pods'
-    resources (sized for the 2-core node; the limit is the request), ``volumes`` (hostPath
+    resources (sized for a small node; the limit is the request), ``volumes`` (hostPath
     mounts) and the node's network (host network, the API server on loopback)."""
     api_host, api_port = env["ELASTICDL_NODE_API"].rsplit(":", 1)
     return [

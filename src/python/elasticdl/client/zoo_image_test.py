@@ -1,7 +1,7 @@
 """The two forms of ``--image_base`` (build an image from the model zoo, or run a pre-built
 one) as the spec resolves them, the build context and its content tag (no engine here;
 tests/python/elasticdl_tests/images/zoo_submit_test.py builds and pushes with a real one,
-k8s_node/seed_forms_test.py runs the job on the real node)."""
+k8s_node/onprem_guide_test.py runs the job on the real node)."""
 
 from __future__ import annotations
 

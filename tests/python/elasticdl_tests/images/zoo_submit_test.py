@@ -1,7 +1,7 @@
 """The on-prem cluster guide's ``elasticdl train --image_base=... --docker_image_prefix=...`` against a REAL
 Docker engine and registry (see conftest): the client builds the model-zoo image at submit
 time, pushes it to ``<prefix>elasticdl:<content tag>`` and submits with it. ``--yaml`` writes
-the master pod instead of creating it (no cluster here; k8s_node/seed_forms_test.py runs the
+the master pod instead of creating it (no cluster here; k8s_node/onprem_guide_test.py runs the
 same command on the real node)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import yaml
 from elasticdl.client import zoo  # noqa: F401  (the image code main runs by name)
 from elasticdl.client.main import main
 
-# The seed's spec.py: a label and a toleration on every pod, headless services.
+# The on-prem guide's spec.py: a label and a toleration on every pod, headless services.
 SEED_SPEC = """
 from kubernetes import client
 
@@ -112,7 +112,7 @@ def test_image_base_builds_pushes_and_submits_with_the_image(
         assert sent["image_name"] == image and sent["model_zoo"] == "/model_zoo"
         assert sent["checkpoint_dir"] == "/tmp/elasticdl/checkpoint_dir"
         assert "image_base" not in sent and "docker_image_prefix" not in sent
-        # The seed's cluster spec on the master pod (the master applies it to the others).
+        # The on-prem guide's cluster spec on the master pod (the master applies it to the others).
         assert master["pod"]["metadata"]["labels"]["my_app"] == "elasticdl"
         assert master["pod"]["spec"]["tolerations"][0]["key"] == "mycluster.com/app-pool"
         # The image holds the zoo where the job looks and the spec where the master looks.

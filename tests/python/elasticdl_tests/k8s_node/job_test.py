@@ -151,7 +151,7 @@ def _train_argv(
     checkpoints: Path | None = None,
     strategy: str = "ParameterServerStrategy",
 ) -> list[str]:
-    """The seed's `elasticdl train` command, on the node (host network, the API on loopback)."""
+    """The on-prem guide's `elasticdl train` command, on the node (host network, the API on loopback)."""
     checkpointing = []
     if checkpoints is not None:
         checkpointing = ["--checkpoint_dir=/checkpoints", "--checkpoint_steps=16"]
@@ -251,7 +251,7 @@ def test_mnist_ps_job_in_real_containers(
 
     listed = wait_for(all_running, 300, "master, ps-0, worker-0 and worker-1 to run", diagnose)
     first_running_s = time.monotonic() - t_submit
-    # kubectl get pods lists them as the seed shows: NAME READY STATUS RESTARTS AGE.
+    # kubectl get pods lists them as the on-prem guide shows: NAME READY STATUS RESTARTS AGE.
     assert sorted(ln.split()[:3] for ln in listed) == sorted([p, "1/1", "Running"] for p in pods)
     # Real containers of the nodes' engines.
     containers = "\n".join(

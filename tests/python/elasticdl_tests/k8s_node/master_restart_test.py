@@ -1,4 +1,4 @@
-"""The master dies on the REAL node (issue #19): a job submitted with ``--job_dir`` on its
+"""The master dies on the REAL node: a job submitted with ``--job_dir`` on its
 hostPath ``--volume`` runs its master pod under a batch/v1 Job; ``docker kill`` of the master's
 container mid-job, the real Job controller makes a new master pod, the new master resumes from
 the journal on the volume, adopts the running PS and worker pods (same UIDs) and the job trains

@@ -1,4 +1,4 @@
-"""benchmarks/k8s/recovery_latency.py's measurement at a tiny size on the REAL node (issue #17),
+"""benchmarks/k8s/recovery_latency.py's measurement at a tiny size on the REAL node,
 so it cannot rot: a restartable job's workers are killed twice with ``docker kill`` of their
 container, and each kill is followed in the master's journal on the hostPath volume and through
 the API server. Asserts what happened (the victim's tasks re-queued, a new worker in its place,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 def server_job_spec(job: str, api: str) -> dict:
     """The job spec (as the job server takes it) of a one-epoch README model job sized for the
-    one-node cluster whose API server is at `api` (host:port)."""
+    test cluster whose API server is at `api` (host:port)."""
     api_host, api_port = api.rsplit(":", 1)
     return {
         "job_name": job,

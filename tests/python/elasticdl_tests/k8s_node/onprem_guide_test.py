@@ -1,16 +1,16 @@
-"""Seed 003 ("ElasticDL on On-prem Cluster") as written, on the REAL node (issue #15, item 5):
+"""The on-prem cluster guide ("ElasticDL on On-prem Cluster") as written, on the REAL cluster:
 
 ``elasticdl train --image_base=elasticdl:cpu --docker_image_prefix=<node registry>/
 --model_zoo=./model_zoo --checkpoint_steps=10 --image_pull_policy=Always --cluster_spec=spec.py
 ...`` builds the model-zoo image at submit time on the base image, pushes it to the node's
 registry as ``<registry>/elasticdl:<content tag>``, and the job runs in real containers with the
-seed's spec.py applied to every pod (its label and toleration are on the running master, PS and
+guide's spec.py applied to every pod (its label and toleration are on the running master, PS and
 worker pods). Then the same zoo again is no build and a push that uploads nothing, and the
-seed's pre-built form (``--image_base=<that image> --model_zoo=/model_zoo``) is submitted
+guide's pre-built form (``--image_base=<that image> --model_zoo=/model_zoo``) is submitted
 without building.
 
-Differences from the seed's text, because this is a 2-core one-node cluster: 1 worker and
-``--grads_to_wait=1`` (the seed has 2 workers and 2), smaller resource requests, the data on a
+Differences from the guide's text, to fit a small test cluster: 1 worker and
+``--grads_to_wait=1`` (the guide has 2 workers and 2), smaller resource requests, the data on a
 hostPath volume, host networking (``--envs``), a tiny Fashion-MNIST subset and 1 epoch.
 """
 
@@ -33,7 +33,7 @@ TRAIN_RECORDS = 256
 TEST_RECORDS = 64
 MINIBATCH = 64
 
-# The seed's spec.py, verbatim but for layout.
+# The on-prem guide's spec.py, verbatim but for layout.
 SEED_SPEC = """
 from kubernetes import client
 
@@ -92,7 +92,7 @@ def _data(root: Path) -> Path:
 
 
 def _workdir(root: Path) -> Path:
-    """The seed's working directory: ./model_zoo (with mnist) and spec.py."""
+    """The on-prem guide's working directory: ./model_zoo (with mnist) and spec.py."""
     work = root / "work"
     shutil.copytree(
         repo_root() / "model_zoo" / "mnist",
@@ -191,7 +191,7 @@ def test_seed_003_builds_pushes_and_runs_with_the_cluster_spec(
             )
         return out
 
-    # The seed's spec.py on the running pods: the client patched the master, the master (from
+    # The on-prem guide's spec.py on the running pods: the client patched the master, the master (from
     # /cluster_spec/spec.py in the image it was built into) the PS and the worker.
     deadline = time.monotonic() + 300
     running = {}
@@ -205,8 +205,8 @@ def test_seed_003_builds_pushes_and_runs_with_the_cluster_spec(
     for name, pod in running.items():
         assert pod.metadata.labels.get("my_app") == "elasticdl", (name, pod.metadata.labels)
         tolerations = {(t.key, t.operator, t.value, t.effect) for t in pod.spec.tolerations}
-        seed = ("mycluster.com/app-pool", "Equal", "elasticdl", "NoSchedule")
-        assert seed in tolerations, (name, tolerations)
+        guide = ("mycluster.com/app-pool", "Equal", "elasticdl", "NoSchedule")
+        assert guide in tolerations, (name, tolerations)
         assert pod.spec.containers[0].image == image, name
         assert pod.spec.containers[0].image_pull_policy == "Always", name
 
@@ -231,7 +231,7 @@ def test_seed_003_builds_pushes_and_runs_with_the_cluster_spec(
         0,
     )
 
-    # The seed's pre-built form: that image as it is, its zoo at /model_zoo; nothing is built.
+    # The on-prem guide's pre-built form: that image as it is, its zoo at /model_zoo; nothing is built.
     prebuilt = f"{job}-pre"
     argv = _seed_argv([f"--image_base={image}"], "/model_zoo", prebuilt, ns, data, node.api)
     capsys.readouterr()
@@ -251,6 +251,6 @@ def test_seed_003_builds_pushes_and_runs_with_the_cluster_spec(
     node.docker("rmi", "-f", image, check=False)
     with capsys.disabled():
         print(
-            f"\nseed 003 on the real node: submit (build + push) {submit_s:.1f}s, "
+            f"\non-prem guide on the real cluster: submit (build + push) {submit_s:.1f}s, "
             f"submit -> Succeeded {job_s:.1f}s"
         )
