@@ -3,7 +3,8 @@ what is left kept to what they can finish in time.
 
 * **Backups.** When a worker that holds nothing asks for work, none is queued and no epoch is
   left to create (it would wait), it gets a copy of a training task that a slow worker
-  (``master.stragglers``) runs, the oldest such task first, one copy per task. The task is
+  (``master.stragglers``) has run for at least ``BACKUP_MIN_AGE_SECONDS``, the oldest such
+  task first, one copy per task. The task is
   then held twice; **the first report of it wins**: it is counted (once) and the other
   holder's later report is dropped (``backup_reports_dropped``; not a stale report, as no
   task was taken back). A failure reported by one holder
@@ -36,6 +37,13 @@ logger = logging.getLogger(__name__)
 
 # Tasks whose pace counts and that may be withheld from a slow worker.
 _PACED = (TaskType.TRAINING, TaskType.PREDICTION)
+
+# A task is copied only once its slow holder has had it this long. A copy costs the idle
+# worker a task's start-up (its shard read, a model pull) and pushes its gradients a second
+# time; for a task shorter than this the copy cannot win back what it costs, and a worker
+# that looks several times slower over such a span is more often paused by a busy machine
+# (a scheduler hiccup, a garbage collection) than a straggler.
+BACKUP_MIN_AGE_SECONDS = 2.0
 
 
 class TaskBackups:
@@ -116,6 +124,7 @@ class TaskBackups:
         slow = self._slow_workers()
         if not slow or worker_id in slow:
             return None
+        now = self._clock()
         candidates = sorted(
             (
                 d
@@ -123,6 +132,7 @@ class TaskBackups:
                 if d.worker_id in slow
                 and d.task.type == TaskType.TRAINING
                 and d.task.task_id not in self._backups
+                and now - d.start_time >= BACKUP_MIN_AGE_SECONDS
             ),
             key=lambda d: d.start_time,
         )

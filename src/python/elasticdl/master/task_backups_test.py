@@ -3,6 +3,7 @@ wins, every record counted once), a slow worker given no more than its share nea
 the holders of a backed-up task dying or failing, and all of it replayed from the journal."""
 import pytest
 from elasticdl.master.journal import MemorySink
+from elasticdl.master.task_backups import BACKUP_MIN_AGE_SECONDS
 from elasticdl.master.task_manager import TaskManager, TaskManagerConfig, TaskType
 from elasticdl.master.tasks import WAIT_TASK
 
@@ -78,6 +79,25 @@ def test_an_idle_worker_backs_up_a_slow_workers_task_and_the_first_report_wins()
     assert s.stale_reports == 0  # no task was taken back from worker 0
     assert tm.straggler_status()["ever_slow"] == [0]
     assert replayed(sink, clock).state() == tm.state()
+
+
+def test_a_task_is_copied_only_once_it_has_run_long_enough():
+    """Tasks of a fraction of a second: a worker several times slower over one of them is
+    more often paused by a busy machine than a straggler, and a copy would cost more than
+    it could win back."""
+    clock = Clock()
+    tm = manager(clock)
+    warm_up(tm, clock)
+    short = BACKUP_MIN_AGE_SECONDS / 20
+    handed_out = clock.now
+    stuck = tm.get(0)
+    run_fast(tm, clock, 1, 7, seconds=short / 10)  # the queue is empty now
+    assert tm.straggler_status()["slow_workers"][0]["worker"] == 0
+    assert tm.get(1) == WAIT_TASK  # slow, but its task is younger than the floor
+    clock.now = handed_out + BACKUP_MIN_AGE_SECONDS
+    copy = tm.get(1)
+    assert copy.task_id == stuck.task_id
+    assert tm.summary().backups_issued == 1
 
 
 def test_when_the_slow_worker_reports_first_the_copy_is_dropped():
