@@ -23,10 +23,8 @@ saves. Prints a table per job and one JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,12 +35,10 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "runtime"))
 import common  # noqa: E402
 import grpc  # noqa: E402
-import job_overhead  # noqa: E402  (its job-status helpers)
 from elasticdl.proto import elasticdl_pb2 as pb  # noqa: E402
 from interleaved import load_average  # noqa: E402
 
 GOAL = 0.9
-FINAL = ("Succeeded", "Failed", "Cancelled")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -86,14 +82,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
 
 
-def status_of(job_dir: str) -> dict:
-    try:
-        with open(os.path.join(job_dir, "status.json")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
-
-
 def job_pids(status: dict) -> list[int]:
     pids = [r.get("pid") for r in status.get("replicas", [])]
     pids.append(status.get("master", {}).get("pid"))
@@ -101,32 +89,23 @@ def job_pids(status: dict) -> list[int]:
 
 
 def run_job(args, kind: str, home: str, name: str, workers: str) -> dict:
-    env = common.python_env()
-    env["ELASTICDL_HOME"] = home
-    env.pop("ELASTICDL_MASTER_PEX", None)
-    os.makedirs(home, exist_ok=True)
     sizing = [f"--num_workers={workers}"]
     if workers == "auto":
         sizing += ["--min_workers=1", f"--max_workers={args.max_workers}"]
-    subprocess.run(
-        [sys.executable, "-m", "elasticdl.client", "train", "--platform=local",
-         f"--model_zoo={common.MODEL_ZOO}", f"--num_epochs={args.epochs}", "--num_ps_pods=1",
-         f"--job_name={name}", "--detach", *job_flags(kind, args), *sizing],
-        env=env, cwd=home, check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    job_dir = os.path.join(home, "jobs", name)
+    flags = [f"--num_epochs={args.epochs}", "--num_ps_pods=1", *job_flags(kind, args), *sizing]
+    job_dir = common.submit_local_job(home, name, flags)
     deadline = time.time() + args.timeout
-    channel, stub = job_overhead._master_stub(job_dir, deadline)
+    channel, stub = common.master_stub(job_dir, deadline)
     cpu: dict[int, float] = {}  # pid -> CPU seconds, the newest sample
     start = end = None
     try:
         while end is None and time.time() < deadline:
-            for pid in job_pids(status_of(job_dir)):
+            for pid in job_pids(common.job_status(job_dir)):
                 cpu[pid] = max(cpu.get(pid, 0.0), cpu_seconds(pid))
             try:
                 s = stub.get_job_status(pb.JobStatusRequest(), timeout=5)
             except grpc.RpcError:
-                if job_overhead._final_phase(job_dir):
+                if common.final_phase(job_dir):
                     break
                 time.sleep(0.1)
                 continue
@@ -136,13 +115,13 @@ def run_job(args, kind: str, home: str, name: str, workers: str) -> dict:
             done = s.epoch >= args.epochs and s.records_trained >= s.records_expected > 0
             if start is not None and done:
                 end = (now, s.records_trained, sum(cpu.values()))
-            if s.phase in FINAL:
+            if s.phase in common.FINAL_PHASES:
                 break
             time.sleep(0.1)
     finally:
         channel.close()
-    phase = job_overhead._wait_final(job_dir, deadline)
-    status = status_of(job_dir)
+    phase = common.wait_final(job_dir, deadline)
+    status = common.job_status(job_dir)
     if phase != "Succeeded" or start is None or end is None:
         raise RuntimeError(
             f"job {name}: {phase or 'unfinished'}, {status.get('message')}; see {job_dir}"

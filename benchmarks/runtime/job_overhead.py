@@ -109,25 +109,6 @@ def baseline_in_child(train_dir: str, minibatch_size: int, warmup_records: int) 
 
 
 # ---------------------------------------------------------------------------------------- job
-def _master_stub(job_dir: str, deadline: float):
-    import grpc
-    from elasticdl.common import auth, job_dir as job_files
-    from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
-
-    status = os.path.join(job_dir, job_files.STATUS_FILE)
-    while time.time() < deadline:
-        try:
-            with open(status) as f:
-                port = json.load(f)["master"]["port"]
-            # The master serves only holders of the job's secret (its owner may read it).
-            secret = auth.read_secret_file(os.path.join(job_dir, job_files.SECRET_FILE))
-            channel = auth.authenticated_channel(grpc.insecure_channel(f"127.0.0.1:{port}"), secret)
-            return channel, pb_grpc.MasterStub(channel)
-        except (OSError, ValueError, KeyError):
-            time.sleep(0.2)
-    raise RuntimeError(f"the master never wrote {status}")
-
-
 def run_job(
     home: str,
     name: str,
@@ -141,26 +122,11 @@ def run_job(
 
     `shared_memory=False` runs it with ELASTICDL_SHARED_MEMORY=0: the dense model then travels
     in gRPC messages, as it does between hosts."""
-    import grpc
-    from elasticdl.proto import elasticdl_pb2 as pb
-
-    env = common.python_env()
-    env["ELASTICDL_HOME"] = home
-    env["ELASTICDL_SHARED_MEMORY"] = "1" if shared_memory else "0"
-    # The master (and the PS and workers it starts) run from this checkout's sources with this
-    # interpreter, never a dist/ master.pex that may predate them: a client run from sources
-    # prefers this interpreter when it has TensorFlow (elasticdl.jobs.master_runtime).
-    env.pop("ELASTICDL_MASTER_PEX", None)
-    os.makedirs(home, exist_ok=True)
     submitted = time.time()
-    subprocess.run(
+    job_dir = common.submit_local_job(
+        home,
+        name,
         [
-            sys.executable,
-            "-m",
-            "elasticdl.client",
-            "train",
-            "--platform=local",
-            f"--model_zoo={common.MODEL_ZOO}",
             f"--model_def={MODEL_DEF}",
             f"--training_data={train_dir}",
             "--num_epochs=1",
@@ -168,48 +134,10 @@ def run_job(
             "--num_minibatches_per_task=2",
             "--num_workers=1",
             "--num_ps_pods=1",
-            f"--job_name={name}",
-            "--detach",
         ],
-        env=env,
-        cwd=home,
-        check=True,
-        capture_output=True,
-        text=True,
+        env={"ELASTICDL_SHARED_MEMORY": "1" if shared_memory else "0"},
     )
-    job_dir = os.path.join(home, "jobs", name)
-    deadline = submitted + timeout_s
-    channel, stub = _master_stub(job_dir, deadline)
-    t0 = r0 = t1 = r1 = None
-    expected = None
-    phase = ""
-    try:
-        while time.time() < deadline:
-            try:
-                s = stub.get_job_status(pb.JobStatusRequest(), timeout=5)
-            except grpc.RpcError:
-                if t1 is not None:
-                    break  # the master is gone after training: fine
-                phase = _final_phase(job_dir)
-                if phase:
-                    break
-                time.sleep(0.2)
-                continue
-            now = time.perf_counter()
-            expected = s.records_expected
-            if t0 is None and s.records_trained >= warmup_records:
-                t0, r0 = now, s.records_trained
-            if t1 is None and expected and s.records_trained >= expected:
-                t1, r1 = now, s.records_trained
-                break
-            if s.phase in ("Failed", "Cancelled"):
-                break
-            time.sleep(0.1)
-    finally:
-        channel.close()
-    phase = _wait_final(job_dir, deadline)
-    if phase != "Succeeded" or t0 is None or t1 is None or t1 <= t0:
-        raise RuntimeError(f"job {name} ended {phase or 'unfinished'}; see {job_dir}/logs")
+    t0, r0, t1, r1 = common.steady_state(job_dir, warmup_records, submitted + timeout_s)
     return {
         "records": r1,
         "timed_records": r1 - r0,
@@ -217,24 +145,6 @@ def run_job(
         "samples_per_s": (r1 - r0) / (t1 - t0),
         "wall_s": time.time() - submitted,
     }
-
-
-def _final_phase(job_dir: str) -> str:
-    try:
-        with open(os.path.join(job_dir, "status.json")) as f:
-            phase = json.load(f).get("phase", "")
-    except (OSError, ValueError):
-        return ""
-    return phase if phase in ("Succeeded", "Failed", "Cancelled") else ""
-
-
-def _wait_final(job_dir: str, deadline: float) -> str:
-    # The master writes its final status and exit code last: wait for the exit code file.
-    while time.time() < deadline:
-        if os.path.exists(os.path.join(job_dir, "exit_code")):
-            return _final_phase(job_dir)
-        time.sleep(0.2)
-    return _final_phase(job_dir)
 
 
 # ---------------------------------------------------------------------------------------- driver

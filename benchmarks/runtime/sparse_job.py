@@ -30,7 +30,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-import job_overhead  # noqa: E402  (its job-status helpers)
 
 MODEL_DEF = "deepfm.deepfm_ctr.custom_model"
 TARGET_RATIO = 1.0
@@ -143,22 +142,11 @@ def _shared_flags(args) -> list:
 
 # --------------------------------------------------------------------------------------------- job
 def run_job(args, home: str, name: str, num_ps: int) -> dict:
-    import grpc
-    from elasticdl.proto import elasticdl_pb2 as pb
-
-    env = common.python_env()
-    env["ELASTICDL_HOME"] = home
-    env.pop("ELASTICDL_MASTER_PEX", None)  # this checkout's sources, as job_overhead.py
-    os.makedirs(home, exist_ok=True)
     submitted = time.time()
-    subprocess.run(
+    job_dir = common.submit_local_job(
+        home,
+        name,
         [
-            sys.executable,
-            "-m",
-            "elasticdl.client",
-            "train",
-            "--platform=local",
-            f"--model_zoo={common.MODEL_ZOO}",
             f"--model_def={MODEL_DEF}",
             f"--model_params=features={args.features}; vocab={args.vocab}",
             f"--optimizer={OPTIMIZERS[args.optimizer]}",
@@ -169,44 +157,10 @@ def run_job(args, home: str, name: str, num_ps: int) -> dict:
             f"--num_minibatches_per_task={args.minibatches_per_task}",
             "--num_workers=1",
             f"--num_ps_pods={num_ps}",
-            f"--job_name={name}",
-            "--detach",
         ],
-        env=env,
-        cwd=home,
-        check=True,
-        capture_output=True,
-        text=True,
     )
-    job_dir = os.path.join(home, "jobs", name)
-    deadline = submitted + args.timeout
-    channel, stub = job_overhead._master_stub(job_dir, deadline)
-    t0 = r0 = t1 = r1 = None
-    try:
-        while time.time() < deadline:
-            try:
-                s = stub.get_job_status(pb.JobStatusRequest(), timeout=5)
-            except grpc.RpcError:
-                if job_overhead._final_phase(job_dir):
-                    break
-                time.sleep(0.2)
-                continue
-            now = time.perf_counter()
-            if t0 is None and s.records_trained >= args.warmup_records:
-                t0, r0 = now, s.records_trained
-            if s.records_expected and s.records_trained >= s.records_expected:
-                t1, r1 = now, s.records_trained
-                break
-            if s.phase in ("Failed", "Cancelled"):
-                break
-            time.sleep(0.1)
-    finally:
-        channel.close()
-    phase = job_overhead._wait_final(job_dir, deadline)
-    if phase != "Succeeded" or t0 is None or t1 is None or t1 <= t0:
-        raise RuntimeError(f"job {name} ended {phase or 'unfinished'}; see {job_dir}/logs")
-    with open(os.path.join(job_dir, "status.json")) as f:
-        metrics = json.load(f).get("evaluation_metrics") or {}
+    t0, r0, t1, r1 = common.steady_state(job_dir, args.warmup_records, submitted + args.timeout)
+    metrics = common.job_status(job_dir).get("evaluation_metrics") or {}
     return {
         "timed_records": r1 - r0,
         "seconds": t1 - t0,

@@ -20,10 +20,8 @@ backed up, backups first, tasks withheld). Prints a table and one JSON line whos
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,19 +36,10 @@ from elasticdl_testing.cpu_throttle import ThrottleUnavailable, cpu_throttled  #
 from interleaved import load_average  # noqa: E402
 
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"
-FINAL = ("Succeeded", "Failed", "Cancelled")
 
 
 class UsageError(Exception):
     pass
-
-
-def status_of(job_dir: str) -> dict:
-    try:
-        with open(os.path.join(job_dir, "status.json")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
 
 
 def worker_pid(status: dict, worker: int) -> int | None:
@@ -61,18 +50,11 @@ def worker_pid(status: dict, worker: int) -> int | None:
 
 
 def run_job(args, home: str, name: str, factor: float) -> dict:
-    env = common.python_env()
-    env["ELASTICDL_HOME"] = home
-    env.pop("ELASTICDL_MASTER_PEX", None)
     submitted = time.monotonic()
-    subprocess.run(
+    job_dir = common.submit_local_job(
+        home,
+        name,
         [
-            sys.executable,
-            "-m",
-            "elasticdl.client",
-            "train",
-            "--platform=local",
-            f"--model_zoo={common.MODEL_ZOO}",
             f"--model_def={MODEL_DEF}",
             f"--training_data={args.train}",
             "--num_epochs=1",
@@ -81,32 +63,24 @@ def run_job(args, home: str, name: str, factor: float) -> dict:
             f"--num_workers={args.workers}",
             "--num_ps_pods=1",
             f"--straggler_factor={factor}",
-            f"--job_name={name}",
-            "--detach",
         ],
-        env=env,
-        cwd=home,
-        check=True,
-        capture_output=True,
-        text=True,
     )
-    job_dir = os.path.join(home, "jobs", name)
     deadline = submitted + args.timeout
     while True:
-        status = status_of(job_dir)
+        status = common.job_status(job_dir)
         pid = worker_pid(status, 1)
         if pid and status.get("records_trained", 0) >= args.warmup_records:
             break
-        if status.get("phase") in FINAL or time.monotonic() > deadline:
+        if status.get("phase") in common.FINAL_PHASES or time.monotonic() > deadline:
             raise RuntimeError(f"job {name} ended before worker 1 was throttled; see {job_dir}")
         time.sleep(0.1)
     with cpu_throttled(pid, args.throttle):
         throttled = time.monotonic()
-        while status.get("phase") not in FINAL:
+        while status.get("phase") not in common.FINAL_PHASES:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"job {name} did not end in {args.timeout} s; see {job_dir}")
             time.sleep(0.2)
-            status = status_of(job_dir)
+            status = common.job_status(job_dir)
     ended = time.monotonic()
     if status["phase"] != "Succeeded" or status["records_trained"] != status["records_expected"]:
         raise RuntimeError(f"job {name}: {status['phase']}, {status.get('message')}; see {job_dir}")
