@@ -2,43 +2,28 @@
 sane. Not a performance test: nothing here depends on how fast the machine is. The CPU limit
 needs root: elsewhere the test skips with the benchmark's reason, except where
 ELASTICDL_REQUIRE_CGROUP_CPU is set."""
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from script_runs import fashion_mnist_cache, json_line, run_script
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_stragglers.py")
 REQUIRE_ENV = "ELASTICDL_REQUIRE_CGROUP_CPU"
 
 
-def data_dir() -> str:
-    default = Path.home() / ".cache" / "elasticdl" / "e2e" / "fashion_mnist"
-    return os.environ.get("ELASTICDL_E2E_DATA") or str(default)
-
-
 def test_tiny_run_prints_a_sane_json_line():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    out = subprocess.run(
-        [
-            sys.executable,
-            SCRIPT,
-            "--files=1",
-            "--warmup_records=512",
-            "--repeats=1",
-            f"--data={data_dir()}",
-        ],
-        capture_output=True,
-        text=True,
+    out = run_script(
+        SCRIPT,
+        "--files=1",
+        "--warmup_records=512",
+        "--repeats=1",
+        f"--data={fashion_mnist_cache()}",
         timeout=540,
-        env=env,
     )
     if out.returncode == 2 and "needs root" in out.stderr and not os.environ.get(REQUIRE_ENV):
         pytest.skip(out.stderr.strip())
     assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    summary = json_line(out)
     assert summary["benchmark"] == "stragglers"
     for mode in ("handled", "off"):
         assert summary["medians"][mode]["records"] == 4096
@@ -46,9 +31,7 @@ def test_tiny_run_prints_a_sane_json_line():
 
 
 def test_bad_flags_are_one_line():
-    out = subprocess.run(
-        [sys.executable, SCRIPT, "--workers=1"], capture_output=True, text=True, timeout=60
-    )
+    out = run_script(SCRIPT, "--workers=1", timeout=60)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "bench_stragglers: error: --files and --repeats must be >= 1, --workers >= 2 (one is "
