@@ -1,11 +1,13 @@
 """Stragglers in the task manager: a slow worker's task backed up by an idle one (first report
 wins, every record counted once), a slow worker given no more than its share near the end,
 the holders of a backed-up task dying or failing, and all of it replayed from the journal."""
+from typing import NamedTuple
+
 import pytest
 from elasticdl.master.journal import MemorySink
 from elasticdl.master.task_backups import BACKUP_MIN_AGE_SECONDS
 from elasticdl.master.task_manager import TaskManager, TaskManagerConfig, TaskType
-from elasticdl.master.tasks import WAIT_TASK
+from elasticdl.master.tasks import WAIT_TASK, Task
 
 
 class Clock:
@@ -60,12 +62,32 @@ def slow_start(tm, clock):
     return stuck
 
 
-def test_an_idle_worker_backs_up_a_slow_workers_task_and_the_first_report_wins():
-    clock = Clock()
-    tm = manager(clock)
-    sink = journaled(tm)
-    stuck = slow_start(tm, clock)
-    run_fast(tm, clock, 1, 2)  # the queue is empty now: tasks 1 .. 10 handed out
+class Stalled(NamedTuple):
+    clock: Clock
+    tm: TaskManager
+    sink: MemorySink
+    stuck: Task
+
+
+@pytest.fixture
+def stalled():
+    """Makes a journaled job (``manager``'s keywords) past :func:`slow_start`, then worker 1
+    trains ``more`` tasks: with the default 2 the queue is empty (tasks 1 .. 10 handed out)
+    and no copy of worker 0's task is handed out yet."""
+
+    def make(more: int = 2, **kw) -> Stalled:
+        clock = Clock()
+        tm = manager(clock, **kw)
+        sink = journaled(tm)
+        stuck = slow_start(tm, clock)
+        run_fast(tm, clock, 1, more)
+        return Stalled(clock, tm, sink, stuck)
+
+    return make
+
+
+def test_an_idle_worker_backs_up_a_slow_workers_task_and_the_first_report_wins(stalled):
+    clock, tm, sink, stuck = stalled()
     assert tm.straggler_status()["slow_workers"][0]["worker"] == 0
     copy = tm.get(1)
     assert copy.task_id == stuck.task_id and copy.shard == stuck.shard
@@ -100,12 +122,8 @@ def test_a_task_is_copied_only_once_it_has_run_long_enough():
     assert tm.summary().backups_issued == 1
 
 
-def test_when_the_slow_worker_reports_first_the_copy_is_dropped():
-    clock = Clock()
-    tm = manager(clock)
-    sink = journaled(tm)
-    stuck = slow_start(tm, clock)
-    run_fast(tm, clock, 1, 2)
+def test_when_the_slow_worker_reports_first_the_copy_is_dropped(stalled):
+    clock, tm, sink, stuck = stalled()
     copy = tm.get(1)
     assert copy.task_id == stuck.task_id
     assert tm.abandoned_workers() == set()
@@ -118,23 +136,15 @@ def test_when_the_slow_worker_reports_first_the_copy_is_dropped():
     assert replayed(sink, clock).state() == tm.state()
 
 
-def test_a_dead_holder_leaves_the_task_to_the_other():
-    clock = Clock()
-    tm = manager(clock)
-    sink = journaled(tm)
-    stuck = slow_start(tm, clock)
-    run_fast(tm, clock, 1, 2)
+def test_a_dead_holder_leaves_the_task_to_the_other(stalled):
+    clock, tm, sink, stuck = stalled()
     tm.get(1)
     assert tm.recover_tasks(0) == [stuck.task_id]  # the slow one died: not re-queued
     assert tm.summary().tasks_todo == 0
     assert tm.report(stuck.task_id, True, 1)
     assert tm.summary().records_trained == 40
     # And the other way round: the copy's holder dies, the slow worker's report counts.
-    clock2 = Clock()
-    tm2 = manager(clock2)
-    sink2 = journaled(tm2)
-    stuck2 = slow_start(tm2, clock2)
-    run_fast(tm2, clock2, 1, 2)
+    clock2, tm2, sink2, stuck2 = stalled()
     tm2.get(1)
     tm2.recover_tasks(1)
     assert tm2.straggler_status()["backups_issued"] == 1
@@ -144,12 +154,8 @@ def test_a_dead_holder_leaves_the_task_to_the_other():
         assert replayed(sink_, clock_).state() == live.state()
 
 
-def test_a_failure_of_one_holder_is_not_the_tasks():
-    clock = Clock()
-    tm = manager(clock, max_task_retries=0)
-    sink = journaled(tm)
-    stuck = slow_start(tm, clock)
-    run_fast(tm, clock, 1, 2)
+def test_a_failure_of_one_holder_is_not_the_tasks(stalled):
+    clock, tm, sink, stuck = stalled(max_task_retries=0)
     tm.get(1)
     assert tm.report(stuck.task_id, False, 0, err_message="boom")  # the copy goes on
     assert not tm.failed_message and tm.summary().tasks_retried == 0
@@ -158,12 +164,8 @@ def test_a_failure_of_one_holder_is_not_the_tasks():
     assert replayed(sink, clock).state() == tm.state()
 
 
-def test_a_repeated_report_and_get_gets_the_same_copy():
-    clock = Clock()
-    tm = manager(clock)
-    sink = journaled(tm)
-    stuck = slow_start(tm, clock)
-    run_fast(tm, clock, 1, 1)
+def test_a_repeated_report_and_get_gets_the_same_copy(stalled):
+    clock, tm, sink, stuck = stalled(more=1)
     last = tm.get(1)
     clock.now += 1
     copy = tm.report_and_get(last.task_id, True, 1)
@@ -174,11 +176,8 @@ def test_a_repeated_report_and_get_gets_the_same_copy():
     assert rebuilt.report_and_get(last.task_id, True, 1).task_id == copy.task_id
 
 
-def test_a_snapshot_keeps_the_copies():
-    clock = Clock()
-    tm = manager(clock)
-    stuck = slow_start(tm, clock)
-    run_fast(tm, clock, 1, 2)
+def test_a_snapshot_keeps_the_copies(stalled):
+    clock, tm, _, stuck = stalled()  # rebuilt from a snapshot below, not from the journal
     tm.get(1)
     sink = MemorySink()
     sink.snapshot(tm.state())
