@@ -7,9 +7,11 @@
    registry;
 3. ``elasticdl train --image_name=... --volume="host_path=<data>,mount_path=/data" ...`` with the
    PS strategy on a small Fashion-MNIST subset: the master pod starts the PS and two workers as
-   real containers (host network: ``--envs=ELASTICDL_K8S_NETWORK=host``; the master reaches the
-   API server on loopback), the job trains every record once to an accuracy well above chance;
-   ``elasticdl status`` / ``logs`` / ``wait`` / ``cancel`` work on it.
+   real containers in the default ``pod`` network mode, with no override: each pod on its
+   node's pod range, the workers on both nodes, reaching the PS by its Service's DNS name and
+   the master the API server through the ``kubernetes`` Service; the job trains every record
+   once to an accuracy well above chance; ``elasticdl status`` / ``logs`` / ``wait`` /
+   ``cancel`` work on it.
 
 Everything runs in real containers: nothing of the job runs in this process.
 """
@@ -151,7 +153,7 @@ def _train_argv(
     checkpoints: Path | None = None,
     strategy: str = "ParameterServerStrategy",
 ) -> list[str]:
-    """The on-prem guide's `elasticdl train` command, on the node (host network, the API on loopback)."""
+    """The on-prem guide's `elasticdl train` command, on the cluster."""
     checkpointing = []
     if checkpoints is not None:
         checkpointing = ["--checkpoint_dir=/checkpoints", "--checkpoint_steps=16"]
@@ -174,9 +176,8 @@ def _train_argv(
 def _job_argv(
     job: str, ns: str, image: str, data: Path, api: str, checkpoints: Path | None = None
 ) -> list[str]:
-    """What every job of these tests is given: image, zoo, resources, volumes, the node's
-    network (host network, the API server on loopback), --detach."""
-    api_host, api_port = api.rsplit(":", 1)
+    """What every job of these tests is given: image, zoo, resources, volumes, --detach; the
+    network is the default (pod) mode."""
     volume = f"host_path={data},mount_path=/data"
     if checkpoints is not None:
         volume += f";host_path={checkpoints},mount_path=/checkpoints"
@@ -198,10 +199,6 @@ def _job_argv(
         f"--namespace={ns}",
         "--image_pull_policy=IfNotPresent",
         f"--volume={volume}",
-        # Host network: the job's pods use their node's network (a loopback address), and the
-        # master reaches the API server on loopback.
-        f"--envs=ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
-        f"KUBERNETES_SERVICE_PORT={api_port}",
         "--detach",
     ]
 
@@ -253,6 +250,21 @@ def test_mnist_ps_job_in_real_containers(
     first_running_s = time.monotonic() - t_submit
     # kubectl get pods lists them as the on-prem guide shows: NAME READY STATUS RESTARTS AGE.
     assert sorted(ln.split()[:3] for ln in listed) == sorted([p, "1/1", "Running"] for p in pods)
+    # The default network mode: every pod has its own address on its node's pod range, the
+    # workers and the PS preferred different nodes, and the workers were told the PS by its
+    # Service name (resolved by the cluster DNS, not an address the master looked up).
+    placed = {}
+    for pod in pods:
+        running = node_k8s.get_pod(pod)
+        node_name, ip = running.spec.node_name, running.status.pod_ip
+        assert not running.spec.host_network, pod
+        assert ip.startswith(f"{node.range_prefix}.{node.nodes.index(node_name) + 1}."), (pod, ip)
+        placed[pod] = node_name
+    workers_on = {placed[p] for p in pods if "-worker-" in p}
+    assert workers_on == set(node.nodes[:2]), (placed, diagnose())
+    worker_args = node_k8s.get_pod(pods[2]).spec.containers[0].command
+    ps_address = f"elasticdl-{job}-ps-0.{ns}.svc:2222"
+    assert ps_address in " ".join(worker_args), worker_args
     # Real containers of the nodes' engines.
     containers = "\n".join(
         node.docker_each(
