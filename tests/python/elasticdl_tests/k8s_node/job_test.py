@@ -369,8 +369,11 @@ def test_mnist_ps_job_in_real_containers(
 def test_allreduce_job_in_real_containers(
     cli_env, mnist_image, data_dir, node_namespace, node_k8s, monkeypatch, capsys
 ):
-    """--distribution_strategy=AllreduceStrategy on the node: two worker containers build a Gloo
-    group through the master's store (host network) and train every record once."""
+    """--distribution_strategy=AllreduceStrategy across the two nodes: two worker containers,
+    one per node, build a Gloo group through the master's store over the pod network; one of
+    them is killed mid-job (``docker kill`` on its node's engine), the group shrinks to the
+    survivor, the master relaunches the worker and the group grows back to two; every record
+    is trained once."""
     node = cli_env
     image, ctx, _ = mnist_image
     ns = node_namespace
@@ -378,32 +381,56 @@ def test_allreduce_job_in_real_containers(
     monkeypatch.chdir(ctx)
     job = f"allreduce-{uuid.uuid4().hex[:4]}"
     target = [f"--namespace={ns}", "--platform=kubernetes"]
-    argv = _train_argv(job, ns, image, data_dir, node.api, EPOCHS, strategy="AllreduceStrategy")
+    epochs = 12  # enough work left for the relaunched worker to join
+    argv = _train_argv(job, ns, image, data_dir, node.api, epochs, strategy="AllreduceStrategy")
     capsys.readouterr()
     assert main(argv) == 0, capsys.readouterr().err[-3000:]
+    master = f"elasticdl-{job}-master"
 
     def diagnose() -> str:
         out = node.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False)
-        for replica in ("master", "worker-0", "worker-1"):
+        for replica in ("master", "worker-0", "worker-1", "worker-2"):
             out += f"\n--- {replica} ---\n" + node.kubectl(
                 "logs", "-n", ns, f"elasticdl-{job}-{replica}", "--tail=40", check=False
             )
         return out
 
+    def master_log() -> str:
+        return node_k8s.read_pod_log(master) or ""
+
+    def grouped_on_both_nodes():
+        workers = [node_k8s.get_pod(f"elasticdl-{job}-worker-{i}") for i in (0, 1)]
+        if any(w is None or w.status.phase != "Running" for w in workers):
+            return None
+        if not re.search(r"Rendezvous: generation \d+, world size 2", master_log()):
+            return None
+        return workers
+
+    workers = wait_for(grouped_on_both_nodes, 400, "a group of two workers", diagnose)
+    assert {w.spec.node_name for w in workers} == set(node.nodes[:2]), diagnose()
+    victim = workers[1]
+    generations_before = len(re.findall(r"Rendezvous: generation", master_log()))
+    cid = victim.status.container_statuses[0].container_id.split("://", 1)[1]
+    node.docker_on(victim.spec.node_name, "kill", cid)
+
+    def regrouped() -> bool:
+        later = re.findall(r"Rendezvous: generation \d+, world size (\d+)", master_log())
+        later = later[generations_before:]
+        # Shrunk to the survivor, then back to two with the relaunched worker.
+        return "1" in later and later[-1] == "2" and later.index("1") < len(later) - 1
+
+    wait_for(regrouped, 400, "the group to shrink and grow back", diagnose)
     assert main(["wait", job, "--timeout=900", *target]) == 0, diagnose()
     capsys.readouterr()
     assert main(["status", job, "-o", "json", *target]) == 0
     status = json.loads(capsys.readouterr().out)
-    total = TRAIN_RECORDS * EPOCHS
+    total = TRAIN_RECORDS * epochs
     assert status["phase"] == "Succeeded", status
     assert status["records_trained"] == status["records_expected"] == total, status
     assert status["evaluation_metrics"]["accuracy"] > 0.5, status
-    replicas = {r["name"] for r in status["replicas"]}
-    assert {"worker-0", "worker-1"} <= replicas and not any(r.startswith("ps-") for r in replicas)
-    assert main(["logs", job, *target]) == 0
-    master_log = capsys.readouterr().out
-    # Both workers were in one generation of the group at some point.
-    assert re.search(r"Rendezvous: generation \d+, world size 2", master_log), master_log[-3000:]
+    replicas = {r["name"]: r for r in status["replicas"]}
+    assert replicas["worker-1"]["replaced_by"] == 2, replicas
+    assert not any(name.startswith("ps-") for name in replicas)
     assert main(["cancel", job, *target]) == 0
     assert wait_for(lambda: node_k8s.list_pods() == [], 60, "the job's pods to go", diagnose)
 
