@@ -148,7 +148,6 @@ def _train_argv(
     ns: str,
     image: str,
     data: Path,
-    api: str,
     epochs: int,
     checkpoints: Path | None = None,
     strategy: str = "ParameterServerStrategy",
@@ -160,7 +159,7 @@ def _train_argv(
     ps = ["--num_ps_pods=1"] if strategy == "ParameterServerStrategy" else []
     return [
         "train",
-        *_job_argv(job, ns, image, data, api, checkpoints),
+        *_job_argv(job, ns, image, data, checkpoints),
         "--training_data=/data/train",
         "--validation_data=/data/test",
         f"--num_epochs={epochs}",
@@ -174,7 +173,7 @@ def _train_argv(
 
 
 def _job_argv(
-    job: str, ns: str, image: str, data: Path, api: str, checkpoints: Path | None = None
+    job: str, ns: str, image: str, data: Path, checkpoints: Path | None = None
 ) -> list[str]:
     """What every job of these tests is given: image, zoo, resources, volumes, --detach; the
     network is the default (pod) mode."""
@@ -225,7 +224,7 @@ def test_mnist_ps_job_in_real_containers(
     job = f"mnist-{uuid.uuid4().hex[:4]}"
     checkpoints = _checkpoint_dir(tmp_path)
     t_submit = time.monotonic()
-    rc = main(_train_argv(job, ns, image, data_dir, node.api, EPOCHS, checkpoints))
+    rc = main(_train_argv(job, ns, image, data_dir, EPOCHS, checkpoints))
     assert rc == 0, capsys.readouterr().err[-3000:]
     target = [f"--namespace={ns}", "--platform=kubernetes"]
     pods = [f"elasticdl-{job}-{r}" for r in ("master", "ps-0", "worker-0", "worker-1")]
@@ -337,7 +336,7 @@ def test_mnist_ps_job_in_real_containers(
         ("evaluate", evaluated, "--validation_data=/data/test"),
         ("predict", predicted, "--prediction_data=/data/test"),
     ):
-        argv = [command, *_job_argv(name, ns, image, data_dir, node.api, checkpoints)]
+        argv = [command, *_job_argv(name, ns, image, data_dir, checkpoints)]
         argv += [data, "--num_workers=1", *from_checkpoint]
         assert main(argv) == 0, capsys.readouterr().err[-3000:]
     t_second = time.monotonic()
@@ -382,7 +381,7 @@ def test_allreduce_job_in_real_containers(
     job = f"allreduce-{uuid.uuid4().hex[:4]}"
     target = [f"--namespace={ns}", "--platform=kubernetes"]
     epochs = 12  # enough work left for the relaunched worker to join
-    argv = _train_argv(job, ns, image, data_dir, node.api, epochs, strategy="AllreduceStrategy")
+    argv = _train_argv(job, ns, image, data_dir, epochs, strategy="AllreduceStrategy")
     capsys.readouterr()
     assert main(argv) == 0, capsys.readouterr().err[-3000:]
     master = f"elasticdl-{job}-master"
@@ -448,7 +447,7 @@ def test_killed_worker_container_is_relaunched_and_nothing_is_lost(
     monkeypatch.chdir(ctx)
     epochs = 4  # enough work left when the kill lands
     job = f"kill-{uuid.uuid4().hex[:4]}"
-    assert main(_train_argv(job, ns, image, data_dir, node.api, epochs)) == 0
+    assert main(_train_argv(job, ns, image, data_dir, epochs)) == 0
     target = [f"--namespace={ns}", "--platform=kubernetes"]
     worker0 = f"elasticdl-{job}-worker-0"
 
@@ -506,7 +505,7 @@ def test_oom_killed_workers_are_relaunched_within_their_budget_and_status_says_s
     _rbac(node, ns, capsys)
     monkeypatch.chdir(ctx)
     job = f"oom-{uuid.uuid4().hex[:4]}"
-    argv = _train_argv(job, ns, image, data_dir, node.api, 1)
+    argv = _train_argv(job, ns, image, data_dir, 1)
     argv = [a for a in argv if not a.startswith("--worker_resource_")] + [
         "--worker_resource_request=cpu=0.2,memory=64Mi",
         "--worker_resource_limit=cpu=1,memory=150Mi",  # importing TensorFlow needs more
@@ -552,7 +551,7 @@ def test_deleted_ps_pod_is_relaunched_and_restores_its_checkpoint(
     checkpoints = _checkpoint_dir(tmp_path)
     epochs = 4  # enough work left when the PS goes
     job = f"psdel-{uuid.uuid4().hex[:4]}"
-    assert main(_train_argv(job, ns, image, data_dir, node.api, epochs, checkpoints)) == 0
+    assert main(_train_argv(job, ns, image, data_dir, epochs, checkpoints)) == 0
     target = [f"--namespace={ns}", "--platform=kubernetes"]
     ps0 = f"elasticdl-{job}-ps-0"
 

@@ -40,7 +40,7 @@ def test_killed_master_container_is_replaced_and_the_job_resumes(
     volume = _checkpoint_dir(tmp_path)  # writable by the restricted pods' user
     epochs = 4  # enough work left when the kill lands
     job = f"mkill-{uuid.uuid4().hex[:4]}"
-    argv = _train_argv(job, ns, image, data_dir, node.api, epochs, volume)
+    argv = _train_argv(job, ns, image, data_dir, epochs, volume)
     assert main([*argv, "--job_dir=/checkpoints/job"]) == 0
     target = [f"--namespace={ns}", "--platform=kubernetes"]
     masters_selector = f"elasticdl-job-name={job},elasticdl-replica-type=master"

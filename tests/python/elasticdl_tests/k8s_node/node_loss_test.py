@@ -93,7 +93,7 @@ def test_a_job_loses_a_node_and_finishes_on_the_other(
             }
         },
     }
-    argv = _train_argv(job, ns, image, data_dir, node.api, EPOCHS, checkpoints)
+    argv = _train_argv(job, ns, image, data_dir, EPOCHS, checkpoints)
     argv.append(f"--cluster_spec_json={json.dumps(placement)}")
     assert main(argv) == 0, capsys.readouterr().err[-3000:]
     target = [f"--namespace={ns}", "--platform=kubernetes"]
