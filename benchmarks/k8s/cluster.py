@@ -127,12 +127,14 @@ def build_mnist_image(env: dict[str, str], image_base: str, work: Path) -> tuple
         return zoo_image.build_zoo_image(request).image, zoo
 
 
-def node_job_argv(env: dict[str, str], image: str, namespace: str, volumes: str) -> list[str]:
-    """The flags every benchmark job on the node gets: its image and namespace, the pods'
-    resources (sized for a small node; the limit is the request), ``volumes`` (hostPath
-    mounts) and the node's network (host network, the API server on loopback)."""
-    api_host, api_port = env["ELASTICDL_NODE_API"].rsplit(":", 1)
-    return [
+def node_job_argv(
+    env: dict[str, str], image: str, namespace: str, volumes: str, network: str = "pod"
+) -> list[str]:
+    """The flags every benchmark job on the cluster gets: its image and namespace, the pods'
+    resources (sized for the small nodes; the limit is the request), ``volumes`` (hostPath
+    mounts) and its network: ``pod`` (the default mode: pod addresses, Service names) or
+    ``host`` (the nodes' network, the API server on loopback)."""
+    argv = [
         f"--image_name={image}",
         "--model_zoo=/model_zoo",
         f"--namespace={namespace}",
@@ -141,6 +143,13 @@ def node_job_argv(env: dict[str, str], image: str, namespace: str, volumes: str)
         "--master_resource_request=cpu=0.2,memory=1024Mi",
         "--worker_resource_request=cpu=0.4,memory=1024Mi",
         "--ps_resource_request=cpu=0.2,memory=1024Mi",
-        f"--envs=ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
-        f"KUBERNETES_SERVICE_PORT={api_port}",
     ]
+    if network == "host":
+        api_host, api_port = env["ELASTICDL_NODE_API"].rsplit(":", 1)
+        argv.append(
+            f"--envs=ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
+            f"KUBERNETES_SERVICE_PORT={api_port}"
+        )
+    elif network != "pod":
+        raise ValueError(f"network {network!r}: use 'pod' or 'host'")
+    return argv

@@ -127,7 +127,9 @@ def _measure(args, env, core, namespace, image, zoo, data) -> None:
     node_argv = (
         common
         + ["--training_data=/data/train"]
-        + cluster.node_job_argv(env, image, namespace, f"host_path={data},mount_path=/data")
+        + cluster.node_job_argv(
+            env, image, namespace, f"host_path={data},mount_path=/data", network="host"
+        )
     )
     local_argv = common + [
         "--platform=local",

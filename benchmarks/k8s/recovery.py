@@ -95,7 +95,7 @@ class Kill:
     trained_s: float
 
 
-def _until(predicate, timeout: float, what: str, poll: float = JOURNAL_POLL_S):
+def until(predicate, timeout: float, what: str, poll: float = JOURNAL_POLL_S):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -105,7 +105,7 @@ def _until(predicate, timeout: float, what: str, poll: float = JOURNAL_POLL_S):
     raise RecoveryTimeout(f"timed out after {timeout:g} s waiting for {what}")
 
 
-def _worker_pod(core, namespace: str, job: str, worker: int):
+def worker_pod(core, namespace: str, job: str, worker: int):
     from elasticdl.k8s import names
     from kubernetes.client.rest import ApiException
 
@@ -140,10 +140,10 @@ def measure_kills(
             # Wait until the last replacement trained (every busy worker has finished a task).
             if not busy or any(w not in journal.finished for w in busy):
                 return None
-            pod = _worker_pod(core, namespace, job, min(busy))
+            pod = worker_pod(core, namespace, job, min(busy))
             return pod if pod is not None and pod.status.phase == "Running" else None
 
-        pod = _until(victim, 600, "a worker holding a task")
+        pod = until(victim, 600, "a worker holding a task")
         worker = int(pod.metadata.name.rsplit("-", 1)[1])
         t0 = time.monotonic()
         if how == "docker":
@@ -155,17 +155,17 @@ def measure_kills(
             journal.poll()
             return next(((t, ids) for t, ids in journal.requeued if t > t0), None)
 
-        t_requeued, tasks = _until(requeued, 120, f"worker {worker}'s tasks re-queued")
-        _, new = _until(
+        t_requeued, tasks = until(requeued, 120, f"worker {worker}'s tasks re-queued")
+        _, new = until(
             lambda: journal.poll() or journal.replaced_by.get(worker), 120, "a replacement"
         )
 
         def running():
-            pod = _worker_pod(core, namespace, job, new)
+            pod = worker_pod(core, namespace, job, new)
             return pod is not None and pod.status.phase == "Running" and time.monotonic()
 
-        t_running = _until(running, 300, f"worker {new} Running", POD_POLL_S)
-        t_trained = _until(
+        t_running = until(running, 300, f"worker {new} Running", POD_POLL_S)
+        t_trained = until(
             lambda: journal.poll() or journal.finished.get(new), 600, f"worker {new} training"
         )
         rows.append(Kill(worker, new, tasks, t_requeued - t0, t_running - t0, t_trained - t0))

@@ -95,6 +95,7 @@ def _node_figures(args, env: dict[str, str], tmp: Path) -> list[Kill]:
                 image,
                 namespace,
                 f"host_path={tmp / 'data'},mount_path=/data;host_path={volume},mount_path=/volume",
+                network="host",
             ),
         ]
         print(f"real node, {args.kills} kills ({args.kill}):", flush=True)

@@ -10,6 +10,7 @@
 #      dnsmasq-base                 the cluster DNS server
 #      iptables                     kube-proxy's Service rules and the pod network's FORWARD rules
 #      conntrack                    kube-proxy deletes stale UDP flows of removed endpoints with it
+#      socat                        the kubelets' dockershim serves `kubectl port-forward` with it
 #    (the container engine, Debian's docker.io, comes from scripts/container-engine/install.sh).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,6 +23,7 @@ done
 command -v dnsmasq >/dev/null || need+=(dnsmasq-base)
 command -v iptables >/dev/null || need+=(iptables)
 command -v conntrack >/dev/null || need+=(conntrack)
+command -v socat >/dev/null || need+=(socat)
 if ((${#need[@]})); then
   [[ $(id -u) == 0 ]] || die "installing ${need[*]} needs root"
   log=${TMPDIR:-/tmp}/elasticdl-k8s-apt.log

@@ -493,7 +493,7 @@ preflight() {
     [[ -x $BIN/$b ]] || missing+=("$b")
   done
   for b in bridge host-local loopback portmap; do [[ -x /usr/lib/cni/$b ]] || missing+=("cni-$b"); done
-  for b in dnsmasq iptables conntrack; do command -v "$b" >/dev/null || missing+=("$b"); done
+  for b in dnsmasq iptables conntrack socat; do command -v "$b" >/dev/null || missing+=("$b"); done
   if ((${#missing[@]})); then
     say "making ${missing[*]} (scripts/k8s/build-node.sh)"
     "$HERE/build-node.sh" >&2

@@ -49,8 +49,12 @@ class WorkerSpec:
     output: str
     log_level: str
     allreduce_backend: str = checked(one_of(ALLREDUCE_BACKENDS))
-    # Seconds to keep retrying an unreachable master or PS before giving up.
-    retry_timeout: float = 120.0
+    # Seconds to keep retrying an unreachable master or PS before giving up. Long enough for a
+    # PS lost with its node to be back: the node controller's grace period (40 s by default),
+    # the pods' --node_lost_timeout (30 s), the deletion deadline and margin of
+    # platform.k8s_lost_pods (45 s) and the new PS's start and restore; giving up sooner only
+    # relaunches the worker, which must wait for that PS all the same.
+    retry_timeout: float = 300.0
     # AllreduceStrategy: re-form the group and retry a failed allreduce this often.
     allreduce_retries: int = checked(non_negative, 5)
     # The original ElasticDL's model-file conventions (see common.model_utils.load_model_spec).

@@ -17,7 +17,9 @@ Two ways to describe them (``--cluster_spec`` and ``--cluster_spec_json``, exclu
       own ``elasticdl-*`` labels cannot be overridden: they identify the job's pods);
     * ``node_selector``: string map merged into ``spec.nodeSelector`` (pods only);
     * ``affinity``: a Kubernetes ``Affinity`` object (camelCase, as in YAML) (pods only);
-    * ``tolerations``: a list of ``Toleration`` objects appended to the pod's (pods only);
+    * ``tolerations``: a list of ``Toleration`` objects added to the pod's, replacing one
+      ElasticDL set for the same key and effect (e.g. those of ``--node_lost_timeout``) (pods
+      only);
     * ``env``: ``{"NAME": "value"}`` or ``[{"name": ..., "value": ...}]`` set in every
       container, replacing variables of the same name (pods only).
 
@@ -265,9 +267,10 @@ def _apply_pod_patch(pod, patch: dict, where: str) -> None:
     if "affinity" in patch:
         pod.spec.affinity = to_model(patch["affinity"], "V1Affinity")
     if "tolerations" in patch:
-        pod.spec.tolerations = list(pod.spec.tolerations or []) + [
-            to_model(t, "V1Toleration") for t in patch["tolerations"]
-        ]
+        given = [to_model(t, "V1Toleration") for t in patch["tolerations"]]
+        taken = {(t.key, t.effect) for t in given}
+        kept = [t for t in pod.spec.tolerations or [] if (t.key, t.effect) not in taken]
+        pod.spec.tolerations = kept + given
     if "env" in patch:
         pairs = _env_list(patch["env"], f"{where}.env")
         names = {name for name, _ in pairs}

@@ -98,7 +98,15 @@ def test_json_spec_applies_common_then_per_type_patches():
             "labels": {"team": "ml"},
             "annotations": {"a": "b"},
             "env": {"A": "overridden"},
-            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "tolerations": [
+                {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {
+                    "key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 600,
+                },
+            ],
         },
         "worker_pod_spec": {
             "labels": {"team": "ml-workers"},
@@ -128,7 +136,16 @@ def test_json_spec_applies_common_then_per_type_patches():
     assert worker["metadata"]["annotations"] == {"a": "b"}
     assert worker["spec"]["nodeSelector"] == {"pool": "cpu"}
     assert worker["spec"]["affinity"] == data["worker_pod_spec"]["affinity"]
-    assert worker["spec"]["tolerations"] == data["pod_spec"]["tolerations"]
+    # Added to ElasticDL's own; the spec's unreachable toleration replaces ElasticDL's.
+    assert worker["spec"]["tolerations"] == [
+        {
+            "key": "node.kubernetes.io/not-ready",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 30,
+        },
+        *data["pod_spec"]["tolerations"],
+    ]
     env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}
     assert env["A"] == "overridden" and env["B"] == "2" and env["C"] == "3"
     assert "MY_POD_IP" in env  # downward API variable kept

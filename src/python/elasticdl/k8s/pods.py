@@ -22,7 +22,9 @@ Every pod:
 * carries resource requests/limits from ``elasticdl.k8s.resources`` (``gpu`` ->
   ``nvidia.com/gpu``; the limit defaults to the request), volumes from
   ``elasticdl.k8s.volumes``, an optional PriorityClass, and an owner reference to the
-  master pod for replicas (deleting the master deletes the job).
+  master pod for replicas (deleting the master deletes the job);
+* tolerates a NotReady or unreachable node for ``--node_lost_timeout`` seconds (not
+  Kubernetes' 300), and workers and PS prefer nodes where fewer of their kind run.
 
 Services are headless (``clusterIP: None``) and select exactly one replica by its labels, so
 a relaunched PS keeps its DNS name ``elasticdl-<job>-ps-<i>.<namespace>.svc``.
@@ -31,8 +33,9 @@ a relaunched PS keeps its DNS name ``elasticdl-<job>-ps-<i>.<namespace>.svc``.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from elasticdl.common.job_spec import JobSpec
 from elasticdl.k8s import resources, security, volumes
 from elasticdl.k8s.client import to_model
 from elasticdl.k8s.cluster_spec import ClusterSpec
@@ -46,8 +49,9 @@ from elasticdl.k8s.names import (
     job_labels,
 )
 
-if TYPE_CHECKING:
-    from elasticdl.common.job_spec import JobSpec
+# The taints the node controller puts on a node that stopped reporting (NoExecute).
+NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+HOSTNAME_TOPOLOGY_KEY = "kubernetes.io/hostname"
 
 
 @dataclasses.dataclass
@@ -66,9 +70,11 @@ class PodTemplate:
     pod_security: str = security.POD_SECURITY_RESTRICTED  # --pod_security
     # --image_pull_secrets: what the kubelet pulls a private registry's images with.
     image_pull_secrets: tuple[str, ...] = ()
+    # --node_lost_timeout: seconds on a NotReady/unreachable node before eviction.
+    node_lost_timeout: int = JobSpec.node_lost_timeout
 
     @classmethod
-    def from_spec(cls, job: "JobSpec", cluster_spec: ClusterSpec | None = None) -> "PodTemplate":
+    def from_spec(cls, job: JobSpec, cluster_spec: ClusterSpec | None = None) -> "PodTemplate":
         """From the job's ``namespace``, ``image_pull_policy``, ``restart_policy``, ``volume``,
         ``envs``, ``secret_envs``, ``pod_security`` (and its cluster spec unless ``cluster_spec`` is given).
         """
@@ -82,6 +88,7 @@ class PodTemplate:
             cluster_spec=cluster_spec if cluster_spec is not None else ClusterSpec.from_spec(job),
             pod_security=job.pod_security,
             image_pull_secrets=tuple(job.pull_secret_names()),
+            node_lost_timeout=job.node_lost_timeout,
         )
 
 
@@ -194,9 +201,45 @@ def build_pod(
             automount_service_account_token=False if replica_type != MASTER_TYPE else None,
             # host network mode: the pods of the job share the node's network namespace.
             host_network=True if merged.get(NETWORK_ENV) == NETWORK_HOST else None,
+            tolerations=node_lost_tolerations(template.node_lost_timeout),
+            topology_spread_constraints=(
+                None if replica_type == MASTER_TYPE else spread_over_nodes(job_name, replica_type)
+            ),
         ),
     )
     return template.cluster_spec.patch_pod(pod, replica_type)
+
+
+def node_lost_tolerations(seconds: int) -> list:
+    """How long a pod stays on a node the node controller marked NotReady or unreachable.
+    Kubernetes gives every pod 300 s; a job's pods get ``seconds``, so a dead machine holds
+    the job up for about that long (plus the node monitor's grace period) before its workers
+    and PS are relaunched elsewhere, instead of five minutes."""
+    from kubernetes import client
+
+    return [
+        client.V1Toleration(
+            key=taint, operator="Exists", effect="NoExecute", toleration_seconds=int(seconds)
+        )
+        for taint in NODE_LOST_TAINTS
+    ]
+
+
+def spread_over_nodes(job_name: str, replica_type: str) -> list:
+    """A preference, never a requirement, to put a job's workers (and its PS) on different
+    nodes: one lost node then takes a share of them rather than all, and co-located replicas
+    do not compete for one node's CPUs and network. ``ScheduleAnyway``: a replica that only
+    fits where others of its kind already run is still scheduled, as an elastic job must be."""
+    from kubernetes import client
+
+    return [
+        client.V1TopologySpreadConstraint(
+            max_skew=1,
+            topology_key=HOSTNAME_TOPOLOGY_KEY,
+            when_unsatisfiable="ScheduleAnyway",
+            label_selector=client.V1LabelSelector(match_labels=job_labels(job_name, replica_type)),
+        )
+    ]
 
 
 def build_service(

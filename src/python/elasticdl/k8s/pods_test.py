@@ -137,3 +137,49 @@ def test_secret_envs_are_refused_where_they_cannot_work():
     # A reference written into --envs would reach the pods as text: pointed to --secret_envs.
     with pytest.raises(SpecError, match="use --secret_envs=T=<secret>/<key>"):
         JobSpec(job_name="j", envs="T=secretKeyRef:c/k")
+
+
+def test_every_pod_leaves_a_lost_node_after_the_jobs_node_lost_timeout():
+    from elasticdl.common.job_spec import JobSpec
+
+    spec = JobSpec(job_name="j", model_def="m.f", node_lost_timeout=12)
+    for replica_type, replica_id in (("master", None), ("ps", 0), ("worker", 3)):
+        pod = build_pod(
+            PodTemplate.from_spec(spec),
+            name="p",
+            job_name="j",
+            replica_type=replica_type,
+            replica_id=replica_id,
+            image="img",
+            command=["x"],
+        )
+        tolerations = {
+            (t.key, t.operator, t.effect, t.toleration_seconds) for t in pod.spec.tolerations
+        }
+        assert tolerations == {
+            ("node.kubernetes.io/not-ready", "Exists", "NoExecute", 12),
+            ("node.kubernetes.io/unreachable", "Exists", "NoExecute", 12),
+        }
+    # The default: not Kubernetes' 300 s.
+    assert PodTemplate().node_lost_timeout == JobSpec(job_name="j").node_lost_timeout == 30
+
+
+def test_workers_and_ps_prefer_nodes_with_fewer_of_their_kind_and_the_master_has_no_preference():
+    (spread,) = _pod({}).spec.topology_spread_constraints
+    assert spread.when_unsatisfiable == "ScheduleAnyway"  # a preference: never left Pending
+    assert spread.topology_key == "kubernetes.io/hostname" and spread.max_skew == 1
+    assert spread.label_selector.match_labels == {
+        "app": "elasticdl",
+        "elasticdl-job-name": "j",
+        "elasticdl-replica-type": "worker",
+    }
+    master = build_pod(
+        PodTemplate(),
+        name="m",
+        job_name="j",
+        replica_type="master",
+        replica_id=None,
+        image="img",
+        command=["x"],
+    )
+    assert master.spec.topology_spread_constraints is None

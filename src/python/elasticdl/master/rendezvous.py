@@ -23,6 +23,10 @@ Rules (pure Python and thread-safe; torch is imported only by :class:`Rendezvous
   it**, and no membership change happened for ``settle_s`` seconds (a burst of joins or a crash
   seen by several workers at once becomes one generation, not several). A member that never
   answers (frozen) is waited for at most ``answer_timeout_s``.
+* **A member gone**: while a member of the current generation has left the job, every answer
+  of ``get_comm_rank`` says so (``members_gone``): the others stop waiting in a collective that
+  cannot complete and rejoin at once, instead of after the collective's timeout (a peer on a
+  lost node sends no reset: nothing else tells them).
 * Ranks follow joining order: survivors keep their relative order, newcomers come last, so rank
   0 - which broadcasts the model to everyone after a change - is the longest-serving member.
 """
@@ -48,6 +52,7 @@ class CommRank:
     rendezvous_id: int  # 0 until the first generation exists
     store_host: str
     store_port: int
+    members_gone: bool = False  # a member of this generation left the job
 
 
 # Generation ids are life-major: the n-th master of a job (after n - 1 restarts) numbers its
@@ -162,6 +167,7 @@ class Rendezvous:
                 rendezvous_id=self._generation,
                 store_host=self.config.store_host,
                 store_port=self.config.store_port,
+                members_gone=any(m in self._gone for m in self._members),
             )
 
     @property

@@ -107,6 +107,24 @@ def test_dead_member_is_not_waited_for():
     assert r.members() == [0]
 
 
+def test_survivors_are_told_while_a_member_of_their_generation_is_gone():
+    """The survivors still wait in a collective (they have not answered), so no generation can
+    form yet: get_comm_rank tells them the one they are in cannot complete."""
+    r, clock = _rdzv(settle=0.0)
+    for w in (0, 1, 2):
+        r.join(w)
+    for w in (0, 1, 2):
+        r.acknowledge(w, 1)
+    assert not r.get_comm_rank(0).members_gone
+    r.on_replica_event(ReplicaEvent(ReplicaType.WORKER, 2, ReplicaPhase.DELETED, reason="NodeLost"))
+    answer = r.get_comm_rank(0)
+    assert answer.members_gone and answer.rendezvous_id == 1  # 0 and 1 have not answered
+    r.join(0)  # its collective ended on that word
+    r.join(1)
+    answer = r.get_comm_rank(0)
+    assert answer.rendezvous_id == 2 and not answer.members_gone and r.members() == [0, 1]
+
+
 def test_member_rejoin_after_collective_failure_forms_new_generation():
     r, clock = _rdzv(settle=1.0)
     r.join(0)

@@ -154,6 +154,7 @@ class MasterServicer(pb_grpc.MasterServicer):
             rendezvous_id=c.rendezvous_id,
             rendezvous_addr=c.store_host,
             rendezvous_port=c.store_port,
+            members_gone=c.members_gone,
         )
 
     def report_training_loop_status(self, request: pb.ReportTrainingLoopStatusRequest, context):

@@ -60,6 +60,8 @@ REASON_OOM_KILLED = "OOMKilled"
 REASON_PREEMPTED = "Preempted"
 REASON_ERROR = "Error"
 REASON_DELETED_BY_MASTER = "DeletedByMaster"
+# Its node stopped answering and the pod was removed without it (a machine that died).
+REASON_NODE_LOST = "NodeLost"
 
 
 @dataclasses.dataclass
@@ -113,8 +115,9 @@ class ReplicaEvent:
 
     @property
     def looks_preempted(self) -> bool:
-        """Killed from outside (SIGKILL / preemption), not by running out of memory."""
-        if self.reason == REASON_PREEMPTED:
+        """Killed from outside (SIGKILL / preemption / its node lost), not by running out of
+        memory: nothing the replica did, so relaunching it uses no relaunch budget."""
+        if self.reason in (REASON_PREEMPTED, REASON_NODE_LOST):
             return True
         return self.exit_code == EXIT_CODE_KILLED and self.reason != REASON_OOM_KILLED
 

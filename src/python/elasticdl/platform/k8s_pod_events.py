@@ -7,6 +7,8 @@ on: an event per change of phase, and exactly ONE terminal event per pod.
   when the master itself deleted it (:meth:`PodEventTranslator.deleted_by_master`), so the
   master does not relaunch what it meant to stop.
 * A pod being deleted that looks ended waits for its ``DELETED`` event: that is its final word.
+* A pod removed because its node stopped answering (:meth:`PodEventTranslator.node_lost`)
+  reports ``Deleted`` with the reason ``NodeLost``.
 * ``Unknown`` (the node stopped reporting) is no answer: the translator waits for one.
 
 Not thread-safe by itself: the platform serialises calls under its own lock, so that the watch
@@ -21,6 +23,7 @@ from elasticdl.k8s.names import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
 from elasticdl.k8s.termination import read_termination
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
+    REASON_NODE_LOST,
     ReplicaEvent,
     ReplicaPhase,
     ReplicaType,
@@ -41,10 +44,15 @@ class PodEventTranslator:
     def __init__(self) -> None:
         self._states: dict[str, PodState] = {}  # pod uid -> state
         self._deleted_by_master: set[str] = set()  # pod uids
+        self._node_lost: set[str] = set()  # pod uids
 
     def deleted_by_master(self, uid: str) -> None:
         """The master is deleting this pod: its ``Deleted`` event says so."""
         self._deleted_by_master.add(uid)
+
+    def node_lost(self, uid: str) -> None:
+        """This pod's node does not answer and the pod is being removed without it."""
+        self._node_lost.add(uid)
 
     def adopted(self, uid: str, key: tuple[ReplicaType, int], phase: ReplicaPhase) -> None:
         """A pod taken over in ``phase`` (read by the adopter, who reports it)."""
@@ -70,15 +78,22 @@ class PodEventTranslator:
         reading = read_termination(pod, gone=gone)
         if gone:
             by_master = uid in self._deleted_by_master
+            lost = uid in self._node_lost
             self._forget(uid)
+            if by_master:
+                reason, message = REASON_DELETED_BY_MASTER, "pod deleted by the master"
+            elif lost:
+                reason = REASON_NODE_LOST
+                message = f"its node {pod.spec.node_name} stopped answering"
+            else:
+                reason, message = reading.reason, "pod deleted"
             return ReplicaEvent(
                 replica_type,
                 replica_id,
                 ReplicaPhase.DELETED,
                 exit_code=reading.exit_code,
-                reason=REASON_DELETED_BY_MASTER if by_master else reading.reason,
-                message=reading.message
-                or ("pod deleted by the master" if by_master else "pod deleted"),
+                reason=reason,
+                message=(reading.message if not lost else "") or message,
             )
         try:
             phase = ReplicaPhase(reading.phase)
@@ -105,3 +120,4 @@ class PodEventTranslator:
     def _forget(self, uid: str) -> None:
         self._states.pop(uid, None)
         self._deleted_by_master.discard(uid)
+        self._node_lost.discard(uid)

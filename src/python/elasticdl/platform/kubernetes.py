@@ -13,7 +13,8 @@
 
 Addresses, chosen by ``network`` (``pod`` by default, ``host`` where all pods share one network
 namespace): :mod:`elasticdl.platform.k8s_addresses`. Pod changes become replica events by
-:mod:`elasticdl.platform.k8s_pod_events` (one terminal event per pod).
+:mod:`elasticdl.platform.k8s_pod_events` (one terminal event per pod). A pod left
+``Terminating`` by a node that died is removed by :mod:`elasticdl.platform.k8s_lost_pods`.
 
 A restartable master (docs/architecture.md, "When the master dies") runs in the pod of a
 batch/v1 Job, which then owns every pod and service this platform creates; the platform
@@ -59,6 +60,8 @@ from elasticdl.platform.base import (
     ReplicaType,
 )
 from elasticdl.platform.k8s_addresses import DEFAULT_PORTS, ReplicaAddresses
+from elasticdl.platform.k8s_lost_pods import DEFAULT_MARGIN_SECONDS as LOST_POD_MARGIN_SECONDS
+from elasticdl.platform.k8s_lost_pods import LostPodReaper
 from elasticdl.platform.k8s_pod_events import PodEventTranslator
 
 if TYPE_CHECKING:
@@ -83,6 +86,7 @@ class KubernetesPlatform(Platform):
         master_pod: str | None = None,
         master_host: str | None = None,
         watch_timeout_seconds: int = 5,
+        lost_pod_margin_seconds: float = LOST_POD_MARGIN_SECONDS,
     ) -> None:
         super().__init__(job_name)
         if network not in (NETWORK_POD, NETWORK_HOST):
@@ -118,6 +122,9 @@ class KubernetesPlatform(Platform):
         )
         self._dispatcher.start()
         self._stop = threading.Event()
+        self._lost_pods = LostPodReaper(
+            k8s, self._stop, margin_seconds=lost_pod_margin_seconds, on_lost=self._node_lost
+        )
         self._watch_timeout = watch_timeout_seconds
         self._watcher = threading.Thread(
             target=self._watch, name="k8s-platform-events", daemon=True
@@ -480,6 +487,7 @@ class KubernetesPlatform(Platform):
         for kind, pod in self.k8s.watch_pods(
             replicas_selector(self.job_name), self._stop, timeout_seconds=self._watch_timeout
         ):
+            self._lost_pods.saw(kind, pod)
             with self._lock:  # computed and queued in one step: adopt() sees no half
                 try:
                     event = self._translate(kind, pod)
@@ -503,6 +511,10 @@ class KubernetesPlatform(Platform):
                 self._emit(event)
             except Exception:
                 logger.exception("event listener failed on %s", event)
+
+    def _node_lost(self, uid: str) -> None:
+        with self._lock:
+            self._pod_events.node_lost(uid)
 
     def _translate(self, kind: str, pod) -> ReplicaEvent | None:
         with self._lock:

@@ -46,6 +46,8 @@ class GroupConfig:
     # Also bounds how long the others wait while one member runs an evaluation/export task, and
     # how long building a group waits for a member that died meanwhile.
     collective_timeout_s: float = 120.0
+    # While a Gloo collective waits: how often to ask the master whether a member left.
+    watch_interval_s: float = 2.0
     join_timeout_s: float = 600.0
     poll_interval_s: float = 0.2
     # The job's secret: the store's keys are named after it (see elasticdl.common.allreduce_keys).
@@ -243,6 +245,26 @@ class CommGroup:
             self._joined = False
 
     # ---- collectives (in place, on numpy buffers) ----------------------------------------
+    def _complete(self, work) -> None:
+        """Wait for a Gloo collective, asking the master every ``watch_interval_s`` whether a
+        member of this generation left the job: then it cannot complete (a peer on a lost node
+        sends no reset, so Gloo would wait its whole timeout) and the group is dropped now."""
+        slice_ = datetime.timedelta(seconds=self.config.watch_interval_s)
+        deadline = time.monotonic() + self.config.collective_timeout_s
+        while True:
+            try:
+                work.wait(slice_)
+                return
+            except RuntimeError as err:
+                if "timed out" not in str(err) or time.monotonic() >= deadline:
+                    raise
+            answer = self.master.get_comm_rank(self.host)
+            if answer.members_gone or answer.rendezvous_id != self.rendezvous_id:
+                raise CollectiveError(
+                    f"generation {self.rendezvous_id} is over (a member left the job, or the "
+                    "master formed a newer one): its collectives cannot complete"
+                )
+
     def _run(self, what: str, fn) -> None:
         if self._pg is None:
             raise CollectiveError(f"{what}: not in a group")
@@ -263,7 +285,7 @@ class CommGroup:
                 self._pg.allreduce([t]).wait()
                 array[...] = t.cpu().numpy()
             else:
-                self._pg.allreduce([torch.from_numpy(array)]).wait()
+                self._complete(self._pg.allreduce([torch.from_numpy(array)]))
 
         self._run("allreduce", run)
 
@@ -280,6 +302,6 @@ class CommGroup:
                 self._pg.broadcast([t], opts).wait()
                 array[...] = t.cpu().numpy()
             else:
-                self._pg.broadcast([torch.from_numpy(array)], opts).wait()
+                self._complete(self._pg.broadcast([torch.from_numpy(array)], opts))
 
         self._run("broadcast", run)

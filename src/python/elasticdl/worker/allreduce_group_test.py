@@ -173,3 +173,50 @@ def test_a_worker_with_a_gpu_of_its_own_allreduces_through_nccl(tmp_path):
     assert (r0["gen"], r0["world"], r0["rank"]) == (1, 1, 0)
     assert r0["sum"] == [1.0] * 5 and r0["bcast"] == 0.0
     assert history == [(1, [0])]
+
+
+# Worker 1 leaves the job as far as the master knows, but its process and sockets stay (a peer
+# on a lost node sends no reset). Worker 0's next allreduce must end on the master's word,
+# not on Gloo's timeout (10 minutes here) nor on worker 1's exit 20 s later.
+GONE_PEER_WORKER = textwrap.dedent(
+    """
+    import json, sys, time
+    import numpy as np
+    from elasticdl.proto import elasticdl_pb2 as pb
+    from elasticdl.worker.allreduce_group import (
+        AllreduceMasterClient, CollectiveError, CommGroup, GroupConfig)
+
+    addr, worker_id, backend = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    master = AllreduceMasterClient(addr, worker_id, retry_timeout=30)
+    group = CommGroup(master, GroupConfig(backend=backend, join_timeout_s=60,
+                                          collective_timeout_s=600, watch_interval_s=0.5))
+    while True:  # until both are in one generation
+        group.join()
+        group.acknowledge()
+        if group.world_size == 2:
+            break
+        while not group.new_generation_available():
+            time.sleep(0.05)
+        group.drop(failed=False)
+    buf = np.ones(2, np.float32)
+    group.allreduce_(buf)
+    out = {"first": buf.tolist()}
+    if worker_id == 1:
+        master.report_training_loop_status(pb.LOOP_END, 0, group.host)
+        time.sleep(20)
+    else:
+        time.sleep(1)  # the master has heard of worker 1's end
+        try:
+            group.allreduce_(buf)
+            out["second"] = "completed"
+        except CollectiveError as e:
+            out["second"] = str(e)
+    print("RESULT " + json.dumps(out), flush=True)
+"""
+)
+
+
+def test_a_collective_ends_when_the_master_says_a_member_left(tmp_path):
+    (r0, r1), _ = _run_workers(tmp_path, (0, 1), "gloo", script=GONE_PEER_WORKER)
+    assert r0["first"] == r1["first"] == [2.0, 2.0]
+    assert "is over (a member left the job" in r0["second"], r0

@@ -18,6 +18,7 @@ from elasticdl.k8s.names import LABEL_STATUS, master_pod_name
 from elasticdl.k8s.pods import PodTemplate, build_pod
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
+    REASON_NODE_LOST,
     LaunchSpec,
     PlatformError,
     ReplicaPhase,
@@ -295,6 +296,58 @@ def test_preemption_deletion_and_relaunch_events(k8s, served_namespace, kubelet)
         platform.shutdown(delete_all=True)
     assert _gone(k8s, f"elasticdl-job-name={JOB},elasticdl-replica-type in (ps,worker)") == []
     assert k8s.get_pod(master_pod_name(JOB)) is not None  # shutdown leaves the master alone
+
+
+def test_pods_of_a_node_that_stopped_answering_are_removed_and_replaced(
+    k8s, served_namespace, kubelet
+):
+    """The kubelet dies with its machine (``ProcessKubelet.lose``: processes killed, nothing
+    reported or confirmed again). The deletion that evicts its pods (here by the test: this
+    tier runs no node controller) would leave them Terminating for ever; the platform removes
+    them once past their deletion deadline, reports them ``Deleted`` / ``NodeLost`` (a relaunch
+    that uses no budget), and the PS is launched again under its name."""
+    _master(k8s)
+    platform = KubernetesPlatform(
+        JOB,
+        k8s,
+        image="img",
+        network=NETWORK_HOST,
+        master_host="127.0.0.1",
+        lost_pod_margin_seconds=1.0,
+    )
+    events = _Recorder(platform)
+    ps_name, worker_name = f"elasticdl-{JOB}-ps-0", f"elasticdl-{JOB}-worker-0"
+    try:
+        port = int(platform.address(ReplicaType.PS, 0).rsplit(":", 1)[1])
+        platform.launch(_spec(ReplicaType.PS, 0, port=port))
+        platform.launch(_spec(ReplicaType.WORKER, 0))
+        events.next(ReplicaType.PS, 0, ReplicaPhase.RUNNING)
+        events.next(ReplicaType.WORKER, 0, ReplicaPhase.RUNNING)
+
+        kubelet.lose(served_namespace)
+        for name in (ps_name, worker_name):
+            k8s.delete_pod(name, grace_seconds=2)
+        # Nothing confirms: without the platform the pods would stay.
+        assert k8s.get_pod(ps_name).metadata.deletion_timestamp is not None
+        for replica_type in (ReplicaType.PS, ReplicaType.WORKER):
+            lost = events.next(replica_type, 0, ReplicaPhase.DELETED, timeout=30)
+            assert lost.reason == REASON_NODE_LOST and lost.looks_preempted, lost
+            assert "stopped answering" in lost.message, lost
+        assert k8s.get_pod(ps_name) is None and k8s.get_pod(worker_name) is None
+
+        kubelet.serve(served_namespace)  # the replacement lands on a node that answers
+        platform.launch(_spec(ReplicaType.PS, 0, port=port))
+        events.next(ReplicaType.PS, 0, ReplicaPhase.RUNNING)
+        P = ReplicaPhase
+        assert events.of(ReplicaType.PS, 0) == [
+            P.PENDING,
+            P.RUNNING,
+            P.DELETED,
+            P.PENDING,
+            P.RUNNING,
+        ]
+    finally:
+        platform.shutdown(delete_all=True)
 
 
 def test_pod_network_addresses_and_launch_errors(k8s, namespace):

@@ -122,6 +122,8 @@ class ProcessKubelet:
         self._lock = threading.RLock()
         self._running: dict[str, _Running] = {}  # by pod uid
         self._started_uids: set[str] = set()
+        self._lost: set[str] = set()  # pods of a lost node: never reported again
+        self._lost_namespaces: set[str] = set()  # until served again
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._shim = self.root / ".bin"
@@ -160,6 +162,7 @@ class ProcessKubelet:
 
         with self._lock:
             self._namespaces.add(namespace)
+            self._lost_namespaces.discard(namespace)
         try:
             pods = self.api.list_namespaced_pod(namespace).items
         except ApiException:
@@ -199,6 +202,20 @@ class ProcessKubelet:
                 if r.namespace == namespace and r.name == name and r.proc.poll() is None:
                     return r.proc.pid
         return None
+
+    def lose(self, namespace: str) -> None:
+        """The node dies for ``namespace``: its pods' processes are SIGKILLed and nothing of
+        them is reported or confirmed from now on (their status stays as it was, a deletion
+        stays ``Terminating``), as when the machine of a real kubelet goes away."""
+        with self._lock:
+            self._namespaces.discard(namespace)
+            self._lost_namespaces.add(namespace)
+            lost = [uid for uid, r in self._running.items() if r.namespace == namespace]
+            running = [self._running.pop(uid) for uid in lost]
+            self._lost.update(lost)
+        for r in running:
+            _kill_group(r.proc, signal.SIGKILL)
+            r.proc.wait()
 
     def kill(self, namespace: str, name: str, sig: int = signal.SIGKILL) -> bool:
         """Send ``sig`` to the pod's process group (simulates OOM kills, preemption, crashes)."""
@@ -254,6 +271,8 @@ class ProcessKubelet:
     def _handle(self, kind: str, pod) -> None:
         uid = pod.metadata.uid
         with self._lock:
+            if uid in self._lost:
+                return
             if pod.metadata.namespace not in self._namespaces and uid not in self._running:
                 return
         if kind == "DELETED":  # force-deleted (grace 0) while running: just kill it
@@ -378,7 +397,15 @@ class ProcessKubelet:
             },
         )
         with self._lock:
-            self._running[pod.metadata.uid] = running
+            dead = ns in self._lost_namespaces  # lost while it started
+            if dead:
+                self._lost.add(pod.metadata.uid)
+            else:
+                self._running[pod.metadata.uid] = running
+        if dead:
+            _kill_group(proc, signal.SIGKILL)
+            proc.wait()
+            return
         logger.info("process kubelet: started %s/%s as pid %d", ns, name, proc.pid)
 
     def _report_exit(self, running: _Running) -> None:

@@ -7,9 +7,11 @@
    registry;
 3. ``elasticdl train --image_name=... --volume="host_path=<data>,mount_path=/data" ...`` with the
    PS strategy on a small Fashion-MNIST subset: the master pod starts the PS and two workers as
-   real containers (host network: ``--envs=ELASTICDL_K8S_NETWORK=host``; the master reaches the
-   API server on loopback), the job trains every record once to an accuracy well above chance;
-   ``elasticdl status`` / ``logs`` / ``wait`` / ``cancel`` work on it.
+   real containers in the default ``pod`` network mode, with no override: each pod on its
+   node's pod range, the workers on both nodes, reaching the PS by its Service's DNS name and
+   the master the API server through the ``kubernetes`` Service; the job trains every record
+   once to an accuracy well above chance; ``elasticdl status`` / ``logs`` / ``wait`` /
+   ``cancel`` work on it.
 
 Everything runs in real containers: nothing of the job runs in this process.
 """
@@ -146,19 +148,18 @@ def _train_argv(
     ns: str,
     image: str,
     data: Path,
-    api: str,
     epochs: int,
     checkpoints: Path | None = None,
     strategy: str = "ParameterServerStrategy",
 ) -> list[str]:
-    """The on-prem guide's `elasticdl train` command, on the node (host network, the API on loopback)."""
+    """The on-prem guide's `elasticdl train` command, on the cluster."""
     checkpointing = []
     if checkpoints is not None:
         checkpointing = ["--checkpoint_dir=/checkpoints", "--checkpoint_steps=16"]
     ps = ["--num_ps_pods=1"] if strategy == "ParameterServerStrategy" else []
     return [
         "train",
-        *_job_argv(job, ns, image, data, api, checkpoints),
+        *_job_argv(job, ns, image, data, checkpoints),
         "--training_data=/data/train",
         "--validation_data=/data/test",
         f"--num_epochs={epochs}",
@@ -172,11 +173,10 @@ def _train_argv(
 
 
 def _job_argv(
-    job: str, ns: str, image: str, data: Path, api: str, checkpoints: Path | None = None
+    job: str, ns: str, image: str, data: Path, checkpoints: Path | None = None
 ) -> list[str]:
-    """What every job of these tests is given: image, zoo, resources, volumes, the node's
-    network (host network, the API server on loopback), --detach."""
-    api_host, api_port = api.rsplit(":", 1)
+    """What every job of these tests is given: image, zoo, resources, volumes, --detach; the
+    network is the default (pod) mode."""
     volume = f"host_path={data},mount_path=/data"
     if checkpoints is not None:
         volume += f";host_path={checkpoints},mount_path=/checkpoints"
@@ -198,10 +198,6 @@ def _job_argv(
         f"--namespace={ns}",
         "--image_pull_policy=IfNotPresent",
         f"--volume={volume}",
-        # Host network: the job's pods use their node's network (a loopback address), and the
-        # master reaches the API server on loopback.
-        f"--envs=ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
-        f"KUBERNETES_SERVICE_PORT={api_port}",
         "--detach",
     ]
 
@@ -228,7 +224,7 @@ def test_mnist_ps_job_in_real_containers(
     job = f"mnist-{uuid.uuid4().hex[:4]}"
     checkpoints = _checkpoint_dir(tmp_path)
     t_submit = time.monotonic()
-    rc = main(_train_argv(job, ns, image, data_dir, node.api, EPOCHS, checkpoints))
+    rc = main(_train_argv(job, ns, image, data_dir, EPOCHS, checkpoints))
     assert rc == 0, capsys.readouterr().err[-3000:]
     target = [f"--namespace={ns}", "--platform=kubernetes"]
     pods = [f"elasticdl-{job}-{r}" for r in ("master", "ps-0", "worker-0", "worker-1")]
@@ -253,6 +249,21 @@ def test_mnist_ps_job_in_real_containers(
     first_running_s = time.monotonic() - t_submit
     # kubectl get pods lists them as the on-prem guide shows: NAME READY STATUS RESTARTS AGE.
     assert sorted(ln.split()[:3] for ln in listed) == sorted([p, "1/1", "Running"] for p in pods)
+    # The default network mode: every pod has its own address on its node's pod range, the
+    # workers and the PS preferred different nodes, and the workers were told the PS by its
+    # Service name (resolved by the cluster DNS, not an address the master looked up).
+    placed = {}
+    for pod in pods:
+        running = node_k8s.get_pod(pod)
+        node_name, ip = running.spec.node_name, running.status.pod_ip
+        assert not running.spec.host_network, pod
+        assert ip.startswith(f"{node.range_prefix}.{node.nodes.index(node_name) + 1}."), (pod, ip)
+        placed[pod] = node_name
+    workers_on = {placed[p] for p in pods if "-worker-" in p}
+    assert workers_on == set(node.nodes[:2]), (placed, diagnose())
+    worker_args = node_k8s.get_pod(pods[2]).spec.containers[0].command
+    ps_address = f"elasticdl-{job}-ps-0.{ns}.svc:2222"
+    assert ps_address in " ".join(worker_args), worker_args
     # Real containers of the nodes' engines.
     containers = "\n".join(
         node.docker_each(
@@ -325,7 +336,7 @@ def test_mnist_ps_job_in_real_containers(
         ("evaluate", evaluated, "--validation_data=/data/test"),
         ("predict", predicted, "--prediction_data=/data/test"),
     ):
-        argv = [command, *_job_argv(name, ns, image, data_dir, node.api, checkpoints)]
+        argv = [command, *_job_argv(name, ns, image, data_dir, checkpoints)]
         argv += [data, "--num_workers=1", *from_checkpoint]
         assert main(argv) == 0, capsys.readouterr().err[-3000:]
     t_second = time.monotonic()
@@ -357,8 +368,11 @@ def test_mnist_ps_job_in_real_containers(
 def test_allreduce_job_in_real_containers(
     cli_env, mnist_image, data_dir, node_namespace, node_k8s, monkeypatch, capsys
 ):
-    """--distribution_strategy=AllreduceStrategy on the node: two worker containers build a Gloo
-    group through the master's store (host network) and train every record once."""
+    """--distribution_strategy=AllreduceStrategy across the two nodes: two worker containers,
+    one per node, build a Gloo group through the master's store over the pod network; one of
+    them is killed mid-job (``docker kill`` on its node's engine), the group shrinks to the
+    survivor, the master relaunches the worker and the group grows back to two; every record
+    is trained once."""
     node = cli_env
     image, ctx, _ = mnist_image
     ns = node_namespace
@@ -366,32 +380,68 @@ def test_allreduce_job_in_real_containers(
     monkeypatch.chdir(ctx)
     job = f"allreduce-{uuid.uuid4().hex[:4]}"
     target = [f"--namespace={ns}", "--platform=kubernetes"]
-    argv = _train_argv(job, ns, image, data_dir, node.api, EPOCHS, strategy="AllreduceStrategy")
+    epochs = 12  # enough work left for the relaunched worker to join
+    argv = _train_argv(job, ns, image, data_dir, epochs, strategy="AllreduceStrategy")
     capsys.readouterr()
     assert main(argv) == 0, capsys.readouterr().err[-3000:]
+    master = f"elasticdl-{job}-master"
 
     def diagnose() -> str:
         out = node.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False)
-        for replica in ("master", "worker-0", "worker-1"):
+        for replica in ("master", "worker-0", "worker-1", "worker-2"):
             out += f"\n--- {replica} ---\n" + node.kubectl(
                 "logs", "-n", ns, f"elasticdl-{job}-{replica}", "--tail=40", check=False
             )
         return out
 
+    def master_log() -> str:
+        return node_k8s.read_pod_log(master) or ""
+
+    def grouped_on_both_nodes():
+        workers = [node_k8s.get_pod(f"elasticdl-{job}-worker-{i}") for i in (0, 1)]
+        if any(w is None or w.status.phase != "Running" for w in workers):
+            return None
+        if not re.search(r"Rendezvous: generation \d+, world size 2", master_log()):
+            return None
+        return workers
+
+    workers = wait_for(grouped_on_both_nodes, 400, "a group of two workers", diagnose)
+    assert {w.spec.node_name for w in workers} == set(node.nodes[:2]), diagnose()
+    victim = workers[1]
+    generations_before = len(re.findall(r"Rendezvous: generation", master_log()))
+    cid = victim.status.container_statuses[0].container_id.split("://", 1)[1]
+    node.docker_on(victim.spec.node_name, "kill", cid)
+
+    t_kill = time.monotonic()
+
+    def regrouped() -> bool:
+        later = re.findall(
+            r"Rendezvous: generation \d+, world size (\d+), ranks (\{[^}]*\})", master_log()
+        )
+        # A generation of the survivor and the relaunched worker 2 (maybe after one of the
+        # survivor alone): the survivor's collective with the dead peer ended on the master's
+        # word that its generation lost a member.
+        return any(size == "2" and "2: " in ranks for size, ranks in later[generations_before:])
+
+    wait_for(regrouped, 400, "the survivor and the replacement in one group", diagnose)
+    regrouped_s = time.monotonic() - t_kill
+    log = master_log()
+    assert re.search(r"worker 0 left generation \d+ \(collective failed\)", log), log[-3000:]
     assert main(["wait", job, "--timeout=900", *target]) == 0, diagnose()
     capsys.readouterr()
     assert main(["status", job, "-o", "json", *target]) == 0
     status = json.loads(capsys.readouterr().out)
-    total = TRAIN_RECORDS * EPOCHS
+    total = TRAIN_RECORDS * epochs
     assert status["phase"] == "Succeeded", status
     assert status["records_trained"] == status["records_expected"] == total, status
     assert status["evaluation_metrics"]["accuracy"] > 0.5, status
-    replicas = {r["name"] for r in status["replicas"]}
-    assert {"worker-0", "worker-1"} <= replicas and not any(r.startswith("ps-") for r in replicas)
-    assert main(["logs", job, *target]) == 0
-    master_log = capsys.readouterr().out
-    # Both workers were in one generation of the group at some point.
-    assert re.search(r"Rendezvous: generation \d+, world size 2", master_log), master_log[-3000:]
+    replicas = {r["name"]: r for r in status["replicas"]}
+    assert replicas["worker-1"]["replaced_by"] == 2, replicas
+    assert not any(name.startswith("ps-") for name in replicas)
+    with capsys.disabled():
+        print(
+            f"\nAllReduce across nodes: worker killed -> regrouped with its replacement {regrouped_s:.1f}s"
+        )
     assert main(["cancel", job, *target]) == 0
     assert wait_for(lambda: node_k8s.list_pods() == [], 60, "the job's pods to go", diagnose)
 
@@ -409,7 +459,7 @@ def test_killed_worker_container_is_relaunched_and_nothing_is_lost(
     monkeypatch.chdir(ctx)
     epochs = 4  # enough work left when the kill lands
     job = f"kill-{uuid.uuid4().hex[:4]}"
-    assert main(_train_argv(job, ns, image, data_dir, node.api, epochs)) == 0
+    assert main(_train_argv(job, ns, image, data_dir, epochs)) == 0
     target = [f"--namespace={ns}", "--platform=kubernetes"]
     worker0 = f"elasticdl-{job}-worker-0"
 
@@ -467,7 +517,7 @@ def test_oom_killed_workers_are_relaunched_within_their_budget_and_status_says_s
     _rbac(node, ns, capsys)
     monkeypatch.chdir(ctx)
     job = f"oom-{uuid.uuid4().hex[:4]}"
-    argv = _train_argv(job, ns, image, data_dir, node.api, 1)
+    argv = _train_argv(job, ns, image, data_dir, 1)
     argv = [a for a in argv if not a.startswith("--worker_resource_")] + [
         "--worker_resource_request=cpu=0.2,memory=64Mi",
         "--worker_resource_limit=cpu=1,memory=150Mi",  # importing TensorFlow needs more
@@ -513,7 +563,7 @@ def test_deleted_ps_pod_is_relaunched_and_restores_its_checkpoint(
     checkpoints = _checkpoint_dir(tmp_path)
     epochs = 4  # enough work left when the PS goes
     job = f"psdel-{uuid.uuid4().hex[:4]}"
-    assert main(_train_argv(job, ns, image, data_dir, node.api, epochs, checkpoints)) == 0
+    assert main(_train_argv(job, ns, image, data_dir, epochs, checkpoints)) == 0
     target = [f"--namespace={ns}", "--platform=kubernetes"]
     ps0 = f"elasticdl-{job}-ps-0"
 

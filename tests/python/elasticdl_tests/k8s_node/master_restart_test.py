@@ -1,8 +1,9 @@
-"""The master dies on the REAL node: a job submitted with ``--job_dir`` on its
+"""The master dies on the REAL cluster: a job submitted with ``--job_dir`` on its
 hostPath ``--volume`` runs its master pod under a batch/v1 Job; ``docker kill`` of the master's
-container mid-job, the real Job controller makes a new master pod, the new master resumes from
-the journal on the volume, adopts the running PS and worker pods (same UIDs) and the job trains
-every record once; ``cancel`` then leaves nothing, and no master comes back.
+container mid-job, the real Job controller makes a new master pod (a new pod address, on either
+node), the new master resumes from the journal on the volume, adopts the running PS and worker
+pods (same UIDs), the workers on both nodes reach it through the master's Service name, and the
+job trains every record once; ``cancel`` then leaves nothing, and no master comes back.
 
 Everything runs in real containers (the image of ``job_test``'s ``mnist_image`` fixture).
 """
@@ -39,14 +40,8 @@ def test_killed_master_container_is_replaced_and_the_job_resumes(
     volume = _checkpoint_dir(tmp_path)  # writable by the restricted pods' user
     epochs = 4  # enough work left when the kill lands
     job = f"mkill-{uuid.uuid4().hex[:4]}"
-    argv = _train_argv(job, ns, image, data_dir, node.api, epochs, volume)
-    # On the host network a replica's address is its node's: the platform keeps the addresses
-    # of one node only, so a successor master scheduled on the other node could not take the
-    # job over. The job's pods stay on the first node.
-    pin = {"pod_spec": {"node_selector": {"kubernetes.io/hostname": node.nodes[0]}}}
-    assert (
-        main([*argv, "--job_dir=/checkpoints/job", f"--cluster_spec_json={json.dumps(pin)}"]) == 0
-    )
+    argv = _train_argv(job, ns, image, data_dir, epochs, volume)
+    assert main([*argv, "--job_dir=/checkpoints/job"]) == 0
     target = [f"--namespace={ns}", "--platform=kubernetes"]
     masters_selector = f"elasticdl-job-name={job},elasticdl-replica-type=master"
     replicas_selector = f"elasticdl-job-name={job},elasticdl-replica-type in (ps,worker)"
@@ -84,6 +79,7 @@ def test_killed_master_container_is_replaced_and_the_job_resumes(
         return pod is not None and read_termination(pod).is_terminal and read_termination(pod)
 
     assert wait_for(died, 60, "the master container to end", diagnose).exit_code == 137
+    old_master_ip = first.status.pod_ip
 
     def resumed():
         s = status()
@@ -98,6 +94,18 @@ def test_killed_master_container_is_replaced_and_the_job_resumes(
     )
     after = {p.metadata.name: p.metadata.uid for p in node_k8s.list_pods(replicas_selector)}
     assert after == before  # adopted: the same pods, no new or duplicate one
+    # The workers, on both nodes, found the new master (a new pod, a new address) by the name
+    # of the master's Service, which they were given instead of an address.
+    successor = [p for p in node_k8s.list_pods(masters_selector) if p.status.phase == "Running"]
+    assert len(successor) == 1 and successor[0].status.pod_ip != old_master_ip, successor
+    worker_nodes = {
+        p.spec.node_name
+        for p in node_k8s.list_pods(replicas_selector)
+        if "-worker-" in p.metadata.name
+    }
+    assert worker_nodes == set(node.nodes[:2]), worker_nodes
+    worker_args = " ".join(node_k8s.get_pod(f"elasticdl-{job}-worker-0").spec.containers[0].command)
+    assert f"elasticdl-{job}-master.{ns}.svc:" in worker_args, worker_args
     assert main(["wait", job, "--timeout=900", *target]) == 0, diagnose()
     capsys.readouterr()
     assert main(["status", job, "-o", "json", *target]) == 0

@@ -11,7 +11,8 @@ without building.
 
 Differences from the guide's text, to fit a small test cluster: 1 worker and
 ``--grads_to_wait=1`` (the guide has 2 workers and 2), smaller resource requests, the data on a
-hostPath volume, host networking (``--envs``), a tiny Fashion-MNIST subset and 1 epoch.
+hostPath volume, a tiny Fashion-MNIST subset and 1 epoch. The network is the default pod mode,
+as on the guide's cluster.
 """
 
 from __future__ import annotations
@@ -114,8 +115,7 @@ def _rbac(node, namespace: str, capsys) -> None:
         path.unlink()
 
 
-def _seed_argv(image_flags: list[str], zoo: str, job: str, ns: str, data: Path, api: str):
-    api_host, api_port = api.rsplit(":", 1)
+def _seed_argv(image_flags: list[str], zoo: str, job: str, ns: str, data: Path):
     return [
         "train",
         *image_flags,
@@ -138,8 +138,6 @@ def _seed_argv(image_flags: list[str], zoo: str, job: str, ns: str, data: Path, 
         f"--namespace={ns}",
         "--cluster_spec=spec.py",
         f"--volume=host_path={data},mount_path=/data",
-        f"--envs=ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
-        f"KUBERNETES_SERVICE_PORT={api_port}",
         "--detach",
     ]
 
@@ -169,7 +167,6 @@ def test_seed_003_builds_pushes_and_runs_with_the_cluster_spec(
         job,
         ns,
         data,
-        node.api,
     )
     t0 = time.monotonic()
     assert main(argv) == 0, capsys.readouterr().err[-3000:]
@@ -233,7 +230,7 @@ def test_seed_003_builds_pushes_and_runs_with_the_cluster_spec(
 
     # The on-prem guide's pre-built form: that image as it is, its zoo at /model_zoo; nothing is built.
     prebuilt = f"{job}-pre"
-    argv = _seed_argv([f"--image_base={image}"], "/model_zoo", prebuilt, ns, data, node.api)
+    argv = _seed_argv([f"--image_base={image}"], "/model_zoo", prebuilt, ns, data)
     capsys.readouterr()
     assert main(argv) == 0, capsys.readouterr().err[-3000:]
     err = capsys.readouterr().err

@@ -52,7 +52,7 @@ def test_killed_workers_recovery_is_measured_from_the_journal(
     monkeypatch.chdir(ctx)
     volume = _checkpoint_dir(tmp_path)  # the master's job dir, written by the restricted pods
     job = f"recov-{uuid.uuid4().hex[:4]}"
-    argv = _train_argv(job, ns, image, data_dir, node.api, 20, volume)  # cancelled below
+    argv = _train_argv(job, ns, image, data_dir, 20, volume)  # cancelled below
     flags = ["--job_dir=/checkpoints/job", f"--relaunch_on_worker_failure={KILLS}"]
     assert main([*argv, *flags]) == 0
     core = client.CoreV1Api(node.api_client())

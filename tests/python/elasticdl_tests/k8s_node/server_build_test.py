@@ -111,7 +111,7 @@ def test_package_job_built_in_cluster_runs(
         job = f"built-{uuid.uuid4().hex[:4]}"
         zoo = _zoo(tmp_path, "numpy\n")  # in the base image already: pip installs nothing
         t0 = time.monotonic()
-        status = client.submit_job(server_job_spec(job, node.api), package_dir=zoo)
+        status = client.submit_job(server_job_spec(job), package_dir=zoo)
         assert status.phase == "Pending" and "building image" in status.message, status
         build = f"elasticdl-{job}-build"
         pod = wait_for(lambda: node_k8s.get_pod(build), 30, "the build pod", diagnose)
@@ -151,7 +151,7 @@ def test_package_job_built_in_cluster_runs(
 
         # --- the same package again: the image is reused, no build pod ---------------------
         again = f"{job}-2"
-        status = client.submit_job(server_job_spec(again, node.api), package_dir=zoo)
+        status = client.submit_job(server_job_spec(again), package_dir=zoo)
         assert status.phase in ("Pending", "Running") and "building" not in status.message
         assert node_k8s.get_pod(f"elasticdl-{again}-build") is None
         client.stop_job(again)
@@ -159,7 +159,7 @@ def test_package_job_built_in_cluster_runs(
         # --- a build that fails: the job Fails with pip's reason -----------------------------
         bad = f"bad-{uuid.uuid4().hex[:4]}"
         status = client.submit_job(
-            server_job_spec(bad, node.api),
+            server_job_spec(bad),
             package_dir=_zoo(tmp_path, "--no-index\nelasticdl-no-such-package==1.0\n"),
         )
         # Followed from the start: the pod's containers through the API, then the kept log.
@@ -175,9 +175,7 @@ def test_package_job_built_in_cluster_runs(
 
         # --- cancelled while building: the build pod goes with it ---------------------------
         gone = f"cancel-{uuid.uuid4().hex[:4]}"
-        client.submit_job(
-            server_job_spec(gone, node.api), package_dir=_zoo(tmp_path, "numpy\n# other\n")
-        )
+        client.submit_job(server_job_spec(gone), package_dir=_zoo(tmp_path, "numpy\n# other\n"))
         wait_for(lambda: node_k8s.get_pod(f"elasticdl-{gone}-build"), 30, "the build pod", diagnose)
         assert client.stop_job(gone).phase == "Cancelled"
         wait_for(

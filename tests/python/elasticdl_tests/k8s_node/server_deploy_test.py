@@ -5,35 +5,33 @@ would (deploy/k8s/README.md, "The job server"):
    (server_image.py; cached between runs), which is pushed to the node's registry with the
    base (the build pods run the base);
 2. ``deploy/k8s/server.yaml`` is applied with ``kubectl apply`` as shipped but for these
-   substitutions, each because this node needs it:
+   substitutions, each because this cluster needs it:
 
    - namespace ``default`` -> the test's namespace (the manifest's header says to replace it
      throughout): objects, the RoleBinding's subject, ``--namespace``;
-   - ``image:`` -> the image just pushed to the node's registry (what the admin names);
+   - ``image:`` -> the image just pushed to the cluster's registry (what the admin names);
    - the commented build flags are filled in as the manifest says (``--build_base_image``,
-     ``--build_repository`` in the node's registry, ``--state_volume``), without
-     ``--registry_secret`` (the node's registry has no auth) and with ``--registry_insecure``
-     (it speaks plain HTTP on loopback) and ``--build_host_network`` (build pods reach it there);
-   - the pod runs with ``hostNetwork`` and ``KUBERNETES_SERVICE_HOST=127.0.0.1``,
-     ``KUBERNETES_SERVICE_PORT=<apiserver port>``: this node has no CNI plugin and no
-     kube-proxy (scripts/k8s/README.md), so a pod network and Service ClusterIPs lead nowhere;
-     host-network pods reach the apiserver, the registry and each other on loopback, as the
-     jobs of every real-node test do (``ELASTICDL_K8S_NETWORK=host``);
-   - ``--host=0.0.0.0`` -> ``--host=127.0.0.1`` and port 8443 -> a free port (flag and
-     ``containerPort``): on the host network 0.0.0.0 would be every interface of this
-     machine, and 8443 may be taken;
+     ``--build_repository`` in the cluster's registry, ``--state_volume``), without
+     ``--registry_secret`` (the registry has no auth) and with ``--registry_insecure`` (it
+     speaks plain HTTP) and ``--build_host_network``: the registry listens on this machine's
+     loopback, where the nodes' engines pull from; a build pod on the pod network could not
+     reach it there;
    - the PersistentVolumeClaim is bound to a hostPath PersistentVolume the test creates (this
-     node has no storage provisioner), a directory owned by 10001 (hostPath keeps its owner).
+     cluster has no storage provisioner), a directory owned by 10001 (hostPath keeps its owner).
 
-   The TLS Secret comes from a certificate the test makes for 127.0.0.1 (``kubectl create
-   secret tls``), the masters' RBAC from ``elasticdl rbac``, as the manifest's header says.
+   The server pod runs on the pod network as shipped (0.0.0.0:8443, the API server through the
+   ``kubernetes`` Service). The TLS Secret comes from a certificate the test makes for the
+   Service's DNS name and for localhost (``kubectl create secret tls``), the masters' RBAC from
+   ``elasticdl rbac``, as the manifest's header says. A pod on the other node reaches the server
+   through its ClusterIP Service's name; users on this machine through ``kubectl port-forward
+   svc/elasticdl-server``, started again when the pod behind it is replaced.
 3. As users: ``kubectl exec deploy/elasticdl-server -- elasticdl-server add-user`` prints
    alice's (and bob's) token; the SDK (``JobServerClient``, over TLS with the CA) uploads data
    and the ``mnist`` model zoo; alice's package job is built in the cluster and runs; the
    server pod is deleted mid-job and the Deployment's next pod still lists the job, which
-   goes on and Succeeds; its log comes through the server; bob gets "not found" for it; a job
-   with a given image (the one just built) is cancelled and leaves no pod, service,
-   NetworkPolicy or secret.
+   goes on and Succeeds (in the default pod network mode); its log comes through the server;
+   bob gets "not found" for it; a job with a given image (the one just built) is cancelled
+   and leaves no pod, service, NetworkPolicy or secret.
 """
 
 from __future__ import annotations
@@ -99,7 +97,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _certificate(directory: Path) -> tuple[Path, Path]:
+def _certificate(directory: Path, ns: str) -> tuple[Path, Path]:
     cert, key = directory / "server.crt", directory / "server.key"
     subprocess.run(
         [
@@ -114,7 +112,7 @@ def _certificate(directory: Path) -> tuple[Path, Path]:
             "-subj",
             "/CN=elasticdl-server",
             "-addext",
-            "subjectAltName=IP:127.0.0.1",
+            f"subjectAltName=DNS:elasticdl-server.{ns}.svc,DNS:localhost,IP:127.0.0.1",
             "-keyout",
             str(key),
             "-out",
@@ -127,11 +125,10 @@ def _certificate(directory: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def _manifest(ns: str, image: str, base: str, repository: str, port: int, api: str) -> list:
+def _manifest(ns: str, image: str, base: str, repository: str) -> list:
     """deploy/k8s/server.yaml with the substitutions the module docstring lists."""
     text = (repo_root() / "deploy" / "k8s" / "server.yaml").read_text()
     docs = [d for d in yaml.safe_load_all(text) if d]
-    api_host, api_port = api.rsplit(":", 1)
     for doc in docs:
         assert doc["metadata"]["namespace"] == "default"
         doc["metadata"]["namespace"] = ns
@@ -142,27 +139,128 @@ def _manifest(ns: str, image: str, base: str, repository: str, port: int, api: s
         pod = doc["spec"]["template"]["spec"]
         (container,) = pod["containers"]
         container["image"] = image
-        replaced = {
-            "--namespace=default": f"--namespace={ns}",
-            "--host=0.0.0.0": "--host=127.0.0.1",
-            "--port=8443": f"--port={port}",
-        }
-        assert set(replaced) <= set(container["command"]), container["command"]
-        container["command"] = [replaced.get(a, a) for a in container["command"]] + [
+        assert "--namespace=default" in container["command"], container["command"]
+        container["command"] = [
+            f"--namespace={ns}" if a == "--namespace=default" else a for a in container["command"]
+        ] + [
             f"--build_base_image={base}",
             f"--build_repository={repository}",
             "--state_volume=claim_name=elasticdl-server-state",
             "--registry_insecure",
             "--build_host_network",
         ]
-        assert container["ports"] == [{"name": "https", "containerPort": 8443}]
-        container["ports"][0]["containerPort"] = port
-        container["env"] = [
-            {"name": "KUBERNETES_SERVICE_HOST", "value": api_host},
-            {"name": "KUBERNETES_SERVICE_PORT", "value": api_port},
-        ]
-        pod["hostNetwork"] = True
+        assert "--host=0.0.0.0" in container["command"] and "--port=8443" in container["command"]
+        assert not pod.get("hostNetwork") and "env" not in container
     return docs
+
+
+class PortForward:
+    """``kubectl port-forward svc/elasticdl-server <free port>:8443``: how a user on this
+    machine reaches the in-cluster server. It forwards to one pod: ``restart`` after that pod
+    is replaced."""
+
+    def __init__(self, node, ns: str) -> None:
+        self.node, self.ns = node, ns
+        self.port = _free_port()
+        self.url = f"https://localhost:{self.port}"
+        self._proc: subprocess.Popen | None = None
+
+    def restart(self) -> None:
+        self.stop()
+        self._proc = subprocess.Popen(
+            [
+                str(self.node.bin_dir / "kubectl"),
+                f"--kubeconfig={self.node.kubeconfig}",
+                "port-forward",
+                "-n",
+                self.ns,
+                "--address=127.0.0.1",
+                "svc/elasticdl-server",
+                f"{self.port}:8443",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(10)
+            self._proc = None
+
+
+# Run in a pod on another node than the server's: the Service's name resolves (cluster DNS) to
+# its ClusterIP, which kube-proxy sends to the server pod; 401 is the server's answer to a call
+# without a token. Retried while the Service has no ready endpoint yet (kube-proxy refuses).
+IN_CLUSTER_CALL = """
+import os, ssl, time, urllib.error, urllib.request
+context = ssl.create_default_context(cadata=os.environ["CA_PEM"])
+for attempt in range(60):
+    try:
+        urllib.request.urlopen(os.environ["URL"] + "/v1/version", context=context, timeout=10)
+    except urllib.error.HTTPError as e:
+        print("HTTP", e.code)
+        break
+    except urllib.error.URLError as e:
+        print("retrying:", e.reason, flush=True)
+        time.sleep(1)
+"""
+
+
+def _call_from_a_pod(node, ns: str, image: str, avoid_node: str, ca: Path, scratch: Path) -> str:
+    """What IN_CLUSTER_CALL printed in a pod on a node other than ``avoid_node``."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "in-cluster-user", "namespace": ns},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "kubernetes.io/hostname",
+                                        "operator": "NotIn",
+                                        "values": [avoid_node],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["python3", "-c", IN_CLUSTER_CALL],
+                    "env": [
+                        {"name": "CA_PEM", "value": ca.read_text()},
+                        {"name": "URL", "value": f"https://elasticdl-server.{ns}.svc:8443"},
+                    ],
+                }
+            ],
+        },
+    }
+    path = scratch / "in-cluster-user.yaml"
+    path.write_text(yaml.safe_dump(pod))
+    node.kubectl("apply", "-f", str(path))
+
+    def ended() -> str:
+        phase = node.kubectl(
+            "get", "pod", "-n", ns, "in-cluster-user", "-o", "jsonpath={.status.phase}", check=False
+        )
+        return phase if phase in ("Succeeded", "Failed") else ""
+
+    wait_for(ended, 180, "the in-cluster user's pod to end")
+    out = node.kubectl("logs", "-n", ns, "in-cluster-user", check=False)
+    node.kubectl("delete", "pod", "-n", ns, "in-cluster-user", "--wait=false", check=False)
+    return out.strip()
 
 
 def _volume(ns: str, path: Path) -> dict:
@@ -215,7 +313,7 @@ def test_server_image_deployed_in_the_cluster_serves_users(
     rbac = tmp_path / "rbac.yaml"
     rbac.write_text(capsys.readouterr().out)
     node.kubectl("apply", "-f", str(rbac))
-    cert, key = _certificate(tmp_path)
+    cert, key = _certificate(tmp_path, ns)
     node.kubectl(
         "create",
         "secret",
@@ -230,13 +328,11 @@ def test_server_image_deployed_in_the_cluster_serves_users(
     state.mkdir()
     os.chown(state, security.RUN_AS_USER, security.RUN_AS_GROUP)
     volume = _volume(ns, state)
-    port = _free_port()
     repository = f"{node.registry}/elasticdl-jobs-{ns}"
     manifest = tmp_path / "server.yaml"
-    manifest.write_text(
-        yaml.safe_dump_all([volume] + _manifest(ns, image, base, repository, port, node.api))
-    )
-    url = f"https://127.0.0.1:{port}"
+    manifest.write_text(yaml.safe_dump_all([volume] + _manifest(ns, image, base, repository)))
+    forward = PortForward(node, ns)
+    url = forward.url
 
     def diagnose() -> str:
         out = node.kubectl("get", "pods,pvc,deploy", "-n", ns, "-o", "wide", check=False)
@@ -255,12 +351,24 @@ def test_server_image_deployed_in_the_cluster_serves_users(
     try:
         t0 = time.monotonic()
         node.kubectl("apply", "-f", str(manifest))
-        wait_for(lambda: _serving(url, cert), 180, "the server pod to serve HTTPS", diagnose)
+
+        def server_ready() -> bool:
+            pods = server_pods()
+            conditions = (pods[0].status.conditions or []) if len(pods) == 1 else []
+            return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+        wait_for(server_ready, 180, "the server pod to be Ready", diagnose)
+        forward.restart()
+        wait_for(lambda: _serving(url, cert), 120, "the server to serve HTTPS", diagnose)
         start_s = time.monotonic() - t0
         (pod,) = server_pods()
         assert pod.spec.containers[0].image == image
         assert pod.spec.service_account_name == "elasticdl-server"
         assert pod.spec.security_context.run_as_user == 10001
+        assert not pod.spec.host_network and pod.status.pod_ip.startswith(node.range_prefix)
+        # From a pod on the other node, through the Service's name and ClusterIP.
+        answer = _call_from_a_pod(node, ns, base, pod.spec.node_name, cert, tmp_path)
+        assert answer.splitlines()[-1] == "HTTP 401", answer
 
         def add_user(name: str) -> str:
             return node.kubectl(
@@ -305,7 +413,7 @@ def test_server_image_deployed_in_the_cluster_serves_users(
         # --- a package job: built in the cluster, then run ------------------------------
         job = f"deployed-{uuid.uuid4().hex[:4]}"
         t_job = time.monotonic()
-        status = alice.submit_job(server_job_spec(job, node.api), package_id=package)
+        status = alice.submit_job(server_job_spec(job), package_id=package)
         assert status.phase == "Pending" and "building image" in status.message, status
         master = f"elasticdl-{job}-master"
 
@@ -344,6 +452,7 @@ def test_server_image_deployed_in_the_cluster_serves_users(
             try:
                 return [s.job_name for s in alice.list_jobs()]
             except Exception:
+                forward.restart()  # it forwarded to the pod that went
                 return []
 
         assert wait_for(listed, 180, "the next server to list the job", diagnose) == [job]
@@ -377,7 +486,7 @@ def test_server_image_deployed_in_the_cluster_serves_users(
 
         # --- a job with a given image, cancelled: nothing of it is left -----------------
         gone = f"given-{uuid.uuid4().hex[:4]}"
-        alice.submit_job(server_job_spec(gone, node.api), image=built)
+        alice.submit_job(server_job_spec(gone), image=built)
         wait_for(
             lambda: node_k8s.get_pod(f"elasticdl-{gone}-worker-0"),
             180,
@@ -400,6 +509,7 @@ def test_server_image_deployed_in_the_cluster_serves_users(
             f"(1 job); load {os.getloadavg()[0]:.1f}"
         )
     finally:
+        forward.stop()
         node.kubectl("delete", "-f", str(manifest), "--wait=false", check=False)
         node.kubectl("delete", "pv", volume["metadata"]["name"], "--wait=false", check=False)
         # The built images the kubelet pulled (their base layers stay: the base image's).

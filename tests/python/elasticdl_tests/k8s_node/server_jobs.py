@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 
-def server_job_spec(job: str, api: str) -> dict:
+def server_job_spec(job: str) -> dict:
     """The job spec (as the job server takes it) of a one-epoch README model job sized for the
-    test cluster whose API server is at `api` (host:port)."""
-    api_host, api_port = api.rsplit(":", 1)
+    test cluster (the default pod network mode)."""
     return {
         "job_name": job,
         "model_def": "mnist.mnist_functional_api.custom_model",
@@ -20,7 +19,4 @@ def server_job_spec(job: str, api: str) -> dict:
         "master_resource_request": "cpu=0.2,memory=1024Mi",
         "worker_resource_request": "cpu=0.4,memory=1024Mi",
         "ps_resource_request": "cpu=0.2,memory=1024Mi",
-        # One-node cluster: the node's network, the API server on loopback (job_test.py).
-        "envs": f"ELASTICDL_K8S_NETWORK=host,KUBERNETES_SERVICE_HOST={api_host},"
-        f"KUBERNETES_SERVICE_PORT={api_port}",
     }

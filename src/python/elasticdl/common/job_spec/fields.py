@@ -414,6 +414,14 @@ class JobSpec:
         check=checks.worker_priority,
     )
     ps_pod_priority: str = _field("", "PriorityClass of the PS pods", "kubernetes")
+    node_lost_timeout: int = _field(
+        30,
+        "Seconds the job's pods stay bound to a node that is NotReady or unreachable before "
+        "Kubernetes evicts them and the master replaces them on another node (Kubernetes' "
+        "default: 300)",
+        "kubernetes",
+        check=checks.non_negative,
+    )
     volume: str = _field(
         "",
         "Volumes: 'claim_name=c1,mount_path=/p;host_path=/h,mount_path=/q[,type=Directory][,sub_path=s]'"
