@@ -440,7 +440,9 @@ def test_allreduce_job_in_real_containers(
     assert not any(name.startswith("ps-") for name in replicas)
     with capsys.disabled():
         print(
-            f"\nAllReduce across nodes: worker killed -> regrouped with its replacement {regrouped_s:.1f}s"
+            f"\nAllReduce across nodes: worker killed -> regrouped with its replacement "
+            f"{regrouped_s:.1f}s\n"
+            + "\n".join(ln for ln in log.splitlines() if "Rendezvous" in ln or "Worker 1" in ln)
         )
     assert main(["cancel", job, *target]) == 0
     assert wait_for(lambda: node_k8s.list_pods() == [], 60, "the job's pods to go", diagnose)
