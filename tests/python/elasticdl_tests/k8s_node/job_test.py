@@ -407,6 +407,14 @@ def test_allreduce_job_in_real_containers(
 
     workers = wait_for(grouped_on_both_nodes, 400, "a group of two workers", diagnose)
     assert {w.spec.node_name for w in workers} == set(node.nodes[:2]), diagnose()
+
+    def records_trained() -> int:
+        capsys.readouterr()
+        assert main(["status", job, "-o", "json", *target]) == 0
+        return json.loads(capsys.readouterr().out)["records_trained"]
+
+    # Killed while the two train together (not while their group is still being built).
+    wait_for(lambda: records_trained() >= 512, 300, "the group of two to train", diagnose)
     victim = workers[1]
     generations_before = len(re.findall(r"Rendezvous: generation", master_log()))
     cid = victim.status.container_statuses[0].container_id.split("://", 1)[1]
