@@ -380,7 +380,7 @@ def test_allreduce_job_in_real_containers(
     monkeypatch.chdir(ctx)
     job = f"allreduce-{uuid.uuid4().hex[:4]}"
     target = [f"--namespace={ns}", "--platform=kubernetes"]
-    epochs = 12  # enough work left for the relaunched worker to join
+    epochs = 60  # tens of seconds of work left for the relaunched worker to join
     argv = _train_argv(job, ns, image, data_dir, epochs, strategy="AllreduceStrategy")
     capsys.readouterr()
     assert main(argv) == 0, capsys.readouterr().err[-3000:]
@@ -414,7 +414,7 @@ def test_allreduce_job_in_real_containers(
         return json.loads(capsys.readouterr().out)["records_trained"]
 
     # Killed while the two train together (not while their group is still being built).
-    wait_for(lambda: records_trained() >= 512, 300, "the group of two to train", diagnose)
+    wait_for(lambda: records_trained() > 0, 300, "the group of two to train", diagnose)
     victim = workers[1]
     generations_before = len(re.findall(r"Rendezvous: generation", master_log()))
     cid = victim.status.container_statuses[0].container_id.split("://", 1)[1]
