@@ -380,7 +380,7 @@ def test_allreduce_job_in_real_containers(
     monkeypatch.chdir(ctx)
     job = f"allreduce-{uuid.uuid4().hex[:4]}"
     target = [f"--namespace={ns}", "--platform=kubernetes"]
-    epochs = 12  # enough work left for the relaunched worker to join
+    epochs = 60  # tens of seconds of work left for the relaunched worker to join
     argv = _train_argv(job, ns, image, data_dir, epochs, strategy="AllreduceStrategy")
     capsys.readouterr()
     assert main(argv) == 0, capsys.readouterr().err[-3000:]
@@ -407,6 +407,14 @@ def test_allreduce_job_in_real_containers(
 
     workers = wait_for(grouped_on_both_nodes, 400, "a group of two workers", diagnose)
     assert {w.spec.node_name for w in workers} == set(node.nodes[:2]), diagnose()
+
+    def records_trained() -> int:
+        capsys.readouterr()
+        assert main(["status", job, "-o", "json", *target]) == 0
+        return json.loads(capsys.readouterr().out)["records_trained"]
+
+    # Killed while the two train together (not while their group is still being built).
+    wait_for(lambda: records_trained() > 0, 300, "the group of two to train", diagnose)
     victim = workers[1]
     generations_before = len(re.findall(r"Rendezvous: generation", master_log()))
     cid = victim.status.container_statuses[0].container_id.split("://", 1)[1]
@@ -440,7 +448,9 @@ def test_allreduce_job_in_real_containers(
     assert not any(name.startswith("ps-") for name in replicas)
     with capsys.disabled():
         print(
-            f"\nAllReduce across nodes: worker killed -> regrouped with its replacement {regrouped_s:.1f}s"
+            f"\nAllReduce across nodes: worker killed -> regrouped with its replacement "
+            f"{regrouped_s:.1f}s\n"
+            + "\n".join(ln for ln in log.splitlines() if "Rendezvous" in ln or "Worker 1" in ln)
         )
     assert main(["cancel", job, *target]) == 0
     assert wait_for(lambda: node_k8s.list_pods() == [], 60, "the job's pods to go", diagnose)
