@@ -146,18 +146,31 @@ def test_elasticdl_logs_and_status_read_a_master_pod_through_the_kubelet(k8s_nod
     assert status.phase == "Succeeded", status
 
 
+# Docker marks a container OOMKilled from the cgroup's OOM event, which can arrive after it has
+# handled the container's exit (on a loaded machine): that one reads as a plain SIGKILL. The
+# kubelet reports what Docker says, so the reading is checked on up to three kills.
+OOM_TRIES = 3
+
+
 def test_memory_limited_pod_is_oom_killed(node_k8s):
-    # The allocating process is PID 1 (a shell would survive its child's OOM kill).
-    node_k8s.create_pod(
-        _pod(
-            node_k8s,
-            "oom",
-            ["dd", "if=/dev/zero", "of=/dev/null", "bs=200M", "count=1"],
-            limit="cpu=0.5,memory=50Mi",
+    readings = []
+    for attempt in range(OOM_TRIES):
+        # The allocating process is PID 1 (a shell would survive its child's OOM kill).
+        name = f"oom-{attempt}"
+        node_k8s.create_pod(
+            _pod(
+                node_k8s,
+                name,
+                ["dd", "if=/dev/zero", "of=/dev/null", "bs=200M", "count=1"],
+                limit="cpu=0.5,memory=50Mi",
+            )
         )
-    )
-    reading = read_termination(_wait(node_k8s, "oom", _ended))
-    assert (reading.phase, reading.exit_code, reading.reason) == ("Failed", 137, "OOMKilled")
+        reading = read_termination(_wait(node_k8s, name, _ended))
+        readings.append((reading.phase, reading.exit_code, reading.reason))
+        assert readings[-1][:2] == ("Failed", 137), readings
+        if reading.reason == "OOMKilled":
+            break
+    assert readings[-1] == ("Failed", 137, "OOMKilled"), readings
 
 
 def test_docker_kill_reads_as_exit_137_without_oom(k8s_node, node_k8s):
