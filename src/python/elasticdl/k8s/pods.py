@@ -21,7 +21,8 @@ Every pod:
 * pulls its image with the job's ``--image_pull_secrets`` (``imagePullSecrets``), if any;
 * carries resource requests/limits from ``elasticdl.k8s.resources`` (``gpu`` ->
   ``nvidia.com/gpu``; the limit defaults to the request), volumes from
-  ``elasticdl.k8s.volumes``, an optional PriorityClass, and an owner reference to the
+  ``elasticdl.k8s.volumes``, an optional PriorityClass (``high``/``low`` are ElasticDL's:
+  :mod:`elasticdl.k8s.priority_classes`), and an owner reference to the
   master pod for replicas (deleting the master deletes the job).
 
 Services are headless (``clusterIP: None``) and select exactly one replica by its labels, so
@@ -33,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from elasticdl.k8s import resources, security, volumes
+from elasticdl.k8s import priority_classes, resources, security, volumes
 from elasticdl.k8s.client import to_model
 from elasticdl.k8s.cluster_spec import ClusterSpec
 from elasticdl.k8s.names import (
@@ -182,7 +183,7 @@ def build_pod(
         spec=client.V1PodSpec(
             containers=[container],
             restart_policy=template.restart_policy,
-            priority_class_name=priority_class or None,
+            priority_class_name=priority_classes.class_name(priority_class) or None,
             volumes=pod_volumes or None,
             security_context=security.pod_security_context(template.pod_security),
             service_account_name=template.service_account or None,
