@@ -161,9 +161,10 @@ def test_preempted_and_evicted_workers_are_relaunched_without_the_budget(
         assert workers()[2].replaced_by is None
     finally:
         rm.stop()
-        k8s.core.patch_namespaced_pod(
-            evicted_name, k8s.namespace, {"metadata": {"finalizers": None}}
-        )
+        if k8s.get_pod(evicted_name) is not None:
+            k8s.core.patch_namespaced_pod(
+                evicted_name, k8s.namespace, {"metadata": {"finalizers": None}}
+            )
 
 
 def _records(directory: Path, count: int) -> str:
