@@ -6,12 +6,12 @@ Rules (the original pod manager's, plus PS recovery):
   master): its tasks go back to the queue at once (``task_manager.recover_tasks``), then a
   replacement is launched with a **new worker id** if relaunching is enabled and either
 
-  - it was ended from outside (:func:`ended_from_outside`): preempted — killed with exit
-    code 137 and the reason is not ``OOMKilled``, or reason ``Preempted`` (on Kubernetes read
-    from the pod's Events too: the scheduler deleted it for a higher-priority pod) — or
-    evicted (reason ``Evicted``: the kubelet, a drain or the taint manager removing it from
-    a lost node; ``NodeLost``). That is not the worker's fault and never uses up the budget;
-    the replica's status says ``preempted`` / ``evicted``. Or
+  - it was ended from outside (:func:`spares_budget`): preempted — reason ``Preempted`` (on
+    Kubernetes read from the pod's Events too: the scheduler deleted it for a higher-priority
+    pod), or killed with exit code 137 and the reason is not ``OOMKilled`` — or evicted
+    (reason ``Evicted``: the kubelet, a drain or the taint manager removing it from a lost
+    node; ``NodeLost``). That is not the worker's fault and never uses up the budget; where
+    the platform names the cause the replica's status says ``preempted`` / ``evicted``. Or
   - the failed worker's lineage has been relaunched fewer than ``relaunch_on_worker_failure``
     times.
 
@@ -83,13 +83,19 @@ _EVICTION_REASONS = ("Evicted", "NodeLost")
 
 
 def ended_from_outside(event: ReplicaEvent) -> str:
-    """``"preempted"`` or ``"evicted"`` when the replica was ended from outside (not its own
-    fault: relaunched without using the budget), else ``""``."""
+    """``"preempted"`` or ``"evicted"`` when the platform names who ended the replica from
+    outside (what its status then says), else ``""``."""
     if event.reason in _EVICTION_REASONS:
         return EVICTED
-    if event.reason == REASON_PREEMPTED or event.looks_preempted:
+    if event.reason == REASON_PREEMPTED:
         return PREEMPTED
     return ""
+
+
+def spares_budget(event: ReplicaEvent) -> str:
+    """Why the replica's end does not count against the relaunch budget (``""``: it does):
+    named from outside, or killed like a preempted process (SIGKILL, not out of memory)."""
+    return ended_from_outside(event) or (PREEMPTED if event.looks_preempted else "")
 
 
 def parse_worker_priority(num_workers: int, value: str) -> dict[int, str]:
@@ -327,7 +333,7 @@ class ReplicaManager(JournaledOwner):
         logger.warning("Worker %d ended abnormally (%s, %s)", state.replica_id, event.phase, cause)
         if event.message:
             logger.warning("Last output of worker %d:\n%s", state.replica_id, event.message)
-        outside = ended_from_outside(event)
+        outside = spares_budget(event)
         preempted = bool(outside)
         if self.config.disable_relaunch:
             decision = "not relaunched: relaunch disabled (--aux_params disable_relaunch)"
@@ -368,7 +374,7 @@ class ReplicaManager(JournaledOwner):
         )
         if event.message:
             logger.warning("Last output of PS %d:\n%s", ps_id, event.message)
-        if not ended_from_outside(event):
+        if not spares_budget(event):
             self._ps_failures[ps_id] = self._ps_failures.get(ps_id, 0) + 1
             self._record(PSFailures(ps_id, self._ps_failures[ps_id]))
         if self._ps_failures.get(ps_id, 0) > self.config.max_ps_relaunches:
