@@ -112,7 +112,7 @@ def _submit(command: str | None, spec: JobSpec | None, values: dict[str, Any]) -
         for notice in built:
             print(f"elasticdl: {notice}", file=sys.stderr, flush=True)
     handle = backend.submit(job, yaml_path=yaml_path, package_path=package_path, progress=progress)
-    handle.notices = notices
+    handle.notices = notices + handle.notices  # then what the submission found
     return handle
 
 

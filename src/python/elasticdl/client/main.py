@@ -211,9 +211,12 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _rbac(args: argparse.Namespace) -> int:
-    from elasticdl.k8s import rbac
+    from elasticdl.k8s import priority_classes, rbac
 
-    sys.stdout.write(rbac.render(args.namespace))
+    if args.priority_classes:
+        sys.stdout.write(priority_classes.render())
+    else:
+        sys.stdout.write(rbac.render(args.namespace))
     return EXIT_OK
 
 
@@ -448,6 +451,11 @@ def build_parser() -> StrictArgumentParser:
         "namespace (pipe it to 'kubectl apply -f -')",
     )
     rbac.add_argument("--namespace", default="default", help="The jobs' namespace")
+    rbac.add_argument(
+        "--priority_classes",
+        action="store_true",
+        help="Print ElasticDL's PriorityClasses instead (cluster-wide; for a cluster admin)",
+    )
 
     upload = _add_command(
         sub,

@@ -44,12 +44,21 @@ def dump(data: Any, fmt: str) -> str:
 
 
 def jobs_table(jobs: Sequence[JobStatus]) -> str:
+    """One row per job; WORKERS is running / all it has now (``2/4 (2 pending)``)."""
     if not jobs:
         return "No jobs found."
     return table(
-        ("NAME", "PLATFORM", "PHASE", "AGE", "VERSION", "PROGRESS"),
+        ("NAME", "PLATFORM", "PHASE", "AGE", "VERSION", "WORKERS", "PROGRESS"),
         [
-            (j.job_name, j.platform, j.phase, format_age(j.created_at), j.model_version, j.progress)
+            (
+                j.job_name,
+                j.platform,
+                j.phase,
+                format_age(j.created_at),
+                j.model_version,
+                j.workers_summary,
+                j.progress,
+            )
             for j in jobs
         ],
     )
@@ -73,12 +82,14 @@ def status_text(status: JobStatus) -> str:
             f" ({status.records_trained}/{status.records_expected} records)"
             if status.records_expected
             else ""
-        ),
+        )
+        + _speed_and_eta(status),
         f"Tasks:       todo {status.tasks_todo}, doing {status.tasks_doing}, done {status.tasks_done}, "
         f"retried {status.tasks_retried}",
     ]
     if status.job_dir:
         lines.append(f"Job dir:     {status.job_dir}")
+    lines += _worker_lines(status)
     lines += _straggler_and_scaling_lines(status)
     if status.evaluation_metrics:
         metrics = ", ".join(
@@ -88,7 +99,13 @@ def status_text(status: JobStatus) -> str:
     if status.replicas:
         lines.append("Replicas:")
         replica_rows = [
-            (r.name, r.phase, "-" if r.exit_code is None else r.exit_code, r.restarts, r.message)
+            (
+                r.name,
+                r.phase,
+                "-" if r.exit_code is None else r.exit_code,
+                r.restarts,
+                _replica_message(r),
+            )
             for r in status.replicas
         ]
         lines += [
@@ -98,6 +115,58 @@ def status_text(status: JobStatus) -> str:
             ).splitlines()
         ]
     return "\n".join(lines)
+
+
+def _speed_and_eta(status: JobStatus) -> str:
+    """``, 412 records/s now, ETA 4m10s``: the master's recent window, not the average."""
+    if status.is_final or status.records_per_second is None:
+        return ""
+    text = f", {status.records_per_second:.4g} records/s now"
+    if status.eta_seconds is not None:
+        return text + f", ETA {status.eta}"
+    return text + ", ETA unknown (no progress lately)"
+
+
+def _worker_lines(status: JobStatus) -> list[str]:
+    """Running vs pending workers, and why the pending ones wait (the scheduler's words)."""
+    if status.workers_summary == "-" or status.is_final:
+        return []
+    workers = status.workers()
+    lines = [f"Workers:     {len(workers['Running'])} running, {len(workers['Pending'])} pending"]
+    why: dict[str, list[str]] = {}
+    for replica in workers["Pending"]:
+        reason = _waiting(replica) or "not scheduled yet"
+        why.setdefault(reason, []).append(replica.name)
+    lines += [f"  pending {', '.join(names)}: {reason}" for reason, names in why.items()]
+    outside = [r for r in status.replicas if r.ended_by]
+    if outside:
+        counts: dict[str, int] = {}
+        for replica in outside:
+            counts[replica.ended_by] = counts.get(replica.ended_by, 0) + 1
+        lines.append(
+            "  ended from outside: "
+            + ", ".join(f"{n} {cause}" for cause, n in sorted(counts.items()))
+            + " (relaunched without using the relaunch budget)"
+        )
+    return lines
+
+
+def _waiting(replica) -> str:
+    if replica.waiting_reason and replica.waiting_message:
+        return f"{replica.waiting_reason}: {replica.waiting_message}"
+    return replica.waiting_reason or replica.waiting_message
+
+
+def _replica_message(replica) -> str:
+    if replica.phase == "Pending" and _waiting(replica):
+        return _waiting(replica)
+    if replica.ended_by:
+        return replica.ended_by + (
+            f": {replica.message}"
+            if replica.message and replica.message.lower() != replica.ended_by
+            else ""
+        )
+    return replica.message
 
 
 def _straggler_and_scaling_lines(status: JobStatus) -> list[str]:

@@ -15,9 +15,81 @@ def test_age():
 def test_table_and_text():
     jobs = [JobStatus("a", platform="local", phase="Running", model_version=7, created_at=None)]
     lines = jobs_table(jobs).splitlines()
-    assert lines[0].split() == ["NAME", "PLATFORM", "PHASE", "AGE", "VERSION", "PROGRESS"]
-    assert lines[1].split() == ["a", "local", "Running", "-", "7", "-"]
+    assert lines[0].split() == [
+        "NAME",
+        "PLATFORM",
+        "PHASE",
+        "AGE",
+        "VERSION",
+        "WORKERS",
+        "PROGRESS",
+    ]
+    assert lines[1].split() == ["a", "local", "Running", "-", "7", "-", "-"]
     text = status_text(
         JobStatus.from_dict({"job_name": "a", "evaluation_metrics": {"auc": 0.91234}})
     )
     assert "Evaluation:  auc=0.9123" in text
+
+
+def _waiting_job() -> JobStatus:
+    why = "0/2 nodes are available: 2 Insufficient cpu."
+    return JobStatus.from_dict(
+        {
+            "job_name": "elastic",
+            "platform": "kubernetes",
+            "phase": "Running",
+            "records_trained": 4200,
+            "records_expected": 10000,
+            "records_per_second": 412.0,
+            "eta_seconds": 14.1,
+            "replicas": [
+                {"type": "ps", "id": 0, "phase": "Running"},
+                {"type": "worker", "id": 0, "phase": "Running"},
+                {"type": "worker", "id": 1, "phase": "Running"},
+                {
+                    "type": "worker",
+                    "id": 2,
+                    "phase": "Deleted",
+                    "ended_by": "preempted",
+                    "message": "Preempted by default/online-0 on node n1",
+                    "replaced_by": 4,
+                },
+                {
+                    "type": "worker",
+                    "id": 3,
+                    "phase": "Pending",
+                    "waiting_reason": "Unschedulable",
+                    "waiting_message": why,
+                },
+                {
+                    "type": "worker",
+                    "id": 4,
+                    "phase": "Pending",
+                    "waiting_reason": "Unschedulable",
+                    "waiting_message": why,
+                },
+            ],
+        }
+    )
+
+
+def test_running_vs_pending_workers_why_and_the_eta():
+    job = _waiting_job()
+    (row,) = jobs_table([job]).splitlines()[1:]
+    assert "2/4 (2 pending)" in row and row.split()[-1] == "42%"
+    text = status_text(job)
+    assert "Progress:    42% (4200/10000 records), 412 records/s now, ETA 14s" in text
+    assert "Workers:     2 running, 2 pending" in text
+    assert (
+        "  pending worker-3, worker-4: Unschedulable: 0/2 nodes are available: 2 Insufficient cpu."
+        in text
+    )
+    assert "ended from outside: 1 preempted (relaunched without using the relaunch budget)" in text
+    (w2,) = [line for line in text.splitlines() if line.strip().startswith("worker-2")]
+    assert "preempted: Preempted by default/online-0 on node n1" in w2
+    # No recent progress: no ETA rather than an old one.
+    job.eta_seconds = None
+    assert "412 records/s now, ETA unknown (no progress lately)" in status_text(job)
+    # A finished job shows neither.
+    job.phase = "Succeeded"
+    assert "ETA" not in status_text(job) and "Workers:" not in status_text(job)

@@ -33,6 +33,12 @@ class ReplicaStatus:
     message: str = ""
     replaced_by: int | None = None  # the id of the worker that took over from this one
     log: str = ""  # where its output is (a file, or a kubectl command)
+    # "preempted" / "evicted": ended from outside (relaunched without using the budget)
+    ended_by: str = ""
+    # While Pending: why it is not placed yet (Kubernetes: the scheduler's reason and message,
+    # "Unschedulable", "0/2 nodes are available: 2 Insufficient cpu.")
+    waiting_reason: str = ""
+    waiting_message: str = ""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ReplicaStatus":
@@ -81,6 +87,10 @@ class JobStatus:
     # for a fixed number of workers
     autoscaling: dict[str, Any] = dataclasses.field(default_factory=dict)
     master: dict[str, Any] = dataclasses.field(default_factory=dict)  # {"pid", "port"}
+    # Training speed over the master's recent window (master.throughput), not the job's
+    # average, and the seconds left at that speed; None when unknown (no recent progress).
+    records_per_second: float | None = None
+    eta_seconds: float | None = None
     created_at: float | None = None  # seconds since the epoch
     updated_at: float | None = None
     namespace: str = ""
@@ -108,6 +118,9 @@ class JobStatus:
         for key in ("evaluation_history", "loss_history"):
             if not isinstance(values.get(key, []), list):
                 values[key] = []
+        for key in ("records_per_second", "eta_seconds"):
+            if not isinstance(values.get(key), (int, float)) or isinstance(values.get(key), bool):
+                values.pop(key, None)
         for key in ("created_at", "updated_at"):
             if key in values and not isinstance(values[key], (int, float)):
                 values[key] = _parse_time(values[key])
@@ -143,19 +156,60 @@ class JobStatus:
         return self.phase in FINAL_JOB_PHASES
 
     @property
+    def records_total(self) -> int:
+        """The records the whole job trains: the master counts those of the epochs it created
+        so far; those still to come are as many per epoch. 0 if unknown."""
+        expected = self.records_expected
+        if expected > 0 and self.num_epochs > self.epoch > 0:
+            expected = expected * self.num_epochs // self.epoch
+        return max(0, expected)
+
+    @property
     def progress(self) -> str:
-        """``"42%"`` from records (or tasks when records are unknown); ``"-"`` if unknown.
-        The master counts the records of the epochs it created so far; those still to come
-        are as many per epoch."""
+        """``"42%"`` from records (or tasks when records are unknown); ``"-"`` if unknown."""
         if self.records_expected > 0:
-            expected = self.records_expected
-            if self.num_epochs > self.epoch > 0:
-                expected = expected * self.num_epochs // self.epoch
-            return f"{min(100, 100 * self.records_trained // expected)}%"
+            return f"{min(100, 100 * self.records_trained // self.records_total)}%"
         total = self.tasks_todo + self.tasks_doing + self.tasks_done
         if total > 0:
             return f"{100 * self.tasks_done // total}%"
         return "100%" if self.phase == JobPhase.SUCCEEDED else "-"
+
+    def workers(self) -> dict[str, list[ReplicaStatus]]:
+        """The workers the job has now, by phase: ``{"Running": [...], "Pending": [...]}``
+        (ended ones are not counted)."""
+        found: dict[str, list[ReplicaStatus]] = {"Running": [], "Pending": []}
+        for replica in self.replicas:
+            if replica.type == "worker" and replica.phase in found:
+                found[replica.phase].append(replica)
+        return found
+
+    @property
+    def workers_summary(self) -> str:
+        """``"2/4 (2 pending)"``: running / all the job has now; ``"-"`` without replicas."""
+        workers = self.workers()
+        running, pending = len(workers["Running"]), len(workers["Pending"])
+        if not self.replicas or running + pending == 0:
+            return "-"
+        return f"{running}/{running + pending}" + (f" ({pending} pending)" if pending else "")
+
+    @property
+    def eta(self) -> str:
+        """``"4m10s"`` at the current speed, ``"-"`` when unknown, ``""`` once final."""
+        if self.is_final:
+            return ""
+        if self.eta_seconds is None:
+            return "-"
+        return format_seconds(self.eta_seconds)
+
+
+def format_seconds(seconds: float) -> str:
+    """``45s``, ``4m10s``, ``2h05m``."""
+    seconds = int(round(max(0.0, seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 # How many loss samples a status keeps: enough for a curve, small enough to rewrite every

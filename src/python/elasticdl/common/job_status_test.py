@@ -101,3 +101,25 @@ def test_a_published_status_keeps_thinned_curves():
     versions = [s["model_version"] for s in read.loss]
     assert versions == sorted(set(versions))
     assert len(json.dumps(published)) < 32 << 10  # well under a pod's 256 KiB of annotations
+
+
+def test_workers_by_phase_eta_and_bad_speed_values():
+    status = JobStatus.from_dict(
+        {
+            "phase": "Running",
+            "eta_seconds": 250.4,
+            "records_per_second": "fast",  # not a number: unknown
+            "replicas": [
+                {"type": "worker", "id": 0, "phase": "Running"},
+                {"type": "worker", "id": 1, "phase": "Pending", "waiting_reason": "Unschedulable"},
+                {"type": "worker", "id": 2, "phase": "Failed"},
+                {"type": "ps", "id": 0, "phase": "Running"},
+            ],
+        }
+    )
+    assert status.records_per_second is None and status.eta == "4m10s"
+    assert status.workers_summary == "1/2 (1 pending)"
+    assert [r.name for r in status.workers()["Pending"]] == ["worker-1"]
+    assert status.workers()["Pending"][0].waiting_reason == "Unschedulable"
+    assert JobStatus.from_dict({}).workers_summary == "-" and JobStatus().eta == "-"
+    assert JobStatus.from_json(status.to_json()) == status

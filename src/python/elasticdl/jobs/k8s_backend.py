@@ -120,6 +120,8 @@ class KubernetesBackend(JobBackend):
             restartable = master_manifest.restartable(job)
             write_manifest(self.build_master_job(pod, job) if restartable else pod, yaml_path)
             return self._handle(job, None, pod.metadata.name, yaml_path)
+        job, notices = self._checked_by_cluster(job)
+        pod = self.build_master_pod(job)
         service_account = self._job_service_account()
         if service_account:
             pod.spec.service_account_name = pod.spec.service_account_name or service_account
@@ -132,14 +134,29 @@ class KubernetesBackend(JobBackend):
                 f"remove it with 'elasticdl cancel {job.job_name}' or use another --job_name"
             )
         if master_manifest.restartable(job):
-            return self._submit_restartable(job, pod)
+            handle = self._submit_restartable(job, pod)
+            handle.notices = notices
+            return handle
         created = self._create(job.job_name, self.k8s.create_pod, pod)
         self._restrict_ingress(
             job.job_name,
             K8sClient.owner_reference(created),
             undo=lambda: self.k8s.delete_pod(created.metadata.name, grace_seconds=0),
         )
-        return self._handle(job, created, created.metadata.name)
+        handle = self._handle(job, created, created.metadata.name)
+        handle.notices = notices
+        return handle
+
+    def _checked_by_cluster(self, job: JobSpec) -> tuple[JobSpec, list[str]]:
+        """:mod:`elasticdl.k8s.submit_checks`: the job's priorities resolved against the
+        cluster's PriorityClasses, and warnings about requests no node can hold."""
+        from elasticdl.k8s import submit_checks
+        from elasticdl.k8s.priority_classes import MissingPriorityClass
+
+        try:
+            return submit_checks.check(job, self.k8s.api_client)
+        except MissingPriorityClass as e:
+            raise ClientError(str(e)) from None
 
     def _create(self, job_name: str, create, obj):
         """``create(obj)`` for the job's master object; a taken name is a JobConflictError, any

@@ -111,7 +111,15 @@ def test_detach_then_status_list_logs_wait(env, capsys):
 
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["NAME", "PLATFORM", "PHASE", "AGE", "VERSION", "PROGRESS"]
+    assert lines[0].split() == [
+        "NAME",
+        "PLATFORM",
+        "PHASE",
+        "AGE",
+        "VERSION",
+        "WORKERS",
+        "PROGRESS",
+    ]
     assert (
         lines[1].split()[:3] == ["job-b", "local", "Succeeded"] and lines[1].split()[-1] == "100%"
     )

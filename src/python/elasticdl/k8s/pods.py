@@ -21,7 +21,8 @@ Every pod:
 * pulls its image with the job's ``--image_pull_secrets`` (``imagePullSecrets``), if any;
 * carries resource requests/limits from ``elasticdl.k8s.resources`` (``gpu`` ->
   ``nvidia.com/gpu``; the limit defaults to the request), volumes from
-  ``elasticdl.k8s.volumes``, an optional PriorityClass, and an owner reference to the
+  ``elasticdl.k8s.volumes``, an optional PriorityClass (``high``/``low`` are ElasticDL's:
+  :mod:`elasticdl.k8s.priority_classes`), and an owner reference to the
   master pod for replicas (deleting the master deletes the job);
 * tolerates a NotReady or unreachable node for ``--node_lost_timeout`` seconds (not
   Kubernetes' 300), and workers and PS prefer nodes where fewer of their kind run.
@@ -36,7 +37,7 @@ import dataclasses
 from typing import Any
 
 from elasticdl.common.job_spec import JobSpec
-from elasticdl.k8s import resources, security, volumes
+from elasticdl.k8s import priority_classes, resources, security, volumes
 from elasticdl.k8s.client import to_model
 from elasticdl.k8s.cluster_spec import ClusterSpec
 from elasticdl.k8s.names import (
@@ -189,7 +190,7 @@ def build_pod(
         spec=client.V1PodSpec(
             containers=[container],
             restart_policy=template.restart_policy,
-            priority_class_name=priority_class or None,
+            priority_class_name=priority_classes.class_name(priority_class) or None,
             volumes=pod_volumes or None,
             security_context=security.pod_security_context(template.pod_security),
             service_account_name=template.service_account or None,

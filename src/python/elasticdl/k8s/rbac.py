@@ -13,7 +13,9 @@ operations under this Role and checks that anything more is refused):
   and status annotation);
 * services: ``create`` (a PS's headless service), ``list``/``delete`` (cleanup at the end);
 * secrets: ``create``/``delete`` (the job's secret, which it never needs to read back:
-  the kubelet reads it for the pods).
+  the kubelet reads it for the pods);
+* events: ``list`` (a replica pod's, to tell who ended it from outside: a scheduler's
+  preemption, an eviction from a lost node).
 
 The client, not the master, creates the job's NetworkPolicy, so the master needs no
 permission on networkpolicies.
@@ -34,6 +36,7 @@ MASTER_RULES = (
     },
     {"apiGroups": [""], "resources": ["services"], "verbs": ["list", "create", "delete"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
 )
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

@@ -30,6 +30,7 @@ from elasticdl.master.resume import JobJournal, PreviousLife
 from elasticdl.master.server import MasterServerError, create_master_server
 from elasticdl.master.servicer import MasterServicer
 from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
+from elasticdl.master.throughput import Throughput
 from elasticdl.platform.base import Platform
 
 logger = logging.getLogger(__name__)
@@ -151,6 +152,7 @@ class Job:
             self._resume_tasks()
         self.rendezvous = self._start_rendezvous() if self.allreduce else None
         self.loss_history = status_writer.LossHistory()
+        self.throughput = Throughput()  # the status's records/s and ETA
         self.ps_loads = PSLoads()
         self.servicer = MasterServicer(
             self.tm,
@@ -518,9 +520,22 @@ class Job:
                 message=r.reason,
                 replaced_by=r.replaced_by,
                 log=r.log,
+                ended_by=r.ended_by,
+                waiting_reason=r.waiting_reason,
+                waiting_message=r.waiting_message,
             )
             for r in self.rm.replicas()
         ]
+        self.throughput.observe(s.records_trained)
+        records_left = (
+            JobStatus(
+                records_expected=s.records_expected,
+                records_trained=s.records_trained,
+                epoch=s.epoch,
+                num_epochs=self.job_spec.num_epochs if self.trains else 0,
+            ).records_total
+            - s.records_trained
+        )
         return JobStatus(
             job_name=self.name,
             platform=str(self.job_spec.platform),
@@ -562,6 +577,8 @@ class Job:
             },
             created_at=self.started_at,
             job_dir=str(self.job_dir) if self.job_dir else "",
+            records_per_second=self.throughput.records_per_second() if self.trains else None,
+            eta_seconds=self.throughput.eta_seconds(records_left) if self.trains else None,
         )
 
     def _log_summary(self) -> None:

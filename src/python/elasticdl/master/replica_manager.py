@@ -6,13 +6,20 @@ Rules (the original pod manager's, plus PS recovery):
   master): its tasks go back to the queue at once (``task_manager.recover_tasks``), then a
   replacement is launched with a **new worker id** if relaunching is enabled and either
 
-  - it looks preempted (killed with exit code 137 and the reason is not ``OOMKilled``; on
-    Kubernetes also reason ``Preempted``) — preemption never uses up the budget, or
+  - it was ended from outside (:func:`spares_budget`): preempted — reason ``Preempted`` (on
+    Kubernetes read from the pod's Events too: the scheduler deleted it for a higher-priority
+    pod), or killed with exit code 137 and the reason is not ``OOMKilled`` — or evicted
+    (reason ``Evicted``: the kubelet, a drain or the taint manager removing it from a lost
+    node; ``NodeLost``). That is not the worker's fault and never uses up the budget; where
+    the platform names the cause the replica's status says ``preempted`` / ``evicted``. Or
   - the failed worker's lineage has been relaunched fewer than ``relaunch_on_worker_failure``
     times.
 
   A replacement inherits the lineage's relaunch count and priority.
 * **Worker succeeds** (exit 0): it had no more work; nothing to do.
+* **Worker waits** (Pending): the platform's reason why it is not placed (Kubernetes: the
+  scheduler's ``Unschedulable`` "0/2 nodes are available: 2 Insufficient cpu.") is kept in
+  its state for the job status; the job trains with the workers that run meanwhile.
 * **Worker hangs** (a task exceeds the timeout, see TaskManager.check_timeouts): with
   ``relaunch_timeout_worker`` the master deletes it and the rules above apply.
 * **PS ends in any way while the job runs**: relaunched with the **same id and address**, so
@@ -54,6 +61,8 @@ from elasticdl.master.journal_ops import (
 from elasticdl.master.task_manager import TaskManager
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
+    REASON_NODE_LOST,
+    REASON_PREEMPTED,
     LaunchSpec,
     Platform,
     PlatformError,
@@ -67,6 +76,27 @@ logger = logging.getLogger(__name__)
 
 class PriorityError(ValueError):
     pass
+
+
+PREEMPTED, EVICTED = "preempted", "evicted"
+# Reasons of an eviction: the kubelet's or the Eviction API's, a lost node's.
+_EVICTION_REASONS = ("Evicted", REASON_NODE_LOST)
+
+
+def ended_from_outside(event: ReplicaEvent) -> str:
+    """``"preempted"`` or ``"evicted"`` when the platform names who ended the replica from
+    outside (what its status then says), else ``""``."""
+    if event.reason in _EVICTION_REASONS:
+        return EVICTED
+    if event.reason == REASON_PREEMPTED:
+        return PREEMPTED
+    return ""
+
+
+def spares_budget(event: ReplicaEvent) -> str:
+    """Why the replica's end does not count against the relaunch budget (``""``: it does):
+    named from outside, or killed like a preempted process (SIGKILL, not out of memory)."""
+    return ended_from_outside(event) or (PREEMPTED if event.looks_preempted else "")
 
 
 def parse_worker_priority(num_workers: int, value: str) -> dict[int, str]:
@@ -121,6 +151,10 @@ class ReplicaState:
     priority: str = ""
     replaced_by: int | None = None  # worker id of the replacement
     log: str = ""
+    ended_by: str = ""  # "preempted" / "evicted": ended from outside
+    # While Pending: why the platform has not placed it (reason, human message).
+    waiting_reason: str = ""
+    waiting_message: str = ""
 
     def to_dict(self) -> dict:
         return {
@@ -255,9 +289,15 @@ class ReplicaManager(JournaledOwner):
                 logger.debug("Event for unknown replica ignored: %s", event)
                 return
             state.phase = event.phase
+            if event.phase == ReplicaPhase.PENDING:
+                state.waiting_reason, state.waiting_message = event.reason, event.message
+            else:
+                state.waiting_reason = state.waiting_message = ""
             if event.phase.is_terminal:
                 state.exit_code = event.exit_code
                 state.reason = event.reason
+                if event.reason != REASON_DELETED_BY_MASTER:
+                    state.ended_by = ended_from_outside(event)
             why_deleted = self._deleting.pop((event.replica_type, event.replica_id), None)
             stopping = self._stopping
             self._changed.notify_all()
@@ -294,13 +334,14 @@ class ReplicaManager(JournaledOwner):
         logger.warning("Worker %d ended abnormally (%s, %s)", state.replica_id, event.phase, cause)
         if event.message:
             logger.warning("Last output of worker %d:\n%s", state.replica_id, event.message)
-        preempted = event.looks_preempted
+        outside = spares_budget(event)
+        preempted = bool(outside)
         if self.config.disable_relaunch:
             decision = "not relaunched: relaunch disabled (--aux_params disable_relaunch)"
         elif self._tm.finished:
             decision = "not relaunched: no work left"
         elif preempted:
-            decision = "relaunch (preempted; does not use the relaunch budget)"
+            decision = f"relaunch ({outside}; does not use the relaunch budget)"
         elif state.relaunch_count < self.config.relaunch_on_worker_failure:
             decision = (
                 f"relaunch {state.relaunch_count + 1}/{self.config.relaunch_on_worker_failure}"
@@ -334,7 +375,7 @@ class ReplicaManager(JournaledOwner):
         )
         if event.message:
             logger.warning("Last output of PS %d:\n%s", ps_id, event.message)
-        if not event.looks_preempted:
+        if not spares_budget(event):
             self._ps_failures[ps_id] = self._ps_failures.get(ps_id, 0) + 1
             self._record(PSFailures(ps_id, self._ps_failures[ps_id]))
         if self._ps_failures.get(ps_id, 0) > self.config.max_ps_relaunches:
@@ -476,6 +517,12 @@ class ReplicaManager(JournaledOwner):
                             state.phase = ReplicaPhase(op.phase)
                             state.exit_code, state.reason = op.exit_code, op.reason
                             state.replaced_by = op.replaced_by
+                            if op.reason != REASON_DELETED_BY_MASTER:
+                                state.ended_by = ended_from_outside(
+                                    ReplicaEvent(
+                                        rtype, op.replica_id, state.phase, op.exit_code, op.reason
+                                    )
+                                )
                         if op.replaced_by is not None:
                             self._next_worker_id = max(self._next_worker_id, op.replaced_by + 1)
                     case PSFailures(ps_id, failures):

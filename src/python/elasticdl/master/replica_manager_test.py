@@ -268,3 +268,33 @@ def test_a_worker_released_before_it_runs_is_deleted():
     rm.release_worker(worker, "not added (--num_workers=auto)")
     assert p.deleted == [(W, worker)]
     assert p.ids(W) == [0, worker]  # not relaunched
+
+
+def test_eviction_and_preemption_from_events_keep_the_budget_and_say_so():
+    p = FakePlatform()
+    rm, tm = _manager(p, num_workers=1, relaunch_on_worker_failure=0)
+    task = tm.get(0)
+    # The taint manager evicted it from a lost node (reason read from the pod's Events).
+    p.end(W, 0, ReplicaPhase.DELETED, None, "Evicted")
+    assert p.ids(W) == [0, 1] and tm.get(1).task_id == task.task_id  # re-queued at once
+    p.end(W, 1, ReplicaPhase.DELETED, None, "Preempted")
+    p.end(W, 2, ReplicaPhase.FAILED, None, "NodeLost")
+    assert p.ids(W) == [0, 1, 2, 3]
+    states = {s.replica_id: s for s in rm.replicas() if s.replica_type == W}
+    assert [states[i].ended_by for i in range(4)] == ["evicted", "preempted", "evicted", ""]
+    assert all(s.relaunch_count == 0 for s in states.values())
+    # Anything else deleting it uses the budget (0 here): not relaunched.
+    p.end(W, 3, ReplicaPhase.DELETED, None, "Deleted")
+    assert p.ids(W) == [0, 1, 2, 3] and "no worker left" in rm.failed_message
+
+
+def test_a_pending_workers_reason_is_kept_until_it_runs():
+    p = FakePlatform()
+    rm, _ = _manager(p, num_workers=1)
+    why = "0/2 nodes are available: 2 Insufficient cpu."
+    p._emit(ReplicaEvent(W, 0, ReplicaPhase.PENDING, reason="Unschedulable", message=why))
+    (w0,) = [s for s in rm.replicas() if s.replica_type == W]
+    assert (w0.phase, w0.waiting_reason, w0.waiting_message) == ("Pending", "Unschedulable", why)
+    p._emit(ReplicaEvent(W, 0, ReplicaPhase.RUNNING))
+    (w0,) = [s for s in rm.replicas() if s.replica_type == W]
+    assert (w0.phase, w0.waiting_reason, w0.waiting_message) == ("Running", "", "")

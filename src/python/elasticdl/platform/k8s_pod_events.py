@@ -10,6 +10,14 @@ on: an event per change of phase, and exactly ONE terminal event per pod.
 * A pod removed because its node stopped answering (:meth:`PodEventTranslator.node_lost`)
   reports ``Deleted`` with the reason ``NodeLost``.
 * ``Unknown`` (the node stopped reporting) is no answer: the translator waits for one.
+* A ``Pending`` pod the scheduler cannot place (condition ``PodScheduled=False``) reports
+  ``Pending`` again whenever the scheduler's reason or message changes (``Unschedulable``,
+  "0/2 nodes are available: 2 Insufficient cpu.").
+* Who ended a pod from outside is often only in its Events, not in its status (a scheduler
+  preempting it, the taint manager evicting it from a lost node: both just delete it):
+  :func:`cause_of_events` reads them, and :meth:`PodEventTranslator.ended_by` ends a pod
+  being deleted for such a cause at once, without waiting for a ``DELETED`` that a lost
+  node's kubelet never makes happen.
 
 Not thread-safe by itself: the platform serialises calls under its own lock, so that the watch
 and ``adopt()`` see one sequence of states.
@@ -18,16 +26,71 @@ and ``adopt()`` see one sequence of states.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Iterable
 
 from elasticdl.k8s.names import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
-from elasticdl.k8s.termination import read_termination
+from elasticdl.k8s.termination import REASON_EVICTED, read_termination
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
     REASON_NODE_LOST,
+    REASON_PREEMPTED,
     ReplicaEvent,
     ReplicaPhase,
     ReplicaType,
 )
+
+# Event reasons -> the cause a replica event carries. The scheduler records "Preempted" on a
+# pod it deletes for a higher-priority one; the node lifecycle controller's taint manager
+# "TaintManagerEviction" on a pod it deletes from a NoExecute-tainted (lost) node; the
+# kubelet "Evicted" on a pod it evicts for node pressure.
+EVENT_CAUSES = {
+    "Preempted": REASON_PREEMPTED,
+    "TaintManagerEviction": REASON_EVICTED,
+    "Evicted": REASON_EVICTED,
+}
+# Causes the master treats as "ended from outside, not the replica's fault".
+OUTSIDE_CAUSES = (REASON_PREEMPTED, REASON_EVICTED)
+POD_SCHEDULED = "PodScheduled"
+
+
+def cause_of_events(events: Iterable[Any]) -> tuple[str, str]:
+    """``(cause, message)`` from a pod's Events (``V1Event`` objects or their JSON dicts),
+    the newest telling one; ``("", "")`` if none tells."""
+    found: list[tuple[str, str, str]] = []
+    for event in events:
+        data = event if isinstance(event, dict) else _to_dict(event)
+        cause = EVENT_CAUSES.get(data.get("reason") or "")
+        if cause:
+            when = str(
+                data.get("lastTimestamp")
+                or data.get("eventTime")
+                or (data.get("metadata") or {}).get("creationTimestamp")
+                or ""
+            )
+            found.append((when, cause, data.get("message") or data.get("note") or ""))
+    if not found:
+        return "", ""
+    _, cause, message = max(found)
+    return cause, message
+
+
+def unschedulable(pod: Any) -> tuple[str, str]:
+    """``(reason, message)`` of a Pending pod's ``PodScheduled=False`` condition, or
+    ``("", "")``."""
+    data = pod if isinstance(pod, dict) else _to_dict(pod)
+    status = data.get("status") or {}
+    if (status.get("phase") or "Pending") != "Pending":
+        return "", ""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == POD_SCHEDULED and condition.get("status") == "False":
+            return condition.get("reason") or "", condition.get("message") or ""
+    return "", ""
+
+
+def _to_dict(obj: Any) -> dict:
+    from elasticdl.k8s.client import to_dict
+
+    return to_dict(obj) or {}
 
 
 @dataclasses.dataclass
@@ -38,6 +101,7 @@ class PodState:
     replica_id: int
     phase: ReplicaPhase | None = None
     terminal: bool = False
+    waiting: tuple[str, str] = ("", "")  # why the scheduler cannot place it, last reported
 
 
 class PodEventTranslator:
@@ -99,6 +163,14 @@ class PodEventTranslator:
             phase = ReplicaPhase(reading.phase)
         except ValueError:  # "Unknown": node lost; wait for a definite answer
             return None
+        if phase == ReplicaPhase.PENDING:
+            waiting = unschedulable(pod)
+            if phase == state.phase and waiting == state.waiting:
+                return None
+            state.phase, state.waiting = phase, waiting
+            return ReplicaEvent(
+                replica_type, replica_id, phase, reason=waiting[0], message=waiting[1]
+            )
         if phase == state.phase:
             return None
         if phase.is_terminal and reading.terminating:
@@ -115,6 +187,28 @@ class PodEventTranslator:
             exit_code=reading.exit_code,
             reason=reading.reason,
             message=reading.message,
+        )
+
+    def ends_from_outside(self, uid: str) -> bool:
+        """Whether the pod ``uid`` is one whose end is still to be reported and that the master
+        did not delete (so its Events may tell who did)."""
+        state = self._states.get(uid)
+        return state is not None and not state.terminal and uid not in self._deleted_by_master
+
+    def ended_by(self, uid: str, cause: str, message: str) -> ReplicaEvent | None:
+        """The pod ``uid``, being deleted, was ended from outside for ``cause`` (read from its
+        Events): its terminal event now (``Deleted`` with that reason), or None when its end
+        was already reported."""
+        if not self.ends_from_outside(uid):
+            return None
+        state = self._states[uid]
+        state.terminal = True
+        return ReplicaEvent(
+            state.replica_type,
+            state.replica_id,
+            ReplicaPhase.DELETED,
+            reason=cause,
+            message=message or f"pod deleted: {cause}",
         )
 
     def _forget(self, uid: str) -> None:

@@ -10,6 +10,15 @@
   container's exit code and the cause (``OOMKilled``, ``Preempted``, ``Evicted``,
   ``Error``...), a pod deleted by :meth:`delete` reports ``Deleted`` / ``DeletedByMaster``,
   one deleted by anyone else ``Deleted`` with the cause the reading finds once it is gone.
+* Who ended a pod from outside is read from the pod's Events where its status does not say
+  (:func:`elasticdl.platform.k8s_pod_events.cause_of_events`): ``Preempted`` (the scheduler
+  deleted it for a higher-priority pod), ``Evicted`` (the taint manager deleted it from a
+  lost node; the kubelet evicted it). A pod being deleted by someone else is ended as soon
+  as its Events say so — its tasks go back to the queue at once, and a lost node's pod, which
+  stays ``Terminating`` while its node is away, does not hold its worker forever; any other
+  end by someone else is looked up once it is gone.
+* A Pending pod reports the scheduler's reason for not placing it (``Unschedulable``, "0/2
+  nodes are available: 2 Insufficient cpu.") with each change.
 
 Addresses, chosen by ``network`` (``pod`` by default, ``host`` where all pods share one network
 namespace): :mod:`elasticdl.platform.k8s_addresses`. Pod changes become replica events by
@@ -25,6 +34,7 @@ neither launched nor adopted are held back until ``adopt`` reports each pod's st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -51,6 +61,9 @@ from elasticdl.k8s.names import (
 from elasticdl.k8s.pods import PodTemplate, build_pod, build_service
 from elasticdl.k8s.termination import read_termination
 from elasticdl.platform.base import (
+    REASON_DELETED_BY_MASTER,
+    REASON_NODE_LOST,
+    REASON_OOM_KILLED,
     LaunchSpec,
     Platform,
     PlatformError,
@@ -62,7 +75,7 @@ from elasticdl.platform.base import (
 from elasticdl.platform.k8s_addresses import DEFAULT_PORTS, ReplicaAddresses
 from elasticdl.platform.k8s_lost_pods import DEFAULT_MARGIN_SECONDS as LOST_POD_MARGIN_SECONDS
 from elasticdl.platform.k8s_lost_pods import LostPodReaper
-from elasticdl.platform.k8s_pod_events import PodEventTranslator
+from elasticdl.platform.k8s_pod_events import OUTSIDE_CAUSES, PodEventTranslator, cause_of_events
 
 if TYPE_CHECKING:
     from elasticdl.common.job_spec import JobSpec
@@ -73,6 +86,11 @@ logger = logging.getLogger(__name__)
 __all__ = ["DEFAULT_PORTS", "NETWORK_HOST", "NETWORK_POD", "KubernetesPlatform"]
 # How long launch() waits for a previous pod of the same name to go.
 _RELAUNCH_WAIT_SECONDS = 60.0
+# How often the Events of pods being deleted by someone else are read, and how long a pod
+# that went without a telling Event is given for one to appear (the scheduler records its
+# "Preempted" right after it asked for the deletion).
+_CAUSE_POLL_SECONDS = 1.0
+_CAUSE_GRACE_SECONDS = 1.0
 
 
 class KubernetesPlatform(Platform):
@@ -115,8 +133,10 @@ class KubernetesPlatform(Platform):
         self._ours: set[str] = set()
         self._held: dict[str, list[ReplicaEvent]] = {}
         self._uids: dict[tuple[ReplicaType, int], str] = {}
-        # One ordered stream of events from the watch and from adopt().
-        self._events: "queue.Queue[ReplicaEvent | None]" = queue.Queue()
+        # One ordered stream of events from the watch and from adopt(), each with its pod's uid.
+        self._events: "queue.Queue[tuple[ReplicaEvent, str] | None]" = queue.Queue()
+        # Pods of ours being deleted by someone else, by uid -> name: their Events may say why.
+        self._suspects: dict[str, str] = {}
         self._dispatcher = threading.Thread(
             target=self._dispatch, name="k8s-platform-dispatch", daemon=True
         )
@@ -130,6 +150,10 @@ class KubernetesPlatform(Platform):
             target=self._watch, name="k8s-platform-events", daemon=True
         )
         self._watcher.start()
+        self._cause_reader = threading.Thread(
+            target=self._read_causes, name="k8s-platform-causes", daemon=True
+        )
+        self._cause_reader.start()
 
     @classmethod
     def from_spec(cls, job: "JobSpec") -> "KubernetesPlatform":
@@ -272,7 +296,7 @@ class KubernetesPlatform(Platform):
             self._uids[key] = uid
             self._ours.add(uid)
             for event in self._held.pop(uid, []):
-                self._events.put(event)
+                self._events.put((event, uid))
 
     # ---- a restarted master ----------------------------------------------------------------
     def replica_identity(self, replica_type: ReplicaType, replica_id: int) -> dict | None:
@@ -320,12 +344,15 @@ class KubernetesPlatform(Platform):
                     self._pod_events.deleted_by_master(pod.metadata.uid)
                     self.k8s.delete_pod(name, grace_seconds=0)
                 self._events.put(
-                    ReplicaEvent(
-                        spec.replica_type,
-                        spec.replica_id,
-                        ReplicaPhase.DELETED,
-                        reason="Deleted",
-                        message="pod gone while the master was away",
+                    (
+                        ReplicaEvent(
+                            spec.replica_type,
+                            spec.replica_id,
+                            ReplicaPhase.DELETED,
+                            reason="Deleted",
+                            message="pod gone while the master was away",
+                        ),
+                        "",
                     )
                 )
                 return False
@@ -340,16 +367,19 @@ class KubernetesPlatform(Platform):
             self._pod_events.adopted(uid, key, phase)
             if phase.is_terminal:
                 self._events.put(
-                    ReplicaEvent(
-                        *key,
-                        phase,
-                        exit_code=reading.exit_code,
-                        reason=reading.reason,
-                        message=reading.message,
+                    (
+                        ReplicaEvent(
+                            *key,
+                            phase,
+                            exit_code=reading.exit_code,
+                            reason=reading.reason,
+                            message=reading.message,
+                        ),
+                        uid,
                     )
                 )
                 return False
-            self._events.put(ReplicaEvent(*key, phase))
+            self._events.put((ReplicaEvent(*key, phase), uid))
         logger.info("adopted pod %s (uid %s)", name, uid)
         return True
 
@@ -479,6 +509,7 @@ class KubernetesPlatform(Platform):
                 logger.warning("cleanup of job %s incomplete: %s", self.job_name, e)
         self._stop.set()
         self._watcher.join(self._watch_timeout + 5)
+        self._cause_reader.join(5)
         self._events.put(None)
         self._dispatcher.join(5)
 
@@ -498,16 +529,19 @@ class KubernetesPlatform(Platform):
                     continue
                 uid = pod.metadata.uid
                 if uid in self._ours:
-                    self._events.put(event)
+                    self._events.put((event, uid))
                 elif not self._closed:  # a pod not (yet) known as ours: launch() or adopt()
                     self._held.setdefault(uid, []).append(event)
 
     def _dispatch(self) -> None:
         while True:
-            event = self._events.get()
-            if event is None:
+            item = self._events.get()
+            if item is None:
                 return
+            event, uid = item
             try:
+                if uid and _may_have_outside_cause(event):
+                    event = self._with_outside_cause(event, uid)
                 self._emit(event)
             except Exception:
                 logger.exception("event listener failed on %s", event)
@@ -516,6 +550,68 @@ class KubernetesPlatform(Platform):
         with self._lock:
             self._pod_events.node_lost(uid)
 
+    # ---- who ended a pod from outside: its Events ------------------------------------------
+    def _pod_cause(self, uid: str) -> tuple[str, str]:
+        """``(cause, message)`` from the Events of pod ``uid`` (``("", "")`` when none tells or
+        they cannot be read)."""
+        try:
+            events = self.k8s.core.list_namespaced_event(
+                self.namespace, field_selector=f"involvedObject.uid={uid}"
+            ).items
+        except Exception as e:  # no permission, API trouble: the pod status is all there is
+            logger.debug("cannot read the events of pod %s: %s", uid, e)
+            return "", ""
+        return cause_of_events(events)
+
+    def _with_outside_cause(self, event: ReplicaEvent, uid: str) -> ReplicaEvent:
+        """``event`` (a pod gone or failed, not by the master's hand) with the cause its
+        Events give; a pod that went is given a moment for the Event to be recorded."""
+        cause, message = self._pod_cause(uid)
+        if not cause and event.phase == ReplicaPhase.DELETED and not self._stop.is_set():
+            self._stop.wait(_CAUSE_GRACE_SECONDS)
+            cause, message = self._pod_cause(uid)
+        if not cause:
+            return event
+        logger.info(
+            "%s-%d: %s (%s)", event.replica_type, event.replica_id, cause, message or "pod event"
+        )
+        return dataclasses.replace(event, reason=cause, message=message or event.message)
+
+    def _read_causes(self) -> None:
+        """End each pod being deleted by someone else as soon as its Events say who did."""
+        while not self._stop.wait(_CAUSE_POLL_SECONDS):
+            with self._lock:
+                suspects = dict(self._suspects)
+            for uid, name in suspects.items():
+                cause, message = self._pod_cause(uid)
+                if cause not in OUTSIDE_CAUSES:
+                    continue
+                with self._lock:
+                    if self._suspects.pop(uid, None) is None:
+                        continue  # its end was reported meanwhile
+                    event = self._pod_events.ended_by(uid, cause, message)
+                    if event is not None and uid in self._ours:
+                        logger.info("pod %s is being deleted: %s (%s)", name, cause, message)
+                        self._events.put((event, ""))
+
     def _translate(self, kind: str, pod) -> ReplicaEvent | None:
+        """The replica event of a watch change; a pod of ours being deleted by someone else
+        becomes a suspect whose Events :meth:`_read_causes` reads until its end is known."""
         with self._lock:
-            return self._pod_events.translate(kind, pod)
+            event = self._pod_events.translate(kind, pod)
+            uid = pod.metadata.uid
+            if kind == "DELETED" or event is not None and event.phase.is_terminal:
+                self._suspects.pop(uid, None)
+            elif pod.metadata.deletion_timestamp and self._pod_events.ends_from_outside(uid):
+                self._suspects[uid] = pod.metadata.name
+            return event
+
+
+def _may_have_outside_cause(event: ReplicaEvent) -> bool:
+    """A pod that ended or went without its status naming a cause the master acts on."""
+    return event.phase.is_terminal and event.reason not in (
+        REASON_DELETED_BY_MASTER,
+        REASON_OOM_KILLED,
+        REASON_NODE_LOST,
+        *OUTSIDE_CAUSES,
+    )

@@ -223,3 +223,76 @@ def test_host_network_servers_listen_on_the_pod_ip_only(k8s):
     finally:
         host.shutdown(delete_all=False)
         pod.shutdown(delete_all=False)
+
+
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/2 nodes are available: 2 Insufficient cpu.",
+}
+
+
+def test_a_pending_pod_reports_the_schedulers_reason_with_each_change(platform):
+    fewer = dict(UNSCHEDULABLE, message="0/2 nodes are available: 1 Insufficient cpu.")
+    events = _events(
+        platform,
+        ("ADDED", _pod("worker", 0, "Pending")),
+        ("MODIFIED", _pod("worker", 0, "Pending", conditions=[UNSCHEDULABLE])),
+        ("MODIFIED", _pod("worker", 0, "Pending", conditions=[UNSCHEDULABLE])),  # no change
+        ("MODIFIED", _pod("worker", 0, "Pending", conditions=[fewer])),
+        ("MODIFIED", _pod("worker", 0, "Running", RUNNING)),
+    )
+    assert [(e.phase, e.reason, e.message) for e in events] == [
+        (ReplicaPhase.PENDING, "", ""),
+        (ReplicaPhase.PENDING, "Unschedulable", UNSCHEDULABLE["message"]),
+        (ReplicaPhase.PENDING, "Unschedulable", fewer["message"]),
+        (ReplicaPhase.RUNNING, "", ""),
+    ]
+
+
+def _event(reason, message, when="2026-01-01T00:00:01Z", source="default-scheduler"):
+    return {
+        "reason": reason,
+        "message": message,
+        "lastTimestamp": when,
+        "source": {"component": source},
+    }
+
+
+def test_the_cause_of_an_end_from_outside_is_read_from_the_pods_events():
+    from elasticdl.platform.k8s_pod_events import cause_of_events
+
+    assert cause_of_events([]) == ("", "")
+    assert cause_of_events([_event("Scheduled", "assigned to n1")]) == ("", "")
+    preempted = _event("Preempted", "Preempted by default/online-0 on node n1")
+    assert cause_of_events([_event("Started", "x"), preempted]) == (
+        "Preempted",
+        "Preempted by default/online-0 on node n1",
+    )
+    evicted = _event(
+        "TaintManagerEviction", "Marking for deletion Pod ns/p", "2026-01-01T00:00:09Z"
+    )
+    assert cause_of_events([preempted, evicted])[0] == "Evicted"  # the newest telling one
+    assert cause_of_events([_event("Evicted", "The node was low on resource: memory.")])[0] == (
+        "Evicted"
+    )
+
+
+def test_a_pod_being_deleted_by_someone_else_ends_once_its_events_say_why(platform, k8s):
+    # Its node is lost: the taint manager deleted it, and it stays Terminating (no kubelet).
+    (running,) = _events(platform, ("ADDED", _pod("worker", 3, "Running", RUNNING)))
+    uid = f"uid-{names.pod_name(JOB, 'worker', 3)}"
+    assert _events(platform, ("MODIFIED", _pod("worker", 3, "Running", RUNNING, **DELETING))) == []
+    assert platform._suspects == {uid: names.pod_name(JOB, "worker", 3)}
+    ended = platform._pod_events.ended_by(uid, "Evicted", "Marking for deletion Pod ns/p")
+    assert (ended.phase, ended.reason, ended.replica_id) == (ReplicaPhase.DELETED, "Evicted", 3)
+    # One terminal event per pod: its later changes and its deletion say nothing more.
+    assert platform._pod_events.ended_by(uid, "Evicted", "") is None
+    assert _events(platform, ("DELETED", _pod("worker", 3, "Running", RUNNING, **DELETING))) == []
+    # A pod the master deletes is no suspect.
+    k8s.pods[names.pod_name(JOB, "worker", 4)] = _pod("worker", 4, "Running", RUNNING)
+    _events(platform, ("ADDED", _pod("worker", 4, "Running", RUNNING)))
+    platform.delete(W, 4)
+    _events(platform, ("MODIFIED", _pod("worker", 4, "Running", RUNNING, **DELETING)))
+    assert f"uid-{names.pod_name(JOB, 'worker', 4)}" not in platform._suspects

@@ -72,7 +72,12 @@ def test_submit_status_list_cancel(k8s, namespace):
     from elasticdl.master.main import read_job_spec
 
     assert len(command) == 4 and command[3].startswith("--job_spec={")
-    assert read_job_spec(command[3:]) == args.replace(namespace=namespace)
+    # ... with the unset priorities defaulted to ElasticDL's PriorityClasses, which the test
+    # cluster has (elasticdl.k8s.priority_classes).
+    defaulted = {"master_pod_priority": "high", "ps_pod_priority": "high"}
+    assert read_job_spec(command[3:]) == args.replace(
+        namespace=namespace, worker_pod_priority="low", **defaulted
+    )
     sent = read_job_spec(command[3:])
     assert sent.job_name == "sub" and sent.num_workers == 2 and sent.envs == "EDL_A=1,EDL_B=x,y"
     assert sent.platform == "kubernetes" and sent.namespace == namespace

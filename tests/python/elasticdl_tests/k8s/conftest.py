@@ -17,8 +17,6 @@ import pytest
 from elasticdl_tests.k8s.cluster import LocalCluster, default_bin_dir, missing_binaries
 from elasticdl_tests.k8s.process_kubelet import ProcessKubelet
 
-PRIORITY_CLASSES = {"high": 1000, "low": 100}
-
 
 @pytest.fixture(scope="session")
 def k8s_cluster():
@@ -43,13 +41,14 @@ def k8s_cluster():
 
 
 def _create_priority_classes(cluster: LocalCluster) -> None:
+    """ElasticDL's PriorityClasses, as `elasticdl rbac --priority_classes` prints them."""
+    from elasticdl.k8s import priority_classes
+    from elasticdl.k8s.client import to_model
     from kubernetes import client
 
     api = client.SchedulingV1Api(cluster.api_client())
-    for name, value in PRIORITY_CLASSES.items():
-        api.create_priority_class(
-            client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value)
-        )
+    for manifest in priority_classes.manifests():
+        api.create_priority_class(to_model(manifest, "V1PriorityClass"))
 
 
 @pytest.fixture(scope="session")

@@ -172,7 +172,8 @@ def test_master_creates_worker_pods_with_the_priority_split(k8s_cluster, k8s, na
     """--worker_pod_priority=<fraction>: the real master (``Job`` in this process) creates its
     worker pods through the API server; the share the original ElasticDL made high
     (ceil(fraction x workers), from both ends of the id range in turn) carries
-    priorityClassName high, the rest low, and Priority admission resolves each class. No
+    ElasticDL's class elasticdl-high, the rest elasticdl-low, and Priority admission resolves
+    each class. No
     kubelet serves this namespace: only the pod specs matter."""
     import mnist.mnist_functional_api
     from elasticdl.common.job_spec import spec_from_values
@@ -223,11 +224,12 @@ def test_master_creates_worker_pods_with_the_priority_split(k8s_cluster, k8s, na
             time.sleep(0.2)
         classes = {int(i): p.spec.priority_class_name for i, p in workers.items()}
         # ceil(0.5 x 5) = 3 high: workers 0, 4 and 1 (both ends in turn), 2 and 3 low.
-        assert classes == {0: "high", 1: "high", 2: "low", 3: "low", 4: "high"}, classes
+        high, low = "elasticdl-high", "elasticdl-low"
+        assert classes == {0: high, 1: high, 2: low, 3: low, 4: high}, classes
         values = {int(i): p.spec.priority for i, p in workers.items()}
-        assert values == {0: 1000, 1: 1000, 2: 100, 3: 100, 4: 1000}, values
+        assert values == {0: 0, 1: 0, 2: -100, 3: -100, 4: 0}, values
         (ps,) = [p for p in k8s.list_pods() if p.metadata.labels.get(LABEL_REPLICA_TYPE) == "ps"]
-        assert ps.spec.priority_class_name == "high"
+        assert ps.spec.priority_class_name == high
     finally:
         job.cancel()
         runner.join(timeout=60)

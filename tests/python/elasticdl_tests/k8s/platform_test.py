@@ -175,16 +175,18 @@ def test_pods_services_owners_resources_and_events(k8s, served_namespace, kubele
         }
         assert container["imagePullPolicy"] == "Never"
         assert pod.spec.restart_policy == "Never"
-        assert (
-            pod.spec.priority_class_name == "high" and pod.spec.priority == 1000
-        )  # admission resolved it
+        # "high" is ElasticDL's class (elasticdl.k8s.priority_classes); admission resolved it.
+        assert (pod.spec.priority_class_name, pod.spec.priority) == ("elasticdl-high", 0)
         env = {e["name"]: e for e in container["env"]}
         assert env["MY_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
         assert env["EDL_JOBWIDE"]["value"] == "1"
 
         worker = to_dict(k8s.get_pod(f"elasticdl-{JOB}-worker-0"))
         assert worker["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
-        assert worker["spec"]["priorityClassName"] == "low"
+        assert (worker["spec"]["priorityClassName"], worker["spec"]["priority"]) == (
+            "elasticdl-low",
+            -100,
+        )
 
         service = k8s.get_service(f"elasticdl-{JOB}-ps-0")
         assert service.spec.cluster_ip == "None"

@@ -137,6 +137,10 @@ def test_master_operations_need_only_the_role_and_stay_in_namespace(k8s_cluster,
         assert "the-jobs-secret" not in str(ps_pod.to_dict())
         secret = client.CoreV1Api(admin).read_namespaced_secret("elasticdl-rbac-secret", namespace)
         assert [o.name for o in secret.metadata.owner_references] == ["elasticdl-rbac-master"]
+        # events list: who ended a replica pod from outside (a preemption, an eviction).
+        worker_uid = admin_k8s.get_pod("elasticdl-rbac-worker-0").metadata.uid
+        assert platform._pod_cause(worker_uid) == ("", "")
+        assert client.CoreV1Api(sa.api_client).list_namespaced_event(namespace).items == []
         platform.delete(ReplicaType.WORKER, 0)  # pods delete
         assert platform.mark_job_status("Succeeded")  # pods patch
     finally:
@@ -144,15 +148,22 @@ def test_master_operations_need_only_the_role_and_stay_in_namespace(k8s_cluster,
     assert sa.list_services("elasticdl-job-name=rbac") == []
 
     # Nothing beyond the Role: reading secrets in its own namespace (it may only create its
-    # job's), reading services, logs or events, NetworkPolicies (the client makes the job's),
-    # anything in another namespace.
+    # job's), reading services or logs, reading one event or writing any, NetworkPolicies
+    # (the client makes the job's), anything in another namespace.
     core = client.CoreV1Api(sa.api_client)
     for forbidden_call in (
         lambda: core.list_namespaced_secret(namespace),
         lambda: core.read_namespaced_secret("elasticdl-rbac-secret", namespace),
         lambda: core.read_namespaced_service("elasticdl-rbac-ps-0", namespace),
         lambda: core.read_namespaced_pod_log("elasticdl-rbac-master", namespace),
-        lambda: core.list_namespaced_event(namespace),
+        lambda: core.read_namespaced_event("any", namespace),
+        lambda: core.create_namespaced_event(
+            namespace,
+            client.CoreV1Event(
+                metadata=client.V1ObjectMeta(name="forged"),
+                involved_object=client.V1ObjectReference(kind="Pod", name="x"),
+            ),
+        ),
         lambda: sa.list_network_policies(),
     ):
         with pytest.raises((client.exceptions.ApiException, K8sApiError)) as info:

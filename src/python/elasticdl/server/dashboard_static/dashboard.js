@@ -107,10 +107,46 @@
     const replicas = job.replicas || [];
     if (!replicas.length) return "-";
     const running = replicas.filter((r) => r.phase === "Running").length;
+    const pending = replicas.filter((r) => r.phase === "Pending").length;
     const restarts = replicas.reduce((n, r) => n + (r.restarts || 0), 0);
     let text = `${running}/${replicas.length} running`;
+    if (pending) text += `, ${pending} pending`;
     if (restarts) text += `, ${restarts} restart${restarts === 1 ? "" : "s"}`;
     return text;
+  }
+
+  // The same rule as JobStatus.workers_summary: running / all the job has now.
+  function workersText(job) {
+    const workers = (job.replicas || []).filter((r) => r.type === "worker");
+    const running = workers.filter((r) => r.phase === "Running").length;
+    const pending = workers.filter((r) => r.phase === "Pending").length;
+    if (running + pending === 0) return "-";
+    return `${running}/${running + pending}` + (pending ? ` (${pending} pending)` : "");
+  }
+
+  // The same rule as JobStatus.eta (the master's recent speed, not the job's average).
+  function seconds(v) {
+    const s = Math.round(Math.max(0, v));
+    if (s < 60) return `${s}s`;
+    const pad = (n) => String(n).padStart(2, "0");
+    if (s < 3600) return `${Math.floor(s / 60)}m${pad(s % 60)}s`;
+    return `${Math.floor(s / 3600)}h${pad(Math.floor((s % 3600) / 60))}m`;
+  }
+
+  function speedText(job) {
+    if (typeof job.records_per_second !== "number") return "-";
+    const eta = typeof job.eta_seconds === "number" ? `ETA ${seconds(job.eta_seconds)}`
+      : "ETA unknown (no progress lately)";
+    return `${Number(job.records_per_second.toPrecision(4))} records/s now, ${eta}`;
+  }
+
+  // Why a replica waits (the scheduler's words) or who ended it from outside.
+  function replicaReason(r) {
+    if (r.phase === "Pending" && (r.waiting_reason || r.waiting_message)) {
+      return [r.waiting_reason, r.waiting_message].filter(Boolean).join(": ");
+    }
+    if (r.ended_by) return r.message ? `${r.ended_by}: ${r.message}` : r.ended_by;
+    return r.message || "";
   }
 
   function number(v) {
@@ -354,6 +390,7 @@
         ["Phase", s.phase], ["Progress", progress(s)], ["Model version", s.model_version],
         ["Epoch", epochs], ["Records trained", records], ["Tasks done", s.tasks_done],
         ["Type", s.job_type || "-"], ["Age", age(s)],
+        ["Workers", workersText(s)], ["Speed", this.final ? "-" : speedText(s)],
       ];
       $("summary").replaceChildren(...items.flatMap(([k, v]) => [
         el("dt", {}, k),
@@ -394,7 +431,7 @@
         phaseCell(r.phase),
         el("td", {}, r.restarts || 0),
         el("td", {}, r.exit_code === null || r.exit_code === undefined ? "" : r.exit_code),
-        el("td", { class: "reason" }, r.message || ""),
+        el("td", { class: "reason" }, replicaReason(r)),
         el("td", {}, r.replaced_by === null || r.replaced_by === undefined ? ""
           : `${r.type}-${r.replaced_by}`))));
       const select = $("log-replica");
