@@ -11,7 +11,12 @@ Rules (the original pod manager's, plus PS recovery):
     pod), or killed with exit code 137 and the reason is not ``OOMKilled`` — or evicted
     (reason ``Evicted``: the kubelet, a drain or the taint manager removing it from a lost
     node; ``NodeLost``). That is not the worker's fault and never uses up the budget; where
-    the platform names the cause the replica's status says ``preempted`` / ``evicted``. Or
+    the platform names the cause the replica's status says ``preempted`` / ``evicted``.
+    A *bare* SIGKILL (137, no cause named) is ambiguous: the container engine may report an
+    out-of-memory kill that way. It spares the budget only while the lineage keeps working:
+    after ``BARE_KILLS_SPARED`` bare kills with no task completed in between, the next one
+    counts as a failure, so a worker that runs out of memory at every start is not
+    relaunched forever. Or
   - the failed worker's lineage has been relaunched fewer than ``relaunch_on_worker_failure``
     times.
 
@@ -79,6 +84,10 @@ class PriorityError(ValueError):
 
 
 PREEMPTED, EVICTED = "preempted", "evicted"
+# Bare SIGKILLs a lineage may take in a row, no task completed in between, without using its
+# relaunch budget. More than one: a worker killed from outside while still starting up (before
+# its first task is done) is common under preemption churn.
+BARE_KILLS_SPARED = 2
 # Reasons of an eviction: the kubelet's or the Eviction API's, a lost node's.
 _EVICTION_REASONS = ("Evicted", REASON_NODE_LOST)
 
@@ -155,6 +164,9 @@ class ReplicaState:
     # While Pending: why the platform has not placed it (reason, human message).
     waiting_reason: str = ""
     waiting_message: str = ""
+    tasks_done: int = 0  # tasks this replica completed
+    # Bare SIGKILLs of this lineage since one of its workers last completed a task.
+    bare_kills: int = 0
 
     def to_dict(self) -> dict:
         return {
@@ -205,6 +217,7 @@ class ReplicaManager(JournaledOwner):
         self._identities: dict[tuple[ReplicaType, int], dict | None] = {}
         self._unrecorded: set[tuple[ReplicaType, int]] = set()  # launching, never launched
         platform.add_event_listener(self._on_event)
+        task_manager.add_done_listener(self._on_task_done)
 
     # ---- start / stop --------------------------------------------------------------------
     def start(self) -> None:
@@ -225,7 +238,9 @@ class ReplicaManager(JournaledOwner):
             self._stopping = True
         self.platform.shutdown(delete_all=delete_all)
 
-    def _launch_worker(self, worker_id: int, relaunch_count: int, priority: str) -> None:
+    def _launch_worker(
+        self, worker_id: int, relaunch_count: int, priority: str, bare_kills: int = 0
+    ) -> None:
         spec = self._worker_spec(worker_id)
         spec.priority = priority or spec.priority
         with self._lock:
@@ -235,6 +250,7 @@ class ReplicaManager(JournaledOwner):
                 relaunch_count=relaunch_count,
                 priority=spec.priority,
                 log=self.platform.log_location(ReplicaType.WORKER, worker_id),
+                bare_kills=bare_kills,
             )
         self._launch(spec)
 
@@ -335,6 +351,18 @@ class ReplicaManager(JournaledOwner):
         if event.message:
             logger.warning("Last output of worker %d:\n%s", state.replica_id, event.message)
         outside = spares_budget(event)
+        bare_kills = 0 if state.tasks_done else state.bare_kills
+        if outside and not ended_from_outside(event):
+            bare_kills += 1
+            if bare_kills > BARE_KILLS_SPARED:
+                outside = ""
+                logger.warning(
+                    "Worker %d: killed %d times in a row before completing a task, no cause "
+                    "named (an out-of-memory kill may be reported as a plain SIGKILL): "
+                    "counted as a failure",
+                    state.replica_id,
+                    bare_kills,
+                )
         preempted = bool(outside)
         if self.config.disable_relaunch:
             decision = "not relaunched: relaunch disabled (--aux_params disable_relaunch)"
@@ -362,7 +390,17 @@ class ReplicaManager(JournaledOwner):
             self._record_end(state)
         count = state.relaunch_count if preempted else state.relaunch_count + 1
         logger.info("Worker %d: %s as worker %d", state.replica_id, decision, new_id)
-        self._launch_worker(new_id, relaunch_count=count, priority=state.priority)
+        self._launch_worker(
+            new_id, relaunch_count=count, priority=state.priority, bare_kills=bare_kills
+        )
+
+    def _on_task_done(self, task, success: bool, worker_id: int) -> None:
+        if not success:
+            return
+        with self._lock:
+            state = self._workers.get(worker_id)
+            if state is not None:
+                state.tasks_done += 1
 
     def _on_ps_ended(self, state: ReplicaState, event: ReplicaEvent) -> None:
         ps_id = state.replica_id

@@ -115,10 +115,16 @@ def test_failed_worker_tasks_recovered_and_relaunched_with_new_id_until_budget()
     assert "no worker left" in tm.failed_message and tm.get(9).type == TaskType.NONE
 
 
+def _complete_a_task(tm, worker_id):
+    task = tm.get(worker_id)
+    assert tm.report(task.task_id, True, worker_id)
+
+
 def test_preemption_always_relaunches_but_oom_does_not():
     p = FakePlatform()
-    rm, _ = _manager(p, num_workers=1, relaunch_on_worker_failure=0)
+    rm, tm = _manager(p, num_workers=1, relaunch_on_worker_failure=0)
     for i in range(3):  # SIGKILL / preemption: relaunched every time, budget untouched
+        _complete_a_task(tm, i)
         p.end(W, i, ReplicaPhase.FAILED, 137)
     assert p.ids(W) == [0, 1, 2, 3]
     p.end(W, 3, ReplicaPhase.DELETED, None, "Preempted")
@@ -126,6 +132,27 @@ def test_preemption_always_relaunches_but_oom_does_not():
     p.end(W, 4, ReplicaPhase.FAILED, 137, REASON_OOM_KILLED)
     assert p.ids(W) == [0, 1, 2, 3, 4]
     assert "no worker left" in rm.failed_message
+
+
+def test_bare_sigkills_with_no_task_done_between_end_up_using_the_budget():
+    # The container engine may report an out-of-memory kill as a bare 137: a worker killed at
+    # every start must not be relaunched forever.
+    p = FakePlatform()
+    rm, tm = _manager(p, num_workers=1, relaunch_on_worker_failure=1)
+    p.end(W, 0, ReplicaPhase.FAILED, 137)
+    p.end(W, 1, ReplicaPhase.FAILED, 137)  # two bare kills in a row: still spared
+    _complete_a_task(tm, 2)
+    p.end(W, 2, ReplicaPhase.FAILED, 137)  # it worked: the count starts again (1)
+    p.end(W, 3, ReplicaPhase.DELETED, None, "Preempted")  # named: always spared, not counted
+    p.end(W, 4, ReplicaPhase.FAILED, 137)  # 2
+    assert p.ids(W) == [0, 1, 2, 3, 4, 5]
+    states = {s.replica_id: s for s in rm.replicas() if s.replica_type == W}
+    assert all(states[i].relaunch_count == 0 for i in range(6))
+    p.end(W, 5, ReplicaPhase.FAILED, 137)  # 3 without a task done: counts (budget 1 -> used)
+    assert p.ids(W) == [0, 1, 2, 3, 4, 5, 6]
+    assert {s.replica_id: s for s in rm.replicas()}[6].relaunch_count == 1
+    p.end(W, 6, ReplicaPhase.FAILED, 137)
+    assert p.ids(W) == [0, 1, 2, 3, 4, 5, 6] and "no worker left" in rm.failed_message
 
 
 def test_disable_relaunch_and_success_needs_no_relaunch():
