@@ -136,20 +136,50 @@ class CommGroup:
         """The live group's backend ("nccl" or "gloo"; "" outside a group)."""
         return self._backend
 
-    def _choose_backend(self, store, rank: int, world_size: int) -> str:
+    def _choose_backend(self, store, rank: int, world_size: int, generation: int) -> str:
         """The backend of a generation, the same on every member: each publishes the UUID of
         the GPU it would use and NCCL is chosen only if all members have one and no two share
-        it (a local job's workers on one GPU, or more workers than GPUs, get Gloo)."""
-        if self.config.backend != "auto":
-            return self.config.backend
+        it (a local job's workers on one GPU, or more workers than GPUs, get Gloo).
+
+        Every member publishing is also the generation's barrier, whatever the backend: the
+        process group is built only once all members are there, and waiting for one that
+        died before it published ends on the master's word, not after the whole timeout."""
         import torch
 
-        gpu = str(torch.cuda.get_device_properties(0).uuid) if torch.cuda.is_available() else ""
+        gpu = ""
+        if self.config.backend == "auto" and torch.cuda.is_available():
+            gpu = str(torch.cuda.get_device_properties(0).uuid)
         store.set(f"gpu/{rank}", gpu or "-")
         keys = [f"gpu/{r}" for r in range(world_size)]
-        store.wait(keys, datetime.timedelta(seconds=self.config.collective_timeout_s))
+        self._wait_for_members(store, keys, generation)
+        if self.config.backend != "auto":
+            return self.config.backend
         gpus = [store.get(k).decode() for k in keys]
         return "nccl" if "-" not in gpus and len(set(gpus)) == len(gpus) else "gloo"
+
+    def _wait_for_members(self, store, keys: list[str], generation: int) -> None:
+        """``store.wait(keys)`` in slices of ``watch_interval_s``, asking the master in between
+        whether generation ``generation`` is over (see :meth:`_generation_over`)."""
+        slice_ = datetime.timedelta(seconds=self.config.watch_interval_s)
+        deadline = time.monotonic() + self.config.collective_timeout_s
+        while True:
+            try:
+                store.wait(keys, slice_)
+                return
+            except RuntimeError as err:  # DistStoreError: "wait timeout after ..."
+                if "timeout" not in str(err) or time.monotonic() >= deadline:
+                    raise
+            self._raise_if_generation_over(generation)
+
+    def _raise_if_generation_over(self, generation: int) -> None:
+        """A member of ``generation`` left the job or the master formed a newer one: what this
+        worker waits for in it cannot complete."""
+        answer = self.master.get_comm_rank(self.host)
+        if answer.members_gone or answer.rendezvous_id != generation:
+            raise CollectiveError(
+                f"generation {generation} is over (a member left the job, or the master "
+                "formed a newer one): its collectives cannot complete"
+            )
 
     def join(self) -> None:
         """Wait for a generation newer than the last one this worker was in that includes it,
@@ -197,7 +227,9 @@ class CommGroup:
         prefix = group_store_prefix(resp.rendezvous_id, self.config.secret)
         store = dist.PrefixStore(prefix, self._store)
         started = time.monotonic()
-        self._backend = self._choose_backend(store, resp.rank_id, resp.world_size)
+        self._backend = self._choose_backend(
+            store, resp.rank_id, resp.world_size, resp.rendezvous_id
+        )
         if self._backend == "nccl":
             self._pg = dist.ProcessGroupNCCL(store, resp.rank_id, resp.world_size, timeout=timeout)
         else:
@@ -258,12 +290,7 @@ class CommGroup:
             except RuntimeError as err:
                 if "timed out" not in str(err) or time.monotonic() >= deadline:
                     raise
-            answer = self.master.get_comm_rank(self.host)
-            if answer.members_gone or answer.rendezvous_id != self.rendezvous_id:
-                raise CollectiveError(
-                    f"generation {self.rendezvous_id} is over (a member left the job, or the "
-                    "master formed a newer one): its collectives cannot complete"
-                )
+            self._raise_if_generation_over(self.rendezvous_id)
 
     def _run(self, what: str, fn) -> None:
         if self._pg is None:

@@ -220,3 +220,64 @@ def test_a_collective_ends_when_the_master_says_a_member_left(tmp_path):
     (r0, r1), _ = _run_workers(tmp_path, (0, 1), "gloo", script=GONE_PEER_WORKER)
     assert r0["first"] == r1["first"] == [2.0, 2.0]
     assert "is over (a member left the job" in r0["second"], r0
+
+
+GONE_BEFORE_BUILD_WORKER = textwrap.dedent(
+    """
+    import datetime, json, sys, time
+    import torch.distributed as dist
+    from elasticdl.common.allreduce_keys import group_store_prefix
+    from elasticdl.proto import elasticdl_pb2 as pb
+    from elasticdl.worker.allreduce_group import (
+        AllreduceMasterClient, CollectiveError, CommGroup, GroupConfig)
+
+    addr, worker_id, backend = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    master = AllreduceMasterClient(addr, worker_id, retry_timeout=30)
+    out = {}
+    if worker_id == 1:
+        # Joins, is given a rank in a generation of two, and leaves the job before building the
+        # group (as a worker dies while the others build it): it never publishes its keys.
+        master.report_training_loop_status(pb.LOOP_START, 0, "127.0.0.1")
+        while True:
+            resp = master.get_comm_rank("127.0.0.1")
+            if resp.world_size == 2 and resp.rank_id >= 0:
+                break
+            if resp.world_size == 1 and resp.rank_id == 0:  # alone: answer it, as if built
+                master.report_training_loop_status(pb.LOOP_START, resp.rendezvous_id, "127.0.0.1")
+            time.sleep(0.05)
+        store = dist.PrefixStore(
+            group_store_prefix(resp.rendezvous_id, ""),
+            dist.TCPStore(resp.rendezvous_addr or "127.0.0.1", resp.rendezvous_port,
+                          is_master=False, timeout=datetime.timedelta(seconds=60)))
+        peer = 1 - resp.rank_id
+        store.wait([f"gpu/{peer}"], datetime.timedelta(seconds=60))  # worker 0 is building
+        master.report_training_loop_status(pb.LOOP_END, 0, "127.0.0.1")
+        time.sleep(5)
+    else:
+        group = CommGroup(master, GroupConfig(backend=backend, join_timeout_s=60,
+                                              collective_timeout_s=600, watch_interval_s=0.5))
+        try:
+            while True:
+                group.join()
+                group.acknowledge()
+                while not group.new_generation_available():
+                    time.sleep(0.05)
+                group.drop(failed=False)
+        except CollectiveError as e:
+            out["build"] = str(e)
+        group.join()  # the next generation: alone
+        out["world_after"] = group.world_size
+        group.leave()
+    print("RESULT " + json.dumps(out), flush=True)
+"""
+)
+
+
+@pytest.mark.parametrize("backend", ["gloo", "auto"])
+def test_building_a_group_ends_when_the_master_says_a_member_left(tmp_path, backend):
+    # Without the master's word the build would wait for the member's keys for the whole
+    # collective timeout (600 s here), past the test's 240 s.
+    (r0, _), _ = _run_workers(tmp_path, (0, 1), backend, script=GONE_BEFORE_BUILD_WORKER)
+    assert "building the group of generation" in r0["build"], r0
+    assert "is over (a member left the job" in r0["build"], r0
+    assert r0["world_after"] == 1, r0
