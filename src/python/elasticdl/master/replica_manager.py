@@ -8,11 +8,12 @@ Rules (the original pod manager's, plus PS recovery):
 
   - it was ended from outside (:func:`spares_budget`): preempted — reason ``Preempted`` (on
     Kubernetes read from the pod's Events too: the scheduler deleted it for a higher-priority
-    pod), or killed with exit code 137 and the reason is not ``OOMKilled`` — or evicted
+    pod), or killed with exit code 137 (SIGKILL) or 143 (SIGTERM: only something outside
+    sends it) and the reason is not ``OOMKilled`` — or evicted
     (reason ``Evicted``: the kubelet, a drain or the taint manager removing it from a lost
     node; ``NodeLost``). That is not the worker's fault and never uses up the budget; where
     the platform names the cause the replica's status says ``preempted`` / ``evicted``.
-    A *bare* SIGKILL (137, no cause named) is ambiguous: the container engine may report an
+    A *bare* kill (137 or 143, no cause named) is ambiguous: the container engine may report an
     out-of-memory kill that way. It spares the budget only while the lineage keeps working:
     after ``BARE_KILLS_SPARED`` bare kills with no task completed in between, the next one
     counts as a failure, so a worker that runs out of memory at every start is not
@@ -68,6 +69,7 @@ from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
     REASON_NODE_LOST,
     REASON_PREEMPTED,
+    STOPPED_FROM_OUTSIDE_EXIT_CODES,
     LaunchSpec,
     Platform,
     PlatformError,
@@ -84,9 +86,9 @@ class PriorityError(ValueError):
 
 
 PREEMPTED, EVICTED = "preempted", "evicted"
-# Bare SIGKILLs a lineage may take in a row, no task completed in between, without using its
-# relaunch budget. More than one: a worker killed from outside while still starting up (before
-# its first task is done) is common under preemption churn.
+# Bare kills (SIGKILL/SIGTERM, no cause named) a lineage may take in a row, no task completed
+# in between, without using its relaunch budget. More than one: a worker killed from outside
+# while still starting up (before its first task is done) is common under preemption churn.
 BARE_KILLS_SPARED = 2
 # Reasons of an eviction: the kubelet's or the Eviction API's, a lost node's.
 _EVICTION_REASONS = ("Evicted", REASON_NODE_LOST)
@@ -165,7 +167,7 @@ class ReplicaState:
     waiting_reason: str = ""
     waiting_message: str = ""
     tasks_done: int = 0  # tasks this replica completed
-    # Bare SIGKILLs of this lineage since one of its workers last completed a task.
+    # Bare kills of this lineage since one of its workers last completed a task.
     bare_kills: int = 0
 
     def to_dict(self) -> dict:
@@ -619,7 +621,8 @@ class ReplicaManager(JournaledOwner):
         for state in ended:  # a replacement decided but not launched
             new_id = state.replaced_by
             if new_id is not None and new_id not in self._workers:
-                count = state.relaunch_count + (0 if state.exit_code == 137 else 1)
+                outside = state.exit_code in STOPPED_FROM_OUTSIDE_EXIT_CODES
+                count = state.relaunch_count + (0 if outside else 1)
                 self._launch_worker(new_id, relaunch_count=count, priority=state.priority)
         for worker_id in range(self.config.num_workers):
             if worker_id not in self._workers:

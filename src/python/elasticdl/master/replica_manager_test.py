@@ -123,9 +123,9 @@ def _complete_a_task(tm, worker_id):
 def test_preemption_always_relaunches_but_oom_does_not():
     p = FakePlatform()
     rm, tm = _manager(p, num_workers=1, relaunch_on_worker_failure=0)
-    for i in range(3):  # SIGKILL / preemption: relaunched every time, budget untouched
+    for i in range(3):  # SIGKILL/SIGTERM / preemption: relaunched every time, budget untouched
         _complete_a_task(tm, i)
-        p.end(W, i, ReplicaPhase.FAILED, 137)
+        p.end(W, i, ReplicaPhase.FAILED, 143 if i == 1 else 137)
     assert p.ids(W) == [0, 1, 2, 3]
     p.end(W, 3, ReplicaPhase.DELETED, None, "Preempted")
     assert p.ids(W) == [0, 1, 2, 3, 4]

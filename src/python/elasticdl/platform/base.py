@@ -56,6 +56,10 @@ __all__ = [
 # Exit code of a process killed by SIGKILL as reported by container runtimes (128 + 9). With
 # reason != "OOMKilled" the master treats it as preemption and always relaunches the worker.
 EXIT_CODE_KILLED = 137
+# A worker told to stop by SIGTERM (128 + 15): only something outside sends it (a pod deleted,
+# preempted, evicted, drained), so it reads like SIGKILL.
+EXIT_CODE_TERMINATED = 143
+STOPPED_FROM_OUTSIDE_EXIT_CODES = (EXIT_CODE_KILLED, EXIT_CODE_TERMINATED)
 REASON_OOM_KILLED = "OOMKilled"
 REASON_PREEMPTED = "Preempted"
 REASON_ERROR = "Error"
@@ -115,11 +119,14 @@ class ReplicaEvent:
 
     @property
     def looks_preempted(self) -> bool:
-        """Killed from outside (SIGKILL / preemption / its node lost), not by running out of
-        memory: nothing the replica did, so relaunching it uses no relaunch budget."""
+        """Stopped from outside (SIGKILL or SIGTERM / preemption / its node lost), not by
+        running out of memory: nothing the replica did, so relaunching it uses no relaunch
+        budget."""
         if self.reason in (REASON_PREEMPTED, REASON_NODE_LOST):
             return True
-        return self.exit_code == EXIT_CODE_KILLED and self.reason != REASON_OOM_KILLED
+        return (
+            self.exit_code in STOPPED_FROM_OUTSIDE_EXIT_CODES and self.reason != REASON_OOM_KILLED
+        )
 
 
 EventListener = Callable[[ReplicaEvent], None]

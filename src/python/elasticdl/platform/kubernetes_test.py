@@ -139,13 +139,15 @@ def test_unknown_phase_waits(platform):
 
 def test_deleted_by_someone_else_and_by_the_master(platform, k8s):
     # kubectl delete: the pod fails with SIGTERM while it is being deleted; one Deleted event.
+    # Only something outside sends a worker SIGTERM (here a person, as a preempting scheduler
+    # whose Event was lost would): stopped from outside, like a SIGKILL.
     (deleted,) = _events(
         platform,
         ("MODIFIED", _pod("worker", 0, "Failed", _exited(143, "Error"), **DELETING)),
         ("DELETED", _pod("worker", 0, "Failed", _exited(143, "Error"), **DELETING)),
     )
     assert (deleted.phase, deleted.exit_code, deleted.reason) == ("Deleted", 143, "Deleted")
-    assert not deleted.looks_preempted
+    assert deleted.looks_preempted
     # The scheduler preempting the pod for a higher-priority one.
     (preempted,) = _events(
         platform,
