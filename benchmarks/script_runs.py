@@ -15,16 +15,20 @@ def fashion_mnist_cache() -> str:
     return os.environ.get("ELASTICDL_E2E_DATA") or str(default)
 
 
-def run_script(script: str, *flags: str, timeout: float) -> subprocess.CompletedProcess:
+def run_script(
+    script: str, *flags: str, timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """``python <script> <flags>``, its output captured; the child imports from this process's
-    path (under Pants: the sandbox's sources and generated protos)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    path (under Pants: the sandbox's sources and generated protos), with ``env`` over this
+    process's environment."""
+    child_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    child_env.update(env or {})
     return subprocess.run(
         [sys.executable, script, *flags],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
+        env=child_env,
     )
 
 

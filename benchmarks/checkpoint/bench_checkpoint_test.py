@@ -1,24 +1,18 @@
 """bench_checkpoint.py runs end to end at a tiny size (so it cannot rot) and its JSON line is
 sane. Not a performance test: nothing here depends on how fast the machine is."""
-import json
 import os
-import subprocess
-import sys
+
+from script_runs import json_line, run_script
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_checkpoint.py")
 
 
 def test_tiny_run_prints_a_sane_json_line(tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    out = subprocess.run(
-        [sys.executable, SCRIPT, "--rows", "2e3,2e4", "--repeats", "1", "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
+    out = run_script(
+        SCRIPT, "--rows", "2e3,2e4", "--repeats", "1", "--dir", str(tmp_path), timeout=240
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    summary = json_line(out)
     assert summary["benchmark"] == "ps_checkpoint_blocking"
     assert summary["rows"] == [2000, 20000]
     for per_rows in summary["per_rows"].values():
@@ -28,9 +22,7 @@ def test_tiny_run_prints_a_sane_json_line(tmp_path):
 
 
 def test_bad_rows_are_one_line():
-    out = subprocess.run(
-        [sys.executable, SCRIPT, "--rows", "many"], capture_output=True, text=True, timeout=60
-    )
+    out = run_script(SCRIPT, "--rows", "many", timeout=60)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "bench_checkpoint: error: --rows must be comma-separated numbers like 1e5,1e6, got 'many'"

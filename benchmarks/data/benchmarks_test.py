@@ -1,24 +1,16 @@
 """recordio_scan.py and prepare_noop.py run end to end at a tiny size (so they cannot rot) and
 print a sane JSON line. Not performance tests: nothing here depends on the machine's speed."""
-import json
 import os
-import subprocess
-import sys
+
+from script_runs import json_line, run_script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _run(script: str, *args: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    done = subprocess.run(
-        [sys.executable, os.path.join(HERE, script), *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-    )
+    done = run_script(os.path.join(HERE, script), *args, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json_line(done)
 
 
 def _assert_interleaved(summary: dict, cases: list[str], repeats: int) -> None:

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 import cluster
-from recovery import POD_POLL_S, JournalTail, RecoveryTimeout, until, worker_pod
+from recovery import POD_POLL_S, JournalTail, RecoveryTimeout, follow_recovery, until, worker_pod
 
 TOOL = "node_loss"
 LOST_NODE = "2"
@@ -114,23 +114,10 @@ def one_loss(args, env, core, namespace: str, image: str, data: Path, work: Path
             lambda: not _ready(core, lost) and time.monotonic(), 300, "NotReady", POD_POLL_S
         )
 
-        def requeued():
-            journal.poll()
-            return next(((t, ids) for t, ids in journal.requeued if t > t0), None)
-
-        t_requeued, _ = until(requeued, 600, f"worker {victim}'s tasks re-queued")
-        _, new = until(
-            lambda: journal.poll() or journal.replaced_by.get(victim), 120, "a replacement"
-        )
-
-        def running():
-            pod = worker_pod(core, namespace, job, new)
-            return pod is not None and pod.status.phase == "Running" and time.monotonic()
-
-        t_running = until(running, 300, f"worker {new} Running", POD_POLL_S)
-        t_trained = until(
-            lambda: journal.poll() or journal.finished.get(new), 600, f"worker {new} training"
-        )
+        # The lost node's pods are only confirmed gone after the toleration: a longer wait.
+        step = follow_recovery(core, namespace, job, journal, victim, t0, requeue_timeout=600)
+        new = step.replacement
+        t_requeued, t_running, t_trained = step.requeued_at, step.running_at, step.trained_at
     except RecoveryTimeout as e:
         sys.exit(f"{TOOL}: {e}")
     finally:

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import cluster
+from timed_job import time_job
 
 TOOL = "node_overhead"
 POLL_S = 0.1
@@ -64,26 +65,6 @@ def pod_start_seconds(core, namespace: str, count: int) -> list[float]:
         times.append(time.monotonic() - t0)
         core.delete_namespaced_pod(f"bench-{i}", namespace, grace_period_seconds=0)
     return times
-
-
-def run_job(backend, argv: list[str], name: str) -> tuple[float, float]:
-    """(submit -> first task trained, submit -> Succeeded) in seconds."""
-    t0 = time.monotonic()
-    cluster.cli(TOOL, *argv, f"--job_name={name}", "--detach")
-    first = None
-    while True:
-        status = backend.status(name)
-        if first is None and status.records_trained > 0:
-            first = time.monotonic() - t0
-        if status.phase in ("Succeeded", "Failed", "Cancelled"):
-            break
-        if time.monotonic() - t0 > 1200:
-            sys.exit(f"node_overhead: job {name} did not end in 1200 s")
-        time.sleep(POLL_S)
-    total = time.monotonic() - t0
-    if status.phase != "Succeeded" or status.records_trained != status.records_expected:
-        sys.exit(f"node_overhead: job {name} {status.phase}: {status.message}")
-    return first if first is not None else total, total
 
 
 def main() -> None:
@@ -144,7 +125,8 @@ def _measure(args, env, core, namespace, image, zoo, data) -> None:
             ("local", local_backend, local_argv),
             ("node", node_backend, node_argv),
         ):
-            first, total = run_job(backend, argv, f"bench-{where}-{i}")
+            run = time_job(TOOL, backend, argv, f"bench-{where}-{i}", timeout_s=1200)
+            first, total = run.first_task_s, run.job_s
             runs[where].append((first, total))
             print(
                 f"{where:5s} run {i}: submit -> first task trained {first:6.1f} s, "

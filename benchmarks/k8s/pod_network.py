@@ -27,43 +27,15 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
-import time
+from dataclasses import asdict
 from pathlib import Path
 
 import cluster
+from timed_job import time_job
 
 TOOL = "pod_network"
-POLL_S = 0.1
 MODES = ("host", "pod")
-
-
-def run_job(backend, argv: list[str], name: str) -> dict[str, float]:
-    t0 = time.monotonic()
-    cluster.cli(TOOL, *argv, f"--job_name={name}", "--detach")
-    first = None
-    while True:
-        status = backend.status(name)
-        if first is None and status.records_trained > 0:
-            first = time.monotonic() - t0
-            first_records = status.records_trained
-        if status.phase in ("Succeeded", "Failed", "Cancelled"):
-            break
-        if time.monotonic() - t0 > 1800:
-            sys.exit(f"{TOOL}: job {name} did not end in 1800 s")
-        time.sleep(POLL_S)
-    total = time.monotonic() - t0
-    if status.phase != "Succeeded" or status.records_trained != status.records_expected:
-        sys.exit(f"{TOOL}: job {name} {status.phase}: {status.message}")
-    if first is None:
-        first, first_records = total, 0
-    trained_after = status.records_trained - first_records
-    return {
-        "first_task_s": first,
-        "job_s": total,
-        "records_per_s": trained_after / (total - first) if total > first else 0.0,
-    }
 
 
 def main() -> None:
@@ -106,7 +78,7 @@ def main() -> None:
                         env, image, namespace, volume, network=mode
                     )
                     name = f"bench-{mode}-{i}"
-                    run = run_job(backend, argv, name)
+                    run = asdict(time_job(TOOL, backend, argv, name, timeout_s=1800))
                     cluster.cli(TOOL, "cancel", name, f"--namespace={namespace}")
                     runs[mode].append(run)
                     print(

@@ -117,6 +117,50 @@ def worker_pod(core, namespace: str, job: str, worker: int):
         raise
 
 
+@dataclass
+class Recovery:
+    """How one lost worker came back, as monotonic times: its tasks re-queued, the worker
+    launched in its place Running, that worker's first finished task."""
+
+    replacement: int
+    tasks: list[int]
+    requeued_at: float
+    running_at: float
+    trained_at: float
+
+
+def follow_recovery(
+    core,
+    namespace: str,
+    job: str,
+    journal: JournalTail,
+    worker: int,
+    since: float,
+    requeue_timeout: float,
+) -> Recovery:
+    """Follow worker ``worker``'s recovery from the moment ``since`` (it was killed or its node
+    stopped): the journal's first re-queue after ``since`` (within ``requeue_timeout`` s), the
+    worker launched in its place, its pod Running (CoreV1Api ``core``), its first finished
+    task. Raises ``RecoveryTimeout`` naming the step that did not come."""
+
+    def requeued():
+        journal.poll()
+        return next(((t, ids) for t, ids in journal.requeued if t > since), None)
+
+    t_requeued, tasks = until(requeued, requeue_timeout, f"worker {worker}'s tasks re-queued")
+    _, new = until(lambda: journal.poll() or journal.replaced_by.get(worker), 120, "a replacement")
+
+    def running():
+        pod = worker_pod(core, namespace, job, new)
+        return pod is not None and pod.status.phase == "Running" and time.monotonic()
+
+    t_running = until(running, 300, f"worker {new} Running", POD_POLL_S)
+    t_trained = until(
+        lambda: journal.poll() or journal.finished.get(new), 600, f"worker {new} training"
+    )
+    return Recovery(new, tasks, t_requeued, t_running, t_trained)
+
+
 def measure_kills(
     core,
     namespace: str,
@@ -151,28 +195,20 @@ def measure_kills(
         else:
             core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
 
-        def requeued():
-            journal.poll()
-            return next(((t, ids) for t, ids in journal.requeued if t > t0), None)
-
-        t_requeued, tasks = until(requeued, 120, f"worker {worker}'s tasks re-queued")
-        _, new = until(
-            lambda: journal.poll() or journal.replaced_by.get(worker), 120, "a replacement"
+        step = follow_recovery(core, namespace, job, journal, worker, t0, requeue_timeout=120)
+        kill = Kill(
+            worker,
+            step.replacement,
+            step.tasks,
+            step.requeued_at - t0,
+            step.running_at - t0,
+            step.trained_at - t0,
         )
-
-        def running():
-            pod = worker_pod(core, namespace, job, new)
-            return pod is not None and pod.status.phase == "Running" and time.monotonic()
-
-        t_running = until(running, 300, f"worker {new} Running", POD_POLL_S)
-        t_trained = until(
-            lambda: journal.poll() or journal.finished.get(new), 600, f"worker {new} training"
-        )
-        rows.append(Kill(worker, new, tasks, t_requeued - t0, t_running - t0, t_trained - t0))
+        rows.append(kill)
         print(
-            f"  kill {n + 1:2d}: worker {worker} -> {new}: re-queued in "
-            f"{(t_requeued - t0) * 1000:.0f} ms, replacement Running after {t_running - t0:.2f} "
-            f"s, trained after {t_trained - t0:.2f} s",
+            f"  kill {n + 1:2d}: worker {worker} -> {kill.replacement}: re-queued in "
+            f"{kill.requeued_s * 1000:.0f} ms, replacement Running after {kill.running_s:.2f} "
+            f"s, trained after {kill.trained_s:.2f} s",
             flush=True,
         )
     return rows

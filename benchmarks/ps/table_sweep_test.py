@@ -1,39 +1,31 @@
 """table_sweep.py runs end to end at a tiny size (so it cannot rot) and its JSON line is sane.
 Not a performance test: nothing here depends on how fast the machine is."""
-import json
 import os
-import subprocess
-import sys
+
+from script_runs import json_line, run_script
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "table_sweep.py")
 
 
 def test_tiny_sweep_prints_a_sane_json_line():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    out = subprocess.run(
-        [
-            sys.executable,
-            SCRIPT,
-            "--vocabs",
-            "2e3,2e4,1e13,1e14",
-            "--max_vocab",
-            "1e13",
-            "--ps",
-            "1,2",
-            "--batch",
-            "512",
-            "--fill_chunk",
-            "4096",
-            "--repeats",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
+    out = run_script(
+        SCRIPT,
+        "--vocabs",
+        "2e3,2e4,1e13,1e14",
+        "--max_vocab",
+        "1e13",
+        "--ps",
+        "1,2",
+        "--batch",
+        "512",
+        "--fill_chunk",
+        "4096",
+        "--repeats",
+        "2",
         timeout=240,
-        env=env,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    summary = json_line(out)
     assert summary["benchmark"] == "ps_table_sweep"
     assert summary["vocabs_run"] == [2000, 20000, 10**13]
     assert summary["vocabs_not_run"] == [10**14]
@@ -53,12 +45,7 @@ def test_tiny_sweep_prints_a_sane_json_line():
 
 
 def test_a_max_vocab_below_every_vocab_is_a_one_line_error():
-    out = subprocess.run(
-        [sys.executable, SCRIPT, "--vocabs", "1e6", "--max_vocab", "1e3"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = run_script(SCRIPT, "--vocabs", "1e6", "--max_vocab", "1e3", timeout=60)
     assert out.returncode == 2
     assert "--max_vocab 1000 leaves none of --vocabs [1000000]" in out.stderr
     assert "Traceback" not in out.stderr

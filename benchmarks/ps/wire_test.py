@@ -1,24 +1,16 @@
 """wire.py runs end to end at a tiny size (so it cannot rot) and its JSON line is sane.
 Not a performance test: nothing here depends on how fast the machine is."""
-import json
 import os
-import subprocess
-import sys
+
+from script_runs import json_line, run_script
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py")
 
 
 def test_tiny_sizes_print_a_sane_json_line():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    out = subprocess.run(
-        [sys.executable, SCRIPT, "--sizes", "1K,16K", "--repeats", "1"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-    )
+    out = run_script(SCRIPT, "--sizes", "1K,16K", "--repeats", "1", timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    summary = json_line(out)
     assert summary["benchmark"] == "ps_wire"
     points = summary["points"]
     assert [(p["payload_bytes"], p["case"]) for p in points] == [
@@ -33,9 +25,7 @@ def test_tiny_sizes_print_a_sane_json_line():
 
 
 def test_bad_sizes_are_one_line_errors():
-    out = subprocess.run(
-        [sys.executable, SCRIPT, "--sizes", "1K,huge"], capture_output=True, text=True, timeout=60
-    )
+    out = run_script(SCRIPT, "--sizes", "1K,huge", timeout=60)
     assert out.returncode == 2
     assert "--sizes must be comma-separated sizes like 1K,64M" in out.stderr
     assert "Traceback" not in out.stderr

@@ -1,27 +1,26 @@
 """sparse_job.py runs end to end at a tiny size (so it cannot rot): a real 1 PS + 1 worker job
 and the Keras loop on a small synthetic_ctr; its JSON line is sane. No timing assertions."""
-import json
 import os
-import subprocess
-import sys
+
+from script_runs import json_line, run_script
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sparse_job.py")
 
 
 def test_tiny_sparse_job_prints_a_sane_json_line(tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    env["HOME"] = str(tmp_path)  # nothing of this run lands in the real ~/.elasticdl or cache
     flags = ["--rows", "4000", "--features", "4", "--vocab", "50", "--ps", "1"]
     flags += ["--minibatch_size", "64", "--minibatches_per_task", "4", "--warmup_records", "512"]
-    out = subprocess.run(
-        [sys.executable, SCRIPT, "--data", str(tmp_path / "ctr"), *flags],
-        capture_output=True,
-        text=True,
+    # HOME: nothing of this run lands in the real ~/.elasticdl or cache.
+    out = run_script(
+        SCRIPT,
+        "--data",
+        str(tmp_path / "ctr"),
+        *flags,
         timeout=420,
-        env=env,
+        env={"HOME": str(tmp_path)},
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    summary = json_line(out)
     assert summary["benchmark"] == "sparse_job"
     assert summary["table_rows"] == 200 and summary["ps"] == [1]
     assert 0.5 < summary["auc_ceiling"] < 1.0
@@ -32,9 +31,7 @@ def test_tiny_sparse_job_prints_a_sane_json_line(tmp_path):
 
 
 def test_bad_flags_are_one_line_errors():
-    out = subprocess.run(
-        [sys.executable, SCRIPT, "--ps", "0"], capture_output=True, text=True, timeout=60
-    )
+    out = run_script(SCRIPT, "--ps", "0", timeout=60)
     assert out.returncode == 2
     assert "--ps counts must be >= 1" in out.stderr
     assert "Traceback" not in out.stderr

@@ -1,24 +1,18 @@
 """workers_sweep.py runs end to end at a tiny size (so it cannot rot) and its JSON line is sane.
 Not a performance test: nothing here depends on how fast the machine is."""
-import json
 import os
-import subprocess
-import sys
+
+from script_runs import json_line, run_script
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers_sweep.py")
 
 
 def test_tiny_sweep_prints_a_sane_json_line():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    out = subprocess.run(
-        [sys.executable, SCRIPT, "--workers", "1,4", "--seconds", "0.5", "--paced_rate", "400"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
+    out = run_script(
+        SCRIPT, "--workers", "1,4", "--seconds", "0.5", "--paced_rate", "400", timeout=240
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    summary = json_line(out)
     assert summary["benchmark"] == "workers_sweep"
     assert summary["max_workers"] == 4
     points = summary["points"]
@@ -39,9 +33,7 @@ def test_tiny_sweep_prints_a_sane_json_line():
 
 
 def test_bad_flags_are_one_line_errors():
-    out = subprocess.run(
-        [sys.executable, SCRIPT, "--workers", "1,x"], capture_output=True, text=True, timeout=60
-    )
+    out = run_script(SCRIPT, "--workers", "1,x", timeout=60)
     assert out.returncode == 2
     assert "--workers must be comma-separated integers" in out.stderr
     assert "Traceback" not in out.stderr

@@ -2,10 +2,6 @@
 on a tiny logistic-regression model and synthetic RecordIO data, and survives a worker SIGKILL."""
 
 import json
-import os
-import signal
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +10,7 @@ from elasticdl.data.example_codec import encode_example, float_feature, int64_fe
 from elasticdl.data.recordio import Writer
 from elasticdl.master.job import Job
 from elasticdl.master.main import main
-from elasticdl.platform.base import ReplicaType
+from elasticdl_testing.worker_kill import run_killing_worker
 
 ZOO = str(Path(__file__).parent / "testdata" / "zoo")
 
@@ -56,24 +52,8 @@ def _spec(tmp_path, **overrides) -> JobSpec:
 def test_training_job_survives_worker_sigkill(tmp_path):
     job = Job(_spec(tmp_path))
     job.worker_exit_grace_s = 60
-    killed = {}
-
-    def killer():
-        # As soon as some training is done, SIGKILL worker 0 (like a preempted pod).
-        deadline = time.monotonic() + 200
-        while time.monotonic() < deadline and job.phase != "Succeeded":
-            if job.tm.summary().tasks_done >= 2:
-                pid = job.platform.replica_pid(ReplicaType.WORKER, 0)
-                if pid is not None:
-                    os.kill(pid, signal.SIGKILL)
-                    killed["pid"] = pid
-                return
-            time.sleep(0.05)
-
-    t = threading.Thread(target=killer, daemon=True)
-    t.start()
-    code = job.run()
-    t.join(timeout=5)
+    # As soon as some training is done, SIGKILL worker 0 (like a preempted pod).
+    code, killed = run_killing_worker(job, lambda: job.tm.summary().tasks_done >= 2, 200)
     status = json.loads((tmp_path / "job" / "status.json").read_text())
     assert code == 0, status["message"]
     assert status["phase"] == "Succeeded"
@@ -81,7 +61,7 @@ def test_training_job_survives_worker_sigkill(tmp_path):
     assert status["records_trained"] == status["records_expected"] == 384
     assert status["records_trained_per_epoch"] == {"1": 192, "2": 192}
     replicas = {r["name"]: r for r in status["replicas"]}
-    if killed:  # worker 0 was still alive when the killer struck
+    if killed is not None:  # worker 0 was still alive when the killer struck
         assert replicas["worker-0"]["exit_code"] == 137
         assert replicas["worker-0"]["replaced_by"] == 2
         assert "worker-2" in replicas

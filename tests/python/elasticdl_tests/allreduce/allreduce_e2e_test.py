@@ -3,10 +3,6 @@ train the MNIST CNN of the model zoo on a subset of real Fashion-MNIST through t
 allreduce. Worker 0 is SIGKILLed mid-job: the survivor goes on alone (world size 1), the
 relaunched worker joins again (world size 2), no task is lost and the model learns."""
 import json
-import os
-import signal
-import threading
-import time
 from pathlib import Path
 
 import elasticdl.worker.main  # noqa: F401  (run by the worker processes; tells the build)
@@ -15,7 +11,7 @@ from elasticdl.common.job_spec import JobSpec
 from elasticdl.data.datasets import prepare
 from elasticdl.data.datasets.errors import DatasetError
 from elasticdl.master.job import Job
-from elasticdl.platform.base import ReplicaType
+from elasticdl_testing.worker_kill import run_killing_worker
 
 MODEL_ZOO = str(Path(__file__).resolve().parents[4] / "model_zoo")
 
@@ -50,29 +46,17 @@ def test_allreduce_job_survives_worker_kill_and_regroups(tmp_path, fashion_mnist
         log_level="INFO",
     ).resolve()
     job = Job(spec)
-    killed = {}
 
-    def killer():
-        # Once both workers train together, SIGKILL worker 0 (like a preempted pod).
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and job.phase != "Succeeded":
-            history = job.rendezvous.history
-            if job.tm.summary().tasks_done >= 4 and history and len(history[-1][1]) == 2:
-                pid = job.platform.replica_pid(ReplicaType.WORKER, 0)
-                if pid is not None:
-                    os.kill(pid, signal.SIGKILL)
-                    killed["pid"] = pid
-                return
-            time.sleep(0.05)
+    def both_train():
+        history = job.rendezvous.history
+        return job.tm.summary().tasks_done >= 4 and history and len(history[-1][1]) == 2
 
-    t = threading.Thread(target=killer, daemon=True)
-    t.start()
-    code = job.run()
-    t.join(timeout=5)
+    # Once both workers train together, SIGKILL worker 0 (like a preempted pod).
+    code, killed = run_killing_worker(job, both_train, 600)
     status = json.loads((tmp_path / "job" / "status.json").read_text())
     history = job.rendezvous.history
     assert code == 0, (status["message"], history)
-    assert killed, "worker 0 was never killed"
+    assert killed is not None, "worker 0 was never killed"
     # Exactly-once accounting despite the kill: 4 epochs x 4096 records.
     assert status["records_trained"] == status["records_expected"] == 4 * 4096
     replicas = {r["name"]: r for r in status["replicas"]}

@@ -11,13 +11,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import elasticdl
 import mnist.mnist_functional_api  # noqa: F401  (locates the model zoo; a build dependency)
 import pytest
+from elasticdl_testing.cli import run_cli
 
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"
 MODEL_ZOO = str(Path(mnist.mnist_functional_api.__file__).resolve().parent.parent)
@@ -74,20 +74,7 @@ class Cli:
     def run(
         self, *args: str, timeout: float = 120, check: bool = True
     ) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
-            [sys.executable, "-m", "elasticdl.client", *args],
-            cwd=self.workdir,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(
-                f"elasticdl {' '.join(args)} exited {proc.returncode}:\n"
-                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-            )
-        return proc
+        return run_cli(args, self.workdir, self.env, timeout, check)
 
     def submit(self, command: str, job: str, *flags: str) -> None:
         self._jobs.append(job)

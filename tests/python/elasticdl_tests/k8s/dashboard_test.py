@@ -43,7 +43,8 @@ from elasticdl_tests.dashboard.chromium import (  # noqa: F401 (fixtures)
 )
 from elasticdl_tests.k8s import server_main
 from elasticdl_tests.k8s.cluster import write_kubeconfig
-from elasticdl_tests.k8s.server_test import _apply, _token
+from elasticdl_tests.k8s.server_test import _apply
+from elasticdl_tests.k8s.service_accounts import service_account_token
 from selenium.webdriver.common.by import By
 
 pytest.importorskip("tensorflow")
@@ -91,7 +92,7 @@ def server(k8s_cluster, served_namespace, kubelet, tmp_path, monkeypatch):
     namespace = served_namespace
     _apply_rbac(k8s_cluster.api_client(), namespace)
     kubeconfig = tmp_path / "kubeconfig"
-    token = _token(k8s_cluster.api_client(), namespace, "elasticdl-server")
+    token = service_account_token(k8s_cluster.api_client(), namespace, "elasticdl-server")
     write_kubeconfig(kubeconfig, k8s_cluster.server, k8s_cluster.ca_file, token, namespace)
     # The master pod's process inherits the test's environment (the stand-in kubelet's way):
     # it reaches the API server with the admin kubeconfig, where a real pod has its token.

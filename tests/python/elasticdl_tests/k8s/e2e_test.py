@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from elasticdl_tests.k8s.kubelet_jobs import submit_train
 from elasticdl_tests.waiting import wait_for
 
 pytest.importorskip("tensorflow")
@@ -56,23 +57,17 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
     k8s_cluster, served_namespace, kubelet, k8s, tmp_path, monkeypatch
 ):
     import mnist.mnist_functional_api
-    from elasticdl.client.job_commands import spec_from_flags
-    from elasticdl.client.main import build_parser, main
+    from elasticdl.client.main import main
     from elasticdl.common.job_status import MetricsHistory
-    from elasticdl.jobs.k8s_backend import KubernetesBackend
-    from elasticdl.platform.local import pick_free_port
 
     zoo = Path(mnist.mnist_functional_api.__file__).resolve().parent.parent
     monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))  # inherited by the master process
     monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("ELASTICDL_CONFIG", raising=False)
     ns = served_namespace
-    argv = [
-        "train",
+    flags = [
         f"--job_name={JOB}",
         "--image_name=local/elasticdl:test",
-        "--platform=kubernetes",
-        f"--namespace={ns}",
         f"--model_zoo={zoo}",
         "--model_def=mnist.mnist_functional_api.custom_model",
         f"--training_data={_fashion_mnist_subset(tmp_path / 'train', 'train', 2, 96)}",
@@ -86,19 +81,11 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
         "--evaluation_steps=8",
         "--num_workers=2",
         "--num_ps_pods=1",
-        "--image_pull_policy=Never",
         "--master_resource_request=cpu=0.1,memory=256Mi",
         "--worker_resource_request=cpu=0.1,memory=512Mi",
         "--ps_resource_request=cpu=0.1,memory=256Mi",
-        "--envs=ELASTICDL_K8S_NETWORK=host",
-        "--detach",
     ]
-    # What `elasticdl train` does, plus one thing it cannot: every pod of the process kubelet
-    # shares this host's ports, where the master's default port 50001 may be taken by other
-    # jobs, so the spec's port (no flag: the client's default) is set to a free port.
-    spec, _ = spec_from_flags("train", build_parser().parse_args(argv))
-    backend = KubernetesBackend(ns, pod_logs=kubelet.pod_logs)
-    backend.submit(spec.replace(port=pick_free_port()))
+    backend, _ = submit_train(kubelet, ns, flags)
     worker0 = f"elasticdl-{JOB}-worker-0"
 
     def diagnose() -> str:

@@ -16,6 +16,7 @@ import pytest
 from elasticdl.client import (  # noqa: F401  (main imports it by name; this makes it a dependency)
     zoo,
 )
+from elasticdl_tests.k8s.kubelet_jobs import submit_train
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("elasticdl.master.main")
@@ -28,11 +29,8 @@ def test_gpu_workers_request_nvidia_gpu_and_run_the_zoo_image(
     k8s_cluster, served_namespace, kubelet, k8s, tmp_path, monkeypatch
 ):
     import mnist.mnist_functional_api
-    from elasticdl.client.job_commands import spec_from_flags
-    from elasticdl.client.main import build_parser, main
+    from elasticdl.client.main import main
     from elasticdl.data.datasets import prepare
-    from elasticdl.jobs.k8s_backend import KubernetesBackend
-    from elasticdl.platform.local import pick_free_port
 
     zoo_dir = mnist.mnist_functional_api.__file__.rsplit("/", 2)[0]
     monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))
@@ -51,12 +49,9 @@ def test_gpu_workers_request_nvidia_gpu_and_run_the_zoo_image(
     data = tmp_path / "data"
     prepare("fashion_mnist", str(data), progress=False, limit=256)
     ns = served_namespace
-    argv = [
-        "train",
+    flags = [
         f"--job_name={JOB}",
         f"--image_name={ZOO_IMAGE}",
-        "--platform=kubernetes",
-        f"--namespace={ns}",
         f"--model_zoo={zoo_dir}",
         "--model_def=mnist.mnist_functional_api.custom_model",
         f"--training_data={data}/train",
@@ -64,17 +59,11 @@ def test_gpu_workers_request_nvidia_gpu_and_run_the_zoo_image(
         "--num_epochs=50",  # still training when the test has looked at the pods
         "--num_workers=2",
         "--num_ps_pods=1",
-        "--image_pull_policy=Never",
         "--master_resource_request=cpu=0.1,memory=256Mi",
         "--worker_resource_request=cpu=0.1,memory=512Mi,gpu=1",
         "--ps_resource_request=cpu=0.1,memory=256Mi",
-        "--envs=ELASTICDL_K8S_NETWORK=host",
-        "--detach",
     ]
-    spec, _ = spec_from_flags("train", build_parser().parse_args(argv))
-    backend = KubernetesBackend(ns, pod_logs=kubelet.pod_logs)
-    # Every pod of the process kubelet shares this host's ports: a free one for the master.
-    backend.submit(spec.replace(port=pick_free_port()))
+    backend, _ = submit_train(kubelet, ns, flags)
     try:
         names = [f"elasticdl-{JOB}-worker-{i}" for i in range(2)]
         deadline = time.monotonic() + 120

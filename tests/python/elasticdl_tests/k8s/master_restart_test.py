@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from elasticdl_tests.k8s.e2e_test import _fashion_mnist_subset
+from elasticdl_tests.k8s.kubelet_jobs import submit_train
 from elasticdl_tests.waiting import wait_for
 
 pytest.importorskip("tensorflow")
@@ -41,11 +42,8 @@ def test_master_killed_on_kubernetes_resumes_and_adopts(
     k8s_cluster, served_namespace, kubelet, k8s, tmp_path, monkeypatch
 ):
     import mnist.mnist_functional_api
-    from elasticdl.client.job_commands import spec_from_flags
-    from elasticdl.client.main import build_parser, main
-    from elasticdl.jobs.k8s_backend import KubernetesBackend
+    from elasticdl.client.main import main
     from elasticdl.k8s.names import job_selector, replicas_selector
-    from elasticdl.platform.local import pick_free_port
 
     zoo = Path(mnist.mnist_functional_api.__file__).resolve().parent.parent
     monkeypatch.setenv("KUBECONFIG", str(k8s_cluster.kubeconfig))  # inherited by the master
@@ -55,12 +53,9 @@ def test_master_killed_on_kubernetes_resumes_and_adopts(
     volume = tmp_path / "volume"
     job_dir = volume / "jobs" / JOB
     volume.mkdir()
-    argv = [
-        "train",
+    flags = [
         f"--job_name={JOB}",
         "--image_name=local/elasticdl:test",
-        "--platform=kubernetes",
-        f"--namespace={ns}",
         f"--model_zoo={zoo}",
         "--model_def=mnist.mnist_functional_api.custom_model",
         f"--training_data={_fashion_mnist_subset(tmp_path / 'train', 'train', 2, 128)}",
@@ -69,15 +64,10 @@ def test_master_killed_on_kubernetes_resumes_and_adopts(
         f"--num_epochs={EPOCHS}",
         "--num_workers=2",
         "--num_ps_pods=1",
-        "--image_pull_policy=Never",
         f"--volume=host_path={volume},mount_path={volume}",
         f"--job_dir={job_dir}",
-        "--envs=ELASTICDL_K8S_NETWORK=host",
-        "--detach",
     ]
-    spec, _ = spec_from_flags("train", build_parser().parse_args(argv))
-    backend = KubernetesBackend(ns, pod_logs=kubelet.pod_logs)
-    handle = backend.submit(spec.replace(port=pick_free_port()))  # see e2e_test for the port
+    backend, handle = submit_train(kubelet, ns, flags)
     first = handle.master
     assert first.startswith(f"elasticdl-{JOB}-master-"), first  # named by the Job controller
 

@@ -6,8 +6,6 @@ kube-controller-manager mints for the ``elasticdl`` ServiceAccount of the manife
 
 from __future__ import annotations
 
-import base64
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from elasticdl.k8s.names import master_pod_name
 from elasticdl.k8s.pods import PodTemplate, build_pod
 from elasticdl.platform.base import LaunchSpec, ReplicaType
 from elasticdl.platform.kubernetes import KubernetesPlatform
+from elasticdl_tests.k8s.service_accounts import service_account_token
 
 
 def _manifest() -> Path:
@@ -67,32 +66,12 @@ def _apply(api_client, namespace: str) -> None:
             pytest.fail(f"unexpected kind {kind} in the RBAC manifest")
 
 
-def _service_account_token(
-    api_client, namespace: str, account: str = "elasticdl", timeout: float = 60
-) -> str:
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for secret in core.list_namespaced_secret(namespace).items:
-            annotations = secret.metadata.annotations or {}
-            if (
-                secret.type == "kubernetes.io/service-account-token"
-                and annotations.get("kubernetes.io/service-account.name") == account
-                and secret.data
-            ):
-                return base64.b64decode(secret.data["token"]).decode()
-        time.sleep(0.3)
-    pytest.fail(f"no token minted for service account {account} in {timeout}s")
-
-
 def test_master_operations_need_only_the_role_and_stay_in_namespace(k8s_cluster, namespace):
     from kubernetes import client
 
     admin = k8s_cluster.api_client()
     _apply(admin, namespace)
-    token = _service_account_token(admin, namespace)
+    token = service_account_token(admin, namespace, "elasticdl")
     assert token.count(".") == 2  # a signed JWT, not the static admin token
 
     # The master pod itself is created by the user (admin here).

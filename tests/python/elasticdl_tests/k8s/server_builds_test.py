@@ -25,7 +25,8 @@ from elasticdl.k8s.names import master_pod_name
 from elasticdl_testing.server_process import ServerProcess
 from elasticdl_tests.k8s import server_main
 from elasticdl_tests.k8s.cluster import write_kubeconfig
-from elasticdl_tests.k8s.server_test import _apply, _token
+from elasticdl_tests.k8s.server_test import _apply
+from elasticdl_tests.k8s.service_accounts import service_account_token
 
 BASE = "registry.test:5000/elasticdl:cpu"
 REPOSITORY = "registry.test:5000/jobs"
@@ -35,7 +36,7 @@ REPOSITORY = "registry.test:5000/jobs"
 def builds(k8s_cluster, namespace, tmp_path):
     _apply(k8s_cluster.api_client(), namespace)
     kubeconfig = tmp_path / "kubeconfig"
-    token = _token(k8s_cluster.api_client(), namespace, "elasticdl-server")
+    token = service_account_token(k8s_cluster.api_client(), namespace, "elasticdl-server")
     write_kubeconfig(kubeconfig, k8s_cluster.server, k8s_cluster.ca_file, token, namespace)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
     env["KUBECONFIG"] = str(kubeconfig)

@@ -8,7 +8,6 @@ server's memory, holds it all.
 
 from __future__ import annotations
 
-import base64
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from elasticdl.k8s.names import master_pod_name
 from elasticdl.server.k8s_jobs import OWNER_LABEL
 from elasticdl_testing.server_process import ServerProcess
 from elasticdl_tests.k8s.cluster import write_kubeconfig
+from elasticdl_tests.k8s.service_accounts import service_account_token
 
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"
 IMAGE = "local/elasticdl:test"
@@ -66,24 +66,6 @@ def _apply(api_client, namespace: str, kinds: tuple[str, ...] = ()) -> list[str]
     return applied
 
 
-def _token(api_client, namespace: str, account: str, timeout: float = 60) -> str:
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for secret in core.list_namespaced_secret(namespace).items:
-            annotations = secret.metadata.annotations or {}
-            if (
-                secret.type == "kubernetes.io/service-account-token"
-                and annotations.get("kubernetes.io/service-account.name") == account
-                and secret.data
-            ):
-                return base64.b64decode(secret.data["token"]).decode()
-        time.sleep(0.3)
-    pytest.fail(f"no token minted for service account {account} in {timeout}s")
-
-
 @pytest.fixture
 def server(k8s_cluster, namespace, tmp_path):
     kinds = _apply(k8s_cluster.api_client(), namespace)
@@ -96,7 +78,7 @@ def server(k8s_cluster, namespace, tmp_path):
         "Service",
     ]
     kubeconfig = tmp_path / "kubeconfig"
-    token = _token(k8s_cluster.api_client(), namespace, "elasticdl-server")
+    token = service_account_token(k8s_cluster.api_client(), namespace, "elasticdl-server")
     write_kubeconfig(kubeconfig, k8s_cluster.server, k8s_cluster.ca_file, token, namespace)
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("KUBE")}
     env["KUBECONFIG"] = str(kubeconfig)

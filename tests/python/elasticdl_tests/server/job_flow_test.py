@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from elasticdl.jobs.errors import JobConflictError, JobNotFoundError
 from elasticdl.jobs.local_processes import pid_alive
 from elasticdl.jobs.server_client import JobServerClient
+from elasticdl_testing.cli import run_cli
 from elasticdl_testing.server_process import ServerProcess
 
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"
@@ -71,20 +71,14 @@ class Cli:
     def run(
         self, *args: str, timeout: float = 120, check: bool = True
     ) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
-            [sys.executable, "-m", "elasticdl.client", *args],
-            cwd=self.home,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
+        return run_cli(
+            args,
+            self.home,
+            self.env,
+            timeout,
+            check,
+            diagnose=lambda: f"\nserver log:\n{self.server.log()[-3000:]}",
         )
-        if check and proc.returncode != 0:
-            raise AssertionError(
-                f"elasticdl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n"
-                f"{proc.stderr[-3000:]}\nserver log:\n{self.server.log()[-3000:]}"
-            )
-        return proc
 
 
 @pytest.fixture(scope="module")
