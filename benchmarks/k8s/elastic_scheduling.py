@@ -1,7 +1,10 @@
 """Elastic scheduling on the real two-node cluster: two competing jobs, gang admission against
-ElasticDL as it is.
+ElasticDL as it is (``--experiment competing``, the default); or a low-priority job beside a
+high-priority online service scaled up and down (``--experiment colocation``,
+``colocation.py``).
 
     python benchmarks/k8s/elastic_scheduling.py [--size tiny|full] [--strategy ps|allreduce]
+        [--experiment competing|colocation]
 
 Two identical jobs of the README model (Fashion-MNIST), each asking for more than half of the
 cluster's allocatable CPU (requests equal to limits on every pod, so what the scheduler books
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import cluster
+import colocation
 from gang import Elastic, GangAdmission, QueuedJob
 from utilisation import Sampler, plot
 
@@ -51,6 +55,12 @@ SIZES = {
     # records, epochs, delay of the second job (s)
     "tiny": (1024, 1, 5.0),
     "full": (8192, 4, 30.0),
+}
+# Co-location: the training job's epochs (of the records above) and the service's schedule,
+# (seconds after the job's workers all run, replicas of 0.5 CPU).
+COLOCATION = {
+    "tiny": (40, ((15, 1), (40, 0))),
+    "full": (20, ((30, 1), (75, 2), (120, 1), (165, 0))),
 }
 
 
@@ -248,11 +258,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="full")
     parser.add_argument("--strategy", choices=("ps", "allreduce"), default="ps")
+    parser.add_argument("--experiment", choices=("competing", "colocation"), default="competing")
     parser.add_argument("--image_base", default="elasticdl:cpu")
     parser.add_argument("--png_dir", type=Path, default=Path(__file__).resolve().parent)
     parser.add_argument("--timeout", type=float, default=3600, help="per run, seconds")
     args = parser.parse_args()
     args.records, args.epochs, args.delay = SIZES[args.size]
+    args.coloc_epochs, args.schedule = COLOCATION[args.size]
     if not args.png_dir.is_dir():
         parser.error(f"--png_dir {args.png_dir}: not a directory")
 
@@ -276,10 +288,28 @@ def main() -> None:
             cluster.make_readable(data)
             image, _ = cluster.build_mnist_image(env, args.image_base, work)
             _pull_everywhere(env, image)
-            for mode in ("gang", "elastic"):
-                runs.append(one_run(mode, args, env, core, namespace, image, data))
+            if args.experiment == "colocation":
+                runs.append(colocation.run(args, env, core, namespace, image, data))
+            else:
+                for mode in ("gang", "elastic"):
+                    runs.append(one_run(mode, args, env, core, namespace, image, data))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.experiment == "colocation":
+        (run,) = runs
+        print(
+            json.dumps(
+                {
+                    "benchmark": "k8s_elastic_scheduling",
+                    "experiment": "colocation",
+                    "size": args.size,
+                    "records": args.records,
+                    **run,
+                    "loadavg": [round(load[0], 1), round(os.getloadavg()[0], 1)],
+                }
+            )
+        )
+        return
     gang, elastic = runs
     result = {
         "benchmark": "k8s_elastic_scheduling",
