@@ -8,7 +8,7 @@
 3. TensorFlow's C++ start-up lines (INFO) off unless the spec's log level is DEBUG, set before
    anything imports TensorFlow and inherited by the processes this one starts; one log format
    on stderr (and the spec's log file); the watch that ends a replica with its job
-   (``common.parent_watch``);
+   (``common.parent_watch``); for a worker, SIGTERM ends it (exit status 143);
 4. the role's work. A :class:`UsageError` raised there (a model, data or setting the user must
    fix) ends the process like a bad flag.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import sys
 from typing import Callable, Sequence, TypeVar
 
@@ -48,6 +49,11 @@ class Role:
     tune_malloc: bool = False  # moves whole models per minibatch (PS, workers)
     passive_omp: bool = False  # runs the native kernels from many threads (PS)
     watch_parent: bool = False  # must not outlive its job (PS, workers)
+    # Ends on SIGTERM. A container's PID 1 has no default action for it: without a handler a
+    # deleted or preempted pod keeps its node's CPU for its whole grace period (30 s), and the
+    # higher-priority pod waiting for it stays Pending that long. Its tasks go back to the
+    # queue either way (the master re-queues a departed worker's tasks).
+    stop_on_sigterm: bool = False
 
     @property
     def prog(self) -> str:
@@ -56,7 +62,7 @@ class Role:
 
 MASTER = Role("master")
 PS = Role("ps", tune_malloc=True, passive_omp=True, watch_parent=True)
-WORKER = Role("worker", tune_malloc=True, watch_parent=True)
+WORKER = Role("worker", tune_malloc=True, watch_parent=True, stop_on_sigterm=True)
 
 
 def run_process(
@@ -86,10 +92,16 @@ def _run(role, argv, read_spec, work, log_file) -> int:
     setup_logging(spec.log_level, log_file(spec))
     if role.watch_parent:
         exit_with_parent()
+    if role.stop_on_sigterm:
+        signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         return work(spec)
     except UsageError as e:
         return usage_error(role, e)
+
+
+def _exit_on_signal(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def usage_error(role: Role, error: BaseException) -> int:

@@ -1,9 +1,13 @@
 import dataclasses
 import logging
 import os
+import signal
+import subprocess
+import sys
+import textwrap
 
 import pytest
-from elasticdl.common import process_entry
+from elasticdl.common import parent_watch, process_entry
 from elasticdl.common.process_entry import Role, UsageError, quiet_tensorflow, run_process
 from elasticdl.common.spec_codec import SpecError
 
@@ -84,3 +88,39 @@ def test_the_roles_tune_what_they_need():
     assert process_entry.PS.watch_parent and process_entry.WORKER.watch_parent
     assert not process_entry.MASTER.watch_parent
     assert process_entry.MASTER.prog == "elasticdl master"
+
+
+def test_a_worker_ends_on_sigterm_with_status_143(tmp_path):
+    """A worker stops when told to (a pod deleted or preempted): as a container's PID 1 it has
+    no default action for SIGTERM, so the role installs one; here in a child process (the
+    handler raises SystemExit, which would end the test process)."""
+    assert process_entry.WORKER.stop_on_sigterm
+    status = tmp_path / "status"
+    code = textwrap.dedent(
+        """
+        import dataclasses, sys, time
+        from elasticdl.common import process_entry
+
+        role = dataclasses.replace(process_entry.WORKER, tune_malloc=False, watch_parent=False)
+
+        def work(spec):
+            print("working", flush=True)
+            time.sleep(60)
+            return 0
+
+        spec = lambda argv: type("Spec", (), {"log_level": "INFO"})()
+        sys.exit(process_entry.run_process(role, [], spec, work))
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env[parent_watch.EXIT_STATUS_FILE_ENV] = str(status)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert child.stdout.readline() == "working\n"
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=30) == 143
+    finally:
+        child.kill()
+    assert status.read_text() == "143\n"

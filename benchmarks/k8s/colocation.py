@@ -1,0 +1,192 @@
+"""Co-location with an online service: a low-priority training job fills the cluster while a
+high-priority service (``online_service.py``) is scaled up and down on a schedule; the
+scheduler preempts workers to place the service and the job takes the CPU back when the service
+shrinks.
+
+The job: master and PS (``elasticdl-high``, 0.25 CPU each) and 6 workers (``elasticdl-low``,
+0.25 CPU each): 2 CPUs, the whole cluster. The service: replicas of 0.5 CPU (``elasticdl-high``),
+each taking two workers' place. The schedule starts once the job's workers run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import cluster
+import online_service
+from utilisation import Sampler, plot
+
+TOOL = "elastic_scheduling"
+WORKERS = 6
+POD_CPU = "0.25"
+SERVICE_CPU = "0.5"
+
+
+def _kubectl(env, *args: str, stdin: str | None = None) -> str:
+    r = subprocess.run(
+        [cluster.kubectl(), f"--kubeconfig={env['KUBECONFIG']}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if r.returncode != 0:
+        sys.exit(f"{TOOL}: kubectl {' '.join(args[:2])}: {r.stderr.strip()[-300:]}")
+    return r.stdout
+
+
+def install_priority_classes(env) -> list[str]:
+    """ElasticDL's PriorityClasses (``elasticdl rbac --priority_classes``); those this call
+    created, to remove afterwards."""
+    existing = set(_kubectl(env, "get", "priorityclass", "-o", "name").split())
+    _kubectl(env, "apply", "-f", "-", stdin=cluster.cli(TOOL, "rbac", "--priority_classes"))
+    names = ("elasticdl-high", "elasticdl-low")
+    return [n for n in names if f"priorityclass.scheduling.k8s.io/{n}" not in existing]
+
+
+def run(args, env, core, namespace: str, image: str, data: Path) -> dict:
+    job = f"coloc-{uuid.uuid4().hex[:4]}"
+    target = [f"--namespace={namespace}", "--platform=kubernetes"]
+    created = install_priority_classes(env)
+    token = online_service.new_token()
+    secret, deployment = online_service.manifests(namespace, image, SERVICE_CPU, token)
+    _kubectl(
+        env,
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [secret, deployment]}),
+    )
+    resources = f"cpu={POD_CPU},memory=1024Mi"
+    argv = [
+        "train",
+        f"--model_def={cluster.MODEL_DEF}",
+        "--training_data=/data/train",
+        "--minibatch_size=64",
+        "--num_minibatches_per_task=2",
+        f"--num_epochs={args.coloc_epochs}",
+        "--num_ps_pods=1",
+        f"--num_workers={WORKERS}",
+        "--worker_pod_priority=low",
+        "--relaunch_on_worker_failure=0",
+        f"--job_name={job}",
+        "--detach",
+        *cluster.node_job_argv(env, image, namespace, f"host_path={data},mount_path=/data"),
+    ]
+    for replica in ("master", "ps", "worker"):
+        argv += [
+            f"--{replica}_resource_request={resources}",
+            f"--{replica}_resource_limit={resources}",
+        ]
+    sampler = Sampler(core).start()
+    load = online_service.LoadGenerator(core, namespace, token).start()
+    cluster.cli(TOOL, *argv)
+    service_pods: dict[str, list] = {}  # name -> [first seen, Running at]
+    workers_running: list[tuple[float, int]] = []
+    schedule = list(args.schedule)
+    t_schedule = None
+    t_first_worker = None
+    done = None
+    deadline = time.monotonic() + args.timeout
+    try:
+        while done is None:
+            if time.monotonic() > deadline:
+                sys.exit(f"{TOOL}: co-location run not done after {args.timeout} s")
+            now = time.monotonic() - sampler.t0
+            pods = core.list_namespaced_pod(namespace).items
+            running = sum(
+                1
+                for p in pods
+                if "-worker-" in p.metadata.name
+                and p.status.phase == "Running"
+                and not p.metadata.deletion_timestamp
+            )
+            workers_running.append((now, running))
+            if t_first_worker is None and running:
+                t_first_worker = now
+            if t_schedule is None and running == WORKERS:
+                t_schedule = now
+            while t_schedule is not None and schedule and now >= t_schedule + schedule[0][0]:
+                _, replicas = schedule.pop(0)
+                _kubectl(
+                    env,
+                    "scale",
+                    "deployment",
+                    online_service.NAME,
+                    f"--replicas={replicas}",
+                    "-n",
+                    namespace,
+                )
+            for p in pods:
+                if p.metadata.labels and p.metadata.labels.get("app") == online_service.NAME:
+                    seen = service_pods.setdefault(p.metadata.name, [now, None])
+                    if seen[1] is None and p.status.phase == "Running":
+                        seen[1] = now
+            master = next((p for p in pods if p.metadata.name == f"elasticdl-{job}-master"), None)
+            if master is not None and master.status.phase in ("Succeeded", "Failed"):
+                done = now
+            time.sleep(0.5)
+        status = json.loads(cluster.cli(TOOL, "status", job, "-o", "json", *target))
+        events = json.loads(
+            _kubectl(
+                env,
+                "get",
+                "events",
+                "-n",
+                namespace,
+                "--field-selector=reason=Preempted",
+                "-o",
+                "json",
+            )
+        )["items"]
+    finally:
+        load.stop()
+        sampler.stop()
+        _kubectl(env, "scale", "deployment", online_service.NAME, "--replicas=0", "-n", namespace)
+        cluster.cli(TOOL, "cancel", job, *target)
+        if created:
+            _kubectl(env, "delete", "priorityclass", *created, "--ignore-not-found")
+    preempted = sorted(
+        {e["involvedObject"]["name"] for e in events if "-worker-" in e["involvedObject"]["name"]}
+    )
+    last_scale = t_schedule + args.schedule[-1][0] if t_schedule is not None else None
+    regained = last_scale is not None and any(
+        t > last_scale and n == WORKERS for t, n in workers_running
+    )
+    pending = [
+        (ran - seen) if ran is not None else (done - seen) for seen, ran in service_pods.values()
+    ]
+    start = t_first_worker or 0.0
+    requested, used = sampler.mean(start, done)
+    png = args.png_dir / f"{TOOL}_colocation.png"
+    marks = {"job submit": 0.0, "job done": done}
+    if t_schedule is not None:
+        for offset, replicas in args.schedule:
+            marks[f"service x{replicas} at +{offset}s"] = t_schedule + offset
+    plot(
+        sampler,
+        png,
+        f"co-location: training job (2 CPUs, low workers) + service (size {args.size})",
+        marks,
+    )
+    return {
+        "mode": "colocation",
+        "job": job,
+        "phase": status["phase"],
+        "records_trained": status["records_trained"],
+        "records_expected": status["records_expected"],
+        "requested_util": round(requested, 3),
+        "used_util": round(used, 3),
+        "window_s": [round(start, 1), round(done, 1)],
+        "workers_preempted": len(preempted),
+        "workers_regained": regained,
+        "service_pods": len(service_pods),
+        "service_pending_max_s": round(max(pending), 1) if pending else None,
+        "requests": load.counts,
+        "png": png.name,
+    }

@@ -1,0 +1,88 @@
+"""benchmarks/k8s/elastic_scheduling.py at its tiny size on the REAL cluster, so the
+experiments cannot rot: two competing parameter-server jobs, each asking for more than half of
+the cluster's CPU, under gang admission and under ElasticDL as it is; and a low-priority job
+co-located with a high-priority online service.
+
+Asserts what happened, never how fast: every job Succeeds with every record trained exactly
+once; under gang admission the second job waits until the first has finished (its first worker
+runs only after the first job is done), while elastically it starts beside the first (its first
+worker runs before the first job is done); both runs drew their utilisation timeline.
+"""
+
+from __future__ import annotations
+
+import json
+
+from elasticdl_tests.k8s_node.node import repo_root
+from script_runs import json_line, run_script
+
+SCRIPT_TIMEOUT_S = 1200
+
+
+def test_competing_jobs_gang_against_elastic(exclusive_cluster, base_image, tmp_path, monkeypatch):
+    base, _ = base_image
+    # The benchmark joins the cluster this module holds alone instead of waiting for it.
+    monkeypatch.setenv("ELASTICDL_NODE_HELD_BY_CALLER", "1")
+    monkeypatch.setenv("KUBECONFIG", exclusive_cluster.kubeconfig)
+    out = run_script(
+        str(repo_root() / "benchmarks" / "k8s" / "elastic_scheduling.py"),
+        "--size=tiny",
+        f"--image_base={base}",
+        f"--png_dir={tmp_path}",
+        timeout=SCRIPT_TIMEOUT_S,
+    )
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+    result = json_line(out)
+    runs = {r["mode"]: r for r in result["runs"]}
+    assert set(runs) == {"gang", "elastic"}, result
+    for run in runs.values():
+        for job in run["jobs"]:
+            assert job["phase"] == "Succeeded", json.dumps(run)
+            assert job["records_trained"] == job["records_expected"] > 0, json.dumps(run)
+        assert (tmp_path / run["png"]).stat().st_size > 0
+        assert 0 < run["requested_util"] <= 1, run
+    delay = result["delay_s"]
+    for mode, run in runs.items():
+        first, second = run["jobs"]
+        first_done = first["completion_s"]  # the first job is submitted at 0
+        second_started = delay + second["pending_s"]
+        if mode == "gang":
+            assert second_started > first_done, (mode, run)
+        else:
+            assert second_started < first_done, (mode, run)
+
+
+def test_colocation_with_a_high_priority_service(
+    exclusive_cluster, base_image, tmp_path, monkeypatch
+):
+    """The co-location experiment at its tiny size: a low-priority job fills the cluster, a
+    high-priority service (bearer token required) is scaled to one replica and back to zero;
+    the scheduler preempts workers for it, the job takes them back and Succeeds with every
+    record once; the service answered its load generator and refused a request without the
+    token."""
+    base, _ = base_image
+    monkeypatch.setenv("ELASTICDL_NODE_HELD_BY_CALLER", "1")
+    monkeypatch.setenv("KUBECONFIG", exclusive_cluster.kubeconfig)
+    classes_before = exclusive_cluster.kubectl("get", "priorityclass", "-o", "name")
+    out = run_script(
+        str(repo_root() / "benchmarks" / "k8s" / "elastic_scheduling.py"),
+        "--experiment=colocation",
+        "--size=tiny",
+        f"--image_base={base}",
+        f"--png_dir={tmp_path}",
+        timeout=SCRIPT_TIMEOUT_S,
+    )
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+    result = json_line(out)
+    assert result["phase"] == "Succeeded", result
+    assert result["records_trained"] == result["records_expected"] > 0, result
+    assert result["workers_preempted"] >= 1, result
+    assert result["workers_regained"] is True, result
+    assert result["service_pods"] >= 1, result
+    assert result["requests"].get("200", 0) > 0, result
+    assert set(k for k in result["requests"] if k.startswith("unauthenticated_")) == {
+        "unauthenticated_401"
+    }, result
+    assert (tmp_path / result["png"]).stat().st_size > 0
+    # The PriorityClasses the benchmark installed are gone again.
+    assert exclusive_cluster.kubectl("get", "priorityclass", "-o", "name") == classes_before
