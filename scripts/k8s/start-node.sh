@@ -409,8 +409,11 @@ YML
 images() { # node: local/busybox:node (test pods) and local/pause:node (the pods' sandbox)
   local i=$1 bb rootfs
   bb=$(sha256sum "$BIN/busybox" | cut -c1-16)
-  # made from this busybox? (its digest is a label of both images)
-  [[ $(dk "$i" image inspect -f '{{index .Config.Labels "org.elasticdl.busybox"}}' local/busybox:node local/pause:node 2>/dev/null | sort -u) == "$bb" ]] && return
+  # both there and made from this busybox? (its digest is a label of both images; a node under
+  # disk pressure deletes unused images, so one may be gone while the other stays)
+  local labels
+  labels=$(dk "$i" image inspect -f '{{index .Config.Labels "org.elasticdl.busybox"}}' local/busybox:node local/pause:node 2>/dev/null || true)
+  [[ $labels == "$bb"$'\n'"$bb" ]] && return
   if [[ ! -f $K/img/busybox-$bb.tar ]]; then
     rm -rf "$K/img" && mkdir -p "$K/img"
     rootfs=$K/img/rootfs
