@@ -118,7 +118,6 @@ def _stop(what: str) -> None:
 def run_main(main: Callable[[], int], environ: dict[str, str] | None = None) -> int:
     """``main()``'s exit status, also written to ``$ELASTICDL_EXIT_STATUS_FILE`` (if set) when
     it returns or raises."""
-    path = (os.environ if environ is None else environ).get(EXIT_STATUS_FILE_ENV, "")
     code = 1
     try:
         code = main()
@@ -127,11 +126,18 @@ def run_main(main: Callable[[], int], environ: dict[str, str] | None = None) -> 
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         raise
     finally:
-        if path:
-            try:
-                write_atomically(path, f"{code}\n")
-            except OSError as e:
-                logger.warning("cannot record the exit status in %s: %s", path, e)
+        record_exit_status(code, environ)
+
+
+def record_exit_status(code: int, environ: dict[str, str] | None = None) -> None:
+    """Write ``code`` to ``$ELASTICDL_EXIT_STATUS_FILE`` (if set)."""
+    path = (os.environ if environ is None else environ).get(EXIT_STATUS_FILE_ENV, "")
+    if not path:
+        return
+    try:
+        write_atomically(path, f"{code}\n")
+    except OSError as e:
+        logger.warning("cannot record the exit status in %s: %s", path, e)
 
 
 def read_exit_status(path: str | os.PathLike) -> int | None:

@@ -24,11 +24,12 @@ import logging
 import os
 import signal
 import sys
+import threading
 from typing import Callable, Sequence, TypeVar
 
 from elasticdl.common.malloc_tuning import tune_malloc
 from elasticdl.common.omp_tuning import passive_omp_wait
-from elasticdl.common.parent_watch import exit_with_parent, run_main
+from elasticdl.common.parent_watch import exit_with_parent, record_exit_status, run_main
 
 LOG_FORMAT = "[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] %(message)s"
 EXIT_USAGE = 2
@@ -93,15 +94,43 @@ def _run(role, argv, read_spec, work, log_file) -> int:
     if role.watch_parent:
         exit_with_parent()
     if role.stop_on_sigterm:
-        signal.signal(signal.SIGTERM, _exit_on_signal)
+        signal.signal(signal.SIGTERM, _stop_on_signal)
     try:
         return work(spec)
     except UsageError as e:
         return usage_error(role, e)
+    finally:
+        if _stopped_by is not None:
+            _exit_now(_stopped_by)
 
 
-def _exit_on_signal(signum, frame) -> None:
-    raise SystemExit(128 + signum)
+# A stopped worker unwinds (its ``finally`` blocks report a finished task the master should not
+# run again), then ends without the interpreter's shutdown: joining leftover threads and tearing
+# TensorFlow down take seconds of the CPU the next pod waits for. Unwinding gets this long.
+STOP_UNWIND_SECONDS = 2.0
+_stopped_by: int | None = None
+
+
+def _stop_on_signal(signum, frame) -> None:
+    global _stopped_by
+    if _stopped_by is not None:
+        return
+    _stopped_by = 128 + signum
+    timer = threading.Timer(STOP_UNWIND_SECONDS, _exit_now, args=(_stopped_by,))
+    timer.daemon = True
+    timer.start()
+    raise SystemExit(_stopped_by)
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()
+    record_exit_status(code)
+    os._exit(code)
 
 
 def usage_error(role: Role, error: BaseException) -> int:

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from elasticdl.common import parent_watch, process_entry
@@ -90,25 +91,33 @@ def test_the_roles_tune_what_they_need():
     assert process_entry.MASTER.prog == "elasticdl master"
 
 
-def test_a_worker_ends_on_sigterm_with_status_143(tmp_path):
+@pytest.mark.parametrize("unwinding", ["time.sleep(0)", "time.sleep(60)"])
+def test_a_worker_ends_on_sigterm_with_status_143(tmp_path, unwinding):
     """A worker stops when told to (a pod deleted or preempted): as a container's PID 1 it has
     no default action for SIGTERM, so the role installs one; here in a child process (the
-    handler raises SystemExit, which would end the test process)."""
+    handler ends the process). Its ``finally`` blocks run, for at most STOP_UNWIND_SECONDS;
+    then it ends at once, as the default action would, not after the threads still running (a
+    worker's prefetch or RPC threads) or the interpreter's shutdown."""
     assert process_entry.WORKER.stop_on_sigterm
     status = tmp_path / "status"
     code = textwrap.dedent(
-        """
-        import dataclasses, sys, time
+        f"""
+        import dataclasses, sys, threading, time
         from elasticdl.common import process_entry
 
         role = dataclasses.replace(process_entry.WORKER, tune_malloc=False, watch_parent=False)
 
         def work(spec):
+            threading.Thread(target=time.sleep, args=(120,)).start()  # not a daemon
             print("working", flush=True)
-            time.sleep(60)
+            try:
+                time.sleep(60)
+            finally:
+                print("unwinding", flush=True)
+                {unwinding}
             return 0
 
-        spec = lambda argv: type("Spec", (), {"log_level": "INFO"})()
+        spec = lambda argv: type("Spec", (), {{"log_level": "INFO"}})()
         sys.exit(process_entry.run_process(role, [], spec, work))
         """
     )
@@ -120,7 +129,10 @@ def test_a_worker_ends_on_sigterm_with_status_143(tmp_path):
     try:
         assert child.stdout.readline() == "working\n"
         child.send_signal(signal.SIGTERM)
+        started = time.monotonic()
         assert child.wait(timeout=30) == 143
+        assert time.monotonic() - started < process_entry.STOP_UNWIND_SECONDS + 3
+        assert child.stdout.read() == "unwinding\n"
     finally:
         child.kill()
     assert status.read_text() == "143\n"
