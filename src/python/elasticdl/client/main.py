@@ -307,6 +307,7 @@ def _dataset_prepare(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         schema=args.schema,
         params=params,
+        limit=args.limit,
     )
     _err(getattr(result, "message", "") or f"dataset {args.name} is ready in {args.output}")
     return EXIT_OK
@@ -387,6 +388,13 @@ def build_parser() -> StrictArgumentParser:
     )
     prepare.add_argument(
         "--no-progress", dest="no_progress", action="store_true", help="Do not show progress"
+    )
+    prepare.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="Keep the first N rows of each split (fashion_mnist) or of the table, for a quick "
+        "run (default: all)",
     )
     prepare.add_argument(
         "--schema",

@@ -165,3 +165,21 @@ def test_dataset_prepare_schema_original_is_passed_and_checked(capsys, tmp_path)
     assert "\n" not in err and "Traceback" not in err
     assert main(["dataset", "prepare", "census", "--output", out, "--schema", "v1"]) == 2
     assert "invalid choice: 'v1'" in capsys.readouterr().err
+
+
+def test_dataset_prepare_limit_keeps_the_first_rows_of_each_split(capsys, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("elasticdl.data.datasets") is None:
+        return
+    from elasticdl.data import recordio
+
+    out = tmp_path / "out"
+    argv = ["dataset", "prepare", "fashion_mnist", "--output", str(out), "--no-progress"]
+    assert main([*argv, "--limit", "100"]) == 0, capsys.readouterr().err
+    for split in ("train", "test"):
+        files = sorted((out / split).iterdir())
+        assert sum(recordio.Index(str(f)).num_records() for f in files) == 100, split
+    assert main([*argv, "--limit", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "elasticdl: error: --limit must be positive, got 0", err

@@ -447,6 +447,11 @@ CLI_ROWS = [
         ("dataset", "prepare", "nosuch", "--output={tmp}/work/out"),
         "unknown dataset 'nosuch'",
     ),
+    Row(
+        "dataset-limit-zero",
+        ("dataset", "prepare", "fashion_mnist", "--output={tmp}/work/out", "--limit=0"),
+        "--limit must be positive",
+    ),
 ]
 
 

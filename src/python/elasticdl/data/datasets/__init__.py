@@ -149,7 +149,7 @@ def prepare(
     if per_shard <= 0:
         raise DatasetError(f"records_per_shard must be positive, got {records_per_shard}")
     if limit is not None and int(limit) <= 0:
-        raise DatasetError(f"limit must be positive, got {limit}")
+        raise DatasetError(f"--limit must be positive, got {limit}")
     if schema not in SCHEMAS:
         raise DatasetError(f"--schema {schema!r} is invalid; use one of {', '.join(SCHEMAS)}")
     build = spec.build if schema == "default" else spec.build_original
