@@ -26,6 +26,7 @@ and ``adopt()`` see one sequence of states.
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from typing import Any, Iterable
 
 from elasticdl.k8s.names import LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE
@@ -53,6 +54,40 @@ OUTSIDE_CAUSES = (REASON_PREEMPTED, REASON_EVICTED)
 POD_SCHEDULED = "PodScheduled"
 
 
+def events_of_pod(events: Iterable[Any], uid: str, created: Any) -> list[dict]:
+    """The Events about pod ``uid`` among ``events`` listed by its name (``V1Event`` objects
+    or their JSON dicts): those naming its uid, and those naming none recorded since it was
+    ``created`` (the taint manager's evictions name only the pod's namespace and name; one
+    recorded before belonged to an earlier pod of the same name)."""
+    since = _instant(created)
+    found = []
+    for event in events:
+        data = event if isinstance(event, dict) else _to_dict(event)
+        about = (data.get("involvedObject") or {}).get("uid") or ""
+        when = _instant(_recorded(data))
+        if about == uid or not about and (since is None or when is not None and when >= since):
+            found.append(data)
+    return found
+
+
+def _recorded(data: dict) -> str:
+    return str(
+        data.get("lastTimestamp")
+        or data.get("eventTime")
+        or (data.get("metadata") or {}).get("creationTimestamp")
+        or ""
+    )
+
+
+def _instant(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None
+
+
 def cause_of_events(events: Iterable[Any]) -> tuple[str, str]:
     """``(cause, message)`` from a pod's Events (``V1Event`` objects or their JSON dicts),
     the newest telling one; ``("", "")`` if none tells."""
@@ -61,13 +96,7 @@ def cause_of_events(events: Iterable[Any]) -> tuple[str, str]:
         data = event if isinstance(event, dict) else _to_dict(event)
         cause = EVENT_CAUSES.get(data.get("reason") or "")
         if cause:
-            when = str(
-                data.get("lastTimestamp")
-                or data.get("eventTime")
-                or (data.get("metadata") or {}).get("creationTimestamp")
-                or ""
-            )
-            found.append((when, cause, data.get("message") or data.get("note") or ""))
+            found.append((_recorded(data), cause, data.get("message") or data.get("note") or ""))
     if not found:
         return "", ""
     _, cause, message = max(found)

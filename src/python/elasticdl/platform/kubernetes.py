@@ -40,7 +40,7 @@ import logging
 import os
 import queue
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from elasticdl.k8s.client import K8sApiError, K8sClient, KubeConfig
 from elasticdl.k8s.names import (
@@ -75,7 +75,12 @@ from elasticdl.platform.base import (
 from elasticdl.platform.k8s_addresses import DEFAULT_PORTS, ReplicaAddresses
 from elasticdl.platform.k8s_lost_pods import DEFAULT_MARGIN_SECONDS as LOST_POD_MARGIN_SECONDS
 from elasticdl.platform.k8s_lost_pods import LostPodReaper
-from elasticdl.platform.k8s_pod_events import OUTSIDE_CAUSES, PodEventTranslator, cause_of_events
+from elasticdl.platform.k8s_pod_events import (
+    OUTSIDE_CAUSES,
+    PodEventTranslator,
+    cause_of_events,
+    events_of_pod,
+)
 
 if TYPE_CHECKING:
     from elasticdl.common.job_spec import JobSpec
@@ -84,8 +89,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_PORTS", "NETWORK_HOST", "NETWORK_POD", "KubernetesPlatform"]
-# How long launch() waits for a previous pod of the same name to go.
-_RELAUNCH_WAIT_SECONDS = 60.0
+# How long launch() waits for a previous pod of the same name to go: a pod evicted from a lost
+# node goes only when the lost-pod reaper removes it, its grace period (30 s by default) plus
+# the reaper's margin after the eviction.
+_RELAUNCH_WAIT_SECONDS = 120.0
 # How often the Events of pods being deleted by someone else are read, and how long a pod
 # that went without a telling Event is given for one to appear (the scheduler records its
 # "Preempted" right after it asked for the deletion).
@@ -137,6 +144,9 @@ class KubernetesPlatform(Platform):
         self._events: "queue.Queue[tuple[ReplicaEvent, str] | None]" = queue.Queue()
         # Pods of ours being deleted by someone else, by uid -> name: their Events may say why.
         self._suspects: dict[str, str] = {}
+        # uid -> (name, creation time) of each pod the watch showed: its Events are listed by
+        # name (not every Event names the pod's uid).
+        self._identity: dict[str, tuple[str, Any]] = {}
         self._dispatcher = threading.Thread(
             target=self._dispatch, name="k8s-platform-dispatch", daemon=True
         )
@@ -554,14 +564,16 @@ class KubernetesPlatform(Platform):
     def _pod_cause(self, uid: str) -> tuple[str, str]:
         """``(cause, message)`` from the Events of pod ``uid`` (``("", "")`` when none tells or
         they cannot be read)."""
+        name, created = self._identity.get(uid, ("", None))
+        selector = f"involvedObject.name={name}" if name else f"involvedObject.uid={uid}"
         try:
             events = self.k8s.core.list_namespaced_event(
-                self.namespace, field_selector=f"involvedObject.uid={uid}"
+                self.namespace, field_selector=selector
             ).items
         except Exception as e:  # no permission, API trouble: the pod status is all there is
             logger.debug("cannot read the events of pod %s: %s", uid, e)
             return "", ""
-        return cause_of_events(events)
+        return cause_of_events(events_of_pod(events, uid, created))
 
     def _with_outside_cause(self, event: ReplicaEvent, uid: str) -> ReplicaEvent:
         """``event`` (a pod gone or failed, not by the master's hand) with the cause its
@@ -600,6 +612,7 @@ class KubernetesPlatform(Platform):
         with self._lock:
             event = self._pod_events.translate(kind, pod)
             uid = pod.metadata.uid
+            self._identity[uid] = (pod.metadata.name, pod.metadata.creation_timestamp)
             if kind == "DELETED" or event is not None and event.phase.is_terminal:
                 self._suspects.pop(uid, None)
             elif pod.metadata.deletion_timestamp and self._pod_events.ends_from_outside(uid):

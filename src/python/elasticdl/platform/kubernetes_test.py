@@ -298,3 +298,34 @@ def test_a_pod_being_deleted_by_someone_else_ends_once_its_events_say_why(platfo
     platform.delete(W, 4)
     _events(platform, ("MODIFIED", _pod("worker", 4, "Running", RUNNING, **DELETING)))
     assert f"uid-{names.pod_name(JOB, 'worker', 4)}" not in platform._suspects
+
+
+def test_a_pods_events_are_those_naming_it_and_its_evictions_naming_only_its_name():
+    """Events are listed by the pod's name: the taint manager's eviction names no uid (Kubernetes
+    1.20's ``emitPodDeletionEvent``) and counts if recorded since the pod was created; an Event
+    naming another uid is another pod's of the same name (a relaunched ``ps-0``)."""
+    from datetime import datetime, timezone
+
+    from elasticdl.platform.k8s_pod_events import cause_of_events, events_of_pod
+
+    def about(uid, event):
+        return {
+            **event,
+            "involvedObject": {"kind": "Pod", "name": "p", **({"uid": uid} if uid else {})},
+        }
+
+    created = datetime(2026, 1, 1, 0, 0, 5, tzinfo=timezone.utc)
+    eviction = _event(
+        "TaintManagerEviction", "Marking for deletion Pod ns/p", "2026-01-01T00:00:09Z"
+    )
+    earlier = _event(
+        "TaintManagerEviction", "Marking for deletion Pod ns/p", "2026-01-01T00:00:01Z"
+    )
+    preempted_other = _event("Preempted", "by ns/high on node n1", "2026-01-01T00:00:09Z")
+    mine = events_of_pod([about("", eviction)], "u1", created)
+    assert cause_of_events(mine) == ("Evicted", "Marking for deletion Pod ns/p")
+    assert events_of_pod([about("", earlier), about("u0", preempted_other)], "u1", created) == []
+    assert (
+        len(events_of_pod([about("u1", _event("Preempted", "x")), about("", eviction)], "u1", None))
+        == 2
+    )

@@ -7,9 +7,10 @@ container on it at once, as when a machine dies. Then, with nothing done by hand
 
 * the node controller marks the node NotReady and taints it; the job's pods tolerate that for
   ``--node_lost_timeout`` seconds (not Kubernetes' 300) and are evicted;
-* nothing confirms the eviction (the kubelet is dead): the master force-deletes its pods that
-  outlive their deletion deadline (``platform/k8s_lost_pods.py``) and sees them end as
-  ``NodeLost``, which uses no relaunch budget;
+* the master reads the taint manager's eviction Event (it names the pod but not its uid) and
+  ends the lost replicas at once as evicted, which uses no relaunch budget; nothing confirms
+  the eviction (the kubelet is dead), so it force-deletes its pods that outlive their
+  deletion deadline (``platform/k8s_lost_pods.py``) and ps-0's name is free again;
 * the lost worker's tasks go back to the queue and a new worker runs on node 1; ps-0 is started
   again under its name on node 1 and restores the newest checkpoint from the volume; the
   workers on node 1 wait for it (their PS retry window) instead of failing;
@@ -145,8 +146,8 @@ def test_a_job_loses_a_node_and_finishes_on_the_other(
         assert status["records_trained"] == status["records_expected"] == total, status
         replicas = {r["name"]: r for r in status["replicas"]}
         gone = replicas[lost_worker]
-        # Ended with its node, replaced by a new worker, without using the relaunch budget.
-        assert gone["message"] == "NodeLost" and gone["replaced_by"] is not None, gone
+        # Evicted with its node, replaced by a new worker, without using the relaunch budget.
+        assert gone["ended_by"] == "evicted" and gone["replaced_by"] is not None, gone
         replacement = replicas[f"worker-{gone['replaced_by']}"]
         assert replacement["restarts"] == 0, replacement
         assert status["tasks_recovered"] >= 1, status
