@@ -109,8 +109,8 @@ def test_a_worker_ends_on_sigterm_with_status_143(tmp_path, unwinding):
 
         def work(spec):
             threading.Thread(target=time.sleep, args=(120,)).start()  # not a daemon
-            print("working", flush=True)
             try:
+                print("working", flush=True)  # in the try: SIGTERM may come at once
                 time.sleep(60)
             finally:
                 print("unwinding", flush=True)
