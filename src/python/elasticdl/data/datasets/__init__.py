@@ -26,6 +26,7 @@ from elasticdl.data.datasets.writer import (
     MANIFEST,
     SPLITS,
     manifest_is_complete,
+    output_locked,
     read_manifest,
     write_splits,
 )
@@ -120,6 +121,17 @@ def _result(name: str, output_dir: str, manifest: dict, skipped: bool, seconds: 
     )
 
 
+def _already_prepared(
+    name: str, output_dir: str, identity: dict, start: float
+) -> Optional[PrepareResult]:
+    manifest = read_manifest(output_dir)
+    if manifest is None or not manifest_is_complete(output_dir, manifest, identity):
+        return None
+    result = _result(name, output_dir, manifest, True, time.monotonic() - start)
+    logger.info(result.message)
+    return result
+
+
 def prepare(
     name: str,
     output_dir: str,
@@ -179,17 +191,18 @@ def prepare(
     }
     if schema != "default":  # manifests written before schemas existed stay valid
         identity["schema"] = schema
-    manifest = read_manifest(output_dir)
-    if manifest is not None and manifest_is_complete(output_dir, manifest, identity):
-        result = _result(spec.name, output_dir, manifest, True, time.monotonic() - start)
-        logger.info(result.message)
-        return result
-
-    splits = build(inputs, None if limit is None else int(limit))
-    if limit is not None:  # facts about a split of the full size do not hold for a cut one
-        for split in splits.values():
-            split.metadata = {}
-    write_splits(output_dir, splits, identity, per_shard, progress)
+    done = _already_prepared(spec.name, output_dir, identity, start)
+    if done is not None:
+        return done
+    with output_locked(output_dir):
+        done = _already_prepared(spec.name, output_dir, identity, start)  # by a run just ended
+        if done is not None:
+            return done
+        splits = build(inputs, None if limit is None else int(limit))
+        if limit is not None:  # facts about a split of the full size do not hold for a cut one
+            for split in splits.values():
+                split.metadata = {}
+        write_splits(output_dir, splits, identity, per_shard, progress)
     manifest = read_manifest(output_dir)
     assert manifest is not None
     result = _result(spec.name, output_dir, manifest, False, time.monotonic() - start)

@@ -13,13 +13,15 @@ parameters, content hash of the inputs, and files present with the recorded size
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 from elasticdl.common.job_dir import write_atomically
 from elasticdl.data import recordio
@@ -78,6 +80,24 @@ def _check_output_usable(output_dir: str, manifest: Optional[dict]) -> None:
                 f"--output {output_dir!r} already has a {split}/ that elasticdl did not "
                 "prepare; choose an empty directory or remove it"
             )
+
+
+@contextlib.contextmanager
+def output_locked(output_dir: str) -> Iterator[None]:
+    """Holds an exclusive lock on ``output_dir`` (made if missing) while the block runs: two
+    runs preparing the same output (tests sharing one cache, say) take turns, and the second
+    finds the first's complete manifest instead of removing its staging directory. The lock is
+    the directory's own (``flock`` on it), so nothing is left behind."""
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        fd = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        raise DatasetError(f"--output {output_dir!r}: {e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def write_splits(

@@ -105,3 +105,35 @@ def test_recovers_from_run_killed_while_publishing(tmp_path):
     result = _small(tmp_path)
     assert not result.skipped
     assert sorted(os.listdir(tmp_path)) == [MANIFEST, "test", "train"]
+
+
+def test_runs_preparing_one_output_take_turns(tmp_path):
+    """Two runs on one output (tests sharing a cache): the second waits for the first and finds
+    its output complete, rather than removing its staging directory as a killed run's."""
+    import threading
+
+    from elasticdl.data.datasets.writer import output_locked
+
+    params = dict(rows=3000, features=5, vocab=1000, zipf=1.1, seed=7)
+    results, errors = [], []
+
+    def run():
+        try:
+            results.append(prepare("synthetic_ctr", str(tmp_path), progress=False, params=params))
+        except Exception as e:  # noqa: BLE001 -- reported by the assertion below
+            errors.append(e)
+
+    with output_locked(str(tmp_path)):
+        waiting = threading.Thread(target=run)
+        waiting.start()
+        waiting.join(1.0)
+        assert waiting.is_alive() and os.listdir(tmp_path) == []
+    waiting.join(60)
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert [r.skipped for r in results] == [False, True, True]
+    assert sorted(os.listdir(tmp_path)) == [MANIFEST, "test", "train"]
