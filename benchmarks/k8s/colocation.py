@@ -1,7 +1,8 @@
 """Co-location with an online service: a low-priority training job fills the cluster while a
 high-priority service (``online_service.py``) is scaled up and down on a schedule; the
 scheduler preempts workers to place the service and the job takes the CPU back when the service
-shrinks.
+shrinks. With no schedule the service stays at zero replicas: the same job with a fixed set of
+workers (Exp. 3's baseline). The job evaluates its final model on the test split (accuracy).
 
 The job: master and PS (``elasticdl-high``, 0.25 CPU each) and 6 workers (``elasticdl-low``,
 0.25 CPU each): 2 CPUs, the whole cluster. The service: replicas of 0.5 CPU (``elasticdl-high``),
@@ -49,8 +50,12 @@ def install_priority_classes(env) -> list[str]:
     return [n for n in names if f"priorityclass.scheduling.k8s.io/{n}" not in existing]
 
 
-def run(args, env, core, namespace: str, image: str, data: Path) -> dict:
-    job = f"coloc-{uuid.uuid4().hex[:4]}"
+def run(args, env, core, namespace: str, image: str, data: Path, schedule=None, png=None) -> dict:
+    """One job; ``schedule`` (default ``args.schedule``): (seconds after all workers run,
+    service replicas) steps; empty: the service is never scaled up."""
+    schedule = list(args.schedule if schedule is None else schedule)
+    fixed = not schedule
+    job = f"{'fixed' if fixed else 'coloc'}-{uuid.uuid4().hex[:4]}"
     target = [f"--namespace={namespace}", "--platform=kubernetes"]
     created = install_priority_classes(env)
     token = online_service.new_token()
@@ -67,6 +72,7 @@ def run(args, env, core, namespace: str, image: str, data: Path) -> dict:
         "train",
         f"--model_def={cluster.MODEL_DEF}",
         "--training_data=/data/train",
+        "--validation_data=/data/test",
         "--minibatch_size=64",
         "--num_minibatches_per_task=2",
         f"--num_epochs={args.coloc_epochs}",
@@ -88,7 +94,7 @@ def run(args, env, core, namespace: str, image: str, data: Path) -> dict:
     cluster.cli(TOOL, *argv)
     service_pods: dict[str, list] = {}  # name -> [first seen, Running at]
     workers_running: list[tuple[float, int]] = []
-    schedule = list(args.schedule)
+    steps = list(schedule)
     t_schedule = None
     t_first_worker = None
     done = None
@@ -111,8 +117,8 @@ def run(args, env, core, namespace: str, image: str, data: Path) -> dict:
                 t_first_worker = now
             if t_schedule is None and running == WORKERS:
                 t_schedule = now
-            while t_schedule is not None and schedule and now >= t_schedule + schedule[0][0]:
-                _, replicas = schedule.pop(0)
+            while t_schedule is not None and steps and now >= t_schedule + steps[0][0]:
+                _, replicas = steps.pop(0)
                 _kubectl(
                     env,
                     "scale",
@@ -154,32 +160,31 @@ def run(args, env, core, namespace: str, image: str, data: Path) -> dict:
     preempted = sorted(
         {e["involvedObject"]["name"] for e in events if "-worker-" in e["involvedObject"]["name"]}
     )
-    last_scale = t_schedule + args.schedule[-1][0] if t_schedule is not None else None
-    regained = last_scale is not None and any(
-        t > last_scale and n == WORKERS for t, n in workers_running
-    )
+    last_scale = t_schedule + schedule[-1][0] if t_schedule is not None and schedule else None
+    regained = None
+    if not fixed:
+        regained = last_scale is not None and any(
+            t > last_scale and n == WORKERS for t, n in workers_running
+        )
     pending = [
         (ran - seen) if ran is not None else (done - seen) for seen, ran in service_pods.values()
     ]
     start = t_first_worker or 0.0
     requested, used = sampler.mean(start, done)
-    png = args.png_dir / f"{TOOL}_colocation.png"
+    png = args.png_dir / (png or f"{TOOL}_colocation.png")
     marks = {"job submit": 0.0, "job done": done}
     if t_schedule is not None:
-        for offset, replicas in args.schedule:
+        for offset, replicas in schedule:
             marks[f"service x{replicas} at +{offset}s"] = t_schedule + offset
-    plot(
-        sampler,
-        png,
-        f"co-location: training job (2 CPUs, low workers) + service (size {args.size})",
-        marks,
-    )
+    title = "fixed workers: the job alone" if fixed else "co-location: job + service"
+    plot(sampler, png, f"{title} (2 CPUs, low workers; size {args.size})", marks)
     return {
-        "mode": "colocation",
+        "mode": "fixed" if fixed else "colocation",
         "job": job,
         "phase": status["phase"],
         "records_trained": status["records_trained"],
         "records_expected": status["records_expected"],
+        "accuracy": status.get("evaluation_metrics", {}).get("accuracy"),
         "requested_util": round(requested, 3),
         "used_util": round(used, 3),
         "window_s": [round(start, 1), round(done, 1)],

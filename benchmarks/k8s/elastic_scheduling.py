@@ -1,10 +1,11 @@
 """Elastic scheduling on the real two-node cluster: two competing jobs, gang admission against
 ElasticDL as it is (``--experiment competing``, the default); or a low-priority job beside a
 high-priority online service scaled up and down (``--experiment colocation``,
-``colocation.py``).
+``colocation.py``); or that job's final accuracy with a fixed set of workers against under the
+service's churn (``--experiment convergence``, ``convergence.py``).
 
     python benchmarks/k8s/elastic_scheduling.py [--size tiny|full] [--strategy ps|allreduce]
-        [--experiment competing|colocation]
+        [--experiment competing|colocation|convergence] [--repeats N]
 
 Two identical jobs of the README model (Fashion-MNIST), each asking for more than half of the
 cluster's allocatable CPU (requests equal to limits on every pod, so what the scheduler books
@@ -41,6 +42,7 @@ from pathlib import Path
 
 import cluster
 import colocation
+import convergence
 from gang import Elastic, GangAdmission, QueuedJob
 from utilisation import Sampler, plot
 
@@ -258,7 +260,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="full")
     parser.add_argument("--strategy", choices=("ps", "allreduce"), default="ps")
-    parser.add_argument("--experiment", choices=("competing", "colocation"), default="competing")
+    parser.add_argument(
+        "--experiment", choices=("competing", "colocation", "convergence"), default="competing"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="convergence: jobs of each mode (fixed, churn)"
+    )
     parser.add_argument("--image_base", default="elasticdl:cpu")
     parser.add_argument("--png_dir", type=Path, default=Path(__file__).resolve().parent)
     parser.add_argument("--timeout", type=float, default=3600, help="per run, seconds")
@@ -267,6 +274,8 @@ def main() -> None:
     args.coloc_epochs, args.schedule = COLOCATION[args.size]
     if not args.png_dir.is_dir():
         parser.error(f"--png_dir {args.png_dir}: not a directory")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
 
     from elasticdl.data.datasets import prepare
 
@@ -290,18 +299,20 @@ def main() -> None:
             _pull_everywhere(env, image)
             if args.experiment == "colocation":
                 runs.append(colocation.run(args, env, core, namespace, image, data))
+            elif args.experiment == "convergence":
+                runs.append(convergence.run(args, env, core, namespace, image, data))
             else:
                 for mode in ("gang", "elastic"):
                     runs.append(one_run(mode, args, env, core, namespace, image, data))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if args.experiment == "colocation":
+    if args.experiment in ("colocation", "convergence"):
         (run,) = runs
         print(
             json.dumps(
                 {
                     "benchmark": "k8s_elastic_scheduling",
-                    "experiment": "colocation",
+                    "experiment": args.experiment,
                     "size": args.size,
                     "records": args.records,
                     **run,
