@@ -140,8 +140,9 @@ class KubernetesPlatform(Platform):
         self._ours: set[str] = set()
         self._held: dict[str, list[ReplicaEvent]] = {}
         self._uids: dict[tuple[ReplicaType, int], str] = {}
-        # One ordered stream of events from the watch and from adopt(), each with its pod's uid.
-        self._events: "queue.Queue[tuple[ReplicaEvent, str] | None]" = queue.Queue()
+        # One ordered stream of events from the watch and from adopt(), each with its pod's uid
+        # (``(None, uid)``: the pod is gone, forget it; ``None``: stop).
+        self._events: "queue.Queue[tuple[ReplicaEvent | None, str] | None]" = queue.Queue()
         # Pods of ours being deleted by someone else, by uid -> name: their Events may say why.
         self._suspects: dict[str, str] = {}
         # uid -> (name, creation time) of each pod the watch showed: its Events are listed by
@@ -530,18 +531,19 @@ class KubernetesPlatform(Platform):
         ):
             self._lost_pods.saw(kind, pod)
             with self._lock:  # computed and queued in one step: adopt() sees no half
+                uid = pod.metadata.uid
                 try:
                     event = self._translate(kind, pod)
                 except Exception:  # a malformed pod must not kill the event thread
                     logger.exception("cannot translate event %s of pod %s", kind, pod.metadata.name)
-                    continue
-                if event is None:
-                    continue
-                uid = pod.metadata.uid
-                if uid in self._ours:
+                    event = None
+                if event is not None and uid in self._ours:
                     self._events.put((event, uid))
-                elif not self._closed:  # a pod not (yet) known as ours: launch() or adopt()
+                elif event is not None and not self._closed:  # not (yet) known as ours
                     self._held.setdefault(uid, []).append(event)
+                if kind == "DELETED" and uid not in self._held:
+                    # A pod's identity serves its events, the last of which is now queued.
+                    self._events.put((None, uid))
 
     def _dispatch(self) -> None:
         while True:
@@ -549,6 +551,10 @@ class KubernetesPlatform(Platform):
             if item is None:
                 return
             event, uid = item
+            if event is None:  # the pod is gone and its events are handled
+                with self._lock:
+                    self._identity.pop(uid, None)
+                continue
             try:
                 if uid and _may_have_outside_cause(event):
                     event = self._with_outside_cause(event, uid)

@@ -329,3 +329,53 @@ def test_a_pods_events_are_those_naming_it_and_its_evictions_naming_only_its_nam
         len(events_of_pod([about("u1", _event("Preempted", "x")), about("", eviction)], "u1", None))
         == 2
     )
+
+
+class _WatchedK8s(_FakeK8s):
+    """Feeds the platform's watch the given changes, and answers the Events of a pod (an
+    eviction by the taint manager, which names the pod but no uid) by field selector."""
+
+    def __init__(self, changes) -> None:
+        super().__init__()
+        self.changes = list(changes)
+        self.owned = threading.Event()
+        self.selectors: list[str] = []
+        self.core = self
+
+    def watch_pods(self, label_selector, stop: threading.Event, timeout_seconds=30):
+        self.owned.wait(10)
+        yield from self.changes
+        stop.wait()
+
+    def list_namespaced_event(self, namespace, field_selector=""):
+        self.selectors.append(field_selector)
+        eviction = _event("TaintManagerEviction", "Marking for deletion Pod ns/p")
+        eviction["involvedObject"] = {"kind": "Pod", "name": names.pod_name(JOB, "worker", 5)}
+        return type("EventList", (), {"items": [eviction]})()
+
+
+def test_a_gone_pods_events_are_read_by_its_name_and_then_it_is_forgotten():
+    """The watch's last word on a pod (DELETED) still finds its Events by the pod's name; once
+    that event is handled the platform keeps nothing of the pod (a long job's pods come and go
+    by the thousand)."""
+    name, uid = names.pod_name(JOB, "worker", 5), "uid-w5"
+    gone = _pod("worker", 5, "Failed", _exited(143, "Error"), uid=uid, **DELETING)
+    k8s = _WatchedK8s(
+        [("ADDED", _pod("worker", 5, "Running", RUNNING, uid=uid)), ("DELETED", gone)]
+    )
+    platform = KubernetesPlatform(JOB, k8s, image="img")
+    seen, handled = [], threading.Event()
+    platform.add_event_listener(lambda e: (seen.append(e), e.phase.is_terminal and handled.set()))
+    try:
+        platform._own((W, 5), uid)
+        k8s.owned.set()
+        assert handled.wait(10), seen
+        assert (seen[-1].phase, seen[-1].reason) == (ReplicaPhase.DELETED, "Evicted")
+        assert k8s.selectors == [f"involvedObject.name={name}"]
+        for _ in range(100):  # the forgetting is queued after the event
+            if not platform._identity:
+                break
+            handled.wait(0.05)
+        assert platform._identity == {}
+    finally:
+        platform.shutdown(delete_all=False)
