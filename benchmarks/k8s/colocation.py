@@ -56,6 +56,8 @@ def run(args, env, core, namespace: str, image: str, data: Path, schedule=None, 
     schedule = list(args.schedule if schedule is None else schedule)
     fixed = not schedule
     job = f"{'fixed' if fixed else 'coloc'}-{uuid.uuid4().hex[:4]}"
+    # This job's worker pods (the namespace keeps the pods' Events of earlier runs).
+    ours = f"elasticdl-{job}-worker-"
     target = [f"--namespace={namespace}", "--platform=kubernetes"]
     created = install_priority_classes(env)
     token = online_service.new_token()
@@ -108,7 +110,7 @@ def run(args, env, core, namespace: str, image: str, data: Path, schedule=None, 
             running = sum(
                 1
                 for p in pods
-                if "-worker-" in p.metadata.name
+                if p.metadata.name.startswith(ours)
                 and p.status.phase == "Running"
                 and not p.metadata.deletion_timestamp
             )
@@ -158,7 +160,11 @@ def run(args, env, core, namespace: str, image: str, data: Path, schedule=None, 
         if created:
             _kubectl(env, "delete", "priorityclass", *created, "--ignore-not-found")
     preempted = sorted(
-        {e["involvedObject"]["name"] for e in events if "-worker-" in e["involvedObject"]["name"]}
+        {
+            e["involvedObject"]["name"]
+            for e in events
+            if e["involvedObject"]["name"].startswith(ours)
+        }
     )
     last_scale = t_schedule + schedule[-1][0] if t_schedule is not None and schedule else None
     regained = None
