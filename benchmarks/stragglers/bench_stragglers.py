@@ -72,7 +72,12 @@ def run_job(args, home: str, name: str, factor: float) -> dict:
         if pid and status.get("records_trained", 0) >= args.warmup_records:
             break
         if status.get("phase") in common.FINAL_PHASES or time.monotonic() > deadline:
-            raise RuntimeError(f"job {name} ended before worker 1 was throttled; see {job_dir}")
+            raise RuntimeError(
+                f"job {name} ended before worker 1 was throttled ({status.get('phase')}, "
+                f"{status.get('records_trained', 0)} records, worker 1 "
+                f"{[r.get('phase') for r in status.get('replicas', []) if r.get('name') == 'worker-1']}, "
+                f"{status.get('message') or 'no message'}); see {job_dir}"
+            )
         time.sleep(0.1)
     with cpu_throttled(pid, args.throttle):
         throttled = time.monotonic()
