@@ -48,6 +48,8 @@ AUTH=${ELASTICDL_NODE_KUBELET_AUTH:-secure}
 CGROOT=${ELASTICDL_NODE_CGROUP:-/elasticdl-node}
 GRACE=${ELASTICDL_NODE_GRACE:-40s}
 MONITOR=${ELASTICDL_NODE_MONITOR_PERIOD:-5s}
+# How long a node's engine may take to answer (seconds).
+DOCKERD_READY_S=180
 NETP=${ELASTICDL_NODE_NET:-10.244}
 PB=${ELASTICDL_NODE_PORT_BASE:-24300}
 usage() { echo "usage: $0 start [--nodes N] | status | stop [--purge] | stop-node I | start-node I | base-image" >&2; exit 2; }
@@ -479,7 +481,8 @@ boot_node() { # node node-count: namespace, engine, images, kubelet (idempotent)
   cgroups "$i"
   node_ns "$i"
   start_dockerd "$i"
-  wait_for "dockerd of node $i" 60 curl -sf --unix-socket "$(node_dir "$i")/docker.sock" http://d/_ping
+  # After a hard kill the engine first cleans up the containers it left: minutes under load.
+  wait_for "dockerd of node $i" "$DOCKERD_READY_S" curl -sf --unix-socket "$(node_dir "$i")/docker.sock" http://d/_ping
   images "$i"
   start_kubelet "$i" "$n"
 }
@@ -576,7 +579,7 @@ start() {
     --kubelet-certificate-authority="$P/ca.crt" --kubelet-preferred-address-types=InternalIP,Hostname \
     --allow-privileged=true --profiling=false --v=1
   for i in $(seq "$n"); do
-    wait_for "dockerd of node $i" 60 curl -sf --unix-socket "$(node_dir "$i")/docker.sock" http://d/_ping
+    wait_for "dockerd of node $i" "$DOCKERD_READY_S" curl -sf --unix-socket "$(node_dir "$i")/docker.sock" http://d/_ping
     images "$i"
   done
   wait_for registry 10 curl -sf "http://$REGISTRY/v2/"
