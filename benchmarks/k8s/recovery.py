@@ -31,6 +31,7 @@ class JournalTail:
     requeued: list[tuple[float, list[int]]] = field(default_factory=list)
     replaced_by: dict[int, tuple[float, int]] = field(default_factory=dict)  # worker -> new
     finished: dict[int, float] = field(default_factory=dict)  # worker -> its first finished task
+    training_done_at: float | None = None  # the master recorded the last training task done
     _offsets: dict[str, int] = field(default_factory=dict)
 
     def poll(self) -> None:
@@ -71,6 +72,8 @@ class JournalTail:
             for task_id in op["t"]:
                 self.held.pop(task_id, None)
             self.requeued.append((now, op["t"]))
+        elif kind == "td":
+            self.training_done_at = now
         elif kind == "end" and op.get("k") == "worker" and op.get("by") is not None:
             self.replaced_by.setdefault(op["i"], (now, op["by"]))
 
@@ -80,6 +83,24 @@ class JournalTail:
 
 class RecoveryTimeout(RuntimeError):
     """A recovery step did not happen in time (the message says which)."""
+
+
+class JobEndedEarly(RecoveryTimeout):
+    """The job finished training before a step could be measured: the job is too short for the
+    kills asked of it on this machine (the message says which step)."""
+
+
+def _unless_training_done(journal: JournalTail, predicate, what: str):
+    """``predicate``, failing at once once the journal shows training done: the step it waits
+    for can no longer come."""
+
+    def check():
+        value = predicate()
+        if (value is None or value is False) and journal.training_done_at is not None:
+            raise JobEndedEarly(f"the job finished training while waiting for {what}")
+        return value
+
+    return check
 
 
 @dataclass
@@ -155,8 +176,13 @@ def follow_recovery(
         return pod is not None and pod.status.phase == "Running" and time.monotonic()
 
     t_running = until(running, 300, f"worker {new} Running", POD_POLL_S)
+    training = f"worker {new} training"
     t_trained = until(
-        lambda: journal.poll() or journal.finished.get(new), 600, f"worker {new} training"
+        _unless_training_done(
+            journal, lambda: journal.poll() or journal.finished.get(new), training
+        ),
+        600,
+        training,
     )
     return Recovery(new, tasks, t_requeued, t_running, t_trained)
 
@@ -187,7 +213,8 @@ def measure_kills(
             pod = worker_pod(core, namespace, job, min(busy))
             return pod if pod is not None and pod.status.phase == "Running" else None
 
-        pod = until(victim, 600, "a worker holding a task")
+        holding = f"a worker holding a task (kill {n + 1} of {kills})"
+        pod = until(_unless_training_done(journal, victim, holding), 600, holding)
         worker = int(pod.metadata.name.rsplit("-", 1)[1])
         t0 = time.monotonic()
         if how == "docker":

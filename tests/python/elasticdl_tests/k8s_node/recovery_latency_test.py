@@ -52,7 +52,9 @@ def test_killed_workers_recovery_is_measured_from_the_journal(
     monkeypatch.chdir(ctx)
     volume = _checkpoint_dir(tmp_path)  # the master's job dir, written by the restricted pods
     job = f"recov-{uuid.uuid4().hex[:4]}"
-    argv = _train_argv(job, ns, image, data_dir, 20, volume)  # cancelled below
+    # Long enough that the second kill finds the job training even when a replacement takes
+    # minutes to start on a loaded machine (it is cancelled after the kills).
+    argv = _train_argv(job, ns, image, data_dir, 200, volume)
     flags = ["--job_dir=/checkpoints/job", f"--relaunch_on_worker_failure={KILLS}"]
     assert main([*argv, *flags]) == 0
     core = client.CoreV1Api(node.api_client())
