@@ -17,6 +17,9 @@ done by hand:
 * once the high-priority pod is deleted the new worker is scheduled and runs;
 * the job Succeeds with every record trained exactly once.
 
+The same for an AllReduce job (no PS): its group shrinks to the worker left and grows back
+to two once the new worker runs (the master's rendezvous generations say so).
+
 The module has the cluster to itself (``exclusive_cluster``): the job must fill the whole
 cluster, and the PriorityClasses it installs would change the priorities of other files'
 jobs; they are removed again at the end when this test installed them.
@@ -29,6 +32,7 @@ import re
 import time
 import uuid
 
+import pytest
 from elasticdl.client.main import main
 
 # The job's fixtures and argv: the same job as job_test.py's.
@@ -43,9 +47,9 @@ from elasticdl_tests.k8s_node.job_test import (  # noqa: F401  (fixtures, used b
 from elasticdl_tests.waiting import wait_for
 
 EPOCHS = 80  # work left for the relaunched worker after the high-priority pod is gone
-# Each node offers 1 CPU. Master and PS (0.1 each) on node 1 and a worker on each node leave
-# 0.2 and 0.4 CPU free: a 0.5 CPU pod fits nowhere without preempting a worker, and once it
-# runs a worker's 0.6 fits nowhere either.
+# Each node offers 1 CPU. Master and PS (0.1 each; an AllReduce job has no PS) on node 1 and a
+# worker on each node leave at most 0.3 and 0.4 CPU free: a 0.5 CPU pod fits nowhere without
+# preempting a worker, and once it runs a worker's 0.6 fits nowhere either.
 WORKER_CPU = "0.6"
 HIGH_POD_CPU = "0.5"
 CLASSES = ("elasticdl-high", "elasticdl-low")
@@ -102,7 +106,17 @@ def _events(node, ns: str, reason: str) -> list[dict]:
     )["items"]
 
 
+def _generations(master_log: str) -> list[tuple[int, list[int]]]:
+    """The master's rendezvous generations of an AllReduce job: (world size, worker ids)."""
+    found = re.findall(
+        r"Rendezvous: generation \d+, world size (\d+), ranks \{([^}]*)\}", master_log
+    )
+    return [(int(size), [int(w) for w in re.findall(r"(\d+): ", ranks)]) for size, ranks in found]
+
+
+@pytest.mark.parametrize("strategy", ["ParameterServerStrategy", "AllreduceStrategy"])
 def test_a_worker_preempted_by_the_scheduler_waits_pending_and_comes_back(
+    strategy,
     exclusive_cluster,
     cli_env,  # noqa: F811
     mnist_image,  # noqa: F811
@@ -118,23 +132,33 @@ def test_a_worker_preempted_by_the_scheduler_waits_pending_and_comes_back(
     _rbac(node, ns, capsys)
     installed = _install_priority_classes(node, capsys)
     monkeypatch.chdir(ctx)
-    job = f"preempt-{uuid.uuid4().hex[:4]}"
+    allreduce = strategy == "AllreduceStrategy"
+    job = f"preempt-{'ar' if allreduce else 'ps'}-{uuid.uuid4().hex[:4]}"
     target = [f"--namespace={ns}", "--platform=kubernetes"]
     on_node1 = {"node_selector": {"kubernetes.io/hostname": node.nodes[0]}}
+    placement = (
+        {"master_pod_spec": on_node1}
+        if allreduce
+        else {
+            "master_pod_spec": on_node1,
+            "ps_pod_spec": on_node1,
+        }
+    )
     argv = [
         "train",
         *_job_argv(job, ns, image, data_dir),
         "--training_data=/data/train",
         f"--num_epochs={EPOCHS}",
         "--num_minibatches_per_task=2",
-        "--num_ps_pods=1",
+        *([] if allreduce else ["--num_ps_pods=1"]),
         "--num_workers=2",
+        f"--distribution_strategy={strategy}",
         # Requests equal to limits: what the scheduler sees is what runs.
         f"--worker_resource_request=cpu={WORKER_CPU},memory=1024Mi",
         f"--worker_resource_limit=cpu={WORKER_CPU},memory=1024Mi",
         "--worker_pod_priority=low",
         "--relaunch_on_worker_failure=0",
-        f"--cluster_spec_json={json.dumps({'master_pod_spec': on_node1, 'ps_pod_spec': on_node1})}",
+        f"--cluster_spec_json={json.dumps(placement)}",
     ]
     high = f"high-{uuid.uuid4().hex[:4]}"
 
@@ -146,6 +170,9 @@ def test_a_worker_preempted_by_the_scheduler_waits_pending_and_comes_back(
             + node.kubectl("logs", "-n", ns, f"elasticdl-{job}-master", "--tail=60", check=False)
         )
 
+    def master_log() -> str:
+        return node_k8s.read_pod_log(f"elasticdl-{job}-master") or ""
+
     def status() -> dict:
         capsys.readouterr()
         assert main(["status", job, "-o", "json", *target]) == 0
@@ -155,7 +182,12 @@ def test_a_worker_preempted_by_the_scheduler_waits_pending_and_comes_back(
         capsys.readouterr()
         assert main(argv) == 0, capsys.readouterr().err[-3000:]
         t_submit = time.monotonic()
-        pods = {f"elasticdl-{job}-{r}" for r in ("master", "ps-0", "worker-0", "worker-1")}
+        roles = (
+            ("master", "worker-0", "worker-1")
+            if allreduce
+            else ("master", "ps-0", "worker-0", "worker-1")
+        )
+        pods = {f"elasticdl-{job}-{r}" for r in roles}
         classes = {}
 
         def training():
@@ -169,7 +201,7 @@ def test_a_worker_preempted_by_the_scheduler_waits_pending_and_comes_back(
 
         wait_for(training, 300, "both workers to run and the job to train", diagnose)
         assert classes[f"elasticdl-{job}-master"] == "elasticdl-high", classes
-        assert classes[f"elasticdl-{job}-ps-0"] == "elasticdl-high", classes
+        assert allreduce or classes[f"elasticdl-{job}-ps-0"] == "elasticdl-high", classes
         assert classes[f"elasticdl-{job}-worker-0"] == "elasticdl-low", classes
         assert classes[f"elasticdl-{job}-worker-1"] == "elasticdl-low", classes
 
@@ -235,6 +267,12 @@ def test_a_worker_preempted_by_the_scheduler_waits_pending_and_comes_back(
             trained_on_while_pending, 60, "training to go on beside the Pending worker", diagnose
         )
 
+        victim_id, new_id = int(victim.split("-")[1]), int(new.split("-")[1])
+        if allreduce:
+            # The group went on without the preempted worker: the one left trains alone.
+            survivor = ({0, 1} - {victim_id}).pop()
+            shrunk = _generations(master_log())
+            assert (1, [survivor]) in shrunk, shrunk
         node.kubectl("delete", "pod", "-n", ns, high, "--grace-period=0", "--force")
         t_freed = time.monotonic()
 
@@ -248,6 +286,18 @@ def test_a_worker_preempted_by_the_scheduler_waits_pending_and_comes_back(
         assert (
             final["phase"] == "Running"
         ), f"the job ended before {new} came back: raise EPOCHS\n{final}"
+        if allreduce:
+
+            def regrown() -> bool:
+                groups = [(size, sorted(ids)) for size, ids in _generations(master_log())]
+                if (2, sorted([survivor, new_id])) in groups:
+                    return True
+                phase = status()["phase"]
+                assert phase == "Running", f"the job ended ({phase}) before its group regrew"
+                return False
+
+            # ... and grows back to two with the new worker.
+            wait_for(regrown, 300, f"worker {survivor} and {new} in one group", diagnose)
         assert main(["wait", job, "--timeout=900", *target]) == 0, diagnose()
         final = status()
         total = TRAIN_RECORDS * EPOCHS
@@ -255,17 +305,16 @@ def test_a_worker_preempted_by_the_scheduler_waits_pending_and_comes_back(
         assert final["records_trained"] == final["records_expected"] == total, final
         capsys.readouterr()
         assert main(["logs", job, *target]) == 0
-        master_log = capsys.readouterr().out
-        victim_id = int(victim.split("-")[1])
+        log = capsys.readouterr().out
         assert re.search(
             rf"Worker {victim_id}: relaunch \(preempted; does not use the relaunch budget\) "
             rf"as {new.replace('-', ' ')}",
-            master_log,
-        ), master_log[-3000:]
-        assert f"trained {total}/{total} records" in master_log, master_log[-3000:]
+            log,
+        ), log[-3000:]
+        assert f"trained {total}/{total} records" in log, log[-3000:]
         with capsys.disabled():
             print(
-                f"\npreemption: submit -> training {t_high - t_submit:.0f}s; high pod -> "
+                f"\npreemption ({strategy}): submit -> training {t_high - t_submit:.0f}s; high pod -> "
                 f"{victim} preempted and {new} Pending {pending_s:.1f}s "
                 f"({trained_while_pending} records trained by then); high pod deleted -> "
                 f"{new} Running {back_s:.1f}s; {total} records, "
