@@ -3,25 +3,9 @@ replacements, and the end of training, which stops a wait that can no longer suc
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+import recovery  # pants: no-infer-dep (beside this file: the BUILD names it)
 from elasticdl.master.journal import Journal
-
-
-def _recovery_module():
-    """recovery.py, loaded from its file (the benchmarks are scripts, not a package)."""
-    path = Path(__file__).with_name("recovery.py")
-    spec = importlib.util.spec_from_file_location("k8s_bench_recovery_unit", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-recovery = _recovery_module()
 
 
 def test_the_tail_follows_tasks_requeues_replacements_and_the_end_of_training(tmp_path):
