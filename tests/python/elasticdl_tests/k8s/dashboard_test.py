@@ -53,6 +53,8 @@ SHORT = "k8s-dash-short"  # 8 epochs of 128 records, evaluated every 8 model ver
 LONG = "k8s-dash-long"  # trains until cancelled from its page
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"
 TRAIN_RECORDS = 128
+# What the scheduler writes on a pod that fits no node.
+WHY = {"reason": "Unschedulable", "message": "0/1 nodes are available: 1 Insufficient cpu."}
 VALIDATION_RECORDS = 32
 
 
@@ -139,6 +141,11 @@ def _replicas(driver, names=("master", "ps-0", "worker-0")) -> dict[str, list[st
         if cells:
             rows[name] = cells
     return rows
+
+
+def _summary(driver) -> dict[str, str]:
+    """The job page's summary: label -> value."""
+    return dict(zip(texts(driver, "#summary dt"), texts(driver, "#summary dd")))
 
 
 def _points(driver, css: str) -> int:
@@ -261,10 +268,37 @@ def test_kubernetes_jobs_in_chromium(
 
     # Its worker's process killed (as an OOM kill or a preempted container looks): the master
     # replaces it by a new worker, and the page tells the exit code, the reason and which.
+    # The new worker first finds no room: it waits Pending, and the page says so with the
+    # scheduler's reason. STAND-IN for the scheduler: the process kubelet leaves the pod
+    # unbound and the test writes the condition the scheduler writes on such a pod.
     from elasticdl.k8s.names import pod_name
 
+    replacement = pod_name(LONG, "worker", 1)
+    kubelet.hold(server.namespace, replacement)
     assert kubelet.kill(server.namespace, pod_name(LONG, "worker", 0))
     workers = ("worker-0", "worker-1")
+    wait(browser, "worker-1 listed", lambda d: "worker-1" in _replicas(d, workers), timeout=60)
+    kubelet.api.patch_namespaced_pod_status(
+        replacement,
+        server.namespace,
+        {"status": {"conditions": [{"type": "PodScheduled", "status": "False", **WHY}]}},
+    )
+    why = f"{WHY['reason']}: {WHY['message']}"
+    wait(
+        browser,
+        "worker-1 Pending with the scheduler's reason",
+        lambda d: _replicas(d, workers)["worker-1"][1:5] == ["Pending", "0", "", why]
+        and _summary(d)["Workers"] == "0/1 (1 pending)",
+        timeout=60,
+    )
+    assert _replicas(browser, workers)["worker-0"][1:] == [
+        "Failed",
+        "0",
+        "137",
+        "Error",
+        "worker-1",
+    ]
+    kubelet.release(server.namespace, replacement)
     wait(
         browser,
         "worker-0 failed and replaced by worker-1",
@@ -272,6 +306,7 @@ def test_kubernetes_jobs_in_chromium(
         == [["Failed", "0", "137", "Error", "worker-1"], ["Running", "0", "", "", ""]],
         timeout=60,
     )
+    assert _summary(browser)["Workers"] == "1/1"
     shot = artifacts(tmp_path) / "dashboard-k8s-job.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     with capsys.disabled():

@@ -124,6 +124,7 @@ class ProcessKubelet:
         self._started_uids: set[str] = set()
         self._lost: set[str] = set()  # pods of a lost node: never reported again
         self._lost_namespaces: set[str] = set()  # until served again
+        self._held: set[tuple[str, str]] = set()  # (namespace, pod name): left unscheduled
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._shim = self.root / ".bin"
@@ -169,6 +170,24 @@ class ProcessKubelet:
             return
         for pod in pods:
             self._handle("MODIFIED", pod)
+
+    def hold(self, namespace: str, name: str) -> None:
+        """Leave the pod ``name`` (created now or later) unscheduled and Pending, as the
+        scheduler does with a pod that fits no node, until :meth:`release`."""
+        with self._lock:
+            self._held.add((namespace, name))
+
+    def release(self, namespace: str, name: str) -> None:
+        """Schedule and run the held pod ``name`` now (as when capacity returns)."""
+        from kubernetes.client.exceptions import ApiException
+
+        with self._lock:
+            self._held.discard((namespace, name))
+        try:
+            pod = self.api.read_namespaced_pod(name, namespace)
+        except ApiException:
+            return
+        self._handle("MODIFIED", pod)
 
     def forget(self, namespace: str) -> None:
         with self._lock:
@@ -297,6 +316,8 @@ class ProcessKubelet:
         if pod.spec.node_name or (pod.status and pod.status.phase not in (None, "Pending")):
             return
         with self._lock:
+            if (pod.metadata.namespace, pod.metadata.name) in self._held:
+                return
             if uid in self._started_uids:
                 return
             self._started_uids.add(uid)
