@@ -241,7 +241,21 @@ if ((${#k8s_specs[@]})); then
   fi
 else
   wait_for_kubernetes || exit 1
-  pants_test "${targets[@]}" ${excluded[@]+"${excluded[@]}"}
+  phases=()
+  if ((full)); then
+    mapfile -t phases < <(python3 scripts/ci/tiers.py cluster-phases "$skip_tiers")
+  fi
+  if [[ -n ${phases[1]:-} ]]; then
+    # The real-cluster files that take the cluster alone run first, beside the tiers that need
+    # no cluster (a file waiting for the cluster holds a process slot idle); then the files
+    # that share it, and the k8s tier (scripts/ci/tiers.py).
+    read -ra first <<<"${phases[0]}"
+    read -ra second <<<"${phases[1]}"
+    pants_test "${targets[@]}" ${excluded[@]+"${excluded[@]}"} "${first[@]}"
+    pants_test "${second[@]}" ${excluded[@]+"${excluded[@]}"}
+  else
+    pants_test "${targets[@]}" ${excluded[@]+"${excluded[@]}"}
+  fi
 fi
 # An engine started for the image tests that none of them stopped (their results all came
 # from Pants' cache, say) stops now; one a developer started is left alone.

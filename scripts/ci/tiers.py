@@ -15,11 +15,21 @@ helpers' own tests (``scripts/``) count as ``unit``.
 
 The tiers that need the Kubernetes binaries (scripts/k8s/build-*.sh) are KUBERNETES_TIERS:
 scripts/run-tests.sh runs the others while a fresh machine builds them.
+
+The real-cluster files that take the cluster alone (their tests ask for the
+``exclusive_cluster`` fixture) keep every other real-cluster file waiting, and a file waiting
+for the cluster holds one of Pants' two process slots doing nothing. So where the binaries are
+ready, scripts/run-tests.sh runs those files first, beside the tiers that need no cluster, and
+the files that share the cluster (and the ``k8s`` tier) after them:
+
+    python3 scripts/ci/tiers.py cluster-phases gpu-image
+        # line 1: specs to add to `::` for the first run; line 2: the second run's specs
 """
 from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -40,6 +50,9 @@ _SKIP_DIRS = {".git", ".pants.d", ".pants-tools", "dist", "__pycache__", ".venv"
 
 
 KUBERNETES_TIERS = ("k8s", "k8s-node")
+REAL_CLUSTER_TIER = "k8s-node"
+# A test function that asks for the cluster alone.
+_EXCLUSIVE = re.compile(r"def test_\w+\([^)]*\bexclusive_cluster\b")
 
 
 class UnknownTier(ValueError):
@@ -118,6 +131,33 @@ def specs(names: list[str], known: dict[str, list[str]]) -> list[str]:
     return specs
 
 
+def exclusive_files(root: Path, known: dict[str, list[str]]) -> list[str]:
+    """The real-cluster test files with a test that takes the cluster alone."""
+    return [
+        f
+        for f in known.get(REAL_CLUSTER_TIER, [])
+        if _EXCLUSIVE.search((root / f).read_text(encoding="utf-8"))
+    ]
+
+
+def cluster_phases(
+    skip: list[str], known: dict[str, list[str]], exclusive: list[str]
+) -> tuple[list[str], list[str]]:
+    """The two ``./pants test`` runs of a full run: (ignore specs that turn ``::`` into the
+    first run: every tier but the Kubernetes ones, plus the files that take the cluster alone;
+    the second run's specs: the files that share the cluster and the ``k8s`` tier). Both empty
+    where there is nothing to order (the real-cluster tier left out, or no such file)."""
+    check_names(skip, known)
+    if REAL_CLUSTER_TIER in skip or REAL_CLUSTER_TIER not in known or not exclusive:
+        return [], []
+    shared = [f for f in known[REAL_CLUSTER_TIER] if f not in exclusive]
+    others = [t for t in KUBERNETES_TIERS if t in known and t != REAL_CLUSTER_TIER]
+    others = [t for t in others if t not in skip]
+    first = exclude_specs(others, known) + ["-" + f for f in shared]
+    second = specs(others, known) + shared
+    return first, second
+
+
 def _integration_dirs(files: list[str]) -> set[str]:
     return {
         f[len(INTEGRATION_ROOT) :].split("/", 1)[0]
@@ -135,6 +175,18 @@ def main(argv: list[str], root: Path | None = None) -> int:
     if argv == ["kubernetes-tiers"]:
         print(",".join(KUBERNETES_TIERS))
         return 0
+    if argv[:1] == ["cluster-phases"] and len(argv) <= 2:
+        known = all_tiers(root)
+        try:
+            first, second = cluster_phases(
+                parse_names(" ".join(argv[1:])), known, exclusive_files(root, known)
+            )
+        except UnknownTier as e:
+            print(f"tiers: error: {e}", file=sys.stderr)
+            return 2
+        print(" ".join(first))
+        print(" ".join(second))
+        return 0
     if argv[:1] in (["specs"], ["exclude-specs"]) and len(argv) <= 2:
         make = specs if argv[0] == "specs" else exclude_specs
         try:
@@ -144,7 +196,8 @@ def main(argv: list[str], root: Path | None = None) -> int:
             return 2
         return 0
     print(
-        "usage: tiers.py list | specs NAME[,NAME...] | exclude-specs NAME[,NAME...]",
+        "usage: tiers.py list | specs NAME[,NAME...] | exclude-specs NAME[,NAME...] | "
+        "cluster-phases [SKIPPED,...]",
         file=sys.stderr,
     )
     return 2

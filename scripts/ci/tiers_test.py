@@ -88,3 +88,47 @@ def test_the_command_line_prints_the_specs_and_refuses_unknown_tiers(tmp_path, c
     assert capsys.readouterr().out == "tests/python/elasticdl_tests/images/gpu_image_test.py\n"
     assert tiers.main(["exclude-specs", "gpus"], root) == 2
     assert "unknown tier 'gpus'" in capsys.readouterr().err
+
+
+def test_the_files_that_take_the_cluster_alone_run_first_and_the_shared_ones_after(tmp_path):
+    node = "tests/python/elasticdl_tests/k8s_node/"
+    root = _tree(
+        tmp_path,
+        [
+            "src/python/elasticdl/data/recordio_test.py",
+            "tests/python/elasticdl_tests/k8s/server_test.py",
+            f"{node}job_test.py",
+            f"{node}node_loss_test.py",
+            f"{node}pod_test.py",
+        ],
+    )
+    (root / f"{node}node_loss_test.py").write_text(
+        "def test_a_node_is_lost(\n    exclusive_cluster,\n    node_namespace,\n):\n    pass\n"
+    )
+    # Named, not asked for by a test: shares the cluster.
+    (root / f"{node}pod_test.py").write_text(
+        "# exclusive_cluster is not needed here\ndef test_pod(k8s_node):\n    pass\n"
+    )
+    known = tiers.all_tiers(root)
+    exclusive = tiers.exclusive_files(root, known)
+    assert exclusive == [f"{node}node_loss_test.py"]
+    first, second = tiers.cluster_phases([], known, exclusive)
+    assert first == [
+        "-tests/python/elasticdl_tests/k8s::",
+        f"-{node}job_test.py",
+        f"-{node}pod_test.py",
+    ]
+    assert second == [
+        "tests/python/elasticdl_tests/k8s::",
+        f"{node}job_test.py",
+        f"{node}pod_test.py",
+    ]
+    # The k8s tier left out: not in the second run either.
+    assert tiers.cluster_phases(["k8s"], known, exclusive) == (
+        [f"-{node}job_test.py", f"-{node}pod_test.py"],
+        [f"{node}job_test.py", f"{node}pod_test.py"],
+    )
+    # Nothing to order: the real-cluster tier left out, or no file takes the cluster alone.
+    assert tiers.cluster_phases(["k8s-node"], known, exclusive) == ([], [])
+    assert tiers.cluster_phases([], known, []) == ([], [])
+    assert tiers.main(["cluster-phases", "k8s"], root) == 0
