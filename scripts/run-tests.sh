@@ -21,8 +21,11 @@
 # The Kubernetes build (Go, private apt state) runs in the background while the Debian
 # packages are installed -- one apt at a time: Debian's apt takes a lock -- and Pants packages
 # the wheels; if it still runs then (a fresh machine), the tiers that do not need it are tested
-# meanwhile and the Kubernetes tiers after it. Logs of this run: dist/ci/ (the set-up steps'
-# times, the Kubernetes build, the ./pants test output).
+# meanwhile and the Kubernetes tiers after it. Otherwise a full run is two ./pants test runs
+# too: first the real-cluster files that take the cluster alone, beside the tiers that need no
+# cluster, then the files that share the cluster and the k8s tier (scripts/ci/tiers.py
+# cluster-phases). Logs of this run: dist/ci/ (the set-up steps' times, the Kubernetes build,
+# the ./pants test output).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -23,7 +23,7 @@ ready, scripts/run-tests.sh runs those files first, beside the tiers that need n
 the files that share the cluster (and the ``k8s`` tier) after them:
 
     python3 scripts/ci/tiers.py cluster-phases gpu-image
-        # line 1: specs to add to `::` for the first run; line 2: the second run's specs
+        # line 1: arguments to add to `./pants test ::` for the first run; line 2: the second run's specs
 """
 from __future__ import annotations
 
@@ -143,17 +143,25 @@ def exclusive_files(root: Path, known: dict[str, list[str]]) -> list[str]:
 def cluster_phases(
     skip: list[str], known: dict[str, list[str]], exclusive: list[str]
 ) -> tuple[list[str], list[str]]:
-    """The two ``./pants test`` runs of a full run: (ignore specs that turn ``::`` into the
-    first run: every tier but the Kubernetes ones, plus the files that take the cluster alone;
-    the second run's specs: the files that share the cluster and the ``k8s`` tier). Both empty
-    where there is nothing to order (the real-cluster tier left out, or no such file)."""
+    """The two ``./pants test`` runs of a full run, as arguments to add to ``./pants test
+    ::`` for the first (every tier but the Kubernetes ones, plus the files that take the
+    cluster alone) and the second run's specs (the files that share the cluster, and the
+    ``k8s`` tier). Both empty where there is nothing to order (the real-cluster tier left out,
+    or no such file).
+
+    The first run leaves the shared files out with ``--filter-address-regex``: an ignore spec
+    naming one file does not drop its test target from ``./pants test ::`` (a directory's
+    ``-dir::`` does)."""
     check_names(skip, known)
     if REAL_CLUSTER_TIER in skip or REAL_CLUSTER_TIER not in known or not exclusive:
         return [], []
     shared = [f for f in known[REAL_CLUSTER_TIER] if f not in exclusive]
     others = [t for t in KUBERNETES_TIERS if t in known and t != REAL_CLUSTER_TIER]
     others = [t for t in others if t not in skip]
-    first = exclude_specs(others, known) + ["-" + f for f in shared]
+    first = exclude_specs(others, known)
+    if shared:
+        names = "|".join(re.escape(f) for f in shared)
+        first.append(f"--filter-address-regex=-^(?:{names}):")
     second = specs(others, known) + shared
     return first, second
 
