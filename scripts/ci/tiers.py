@@ -1,4 +1,4 @@
-"""The test tiers of the suite: which tier a test file belongs to, which tiers the repository
+r"""The test tiers of the suite: which tier a test file belongs to, which tiers the repository
 has, and the Pants specs that leave a tier out of a run.
 
 A tier is a directory of integration tests under ``tests/python/elasticdl_tests/`` (its name
@@ -8,7 +8,8 @@ of their own so that they can be reported and left out on their own (``gpu-image
 helpers' own tests (``scripts/``) count as ``unit``.
 
     python3 scripts/ci/tiers.py exclude-specs k8s-node,gpu-image
-        # -tests/python/elasticdl_tests/k8s_node:: -tests/python/elasticdl_tests/images/gpu_image_test.py
+        # -tests/python/elasticdl_tests/k8s_node::
+        # --filter-address-regex=-^(?:tests/python/elasticdl_tests/images/gpu_image_test\.py):
     python3 scripts/ci/tiers.py specs k8s,k8s-node
         # tests/python/elasticdl_tests/k8s:: tests/python/elasticdl_tests/k8s_node::
     python3 scripts/ci/tiers.py list
@@ -110,8 +111,20 @@ def check_names(names: list[str], known: dict[str, list[str]]) -> None:
 
 
 def exclude_specs(names: list[str], known: dict[str, list[str]]) -> list[str]:
-    """Pants ignore specs (``-spec``) that leave the tiers ``names`` out of ``./pants test``."""
-    return ["-" + s for s in specs(names, known)]
+    """Arguments that leave the tiers ``names`` out of ``./pants test``: ignore specs
+    (``-dir::``) for directories, ``--filter-address-regex`` for single files (an ignore spec
+    naming one file does not drop its test target from ``./pants test ::``)."""
+    found = specs(names, known)
+    files = [s for s in found if s.endswith(".py")]
+    out = ["-" + s for s in found if not s.endswith(".py")]
+    if files:
+        out.append(_leave_out(files))
+    return out
+
+
+def _leave_out(files: list[str]) -> str:
+    names = "|".join(re.escape(f) for f in files)
+    return f"--filter-address-regex=-^(?:{names}):"
 
 
 def specs(names: list[str], known: dict[str, list[str]]) -> list[str]:
@@ -160,8 +173,7 @@ def cluster_phases(
     others = [t for t in others if t not in skip]
     first = exclude_specs(others, known)
     if shared:
-        names = "|".join(re.escape(f) for f in shared)
-        first.append(f"--filter-address-regex=-^(?:{names}):")
+        first.append(_leave_out(shared))
     second = specs(others, known) + shared
     return first, second
 
