@@ -21,11 +21,8 @@
 # The Kubernetes build (Go, private apt state) runs in the background while the Debian
 # packages are installed -- one apt at a time: Debian's apt takes a lock -- and Pants packages
 # the wheels; if it still runs then (a fresh machine), the tiers that do not need it are tested
-# meanwhile and the Kubernetes tiers after it. Otherwise a full run is two ./pants test runs
-# too: first the real-cluster files that take the cluster alone, beside the tiers that need no
-# cluster, then the files that share the cluster and the k8s tier (scripts/ci/tiers.py
-# cluster-phases). Logs of this run: dist/ci/ (the set-up steps' times, the Kubernetes build,
-# the ./pants test output).
+# meanwhile and the Kubernetes tiers after it. Logs of this run: dist/ci/ (the set-up steps'
+# times, the Kubernetes build, the ./pants test output).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -244,21 +241,7 @@ if ((${#k8s_specs[@]})); then
   fi
 else
   wait_for_kubernetes || exit 1
-  phases=()
-  if ((full)); then
-    mapfile -t phases < <(python3 scripts/ci/tiers.py cluster-phases "$skip_tiers")
-  fi
-  if [[ -n ${phases[1]:-} ]]; then
-    # The real-cluster files that take the cluster alone run first, beside the tiers that need
-    # no cluster (a file waiting for the cluster holds a process slot idle); then the files
-    # that share it, and the k8s tier (scripts/ci/tiers.py).
-    read -ra first <<<"${phases[0]}"
-    read -ra second <<<"${phases[1]}"
-    pants_test "${targets[@]}" ${excluded[@]+"${excluded[@]}"} "${first[@]}"
-    pants_test "${second[@]}" ${excluded[@]+"${excluded[@]}"}
-  else
-    pants_test "${targets[@]}" ${excluded[@]+"${excluded[@]}"}
-  fi
+  pants_test "${targets[@]}" ${excluded[@]+"${excluded[@]}"}
 fi
 # An engine started for the image tests that none of them stopped (their results all came
 # from Pants' cache, say) stops now; one a developer started is left alone.

@@ -16,15 +16,6 @@ helpers' own tests (``scripts/``) count as ``unit``.
 
 The tiers that need the Kubernetes binaries (scripts/k8s/build-*.sh) are KUBERNETES_TIERS:
 scripts/run-tests.sh runs the others while a fresh machine builds them.
-
-The real-cluster files that take the cluster alone (their tests ask for the
-``exclusive_cluster`` fixture) keep every other real-cluster file waiting, and a file waiting
-for the cluster holds one of Pants' two process slots doing nothing. So where the binaries are
-ready, scripts/run-tests.sh runs those files first, beside the tiers that need no cluster, and
-the files that share the cluster (and the ``k8s`` tier) after them:
-
-    python3 scripts/ci/tiers.py cluster-phases gpu-image
-        # line 1: arguments to add to `./pants test ::` for the first run; line 2: the second run's specs
 """
 from __future__ import annotations
 
@@ -51,9 +42,6 @@ _SKIP_DIRS = {".git", ".pants.d", ".pants-tools", "dist", "__pycache__", ".venv"
 
 
 KUBERNETES_TIERS = ("k8s", "k8s-node")
-REAL_CLUSTER_TIER = "k8s-node"
-# A test function that asks for the cluster alone.
-_EXCLUSIVE = re.compile(r"def test_\w+\([^)]*\bexclusive_cluster\b")
 
 
 class UnknownTier(ValueError):
@@ -144,40 +132,6 @@ def specs(names: list[str], known: dict[str, list[str]]) -> list[str]:
     return specs
 
 
-def exclusive_files(root: Path, known: dict[str, list[str]]) -> list[str]:
-    """The real-cluster test files with a test that takes the cluster alone."""
-    return [
-        f
-        for f in known.get(REAL_CLUSTER_TIER, [])
-        if _EXCLUSIVE.search((root / f).read_text(encoding="utf-8"))
-    ]
-
-
-def cluster_phases(
-    skip: list[str], known: dict[str, list[str]], exclusive: list[str]
-) -> tuple[list[str], list[str]]:
-    """The two ``./pants test`` runs of a full run, as arguments to add to ``./pants test
-    ::`` for the first (every tier but the Kubernetes ones, plus the files that take the
-    cluster alone) and the second run's specs (the files that share the cluster, and the
-    ``k8s`` tier). Both empty where there is nothing to order (the real-cluster tier left out,
-    or no such file).
-
-    The first run leaves the shared files out with ``--filter-address-regex``: an ignore spec
-    naming one file does not drop its test target from ``./pants test ::`` (a directory's
-    ``-dir::`` does)."""
-    check_names(skip, known)
-    if REAL_CLUSTER_TIER in skip or REAL_CLUSTER_TIER not in known or not exclusive:
-        return [], []
-    shared = [f for f in known[REAL_CLUSTER_TIER] if f not in exclusive]
-    others = [t for t in KUBERNETES_TIERS if t in known and t != REAL_CLUSTER_TIER]
-    others = [t for t in others if t not in skip]
-    first = exclude_specs(others, known)
-    if shared:
-        first.append(_leave_out(shared))
-    second = specs(others, known) + shared
-    return first, second
-
-
 def _integration_dirs(files: list[str]) -> set[str]:
     return {
         f[len(INTEGRATION_ROOT) :].split("/", 1)[0]
@@ -195,18 +149,6 @@ def main(argv: list[str], root: Path | None = None) -> int:
     if argv == ["kubernetes-tiers"]:
         print(",".join(KUBERNETES_TIERS))
         return 0
-    if argv[:1] == ["cluster-phases"] and len(argv) <= 2:
-        known = all_tiers(root)
-        try:
-            first, second = cluster_phases(
-                parse_names(" ".join(argv[1:])), known, exclusive_files(root, known)
-            )
-        except UnknownTier as e:
-            print(f"tiers: error: {e}", file=sys.stderr)
-            return 2
-        print(" ".join(first))
-        print(" ".join(second))
-        return 0
     if argv[:1] in (["specs"], ["exclude-specs"]) and len(argv) <= 2:
         make = specs if argv[0] == "specs" else exclude_specs
         try:
@@ -216,8 +158,7 @@ def main(argv: list[str], root: Path | None = None) -> int:
             return 2
         return 0
     print(
-        "usage: tiers.py list | specs NAME[,NAME...] | exclude-specs NAME[,NAME...] | "
-        "cluster-phases [SKIPPED,...]",
+        "usage: tiers.py list | specs NAME[,NAME...] | exclude-specs NAME[,NAME...]",
         file=sys.stderr,
     )
     return 2
