@@ -143,6 +143,14 @@ def mnist_image(k8s_node, base_image, tmp_path_factory):
         k8s_node.docker("rmi", "-f", image, check=False)
 
 
+def rendezvous_generations(master_log: str) -> list[tuple[int, list[int]]]:
+    """An AllReduce job's groups as its master logged them: (world size, worker ids)."""
+    found = re.findall(
+        r"Rendezvous: generation \d+, world size (\d+), ranks \{([^}]*)\}", master_log
+    )
+    return [(int(size), [int(w) for w in re.findall(r"(\d+): ", ranks)]) for size, ranks in found]
+
+
 def _train_argv(
     job: str,
     ns: str,
@@ -401,7 +409,7 @@ def test_allreduce_job_in_real_containers(
         workers = [node_k8s.get_pod(f"elasticdl-{job}-worker-{i}") for i in (0, 1)]
         if any(w is None or w.status.phase != "Running" for w in workers):
             return None
-        if not re.search(r"Rendezvous: generation \d+, world size 2", master_log()):
+        if not any(size == 2 for size, _ in rendezvous_generations(master_log())):
             return None
         return workers
 
@@ -416,20 +424,18 @@ def test_allreduce_job_in_real_containers(
     # Killed while the two train together (not while their group is still being built).
     wait_for(lambda: records_trained() > 0, 300, "the group of two to train", diagnose)
     victim = workers[1]
-    generations_before = len(re.findall(r"Rendezvous: generation", master_log()))
+    generations_before = len(rendezvous_generations(master_log()))
     cid = victim.status.container_statuses[0].container_id.split("://", 1)[1]
     node.docker_on(victim.spec.node_name, "kill", cid)
 
     t_kill = time.monotonic()
 
     def regrouped() -> bool:
-        later = re.findall(
-            r"Rendezvous: generation \d+, world size (\d+), ranks (\{[^}]*\})", master_log()
-        )
+        later = rendezvous_generations(master_log())[generations_before:]
         # A generation of the survivor and the relaunched worker 2 (maybe after one of the
         # survivor alone): the survivor's collective with the dead peer ended on the master's
         # word that its generation lost a member.
-        return any(size == "2" and "2: " in ranks for size, ranks in later[generations_before:])
+        return any(size == 2 and 2 in workers for size, workers in later)
 
     wait_for(regrouped, 400, "the survivor and the replacement in one group", diagnose)
     regrouped_s = time.monotonic() - t_kill

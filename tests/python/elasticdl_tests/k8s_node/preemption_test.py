@@ -43,6 +43,7 @@ from elasticdl_tests.k8s_node.job_test import (  # noqa: F401  (fixtures, used b
     cli_env,
     data_dir,
     mnist_image,
+    rendezvous_generations,
 )
 from elasticdl_tests.waiting import wait_for
 
@@ -106,14 +107,6 @@ def _events(node, ns: str, reason: str) -> list[dict]:
     return json.loads(
         node.kubectl("get", "events", "-n", ns, f"--field-selector=reason={reason}", "-o", "json")
     )["items"]
-
-
-def _generations(master_log: str) -> list[tuple[int, list[int]]]:
-    """The master's rendezvous generations of an AllReduce job: (world size, worker ids)."""
-    found = re.findall(
-        r"Rendezvous: generation \d+, world size (\d+), ranks \{([^}]*)\}", master_log
-    )
-    return [(int(size), [int(w) for w in re.findall(r"(\d+): ", ranks)]) for size, ranks in found]
 
 
 @pytest.mark.parametrize("strategy", ["ParameterServerStrategy", "AllreduceStrategy"])
@@ -273,7 +266,7 @@ def test_a_worker_preempted_by_the_scheduler_waits_pending_and_comes_back(
         if allreduce:
             # The group went on without the preempted worker: the one left trains alone.
             survivor = ({0, 1} - {victim_id}).pop()
-            shrunk = _generations(master_log())
+            shrunk = rendezvous_generations(master_log())
             assert (1, [survivor]) in shrunk, shrunk
         node.kubectl("delete", "pod", "-n", ns, high, "--grace-period=0", "--force")
         t_freed = time.monotonic()
@@ -291,7 +284,7 @@ def test_a_worker_preempted_by_the_scheduler_waits_pending_and_comes_back(
         if allreduce:
 
             def regrown() -> bool:
-                groups = [(size, sorted(ids)) for size, ids in _generations(master_log())]
+                groups = [(size, sorted(ids)) for size, ids in rendezvous_generations(master_log())]
                 if (2, sorted([survivor, new_id])) in groups:
                     return True
                 phase = status()["phase"]
