@@ -39,6 +39,7 @@ from elasticdl_tests.images.containers import (
     cached_base_image,
     pants_wheels,
     remove_images,
+    repository_tags,
     run,
     stage_images,
     train_mnist_in_zoo_image,
@@ -118,6 +119,8 @@ def test_real_cpu_image_has_tensorflow_framework_and_kernels_but_no_wheels(
     assert not any("/tmp/wheels" in h["CreatedBy"] for h in client.history(image))
     assert run(client, image, ["ls", "/tmp"]).strip() == ""
     assert [i[:19] for i in stage_images(client, stage_id)] == []
+    # One CPU base image is kept in the engine, whatever earlier runs built.
+    assert repository_tags(client, "elasticdl-test/base-cpu") == [image]
     built = f"built in {build_s:.1f}s" if build_s else "reused (its inputs are unchanged)"
     with capsys.disabled():
         print(f"\nreal CPU base image (TensorFlow + dependency closure): {built}")

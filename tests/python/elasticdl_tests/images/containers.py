@@ -139,34 +139,62 @@ def cached_base_image(
     engine (kind -> inputs key, image id, install-stage id); a later test process -- another
     file, or the next run -- whose inputs hash the same and whose tag still points at the
     recorded image id uses it. The tests then check the image as they check a fresh build.
+    Every other tag of its kind's repository is removed (only this module tags
+    ``elasticdl-test/base-<kind>``): the GPU image is ~9 GB and the CPU one ~2.4 GB.
     """
-    record_path = engine_dir() / BASE_IMAGES_RECORD
     client = engine.client()
     with open(engine_dir() / f"base-image-{kind}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a parallel test file waits for this build
         base_id = client.inspect_image(engine.base_image)["Id"]
         key = image_inputs_key(base_id, root, kind, dist, flags)
-        name = f"elasticdl-test/base-{kind}:{key[:24]}"
-        try:
-            records = json.loads(record_path.read_text())
-        except (OSError, ValueError):
-            records = {}
-        recorded = records.get(kind) or {}
+        repository = f"elasticdl-test/base-{kind}"
+        name = f"{repository}:{key[:24]}"
+        recorded = _read_base_records().get(kind) or {}
         if recorded.get("inputs") == key and _image_id(client, name) == recorded.get("id"):
-            return name, 0.0, recorded["stage_id"], key
-        stage_id = f"test-{uuid.uuid4().hex}"
-        seconds = build_image(
-            engine, root, kind, name, "--dist", dist, *flags, timeout=timeout, stage_id=stage_id
-        )
-        previous = recorded.get("name")
-        records[kind] = {"inputs": key, "id": _image_id(client, name), "stage_id": stage_id}
-        records[kind]["name"] = name
-        tmp = record_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(records, indent=1))
-        tmp.replace(record_path)
-        if previous and previous != name:
-            remove_images(client, previous)  # one image per kind (the GPU image is ~9 GB)
+            seconds, stage_id = 0.0, recorded["stage_id"]
+        else:
+            stage_id = f"test-{uuid.uuid4().hex}"
+            seconds = build_image(
+                engine, root, kind, name, "--dist", dist, *flags, timeout=timeout, stage_id=stage_id
+            )
+            record_base_image(
+                kind,
+                {"inputs": key, "id": _image_id(client, name), "stage_id": stage_id, "name": name},
+            )
+        remove_images(client, *(tag for tag in repository_tags(client, repository) if tag != name))
         return name, seconds, stage_id, key
+
+
+def repository_tags(client, repository: str) -> list[str]:
+    """The tags of REPOSITORY (``name:tag``) in the engine."""
+    return sorted(
+        tag
+        for image in client.images(name=repository)
+        for tag in image.get("RepoTags") or []
+        if tag.startswith(f"{repository}:")
+    )
+
+
+def _read_base_records() -> dict:
+    try:
+        return json.loads((engine_dir() / BASE_IMAGES_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def record_base_image(kind: str, entry: dict) -> None:
+    """Replace KIND's entry of the record, re-read under the record's own lock: builds of the
+    two kinds run at once under their own locks, and a write of the whole record read before
+    the other's build ended would bring back the other kind's previous entry (and leave its
+    image, no longer recorded, behind)."""
+    path = engine_dir() / BASE_IMAGES_RECORD
+    with open(engine_dir() / "base-images-record.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        records = _read_base_records()
+        records[kind] = entry
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(records, indent=1))
+        tmp.replace(path)
 
 
 def _image_id(client, name: str) -> str | None:

@@ -1,10 +1,16 @@
 """The content key that decides whether the image tests rebuild a base image (no engine needed):
-the same inputs give the same key, and a change to any input a build reads gives another."""
+the same inputs give the same key, and a change to any input a build reads gives another; and
+the record of the kept images, which builds of both kinds update at once."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from elasticdl_tests.images.containers import image_inputs_key
+from elasticdl_tests.images.containers import (
+    BASE_IMAGES_RECORD,
+    image_inputs_key,
+    record_base_image,
+)
 
 FILES = {
     "dist/elasticdl-0.3.0-py3-none-any.whl": b"framework",
@@ -68,3 +74,24 @@ def test_what_the_build_does_not_read_leaves_the_key(tmp_path):
     cpu = _key(root, kind="cpu")
     (root / "src" / "cc" / "kernels_cuda.cu").write_bytes(b"edited")
     assert _key(root, kind="cpu") == cpu  # the CPU image takes the kernels wheel as built
+
+
+def test_a_build_records_its_kind_and_keeps_what_the_other_kind_recorded_meanwhile(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("ELASTICDL_ENGINE_DIR", str(tmp_path))
+    record = tmp_path / BASE_IMAGES_RECORD
+    # The GPU build started when the CPU entry was "old"; the CPU build ended during it and
+    # recorded "new" (and removed the old image): the GPU build's update must keep "new".
+    record.write_text(json.dumps({"cpu": {"name": "base-cpu:new"}}))
+    record_base_image("gpu", {"name": "base-gpu:g1"})
+    assert json.loads(record.read_text()) == {
+        "cpu": {"name": "base-cpu:new"},
+        "gpu": {"name": "base-gpu:g1"},
+    }
+    record_base_image("cpu", {"name": "base-cpu:newer"})
+    assert json.loads(record.read_text())["cpu"] == {"name": "base-cpu:newer"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "base-images-record.lock",
+        BASE_IMAGES_RECORD,
+    ]

@@ -33,6 +33,7 @@ from elasticdl_tests.images.containers import (
     cached_base_image,
     copy_out,
     pants_wheels,
+    repository_tags,
     run,
     stage_images,
     train_mnist_in_zoo_image,
@@ -137,6 +138,8 @@ def test_gpu_image_has_cuda_builds_whose_libraries_resolve_inside(
     # The wheels stayed in the install stage, whose images the build script deleted.
     assert not any("/tmp/wheels" in h["CreatedBy"] for h in client.history(image))
     assert [i[:19] for i in stage_images(client, stage_id)] == []
+    # One GPU base image is kept in the engine, whatever earlier runs built.
+    assert repository_tags(client, "elasticdl-test/base-gpu") == [image]
     size_gb = client.inspect_image(image)["Size"] / 1e9
     built = f"built in {build_s:.1f}s" if build_s else "reused (its inputs are unchanged)"
     with capsys.disabled():
