@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -35,25 +34,18 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "runtime"))
 import common  # noqa: E402
 import grpc  # noqa: E402
+from autoscale_figures import (  # noqa: E402
+    GOAL,
+    Mark,
+    UsageError,
+    parse_counts,
+    span_figures,
+    summarise,
+)
 from elasticdl.proto import elasticdl_pb2 as pb  # noqa: E402
 from interleaved import load_average  # noqa: E402
 
-GOAL = 0.9
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-class UsageError(Exception):
-    pass
-
-
-def parse_counts(text: str) -> list[int]:
-    try:
-        counts = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise UsageError(f"--fixed must be comma-separated worker counts like 1,2,4, got {text!r}")
-    if min(counts) < 1:
-        raise UsageError(f"--fixed counts must be >= 1, got {text!r}")
-    return counts
 
 
 def job_flags(kind: str, args) -> list[str]:
@@ -111,10 +103,10 @@ def run_job(args, kind: str, home: str, name: str, workers: str) -> dict:
                 continue
             now = time.monotonic()
             if start is None and s.records_trained > 0:
-                start = (now, s.records_trained, sum(cpu.values()))
+                start = Mark(now, s.records_trained, sum(cpu.values()))
             done = s.epoch >= args.epochs and s.records_trained >= s.records_expected > 0
             if start is not None and done:
-                end = (now, s.records_trained, sum(cpu.values()))
+                end = Mark(now, s.records_trained, sum(cpu.values()))
             if s.phase in common.FINAL_PHASES:
                 break
             time.sleep(0.1)
@@ -130,18 +122,7 @@ def run_job(args, kind: str, home: str, name: str, workers: str) -> dict:
         raise RuntimeError(
             f"job {name} trained {status['records_trained']} records of {status['records_expected']}"
         )
-    if end[0] <= start[0]:
-        raise RuntimeError(f"job {name} trained too few records to be timed: use more data")
-    seconds, records, cpu_s = end[0] - start[0], end[1] - start[1], end[2] - start[2]
-    decisions = status.get("autoscaling", {}).get("decisions", [])
-    return {
-        "records_per_s": records / seconds,
-        "records_per_cpu_s": records / max(cpu_s, 1e-9),
-        "cpus_used": cpu_s / seconds,
-        "seconds": seconds,
-        "workers": status.get("autoscaling", {}).get("target", workers),
-        "decisions": [f"{d['action']}->{d['workers']}" for d in decisions],
-    }
+    return span_figures(name, start, end, status.get("autoscaling", {}), workers)
 
 
 def prepare(args) -> None:
@@ -195,30 +176,9 @@ def main(argv=None) -> int:
                     runs[workers].append(
                         run_job(args, kind, home, f"as-{kind}-{workers}-{r}", workers)
                     )
-            med = {
-                w: {k: statistics.median(x[k] for x in v) for k in ("records_per_s", "records_per_cpu_s", "cpus_used")}
-                for w, v in runs.items()
-            }  # fmt: skip
-            fixed = [str(n) for n in args.fixed]
-            best_rate = max(fixed, key=lambda w: med[w]["records_per_s"])
-            best_eff = max(fixed, key=lambda w: med[w]["records_per_cpu_s"])
-            common.print_table(
-                f"{kind} job: --num_workers=N vs auto (1..{args.max_workers})",
-                ["workers", "records/s", "CPUs used", "records per CPU s", "auto's decisions"],
-                [[w, m["records_per_s"], m["cpus_used"], m["records_per_cpu_s"],
-                  " ".join(runs[w][-1]["decisions"]) or "-"] for w, m in med.items()],
-            )  # fmt: skip
-            ratio = med["auto"]["records_per_cpu_s"] / med[best_eff]["records_per_cpu_s"]
-            summary["jobs"][kind] = {
-                "medians": med,
-                "runs": runs,
-                "best_fixed_by_throughput": int(best_rate),
-                "best_fixed_by_efficiency": int(best_eff),
-                "auto_over_best_records_per_cpu_s": ratio,
-                "auto_over_best_records_per_s": med["auto"]["records_per_s"]
-                / med[best_rate]["records_per_s"],
-                "goal_met": ratio >= GOAL,
-            }
+            summary["jobs"][kind] = summarise(
+                f"{kind} job: --num_workers=N vs auto (1..{args.max_workers})", runs, args.fixed
+            )
     summary.update(
         fixed=args.fixed,
         max_workers=args.max_workers,

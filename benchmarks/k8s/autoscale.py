@@ -1,0 +1,284 @@
+"""`--num_workers=auto` against fixed worker counts on the real cluster: throughput and
+throughput per CPU used, measured from the pods' cgroups.
+
+    python benchmarks/k8s/autoscale.py [--fixed 1,2,3,4] [--max_workers 4] [--records 16384]
+        [--epochs 3] [--repeats 1] [--worker_cpu 0.3]
+
+The README job (``mnist.mnist_functional_api.custom_model`` on the first ``--records``
+Fashion-MNIST training records, minibatch 64, 2 minibatches a task, 1 PS, ``--epochs``) on the
+cluster ``scripts/k8s/start-node.sh start`` runs (started if needed, never stopped), with
+``--num_workers=N`` for every N of ``--fixed`` and with ``--num_workers=auto --min_workers=1
+--max_workers=<--max_workers>``, in interleaved rounds, ``--repeats`` of them. Pods: master and
+PS 0.2 CPU, workers ``--worker_cpu`` (limits equal to the requests, so each pod is held to its
+share); the benchmark refuses to start when the largest job would not fit the nodes' free CPU,
+since workers left Pending would measure the scheduler, not the sizing.
+
+Per job, from the first record trained to the last (the master's published status, polled
+every ``POLL_S``): records/s, the **CPUs used** over the same span -- the CPU time of every
+container of the job's pods (master, PS, workers), read from its cgroup v1 ``cpuacct.usage``
+under the kubelet's ``kubepods`` hierarchy on this machine, sampled at each poll; a container
+that ends inside the span counts up to its last sample -- and records per CPU second, with
+auto's decisions. Prints a table and one JSON line (load average before and after). Exits with
+a one-line error when a job does not Succeed with every record trained once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import cluster
+import utilisation
+
+sys.path.insert(0, str(cluster.REPO / "benchmarks"))
+sys.path.insert(0, str(cluster.REPO / "benchmarks" / "autoscale"))
+from autoscale_figures import (  # noqa: E402
+    GOAL,
+    Mark,
+    UsageError,
+    parse_counts,
+    span_figures,
+    summarise,
+)
+from interleaved import load_average  # noqa: E402
+
+TOOL = "k8s_autoscale"
+POLL_S = 0.5
+MASTER_CPU = PS_CPU = 0.2  # cluster.node_job_argv's requests
+# The kubelet's cgroupfs layout: Guaranteed pods directly under kubepods, the others under
+# their QoS class's cgroup.
+QOS_CGROUP = {"Guaranteed": "", "Burstable": "burstable", "BestEffort": "besteffort"}
+
+
+def pod_cgroup(kubepods: Path, qos_class: str, uid: str) -> Path:
+    """The pod's cgroup under one kubelet's ``kubepods`` cgroup (cgroupfs driver)."""
+    if qos_class not in QOS_CGROUP:
+        raise ValueError(f"unknown QoS class {qos_class!r}")
+    return kubepods / QOS_CGROUP[qos_class] / f"pod{uid}"
+
+
+def container_usage_ns(pod_dir: Path) -> dict[str, int]:
+    """Each container cgroup of the pod (its subdirectories: the sandbox and the job's
+    container) -> its ``cpuacct.usage`` in nanoseconds; {} when the pod has no cgroup here
+    (another kubelet's pod, or one already gone)."""
+    usage = {}
+    try:
+        children = [c for c in pod_dir.iterdir() if c.is_dir()]
+    except OSError:
+        return usage
+    for child in children:
+        try:
+            usage[str(child)] = int((child / "cpuacct.usage").read_text())
+        except (OSError, ValueError):
+            pass  # removed between the listing and the read: its last sample stands
+    return usage
+
+
+class CpuMeter:
+    """The CPU seconds of a set of containers, each at its newest sample: a container seen
+    once keeps counting what it had used when last seen, so one that ends between two samples
+    is not lost (its cgroup is removed with it)."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, int] = {}
+
+    def sample(self, usage_ns: dict[str, int]) -> None:
+        for path, ns in usage_ns.items():
+            self.latest[path] = max(self.latest.get(path, 0), ns)
+
+    def seconds(self) -> float:
+        return sum(self.latest.values()) / 1e9
+
+
+def fits(free: list[float], pods: list[float]) -> bool:
+    """Whether ``pods`` (CPU requests, in the order the job creates them: master, PS, workers)
+    fit nodes with ``free`` CPU when each goes to the first node with room. That packing can
+    strand the last worker where the scheduler's spreading might not; the check errs that way
+    because a worker left Pending would measure the scheduler instead of the sizing."""
+    room = list(free)
+    for cpu in pods:
+        node = next((i for i, r in enumerate(room) if r + 1e-9 >= cpu), None)
+        if node is None:
+            return False
+        room[node] -= cpu
+    return True
+
+
+def free_cpu(core) -> list[float]:
+    """Each node's allocatable CPU less the requests of the pods placed on it that have not
+    ended (other users' jobs included)."""
+    free = {
+        n.metadata.name: utilisation.cpu(n.status.allocatable["cpu"])
+        for n in core.list_node().items
+    }
+    for pod in core.list_pod_for_all_namespaces().items:
+        if pod.spec.node_name in free and pod.status.phase not in ("Succeeded", "Failed"):
+            free[pod.spec.node_name] -= utilisation.pod_cpu_request(pod)
+    return list(free.values())
+
+
+def job_argv(args, node_argv: list[str], workers: str) -> list[str]:
+    sizing = [f"--num_workers={workers}"]
+    if workers == "auto":
+        sizing += ["--min_workers=1", f"--max_workers={args.max_workers}"]
+    pods = [
+        f"--worker_resource_request=cpu={args.worker_cpu:g},memory=1024Mi"
+        if a.startswith("--worker_resource_request=")
+        else a
+        for a in node_argv
+    ]
+    return [
+        "train",
+        f"--model_def={cluster.MODEL_DEF}",
+        "--training_data=/data/train",
+        f"--num_epochs={args.epochs}",
+        "--minibatch_size=64",
+        "--num_minibatches_per_task=2",
+        "--num_ps_pods=1",
+        *sizing,
+        *pods,
+    ]
+
+
+def run_job(args, core, backend, namespace: str, kubepods: list[Path], argv, name, workers):
+    from elasticdl.k8s.names import job_selector
+
+    cluster.cli(TOOL, *argv, f"--job_name={name}", "--detach")
+    deadline = time.monotonic() + args.timeout
+    meter, start, end = CpuMeter(), None, None
+    while True:
+        status = backend.status(name)
+        for pod in core.list_namespaced_pod(namespace, label_selector=job_selector(name)).items:
+            if pod.status.qos_class:
+                for root in kubepods:
+                    meter.sample(
+                        container_usage_ns(pod_cgroup(root, pod.status.qos_class, pod.metadata.uid))
+                    )
+        now = time.monotonic()
+        if start is None and status.records_trained > 0:
+            start = Mark(now, status.records_trained, meter.seconds())
+        done = status.epoch >= args.epochs and status.records_trained >= status.records_expected > 0
+        if start is not None and end is None and done:
+            end = Mark(now, status.records_trained, meter.seconds())
+        if status.is_final:
+            break
+        if now > deadline:
+            sys.exit(f"{TOOL}: job {name} did not end in {args.timeout:g} s (--timeout)")
+        time.sleep(POLL_S)
+    if status.phase != "Succeeded" or status.records_trained != status.records_expected:
+        sys.exit(
+            f"{TOOL}: job {name} {status.phase} with {status.records_trained} of "
+            f"{status.records_expected} records trained: {status.message}"
+        )
+    if start is None or end is None:
+        sys.exit(f"{TOOL}: job {name} ended before two polls saw it train: use more --records")
+    try:
+        return span_figures(name, start, end, status.autoscaling or {}, workers)
+    except RuntimeError as e:
+        sys.exit(f"{TOOL}: {e}")
+    finally:
+        cluster.cli(TOOL, "cancel", name, f"--namespace={namespace}")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fixed", default="1,2,3,4")
+    parser.add_argument("--max_workers", type=int, default=4)
+    parser.add_argument("--records", type=int, default=16384)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--worker_cpu", type=float, default=0.3)
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--image_base", default="elasticdl:cpu")
+    args = parser.parse_args(argv)
+    try:
+        args.fixed = parse_counts(args.fixed)
+        if min(args.max_workers, args.records, args.epochs, args.repeats) < 1:
+            raise UsageError("--max_workers, --records, --epochs and --repeats must be >= 1")
+        if not 0 < args.worker_cpu <= 64:
+            raise UsageError(f"--worker_cpu must be a CPU share like 0.3, got {args.worker_cpu:g}")
+    except UsageError as e:
+        parser.exit(2, f"{TOOL}: error: {e}\n")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    from elasticdl.data.datasets import prepare
+    from elasticdl.jobs.platforms import platform_backend
+
+    load_before = load_average()
+    env = cluster.node_env(TOOL)
+    tmp = Path(tempfile.mkdtemp(prefix="elasticdl-k8s-autoscale-"))
+    os.environ["ELASTICDL_HOME"] = str(tmp / "home")
+    counts = [str(n) for n in args.fixed] + ["auto"]
+    runs: dict[str, list[dict]] = {w: [] for w in counts}
+    try:
+        with cluster.namespace(TOOL, env) as (core, namespace):
+            largest = max(*args.fixed, args.max_workers)
+            free = free_cpu(core)
+            if not fits(free, [MASTER_CPU, PS_CPU] + [args.worker_cpu] * largest):
+                sys.exit(
+                    f"{TOOL}: error: a master and a PS of {MASTER_CPU:g} CPU and {largest} workers "
+                    f"of --worker_cpu {args.worker_cpu:g} do not fit the nodes' free CPU "
+                    f"{[round(f, 2) for f in free]}: lower --worker_cpu or the worker counts"
+                )
+            data = tmp / "data"
+            prepare("fashion_mnist", str(data), progress=False, limit=args.records)
+            cluster.make_readable(tmp)
+            image, _ = cluster.build_mnist_image(env, args.image_base, tmp)
+            node_argv = cluster.node_job_argv(
+                env, image, namespace, f"host_path={data},mount_path=/data"
+            )
+            backend = platform_backend("kubernetes", namespace)
+            kubepods = utilisation.kubepods_cgroups(len(free))
+            for r in range(args.repeats):  # interleaved: load drifts hit every count alike
+                for workers in counts:
+                    name = f"as-{workers}-{r}"
+                    run = run_job(
+                        args,
+                        core,
+                        backend,
+                        namespace,
+                        kubepods,
+                        job_argv(args, node_argv, workers),
+                        name,
+                        workers,
+                    )
+                    runs[workers].append(run)
+                    print(
+                        f"{name}: {run['records_per_s']:.1f} records/s, {run['cpus_used']:.3f} CPUs, "
+                        f"{run['records_per_cpu_s']:.1f} records per CPU s "
+                        f"{' '.join(run['decisions'])}",
+                        flush=True,
+                    )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    summary = {"benchmark": "k8s_autoscale", "goal": GOAL}
+    summary["readme"] = summarise(
+        f"README job on the cluster: --num_workers=N vs auto (1..{args.max_workers}), "
+        f"workers {args.worker_cpu:g} CPU",
+        runs,
+        args.fixed,
+    )
+    summary.update(
+        fixed=args.fixed,
+        max_workers=args.max_workers,
+        worker_cpu=args.worker_cpu,
+        records=args.records,
+        epochs=args.epochs,
+        repeats=args.repeats,
+        load_before=load_before,
+        load_after=load_average(),
+    )
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
