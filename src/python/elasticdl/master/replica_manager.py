@@ -31,7 +31,12 @@ Rules (the original pod manager's, plus PS recovery):
 * **PS ends in any way while the job runs**: relaunched with the **same id and address**, so
   workers find it again; it restores its shard from the newest checkpoint in its checkpoint
   directory (without checkpoints it starts empty and the workers push their model copy again).
-  After ``max_ps_relaunches`` non-preemption failures of one PS the job fails.
+  After ``max_ps_relaunches`` non-preemption failures of one PS the job fails. The relaunch
+  runs beside the event thread (:mod:`elasticdl.master.relaunch_queue`): on Kubernetes it
+  waits for the old pod to go, which for a lost node's pod takes minutes, and the other
+  replicas' events are handled meanwhile. One relaunch per PS at a time; the PS's end is
+  acted on once (a repeated end, or the previous life's end arriving while the next one is
+  being launched, is ignored); a relaunch not begun when the job ends is dropped.
 * **The job fails** when a task exceeded its retries, a PS cannot be kept alive, or no worker
   is left (all ended) while work remains.
 * **``--num_workers=auto``** (master.autoscaler) adds workers (``add_worker``: a new id) and
@@ -64,6 +69,7 @@ from elasticdl.master.journal_ops import (
     ReplicaLaunching,
     ScalingDecided,
 )
+from elasticdl.master.relaunch_queue import RelaunchQueue
 from elasticdl.master.task_manager import TaskManager
 from elasticdl.platform.base import (
     REASON_DELETED_BY_MASTER,
@@ -92,6 +98,8 @@ PREEMPTED, EVICTED = "preempted", "evicted"
 BARE_KILLS_SPARED = 2
 # Reasons of an eviction: the kubelet's or the Eviction API's, a lost node's.
 _EVICTION_REASONS = ("Evicted", REASON_NODE_LOST)
+# How long stop() gives a relaunch under way to notice the platform is shut down.
+RELAUNCH_STOP_WAIT_SECONDS = 10.0
 
 
 def ended_from_outside(event: ReplicaEvent) -> str:
@@ -169,6 +177,11 @@ class ReplicaState:
     tasks_done: int = 0  # tasks this replica completed
     # Bare kills of this lineage since one of its workers last completed a task.
     bare_kills: int = 0
+    # Its launch is under way (a PS relaunch may wait there for its previous life's pod to go),
+    # and whether the platform reported on this life yet: an end reported while it is being
+    # launched and before anything of it was heard is its previous life's.
+    launching: bool = False
+    heard: bool = False
 
     def to_dict(self) -> dict:
         return {
@@ -218,6 +231,7 @@ class ReplicaManager(JournaledOwner):
         self.scaling: list[dict] = []  # its decisions, as journaled (restore)
         self._identities: dict[tuple[ReplicaType, int], dict | None] = {}
         self._unrecorded: set[tuple[ReplicaType, int]] = set()  # launching, never launched
+        self._relaunches = RelaunchQueue()
         platform.add_event_listener(self._on_event)
         task_manager.add_done_listener(self._on_task_done)
 
@@ -238,7 +252,16 @@ class ReplicaManager(JournaledOwner):
         """The job is over: no more relaunches; delete what is still running."""
         with self._lock:
             self._stopping = True
+        self._relaunches.close()
         self.platform.shutdown(delete_all=delete_all)
+        # A relaunch under way finds the platform shut down: let it end before the journal
+        # closes.
+        if not self.wait_relaunches(RELAUNCH_STOP_WAIT_SECONDS):
+            logger.warning("A PS relaunch was still under way when the job ended")
+
+    def wait_relaunches(self, timeout: float) -> bool:
+        """Until no PS relaunch is under way or waiting; False after ``timeout`` seconds."""
+        return self._relaunches.wait_idle(timeout)
 
     def _launch_worker(
         self, worker_id: int, relaunch_count: int, priority: str, bare_kills: int = 0
@@ -261,14 +284,31 @@ class ReplicaManager(JournaledOwner):
         spec.priority = spec.priority or self.config.ps_priority
         with self._lock:
             old = self._ps.get(ps_id)
-            self._ps[ps_id] = ReplicaState(
+            state = self._ps[ps_id] = ReplicaState(
                 ReplicaType.PS,
                 ps_id,
                 relaunch_count=(old.relaunch_count + 1) if old else 0,
                 priority=spec.priority,
                 log=self.platform.log_location(ReplicaType.PS, ps_id),
+                launching=True,
             )
-        self._launch(spec)
+        try:
+            self._launch(spec)
+        finally:
+            with self._lock:
+                state.launching = False
+
+    def _relaunch_ps(self, ps_id: int) -> None:
+        """Relaunch PS ``ps_id`` on the relaunch queue (see the module's docstring)."""
+        if not self._relaunches.submit(ps_id, lambda: self._relaunch_ps_now(ps_id)):
+            logger.info("PS %d not relaunched: the job is ending", ps_id)
+
+    def _relaunch_ps_now(self, ps_id: int) -> None:
+        if self._stopping:
+            logger.info("PS %d not relaunched: the job is ending", ps_id)
+            return
+        logger.info("Relaunching PS %d at %s", ps_id, self.platform.address(ReplicaType.PS, ps_id))
+        self._launch_ps(ps_id)
 
     def _launch(self, spec: LaunchSpec) -> None:
         # Before the process exists: a master dying right after starting it leaves a trace.
@@ -306,6 +346,16 @@ class ReplicaManager(JournaledOwner):
             if state is None:
                 logger.debug("Event for unknown replica ignored: %s", event)
                 return
+            if event.phase.is_terminal and (
+                state.phase.is_terminal or state.launching and not state.heard
+            ):
+                # Its end was acted on already: a repeated end, or the previous life's end
+                # while the next life is being launched. Acting again would relaunch it twice.
+                logger.info(
+                    "End of %s-%d already handled: %s", event.replica_type, event.replica_id, event
+                )
+                return
+            state.heard = True
             state.phase = event.phase
             if event.phase == ReplicaPhase.PENDING:
                 state.waiting_reason, state.waiting_message = event.reason, event.message
@@ -424,8 +474,7 @@ class ReplicaManager(JournaledOwner):
                 f"see {state.log or 'its log'}"
             )
             return
-        logger.info("Relaunching PS %d at %s", ps_id, self.platform.address(ReplicaType.PS, ps_id))
-        self._launch_ps(ps_id)
+        self._relaunch_ps(ps_id)
 
     def _check_workers_left(self) -> None:
         with self._lock:
@@ -632,4 +681,4 @@ class ReplicaManager(JournaledOwner):
         with self._lock:
             ended_ps = [s for s in self._ps.values() if s.phase.is_terminal]
         for state in ended_ps:  # ended and its relaunch never made it
-            self._launch_ps(state.replica_id)
+            self._relaunch_ps(state.replica_id)

@@ -1,8 +1,10 @@
 import os
 import signal
+import threading
 import time
 
 import pytest
+from elasticdl.master.journal import MemorySink
 from elasticdl.master.replica_manager import (
     PriorityError,
     ReplicaManager,
@@ -15,6 +17,7 @@ from elasticdl.platform.base import (
     REASON_OOM_KILLED,
     LaunchSpec,
     Platform,
+    PlatformError,
     ReplicaEvent,
     ReplicaPhase,
     ReplicaType,
@@ -22,6 +25,8 @@ from elasticdl.platform.base import (
 from elasticdl.platform.local import LocalProcessPlatform
 
 W, PS = ReplicaType.WORKER, ReplicaType.PS
+# Only a safety net for waits on other threads: they end within milliseconds unless broken.
+SAFETY_NET_S = 10
 
 
 class FakePlatform(Platform):
@@ -166,18 +171,150 @@ def test_disable_relaunch_and_success_needs_no_relaunch():
     assert rm.all_workers_exited() and rm.failed_message == "" and tm.finished
 
 
+def _end_ps_and_settle(rm, p, *end):
+    p.end(PS, *end)
+    assert rm.wait_relaunches(SAFETY_NET_S)  # the relaunch runs beside the event thread
+
+
 def test_ps_relaunched_with_same_id_then_job_fails_after_limit():
     p = FakePlatform()
     rm, _ = _manager(p, num_workers=1, num_ps=2, max_ps_relaunches=2)
-    p.end(PS, 1, ReplicaPhase.FAILED, 137)  # preempted: not counted
-    p.end(PS, 1, ReplicaPhase.FAILED, 1, "Error")
-    p.end(PS, 1, ReplicaPhase.FAILED, 1, "Error")
+    _end_ps_and_settle(rm, p, 1, ReplicaPhase.FAILED, 137)  # preempted: not counted
+    _end_ps_and_settle(rm, p, 1, ReplicaPhase.FAILED, 1, "Error")
+    _end_ps_and_settle(rm, p, 1, ReplicaPhase.FAILED, 1, "Error")
     assert p.ids(PS) == [0, 1, 1, 1, 1]
     ps1 = [s for s in rm.replicas() if s.replica_type == PS and s.replica_id == 1][0]
     assert ps1.relaunch_count == 3 and ps1.phase == ReplicaPhase.RUNNING
-    p.end(PS, 1, ReplicaPhase.FAILED, 1, "Error")
+    _end_ps_and_settle(rm, p, 1, ReplicaPhase.FAILED, 1, "Error")
     assert "PS 1 failed 3 times" in rm.failed_message
     assert p.ids(PS) == [0, 1, 1, 1, 1]
+
+
+class SlowPSPlatform(FakePlatform):
+    """A relaunched PS's launch waits until the test releases it, as a Kubernetes launch waits
+    for the pod of a lost node (stuck Terminating) to go; shutting down ends the wait, as on
+    Kubernetes."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+        self.waiting = threading.Event()  # a PS launch is waiting
+        self.adopted: list[tuple] = []
+        self.reclaimed: list[tuple] = []
+
+    def launch(self, spec):
+        if spec.replica_type == PS and spec.replica_id in self.ids(PS):
+            self.waiting.set()
+            if not self.release.wait(SAFETY_NET_S):
+                raise PlatformError("the test never released the PS launch")
+            if self.closed:
+                raise PlatformError("platform is shut down")
+        super().launch(spec)
+
+    def shutdown(self, delete_all=True):
+        super().shutdown(delete_all)
+        self.release.set()
+
+    def adopt(self, spec, identity):
+        self.adopted.append((spec.replica_type, spec.replica_id))
+        self._emit(ReplicaEvent(spec.replica_type, spec.replica_id, ReplicaPhase.RUNNING))
+        return True
+
+    def reclaim(self, replica_type, replica_id):
+        self.reclaimed.append((replica_type, replica_id))
+        return 0
+
+
+def _journaled_manager(p, **kw):
+    tm = TaskManager(TaskManagerConfig(records_per_task=10), training_shards=[("d", 0, 100)])
+    rm = ReplicaManager(p, ReplicaManagerConfig(1, 2, **kw), _spec(W), _spec(PS), tm)
+    sink = MemorySink()
+    rm.attach_journal(sink)
+    return rm, tm, sink
+
+
+def _journal(sink):
+    """(operation, replica type, id) of each replica record; a PS failure count's ``n`` as id."""
+    return [
+        (r["o"], r.get("k"), r["n"] if r["o"] == "psf" else r["i"])
+        for r in sink.records
+        if r["o"] in ("launching", "launch", "end", "psf")
+    ]
+
+
+def test_a_waiting_ps_relaunch_holds_up_no_other_event_and_runs_once():
+    p = SlowPSPlatform()
+    rm, tm, sink = _journaled_manager(p)
+    rm.start()
+    # PS 0 fails; its relaunch waits (its old pod is going slowly) without holding up the
+    # events: worker 0, killed meanwhile, is relaunched as worker 2 before the PS is back.
+    p.end(PS, 0, ReplicaPhase.FAILED, 1, "Error")
+    assert p.waiting.wait(SAFETY_NET_S)
+    task = tm.get(0)
+    p.end(W, 0, ReplicaPhase.FAILED, 137)
+    assert p.ids(W) == [0, 1, 2] and tm.get(2).task_id == task.task_id
+    # The PS's end again, and late: acted on once (one relaunch, one failure counted).
+    p.end(PS, 0, ReplicaPhase.FAILED, 1, "Error")
+    p.end(PS, 0, ReplicaPhase.DELETED, None, "Deleted")
+    assert p.ids(PS) == [0] and not p.release.is_set()
+    p.release.set()
+    assert rm.wait_relaunches(SAFETY_NET_S)
+    assert p.ids(PS) == [0, 0] and rm.failed_message == ""
+    ps0 = [s for s in rm.replicas() if s.replica_type == PS][0]
+    assert (ps0.phase, ps0.relaunch_count) == (ReplicaPhase.RUNNING, 1)
+    # The journal: the PS's relaunch announced before the wait, recorded launched after it,
+    # worker 2's launch in between.
+    assert _journal(sink)[-8:] == [
+        ("end", "ps", 0),
+        ("psf", None, 1),
+        ("launching", "ps", 0),
+        ("end", "worker", 0),
+        ("end", "worker", 0),  # with its replacement's id
+        ("launching", "worker", 2),
+        ("launch", "worker", 2),
+        ("launch", "ps", 0),
+    ]
+    # Its new life's end is acted on as usual.
+    _end_ps_and_settle(rm, p, 0, ReplicaPhase.FAILED, 137)
+    assert p.ids(PS) == [0, 0, 0]
+
+
+def test_the_job_ending_while_a_ps_relaunch_waits_launches_nothing_more():
+    p = SlowPSPlatform()
+    rm, _, sink = _journaled_manager(p)
+    rm.start()
+    p.end(PS, 0, ReplicaPhase.FAILED, 1, "Error")
+    assert p.waiting.wait(SAFETY_NET_S)
+    rm.stop()  # shuts the platform down, which ends the PS launch's wait
+    assert rm.wait_relaunches(SAFETY_NET_S)
+    assert p.ids(PS) == [0] and p.closed
+    assert rm.failed_message == ""  # the job's end is no failure to launch
+    assert _journal(sink)[-1] == ("launching", "ps", 0)  # announced, never launched
+
+
+def test_a_master_restarted_during_a_ps_relaunch_relaunches_it_once():
+    first = SlowPSPlatform()
+    rm, _, sink = _journaled_manager(first)
+    rm.start()
+    first.end(PS, 0, ReplicaPhase.FAILED, 1, "Error")
+    assert first.waiting.wait(SAFETY_NET_S)
+    records = list(sink.records)  # the master dies here: the relaunch announced, not done
+    assert _journal(sink)[-1] == ("launching", "ps", 0)
+    first.release.set()
+    assert rm.wait_relaunches(SAFETY_NET_S)
+
+    second = SlowPSPlatform()
+    second.release.set()
+    rm, _, _ = _journaled_manager(second, max_ps_relaunches=1)
+    rm.restore(records)
+    rm.adopt()
+    assert rm.wait_relaunches(SAFETY_NET_S)
+    # What the dead master may have started unrecorded is stopped; the PS is launched once,
+    # its failure counted once (a limit of 1 is not exceeded); the workers are adopted.
+    assert (PS, 0) in second.reclaimed and second.ids(PS) == [0]
+    assert sorted(second.adopted) == [(W, 0), (W, 1)] and rm.failed_message == ""
+    ps0 = [s for s in rm.replicas() if s.replica_type == PS][0]
+    assert (ps0.phase, ps0.relaunch_count) == (ReplicaPhase.RUNNING, 1)
 
 
 def test_timeout_deletes_and_relaunches_worker_and_stop_ends_relaunching():

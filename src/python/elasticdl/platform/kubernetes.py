@@ -40,6 +40,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from elasticdl.k8s.client import K8sApiError, K8sClient, KubeConfig
@@ -93,6 +94,7 @@ __all__ = ["DEFAULT_PORTS", "NETWORK_HOST", "NETWORK_POD", "KubernetesPlatform"]
 # node goes only when the lost-pod reaper removes it, its grace period (30 s by default) plus
 # the reaper's margin after the eviction.
 _RELAUNCH_WAIT_SECONDS = 120.0
+_GONE_POLL_SECONDS = 0.2
 # How often the Events of pods being deleted by someone else are read, and how long a pod
 # that went without a telling Event is given for one to appear (the scheduler records its
 # "Preempted" right after it asked for the deletion).
@@ -291,8 +293,11 @@ class KubernetesPlatform(Platform):
                 port=spec.port,
                 secret_env=self._secret_refs(spec.secret_env),
             )
-            created = self.k8s.create_pod(pod)
-            self._own(key, created.metadata.uid)
+            with self._lock:  # shutdown() then either finds it to delete or stops its making
+                if self._closed:
+                    raise PlatformError(f"platform is shut down; {name} not launched")
+                created = self.k8s.create_pod(pod)
+                self._own(key, created.metadata.uid)
             if spec.port is not None:
                 self._ensure_service(name, spec)
         except K8sApiError as e:
@@ -407,10 +412,15 @@ class KubernetesPlatform(Platform):
             )
         if not reading.terminating:
             self.k8s.delete_pod(name, grace_seconds=0)
-        if not self.k8s.wait_pod_gone(name, _RELAUNCH_WAIT_SECONDS):
-            raise PlatformError(
-                f"previous pod {name} did not go away within {_RELAUNCH_WAIT_SECONDS:.0f}s"
-            )
+        deadline = time.monotonic() + _RELAUNCH_WAIT_SECONDS
+        while self.k8s.get_pod(name) is not None:
+            if self._closed:  # the job ended meanwhile: nothing to launch any more
+                raise PlatformError(f"platform is shut down; {name} not launched")
+            if time.monotonic() >= deadline:
+                raise PlatformError(
+                    f"previous pod {name} did not go away within {_RELAUNCH_WAIT_SECONDS:.0f}s"
+                )
+            self._stop.wait(_GONE_POLL_SECONDS)
 
     def _secret_refs(self, secret_env: dict[str, str]) -> dict[str, tuple[str, str]]:
         """Put ``secret_env``'s values in the job's Secret (created once, owned by the master
