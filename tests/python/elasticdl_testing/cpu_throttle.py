@@ -1,11 +1,19 @@
-"""A real CPU limit on one running process: a cgroup of its own with a CFS quota, as a node
-under a noisy neighbour or a pod's CPU limit would have.
+"""A real CPU limit on running processes through a CFS quota, as a node under a noisy
+neighbour or a pod's CPU limit would have.
 
-The cgroup is made under the process's own cgroup in the ``cpu`` hierarchy (cgroup v1's
-``cpu.cfs_quota_us``, or v2's ``cpu.max`` where the ``cpu`` controller is enabled there), the
-process (all its threads) is moved into it, and on exit it is moved back and the cgroup
-removed: nothing is left that this module did not create. Needs root; where the limit cannot
-be set ``ThrottleUnavailable`` carries the one-line reason, for the test to skip with.
+* :func:`cpu_throttled`: one process in a cgroup of its own, made under the process's own
+  cgroup in the ``cpu`` hierarchy (cgroup v1's ``cpu.cfs_quota_us``, or v2's ``cpu.max`` where
+  the ``cpu`` controller is enabled there); the process (all its threads) is moved into it, and
+  on exit it is moved back and the cgroup removed: nothing is left that this module did not
+  create.
+* :func:`own_cgroup_quota`: the quota of the cgroup a process already is in, changed in place
+  and put back on exit. For a container that cgroup is the container's own (under the
+  kubelet's pods hierarchy): its quota is what the pod's CPU limit set, and a lower one is a
+  lower limit for every process of the container. Nothing is created, so nothing is left in
+  the cgroup the container's engine removes when the container ends.
+
+Needs root; where the limit cannot be set ``ThrottleUnavailable`` carries the one-line reason,
+for the test to skip with.
 """
 from __future__ import annotations
 
@@ -97,3 +105,39 @@ def _release(group: Path, home: Path) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def own_cgroup_quota(pid: int, fraction: float) -> Iterator[Path]:
+    """Every process in the cgroup of ``pid`` gets at most ``fraction`` of one CPU while in the
+    block; the cgroup's quota and period are put back on exit (unless the cgroup is gone: its
+    processes ended)."""
+    if os.geteuid() != 0:
+        raise ThrottleUnavailable("limiting a cgroup's CPU needs root; this test runs as a user")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    mount, v2 = _cpu_hierarchy()
+    group = mount / _cgroup_of(pid, v2)
+    if group == mount:
+        raise ThrottleUnavailable(f"process {pid} is in the root cgroup, which has no quota")
+    quota = max(1000, int(PERIOD_US * fraction))
+    files = ["cpu.max"] if v2 else ["cpu.cfs_period_us", "cpu.cfs_quota_us"]
+    try:
+        before = {name: (group / name).read_text() for name in files}
+    except OSError as e:
+        raise ThrottleUnavailable(f"cannot read the CPU limit of {group}: {e.strerror}") from None
+    try:
+        try:
+            if v2:
+                (group / "cpu.max").write_text(f"{quota} {PERIOD_US}\n")
+            else:
+                (group / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
+                (group / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+        except OSError as e:
+            raise ThrottleUnavailable(f"cannot limit the CPU in {group}: {e.strerror}") from None
+        yield group
+    finally:
+        if group.is_dir():
+            for name in files:
+                with contextlib.suppress(FileNotFoundError):  # removed meanwhile: it ended
+                    (group / name).write_text(before[name])

@@ -13,9 +13,10 @@ decides, one step at a time:
 * **hold** at ``--max_workers``, or when a PS is saturated: its model lock busy, or its
   CPU used, for at least ``PS_SATURATED`` of the window (the PS report both every few
   seconds, elasticdl.ps.load_meter) - more workers would only queue on it;
-* **not added**: a worker that is not running ``pending_timeout_s`` after its launch (on
-  Kubernetes: Pending, the cluster has no room for it), or that ended before its first task,
-  counts as not added: it is deleted and the job stays as it is.
+* **not added**: a worker that is not running ``pending_timeout_s``
+  (``--autoscale_pending_timeout``) after its launch (on Kubernetes: Pending, the cluster has
+  no room for it), or that ended before its first task, counts as not added: it is deleted and
+  the job stays as it is.
 
 Every decision is logged with the numbers behind it, journaled (``ScalingDecided``, so a
 restarted master keeps them and its released workers) and shown in the job status

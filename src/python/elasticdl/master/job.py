@@ -230,7 +230,12 @@ class Job:
             self.launch_specs.worker_count = workers
 
         scaler = Autoscaler(
-            AutoscalerConfig(a.min_workers, a.max_workers, a.autoscale_min_gain),
+            AutoscalerConfig(
+                a.min_workers,
+                a.max_workers,
+                a.autoscale_min_gain,
+                pending_timeout_s=float(a.autoscale_pending_timeout),
+            ),
             self.rm,
             self.tm,
             self.ps_loads,

@@ -113,3 +113,13 @@ def test_master_reads_the_spec_file_the_client_writes(tmp_path):
     path = tmp_path / "job_spec.json"
     path.write_text(spec.to_json(only_changed=False))
     assert read_job_spec([f"--job_spec_file={path}"]) == spec
+
+
+def test_an_auto_sized_job_gives_its_autoscaler_the_pending_timeout(tmp_path):
+    job = Job(_spec(tmp_path, num_workers="auto", max_workers=3, autoscale_pending_timeout=25))
+    try:
+        config = job.autoscaler.config
+        assert (config.min_workers, config.max_workers) == (1, 3)
+        assert config.pending_timeout_s == 25
+    finally:
+        job._server.stop(grace=0)

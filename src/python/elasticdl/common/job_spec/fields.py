@@ -299,6 +299,14 @@ class JobSpec:
         "job",
         check=checks.fraction,
     )
+    autoscale_pending_timeout: int = _field(
+        120,
+        "With --num_workers=auto: seconds an added worker may take to start its first task; "
+        "one still not running then (on Kubernetes: Pending, no room in the cluster) counts as "
+        "not added and is deleted",
+        "job",
+        check=checks.positive,
+    )
     auto_workers: bool = _field(
         False, "The master sizes the job (--num_workers=auto)", "job", commands=()
     )

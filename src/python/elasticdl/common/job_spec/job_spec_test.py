@@ -262,6 +262,18 @@ def test_a_spec_is_frozen_and_typed():
             "--autoscale_min_gain must be in [0, 1)",
         ),
         (
+            ["--num_workers=auto", "--autoscale_pending_timeout=0"],
+            "--autoscale_pending_timeout must be > 0, got 0",
+        ),
+        (
+            ["--autoscale_pending_timeout=30"],
+            "--autoscale_pending_timeout only size a job with --num_workers=auto",
+        ),
+        (
+            ["--num_workers=auto", "--autoscale_pending_timeout=soon"],
+            "--autoscale_pending_timeout",
+        ),
+        (
             ["--num_workers=auto", "--distribution_strategy=AllreduceStrategy"],
             "--num_workers=auto sizes ParameterServerStrategy jobs",
         ),
@@ -423,4 +435,8 @@ def test_num_workers_auto_starts_with_the_minimum_and_round_trips():
     assert JobSpec.from_dict({"job_name": "j", "num_workers": "auto"}).auto_workers
     fixed = _spec(MINIMAL)
     assert not fixed.auto_workers and fixed.num_workers == 2
+    assert spec.autoscale_pending_timeout == fixed.autoscale_pending_timeout == 120
+    patient = _spec(MINIMAL + ["--num_workers=auto", "--autoscale_pending_timeout=25"])
+    assert patient.autoscale_pending_timeout == 25
+    assert JobSpec.from_json(patient.to_json(only_changed=True)) == patient
     assert fixed.straggler_factor == 3.0

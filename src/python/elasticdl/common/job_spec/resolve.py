@@ -279,7 +279,12 @@ def _check_worker_count(spec: JobSpec) -> None:
         defaults = {f.name: f.default for f in dataclasses.fields(spec)}
         given = [
             f"--{name}"
-            for name in ("min_workers", "max_workers", "autoscale_min_gain")
+            for name in (
+                "min_workers",
+                "max_workers",
+                "autoscale_min_gain",
+                "autoscale_pending_timeout",
+            )
             if getattr(spec, name) != defaults[name]
         ]
         if given:
