@@ -61,31 +61,44 @@ def _cgroup_of(pid: int, v2: bool) -> str:
 @contextlib.contextmanager
 def cpu_throttled(pid: int, fraction: float) -> Iterator[Path]:
     """Process ``pid`` gets at most ``fraction`` of one CPU while in the block."""
-    if os.geteuid() != 0:
-        raise ThrottleUnavailable("limiting a process's CPU needs root; this test runs as a user")
-    if not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-    mount, v2 = _cpu_hierarchy()
+    mount, v2, quota = _quota_for(fraction, "a process's")
     home = mount / _cgroup_of(pid, v2)
     group = home / f"elasticdl-throttle-{pid}-{secrets.token_hex(3)}"
-    quota = max(1000, int(PERIOD_US * fraction))
     try:
         group.mkdir()
     except OSError as e:
         raise ThrottleUnavailable(f"cannot create a cgroup under {home}: {e.strerror}") from None
     try:
+        _set_quota(group, v2, quota)
         try:
-            if v2:
-                (group / "cpu.max").write_text(f"{quota} {PERIOD_US}\n")
-            else:
-                (group / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
-                (group / "cpu.cfs_quota_us").write_text(f"{quota}\n")
             (group / "cgroup.procs").write_text(f"{pid}\n")
         except OSError as e:
             raise ThrottleUnavailable(f"cannot limit the CPU in {group}: {e.strerror}") from None
         yield group
     finally:
         _release(group, home)
+
+
+def _quota_for(fraction: float, whose: str) -> tuple[Path, bool, int]:
+    """(the cpu hierarchy's mount, is it cgroup v2, the CFS quota of ``fraction`` of a CPU per
+    ``PERIOD_US``); ``ThrottleUnavailable`` where this process cannot set one."""
+    if os.geteuid() != 0:
+        raise ThrottleUnavailable(f"limiting {whose} CPU needs root; this test runs as a user")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    mount, v2 = _cpu_hierarchy()
+    return mount, v2, max(1000, int(PERIOD_US * fraction))
+
+
+def _set_quota(group: Path, v2: bool, quota: int) -> None:
+    try:
+        if v2:
+            (group / "cpu.max").write_text(f"{quota} {PERIOD_US}\n")
+        else:
+            (group / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
+            (group / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+    except OSError as e:
+        raise ThrottleUnavailable(f"cannot limit the CPU in {group}: {e.strerror}") from None
 
 
 def _release(group: Path, home: Path) -> None:
@@ -112,29 +125,17 @@ def own_cgroup_quota(pid: int, fraction: float) -> Iterator[Path]:
     """Every process in the cgroup of ``pid`` gets at most ``fraction`` of one CPU while in the
     block; the cgroup's quota and period are put back on exit (unless the cgroup is gone: its
     processes ended)."""
-    if os.geteuid() != 0:
-        raise ThrottleUnavailable("limiting a cgroup's CPU needs root; this test runs as a user")
-    if not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-    mount, v2 = _cpu_hierarchy()
+    mount, v2, quota = _quota_for(fraction, "a cgroup's")
     group = mount / _cgroup_of(pid, v2)
     if group == mount:
         raise ThrottleUnavailable(f"process {pid} is in the root cgroup, which has no quota")
-    quota = max(1000, int(PERIOD_US * fraction))
     files = ["cpu.max"] if v2 else ["cpu.cfs_period_us", "cpu.cfs_quota_us"]
     try:
         before = {name: (group / name).read_text() for name in files}
     except OSError as e:
         raise ThrottleUnavailable(f"cannot read the CPU limit of {group}: {e.strerror}") from None
     try:
-        try:
-            if v2:
-                (group / "cpu.max").write_text(f"{quota} {PERIOD_US}\n")
-            else:
-                (group / "cpu.cfs_period_us").write_text(f"{PERIOD_US}\n")
-                (group / "cpu.cfs_quota_us").write_text(f"{quota}\n")
-        except OSError as e:
-            raise ThrottleUnavailable(f"cannot limit the CPU in {group}: {e.strerror}") from None
+        _set_quota(group, v2, quota)
         yield group
     finally:
         if group.is_dir():
