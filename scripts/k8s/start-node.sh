@@ -475,6 +475,15 @@ node_ready() { # node: its Ready condition is True
   [[ $(kc get node "$(node_name "$1")" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
 }
 
+drop_registry_copies() { # node: images named after the registry are copies of what it held;
+  # its data goes at every stop, and a later cluster's registry may hold other images under those
+  # names. Done at a stop and again at a start: an engine that was dead at the stop kept its copies.
+  local i=$1 imgs
+  imgs=$(dk "$i" images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | grep "^$REGISTRY/" || true)
+  # shellcheck disable=SC2086
+  [[ -z $imgs ]] || dk "$i" rmi $imgs >/dev/null 2>&1 || true
+}
+
 boot_node() { # node node-count: namespace, engine, images, kubelet (idempotent)
   local i=$1 n=$2
   cni_conf "$i"
@@ -581,6 +590,7 @@ start() {
   for i in $(seq "$n"); do
     wait_for "dockerd of node $i" "$DOCKERD_READY_S" curl -sf --unix-socket "$(node_dir "$i")/docker.sock" http://d/_ping
     images "$i"
+    drop_registry_copies "$i"
   done
   wait_for registry 10 curl -sf "http://$REGISTRY/v2/"
   wait_for kube-apiserver 120 curl -sf --cacert "$P/ca.crt" \
@@ -914,10 +924,7 @@ stop() {
     alive "dockerd-$i" || continue
     local ids; ids=$(dk "$i" ps -aq --filter label=io.kubernetes.pod.uid 2>/dev/null || true)
     [[ -z $ids ]] || dk "$i" rm -f $ids >/dev/null 2>&1 || true
-    # Images named after the registry are copies of what it held; its data goes below, and a
-    # later cluster's registry may hold other images under those names.
-    local imgs; imgs=$(dk "$i" images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | grep "^$REGISTRY/" || true)
-    [[ -z $imgs ]] || dk "$i" rmi $imgs >/dev/null 2>&1 || true
+    drop_registry_copies "$i"
   done
   stop_pids 10 dnsmasq cluster-dns kube-proxy kube-scheduler kube-controller-manager kube-apiserver registry
   stop_pids 10 etcd
