@@ -64,7 +64,7 @@ if ((is_root)) && command -v apt-get >/dev/null; then
   stamp=/var/lib/apt/lists/.elasticdl-updated
   if [ -z "$(find "$stamp" -mmin -1440 2>/dev/null)" ]; then
     log "apt-get update"
-    apt-get -qq update && touch "$stamp"
+    apt-get -qq -o DPkg::Lock::Timeout=300 update && touch "$stamp"
   fi
 fi
 record "apt-get update" "$t"

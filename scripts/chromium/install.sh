@@ -14,6 +14,6 @@ export DEBIAN_FRONTEND=noninteractive
 apt_install() { apt-get install -y -q -o DPkg::Lock::Timeout=300 --no-install-recommends "${need[@]}"; }
 # `apt-get update` only when the package lists are too old to install from.
 apt_install >"$log" 2>&1 ||
-  { apt-get update -q >>"$log" 2>&1 && apt_install >>"$log" 2>&1; } ||
+  { apt-get update -q -o DPkg::Lock::Timeout=300 >>"$log" 2>&1 && apt_install >>"$log" 2>&1; } ||
   die "apt-get install ${need[*]} failed, see $log"
 echo "chromium/install: installed ${need[*]}" >&2

@@ -29,8 +29,8 @@ if ((${#need[@]})); then
   log=${TMPDIR:-/tmp}/elasticdl-k8s-apt.log
   export DEBIAN_FRONTEND=noninteractive
   # `apt-get update` only when the package lists are too old to install from.
-  apt-get install -y -q --no-install-recommends "${need[@]}" >"$log" 2>&1 ||
-    { apt-get update -q >>"$log" 2>&1 && apt-get install -y -q --no-install-recommends "${need[@]}" >>"$log" 2>&1; } ||
+  apt-get install -y -q -o DPkg::Lock::Timeout=300 --no-install-recommends "${need[@]}" >"$log" 2>&1 ||
+    { apt-get update -q -o DPkg::Lock::Timeout=300 >>"$log" 2>&1 && apt-get install -y -q -o DPkg::Lock::Timeout=300 --no-install-recommends "${need[@]}" >>"$log" 2>&1; } ||
     die "apt-get install ${need[*]} failed, see $log"
   echo "build-node: installed ${need[*]}" >&2
 fi
