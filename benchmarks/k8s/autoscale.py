@@ -1,13 +1,18 @@
 """`--num_workers=auto` against fixed worker counts on the real cluster: throughput and
 throughput per CPU used, measured from the pods' cgroups.
 
-    python benchmarks/k8s/autoscale.py [--fixed 1,2,3,4] [--max_workers 4] [--records 16384]
-        [--epochs 3] [--repeats 1] [--worker_cpu 0.3]
+    python benchmarks/k8s/autoscale.py [--jobs readme,sparse] [--fixed 1,2,3,4] [--max_workers 4]
+        [--records 16384] [--sparse_rows 100000] [--epochs 3] [--repeats 1] [--worker_cpu 0.3]
 
-The README job (``mnist.mnist_functional_api.custom_model`` on the first ``--records``
-Fashion-MNIST training records, minibatch 64, 2 minibatches a task, 1 PS, ``--epochs``) on the
-cluster ``scripts/k8s/start-node.sh start`` runs (started if needed, never stopped), with
-``--num_workers=N`` for every N of ``--fixed`` and with ``--num_workers=auto --min_workers=1
+Jobs, 1 PS each, ``--epochs``:
+
+* ``readme``: ``mnist.mnist_functional_api.custom_model`` on the first ``--records``
+  Fashion-MNIST training records, minibatch 64, 2 minibatches a task.
+* ``sparse``: ``deepfm.deepfm_ctr.custom_model`` on synthetic_ctr (``--sparse_rows`` rows, 26
+  features x 38,462 ids: the local benchmark's sparse job), minibatch 256, 16 minibatches a task.
+
+Each on the cluster ``scripts/k8s/start-node.sh start`` runs (started if needed, never stopped),
+with ``--num_workers=N`` for every N of ``--fixed`` and with ``--num_workers=auto --min_workers=1
 --max_workers=<--max_workers>``, in interleaved rounds, ``--repeats`` of them. Pods: master and
 PS 0.2 CPU, workers ``--worker_cpu`` (limits equal to the requests, so each pod is held to its
 share); the benchmark refuses to start when the largest job would not fit the nodes' free CPU,
@@ -51,6 +56,8 @@ from interleaved import load_average  # noqa: E402
 TOOL = "k8s_autoscale"
 POLL_S = 0.5
 MASTER_CPU = PS_CPU = 0.2  # cluster.node_job_argv's requests
+JOBS = ("readme", "sparse")
+SPARSE_FEATURES, SPARSE_VOCAB, SPARSE_ZIPF = 26, 38_462, 1.1
 # The kubelet's cgroupfs layout: Guaranteed pods directly under kubepods, the others under
 # their QoS class's cgroup.
 QOS_CGROUP = {"Guaranteed": "", "Burstable": "burstable", "BestEffort": "besteffort"}
@@ -123,7 +130,27 @@ def free_cpu(core) -> list[float]:
     return list(free.values())
 
 
-def job_argv(args, node_argv: list[str], workers: str) -> list[str]:
+def model_flags(kind: str, args) -> list[str]:
+    """The flags of the ``kind`` job's model and data (its data at /data/<kind> in the pods)."""
+    if kind == "readme":
+        return [
+            f"--model_def={cluster.MODEL_DEF}",
+            "--training_data=/data/readme/train",
+            "--minibatch_size=64",
+            "--num_minibatches_per_task=2",
+        ]
+    if kind == "sparse":
+        return [
+            "--model_def=deepfm.deepfm_ctr.custom_model",
+            f"--model_params=features={SPARSE_FEATURES}; vocab={SPARSE_VOCAB}",
+            "--training_data=/data/sparse/train",
+            "--minibatch_size=256",
+            "--num_minibatches_per_task=16",
+        ]
+    raise ValueError(f"unknown job {kind!r}")
+
+
+def job_argv(args, node_argv: list[str], workers: str, kind: str = "readme") -> list[str]:
     sizing = [f"--num_workers={workers}"]
     if workers == "auto":
         sizing += ["--min_workers=1", f"--max_workers={args.max_workers}"]
@@ -135,11 +162,8 @@ def job_argv(args, node_argv: list[str], workers: str) -> list[str]:
     ]
     return [
         "train",
-        f"--model_def={cluster.MODEL_DEF}",
-        "--training_data=/data/train",
+        *model_flags(kind, args),
         f"--num_epochs={args.epochs}",
-        "--minibatch_size=64",
-        "--num_minibatches_per_task=2",
         "--num_ps_pods=1",
         *sizing,
         *pods,
@@ -186,11 +210,21 @@ def run_job(args, core, backend, namespace: str, kubepods: list[Path], argv, nam
         cluster.cli(TOOL, "cancel", name, f"--namespace={namespace}")
 
 
+TITLES = {"readme": "README job", "sparse": "Sparse job (DeepFM)"}
+
+
+def rounds(repeats: int, jobs: list[str], counts: list[str]):
+    """(repeat, job, workers) in the order they run: every count of every job per repeat."""
+    return [(r, kind, w) for r in range(repeats) for kind in jobs for w in counts]
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", default="readme,sparse")
     parser.add_argument("--fixed", default="1,2,3,4")
     parser.add_argument("--max_workers", type=int, default=4)
     parser.add_argument("--records", type=int, default=16384)
+    parser.add_argument("--sparse_rows", type=int, default=100_000)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--worker_cpu", type=float, default=0.3)
@@ -198,9 +232,14 @@ def parse_args(argv=None):
     parser.add_argument("--image_base", default="elasticdl:cpu")
     args = parser.parse_args(argv)
     try:
+        args.jobs = [j for j in args.jobs.split(",") if j]
+        if not args.jobs or set(args.jobs) - set(JOBS):
+            raise UsageError(f"--jobs must name readme and/or sparse, got {','.join(args.jobs)!r}")
         args.fixed = parse_counts(args.fixed)
-        if min(args.max_workers, args.records, args.epochs, args.repeats) < 1:
-            raise UsageError("--max_workers, --records, --epochs and --repeats must be >= 1")
+        if min(args.max_workers, args.records, args.sparse_rows, args.epochs, args.repeats) < 1:
+            raise UsageError(
+                "--max_workers, --records, --sparse_rows, --epochs and --repeats must be >= 1"
+            )
         if not 0 < args.worker_cpu <= 64:
             raise UsageError(f"--worker_cpu must be a CPU share like 0.3, got {args.worker_cpu:g}")
     except UsageError as e:
@@ -218,7 +257,7 @@ def main(argv=None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="elasticdl-k8s-autoscale-"))
     os.environ["ELASTICDL_HOME"] = str(tmp / "home")
     counts = [str(n) for n in args.fixed] + ["auto"]
-    runs: dict[str, list[dict]] = {w: [] for w in counts}
+    runs = {kind: {w: [] for w in counts} for kind in args.jobs}
     try:
         with cluster.namespace(TOOL, env) as (core, namespace):
             largest = max(*args.fixed, args.max_workers)
@@ -230,48 +269,54 @@ def main(argv=None) -> None:
                     f"{[round(f, 2) for f in free]}: lower --worker_cpu or the worker counts"
                 )
             data = tmp / "data"
-            prepare("fashion_mnist", str(data), progress=False, limit=args.records)
+            if "readme" in args.jobs:
+                prepare("fashion_mnist", str(data / "readme"), progress=False, limit=args.records)
+            if "sparse" in args.jobs:
+                params = dict(
+                    rows=args.sparse_rows,
+                    features=SPARSE_FEATURES,
+                    vocab=SPARSE_VOCAB,
+                    zipf=SPARSE_ZIPF,
+                    seed=0,
+                )
+                prepare("synthetic_ctr", str(data / "sparse"), progress=False, params=params)
             cluster.make_readable(tmp)
-            image, _ = cluster.build_mnist_image(env, args.image_base, tmp)
+            models = ("mnist",) * ("readme" in args.jobs) + ("deepfm",) * ("sparse" in args.jobs)
+            image, _ = cluster.build_zoo_image(env, args.image_base, tmp, models)
             node_argv = cluster.node_job_argv(
                 env, image, namespace, f"host_path={data},mount_path=/data"
             )
             backend = platform_backend("kubernetes", namespace)
             kubepods = utilisation.kubepods_cgroups(len(free))
-            for r in range(args.repeats):  # interleaved: load drifts hit every count alike
-                for workers in counts:
-                    name = f"as-{workers}-{r}"
-                    run = run_job(
-                        args,
-                        core,
-                        backend,
-                        namespace,
-                        kubepods,
-                        job_argv(args, node_argv, workers),
-                        name,
-                        workers,
-                    )
-                    runs[workers].append(run)
-                    print(
-                        f"{name}: {run['records_per_s']:.1f} records/s, {run['cpus_used']:.3f} CPUs, "
-                        f"{run['records_per_cpu_s']:.1f} records per CPU s "
-                        f"{' '.join(run['decisions'])}",
-                        flush=True,
-                    )
+            # interleaved: load drifts hit every count alike
+            for r, kind, workers in rounds(args.repeats, args.jobs, counts):
+                name = f"as-{kind}-{workers}-{r}"
+                argv = job_argv(args, node_argv, workers, kind)
+                run = run_job(args, core, backend, namespace, kubepods, argv, name, workers)
+                runs[kind][workers].append(run)
+                print(
+                    f"{name}: {run['records_per_s']:.1f} records/s, {run['cpus_used']:.3f} CPUs, "
+                    f"{run['records_per_cpu_s']:.1f} records per CPU s "
+                    f"{' '.join(run['decisions'])}",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     summary = {"benchmark": "k8s_autoscale", "goal": GOAL}
-    summary["readme"] = summarise(
-        f"README job on the cluster: --num_workers=N vs auto (1..{args.max_workers}), "
-        f"workers {args.worker_cpu:g} CPU",
-        runs,
-        args.fixed,
-    )
+    for kind in args.jobs:
+        summary[kind] = summarise(
+            f"{TITLES[kind]} on the cluster: --num_workers=N vs auto (1..{args.max_workers}), "
+            f"workers {args.worker_cpu:g} CPU",
+            runs[kind],
+            args.fixed,
+        )
     summary.update(
         fixed=args.fixed,
         max_workers=args.max_workers,
         worker_cpu=args.worker_cpu,
+        jobs=args.jobs,
         records=args.records,
+        sparse_rows=args.sparse_rows,
         epochs=args.epochs,
         repeats=args.repeats,
         load_before=load_before,

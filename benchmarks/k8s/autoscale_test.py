@@ -84,12 +84,42 @@ def test_the_job_gets_the_worker_cpu_and_auto_its_bounds():
     assert "--num_workers=2" in fixed and not any(a.startswith("--max_workers") for a in fixed)
 
 
+def test_the_sparse_job_trains_deepfm_on_its_own_data_volume():
+    args = autoscale.parse_args(["--jobs=sparse"])
+    assert args.jobs == ["sparse"]
+    argv = autoscale.job_argv(args, ["--namespace=x"], "2", "sparse")
+    assert "--model_def=deepfm.deepfm_ctr.custom_model" in argv
+    assert "--model_params=features=26; vocab=38462" in argv
+    assert {"--training_data=/data/sparse/train", "--minibatch_size=256"} <= set(argv)
+    readme = autoscale.job_argv(args, ["--namespace=x"], "2")
+    assert "--training_data=/data/readme/train" in readme
+    with pytest.raises(ValueError, match="unknown job 'dense'"):
+        autoscale.job_argv(args, [], "2", "dense")
+
+
+def test_rounds_interleave_every_count_of_every_job_per_repeat():
+    assert autoscale.rounds(2, ["readme", "sparse"], ["1", "auto"]) == [
+        (0, "readme", "1"),
+        (0, "readme", "auto"),
+        (0, "sparse", "1"),
+        (0, "sparse", "auto"),
+        (1, "readme", "1"),
+        (1, "readme", "auto"),
+        (1, "sparse", "1"),
+        (1, "sparse", "auto"),
+    ]
+
+
 @pytest.mark.parametrize(
     "flag, error",
     [
         ("--fixed=1,x", "--fixed must be comma-separated worker counts like 1,2,4, got '1,x'"),
         ("--worker_cpu=0", "--worker_cpu must be a CPU share like 0.3, got 0"),
-        ("--repeats=0", "--max_workers, --records, --epochs and --repeats must be >= 1"),
+        (
+            "--repeats=0",
+            "--max_workers, --records, --sparse_rows, --epochs and --repeats must be >= 1",
+        ),
+        ("--jobs=readme,dense", "--jobs must name readme and/or sparse, got 'readme,dense'"),
     ],
 )
 def test_bad_flags_are_one_line(flag, error, capsys):

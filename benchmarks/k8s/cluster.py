@@ -115,14 +115,23 @@ def namespace(tool: str, env: dict[str, str]) -> Iterator[tuple[object, str]]:
 def build_mnist_image(env: dict[str, str], image_base: str, work: Path) -> tuple[str, Path]:
     """The job's image from ``image_base`` and a zoo holding model_zoo/mnist, as ``train
     --image_base`` builds it: (image name, the zoo directory)."""
+    return build_zoo_image(env, image_base, work, ("mnist",))
+
+
+def build_zoo_image(
+    env: dict[str, str], image_base: str, work: Path, models: tuple[str, ...]
+) -> tuple[str, Path]:
+    """The job's image from ``image_base`` and a zoo holding the ``models`` directories of
+    model_zoo, as ``train --image_base`` builds it: (image name, the zoo directory)."""
     from elasticdl.client import zoo_image
 
     zoo = work / "zoo"
-    shutil.copytree(
-        REPO / "model_zoo" / "mnist",
-        zoo / "mnist",
-        ignore=shutil.ignore_patterns("__pycache__", "BUILD", "*_test.py"),
-    )
+    for model in models:
+        shutil.copytree(
+            REPO / "model_zoo" / model,
+            zoo / model,
+            ignore=shutil.ignore_patterns("__pycache__", "BUILD", "*_test.py"),
+        )
     request = zoo_image.ZooImageRequest(
         base_image=image_base, model_zoo=str(zoo), prefix=env["ELASTICDL_NODE_REGISTRY"]
     )
