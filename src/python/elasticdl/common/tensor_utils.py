@@ -164,6 +164,16 @@ _ONE_BYTE = [bytes([i]) for i in range(0x80)]
 def _varint(value: int) -> bytes:
     if 0 <= value < 0x80:  # tags, dtypes, small sizes: one byte
         return _ONE_BYTE[value]
+    # Sizes of a push's or pull's fields and row counts: two to four bytes, written at once
+    # (each call of a message's encoding writes a dozen of them).
+    if 0 < value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    if 0 < value < 0x200000:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
+    if 0 < value < 0x10000000:
+        return bytes(
+            (value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14 & 0x7F | 0x80, value >> 21)
+        )
     value &= (1 << 64) - 1  # negative int64 values as protobuf encodes them (10 bytes)
     out = bytearray()
     while True:
@@ -177,7 +187,14 @@ def _varint(value: int) -> bytes:
 
 
 def _read_varint(data, pos: int) -> tuple[int, int]:
-    if pos < len(data) and data[pos] < 0x80:  # one byte: tags, dtypes, small sizes
+    if pos + 1 < len(data):
+        first = data[pos]
+        if first < 0x80:  # one byte: tags, dtypes, small sizes
+            return first, pos + 1
+        second = data[pos + 1]
+        if second < 0x80:  # two bytes: row counts and sizes below 16 KB
+            return first & 0x7F | second << 7, pos + 2
+    elif pos < len(data) and data[pos] < 0x80:  # a one-byte varint that ends the data
         return data[pos], pos + 1
     result = shift = 0
     while True:

@@ -86,3 +86,25 @@ def test_bad_tensor_bytes_are_refused():
     msg.content = msg.content[:-4]
     with pytest.raises(ValueError, match="needs 16"):
         tu.tensor_bytes_to_ndarray(msg.SerializeToString())
+
+
+# Every varint length and the boundaries between them, negatives (10 bytes) included.
+_VARINTS = [0, 1, 0x7F, 0x80, 300, 0x3FFF, 0x4000, 65536, 0x1FFFFF, 0x200000, 0xFFFFFFF]
+_VARINTS += [0x10000000, 2**32, 2**63 - 1, -1, -300, -(2**63)]
+
+
+@pytest.mark.parametrize("value", _VARINTS)
+def test_varints_are_protobufs_and_read_back(value):
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    expected = _VarintBytes(value & (2**64 - 1))
+    assert tu._varint(value) == expected
+    data = b"\x05" + expected + b"\x07"  # a varint between other bytes, and one that ends them
+    assert tu._read_varint(data, 1) == (value & (2**64 - 1), 1 + len(expected))
+    assert tu._read_varint(data[:-1], 1) == (value & (2**64 - 1), len(data) - 1)
+
+
+def test_truncated_varints_are_refused():
+    for data in (b"\x80", b"\xff\xff", b"\x05\x80"):
+        with pytest.raises(ValueError, match="inside a varint"):
+            tu._read_varint(data, len(data) - 1 if data == b"\x05\x80" else 0)
