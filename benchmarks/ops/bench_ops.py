@@ -10,7 +10,9 @@ from other processes on a shared machine hits both alike. Ratios compare achieve
                preallocated array (CPU: np.copyto(dst, src); GPU: device-to-device copy), and
                vs np.take(..., out=) / torch.index_select. Both sides write into existing
                memory, so neither pays first-touch page faults; the allocating call (no
-               ``out=``) is reported too, as lookup_alloc_ms;
+               ``out=``) is reported too, as lookup_alloc_ms. CPU: lookup_threads is the
+               OpenMP team the lookups ran on (the kernels follow the load average: one
+               thread on a busy host), copy_threads the copy's (np.copyto: one);
   aggregation  vs the best NumPy method (np.unique+np.add.at, argsort+np.add.reduceat,
                bincount per column) / torch.unique+index_add_, timed in alternation with
                them (the headline; its inputs are then cold) and back to back (CPU);
@@ -34,6 +36,7 @@ sys.path.insert(
 )
 
 import elasticdl.ops as ops  # noqa: E402
+from elasticdl.ops import _backend  # noqa: E402
 
 
 def median_time(fn, repeats, sync=None):
@@ -110,6 +113,7 @@ def bench_cpu(args, rng):
         nbytes = n * dim * 4
         out, out2 = np.empty((n, dim), np.float32), np.empty((n, dim), np.float32)
         src = table[:n].copy()
+        teams = {cpu_team()}
         t_copy, t_lookup, t_take, t_alloc = median_times(
             [
                 lambda: np.copyto(out2, src),
@@ -119,6 +123,7 @@ def bench_cpu(args, rng):
             ],
             rep,
         )
+        teams.add(cpu_team())
         grads = rng.standard_normal((n, dim), dtype=np.float32)
         methods = numpy_aggregate_methods(ids, grads)
         timed = median_times([lambda: ops.sparse_aggregate(ids, grads), *methods.values()], rep)
@@ -142,6 +147,9 @@ def bench_cpu(args, rng):
             "copy_GBps": nbytes / t_copy / 1e9,
             "lookup_vs_copy": t_copy / t_lookup,
             "lookup_vs_np_take": t_take / t_lookup,
+            # Threads on each side of lookup_vs_copy: np.copyto copies on the calling thread.
+            "lookup_threads": sorted(t for t in teams if t is not None),
+            "copy_threads": [1],
             "aggregate_ms": t_agg * 1e3,
             "numpy_aggregate_ms": {k: t * 1e3 for k, t in base.items()},
             "numpy_best": best,
@@ -235,11 +243,24 @@ def bench_cuda(args, rng):
     return res
 
 
+def cpu_team():
+    """OpenMP threads the next native CPU kernel gets (None: not the native backend, or a build
+    without the query). The kernels size their team by the 1-minute load average
+    (`follow_load` in src/cc/kernels_cpu.cc), so a busy host times one thread where an idle
+    one times two; sampled before and after the lookups and reported with them."""
+    native = _backend.native
+    query = getattr(native, "team_threads", None)
+    return int(query()) if query is not None else None
+
+
 def median_of_runs(runs):
-    """Element-wise median of the numeric leaves of several result dicts (strings: first run's)."""
+    """Element-wise median of the numeric leaves of several result dicts (lists: every value
+    any run saw; strings: first run's)."""
     first = runs[0]
     if isinstance(first, dict):
         return {k: median_of_runs([r[k] for r in runs]) for k in first}
+    if isinstance(first, list):
+        return sorted({v for r in runs for v in r})
     if isinstance(first, (int, float)) and not isinstance(first, bool):
         return statistics.median(runs)
     return first

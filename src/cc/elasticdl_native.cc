@@ -174,6 +174,7 @@ PYBIND11_MODULE(elasticdl_native, m) {
   m.attr("ABI_VERSION") = kAbiVersion;
   m.attr("CUDA_SUM_CHUNK") = edl::kCudaSumChunk;
   m.def("num_threads", &edl::cpu::num_threads);
+  m.def("team_threads", &edl::cpu::team_threads);
 
   EDL_BIND_COMMON(m, "cpu_", edl::cpu)
   // sparse_update for ids the caller guarantees unique (kernels.h); CPU only.

@@ -37,6 +37,9 @@ int num_threads();
 // Sizes the calling thread's OpenMP teams by the free CPUs (1-minute load average) unless
 // OMP_DYNAMIC is set; num_threads() is the maximum (OMP_NUM_THREADS or the CPUs).
 void follow_load();
+// The OpenMP team the next parallel kernel called from this thread gets (follow_load() applied
+// first): lets a benchmark state how many threads its timings used.
+int team_threads();
 int64_t lookup(const void* table, int dtype, int64_t rows, int64_t dim, const int64_t* ids, int64_t n,
                void* out);
 int64_t lookup_pooled(const void* table, int dtype, int64_t rows, int64_t dim, const int64_t* ids,

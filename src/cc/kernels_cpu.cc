@@ -78,6 +78,11 @@ void follow_load() {
   omp_set_num_threads(team_for_load());
 }
 
+int team_threads() {
+  follow_load();
+  return omp_get_max_threads();
+}
+
 namespace {
 // Rows per thread that the gather prefetches ahead. Each 256-byte row is 4 cache lines, so
 // ~kPrefetchRows*4 misses are in flight per core: enough to cover DRAM latency on random rows.

@@ -52,8 +52,12 @@ class DecodedPush:
 
 
 # ------------------------------------------------------------------ writing
+# The tags of the length-delimited fields written here (all numbered below 16: one byte).
+_TAGS = [tu._varint(number << 3 | _LEN) for number in range(16)]
+
+
 def _tag(number: int) -> bytes:
-    return tu._varint(number << 3 | _LEN)
+    return _TAGS[number] if number < 16 else tu._varint(number << 3 | _LEN)
 
 
 def _field(number: int, pieces: List, size: int) -> tuple[List, int]:
@@ -64,7 +68,7 @@ def _field(number: int, pieces: List, size: int) -> tuple[List, int]:
 
 def _tensor(number: int, array) -> tuple[List, int]:
     pieces = tu.ndarray_to_tensor_pieces(array)
-    return _field(number, pieces, sum(memoryview(p).nbytes for p in pieces))
+    return _field(number, pieces, sum(map(len, pieces)))  # bytes, or 1-D byte views
 
 
 def _key(name: str) -> tuple[List, int]:

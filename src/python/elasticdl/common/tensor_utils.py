@@ -164,6 +164,16 @@ _ONE_BYTE = [bytes([i]) for i in range(0x80)]
 def _varint(value: int) -> bytes:
     if 0 <= value < 0x80:  # tags, dtypes, small sizes: one byte
         return _ONE_BYTE[value]
+    # Sizes of a push's or pull's fields and row counts: two to four bytes, written at once
+    # (each call of a message's encoding writes a dozen of them).
+    if 0 < value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    if 0 < value < 0x200000:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
+    if 0 < value < 0x10000000:
+        return bytes(
+            (value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14 & 0x7F | 0x80, value >> 21)
+        )
     value &= (1 << 64) - 1  # negative int64 values as protobuf encodes them (10 bytes)
     out = bytearray()
     while True:
@@ -177,7 +187,14 @@ def _varint(value: int) -> bytes:
 
 
 def _read_varint(data, pos: int) -> tuple[int, int]:
-    if pos < len(data) and data[pos] < 0x80:  # one byte: tags, dtypes, small sizes
+    if pos + 1 < len(data):
+        first = data[pos]
+        if first < 0x80:  # one byte: tags, dtypes, small sizes
+            return first, pos + 1
+        second = data[pos + 1]
+        if second < 0x80:  # two bytes: row counts and sizes below 16 KB
+            return first & 0x7F | second << 7, pos + 2
+    elif pos < len(data) and data[pos] < 0x80:  # a one-byte varint that ends the data
         return data[pos], pos + 1
     result = shift = 0
     while True:
@@ -222,6 +239,58 @@ def tensor_bytes_to_ndarray(data: bytes) -> np.ndarray:
     """Decode a serialized `Tensor` of a numeric dtype as a read-only view of `data` (falls back
     to the protobuf parser for strings); ValueError for bytes that are no such Tensor."""
     view = memoryview(data)
+    layout = _written_layout(view)
+    dtype, shape, content = layout if layout is not None else _tensor_fields(view)
+    if dtype == pb.DT_STRING:
+        return pb_to_ndarray(pb.Tensor.FromString(bytes(data)))
+    np_dtype = pb_to_dtype(dtype)
+    start, end = content
+    expected = math.prod(shape) * np_dtype.itemsize
+    if end - start != expected:
+        raise ValueError(
+            f"Tensor content is {end - start} bytes but shape {shape} of {np_dtype} needs "
+            f"{expected}"
+        )
+    return np.frombuffer(view[start:end], dtype=np_dtype).reshape(shape)
+
+
+_DTYPE_TAG = _TENSOR_DTYPE << 3 | _VARINT
+_SHAPE_TAG = _TENSOR_SHAPE << 3 | _LEN
+_CONTENT_TAG = _TENSOR_CONTENT << 3 | _LEN
+
+
+def _written_layout(view: memoryview):
+    """(dtype, shape, content span) of a Tensor laid out as `ndarray_to_tensor_pieces` and
+    protobuf write a numeric one: a one-byte dtype, the packed shape, the content to the end,
+    each once and in that order. None for anything else, which `_tensor_fields` reads (the
+    same answer, field by field: several times the Python per call, and a push carries two)."""
+    n = len(view)
+    if n < 4 or view[0] != _DTYPE_TAG or view[1] >= 0x80:
+        return None
+    dtype, pos, shape = view[1], 2, []
+    if view[pos] == _SHAPE_TAG:
+        size, pos = _read_varint(view, pos + 1)
+        end = pos + size
+        if end > n:
+            return None
+        while pos < end:
+            value, pos = _read_varint(view, pos)
+            if value >> 63:  # a negative dimension: _tensor_fields reports it
+                return None
+            shape.append(value)
+        if pos != end:
+            return None
+    if pos >= n or view[pos] != _CONTENT_TAG:
+        return None
+    size, pos = _read_varint(view, pos + 1)
+    if pos + size != n:
+        return None
+    return dtype, shape, (pos, n)
+
+
+def _tensor_fields(view: memoryview):
+    """(dtype, shape, content span) of the Tensor in `view`, read field by field in any order
+    (a later occurrence wins, repeated shapes add up: protobuf's merge)."""
     pos, dtype, shape, content = 0, pb.DT_INVALID, [], (0, 0)
     while pos < len(view):
         key, pos = _read_varint(view, pos)
@@ -250,14 +319,4 @@ def tensor_bytes_to_ndarray(data: bytes) -> np.ndarray:
             pos += 8
         else:
             raise ValueError(f"Tensor bytes hold an unexpected wire type {wire}")
-    if dtype == pb.DT_STRING:
-        return pb_to_ndarray(pb.Tensor.FromString(bytes(data)))
-    np_dtype = pb_to_dtype(dtype)
-    start, end = content
-    expected = math.prod(shape) * np_dtype.itemsize
-    if end - start != expected:
-        raise ValueError(
-            f"Tensor content is {end - start} bytes but shape {shape} of {np_dtype} needs "
-            f"{expected}"
-        )
-    return np.frombuffer(view[start:end], dtype=np_dtype).reshape(shape)
+    return dtype, shape, content

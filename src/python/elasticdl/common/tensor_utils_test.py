@@ -86,3 +86,52 @@ def test_bad_tensor_bytes_are_refused():
     msg.content = msg.content[:-4]
     with pytest.raises(ValueError, match="needs 16"):
         tu.tensor_bytes_to_ndarray(msg.SerializeToString())
+
+
+def test_tensor_bytes_in_other_layouts_read_as_protobuf_reads_them():
+    """What the writers write is read by the one-pass layout; any other valid encoding (fields
+    in another order, a field twice, one not read here) field by field, to protobuf's answer."""
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    raw = tu.ndarray_to_tensor_bytes(a)
+    assert tu._written_layout(memoryview(raw)) is not None
+    dtype = b"\x08" + tu._varint(tu.dtype_to_pb(a.dtype))
+    shape = b"\x12\x02\x02\x03"
+    content = b"\x1a" + tu._varint(a.nbytes) + a.tobytes()
+    unknown = b"\x78\x01"  # field 15, a varint
+    wrong_shape = b"\x12\x02\x06\x01"
+    for data in (
+        content + shape + dtype,
+        dtype + content + shape,
+        dtype + shape + content + unknown,
+        unknown + dtype + shape + content,
+        dtype + b"\x12\x01\x02" + b"\x12\x01\x03" + content,  # packed shape in two pieces
+        dtype + wrong_shape + dtype + content,
+    ):
+        assert tu._written_layout(memoryview(data)) is None
+        got, want = tu.tensor_bytes_to_ndarray(data), tu.pb_to_ndarray(pb.Tensor.FromString(data))
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="needs"):  # a negative dimension, as before
+        tu.tensor_bytes_to_ndarray(dtype + b"\x12\x0a" + tu._varint(-1) + content)
+
+
+# Every varint length and the boundaries between them, negatives (10 bytes) included.
+_VARINTS = [0, 1, 0x7F, 0x80, 300, 0x3FFF, 0x4000, 65536, 0x1FFFFF, 0x200000, 0xFFFFFFF]
+_VARINTS += [0x10000000, 2**32, 2**63 - 1, -1, -300, -(2**63)]
+
+
+@pytest.mark.parametrize("value", _VARINTS)
+def test_varints_are_protobufs_and_read_back(value):
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    expected = _VarintBytes(value & (2**64 - 1))
+    assert tu._varint(value) == expected
+    data = b"\x05" + expected + b"\x07"  # a varint between other bytes, and one that ends them
+    assert tu._read_varint(data, 1) == (value & (2**64 - 1), 1 + len(expected))
+    assert tu._read_varint(data[:-1], 1) == (value & (2**64 - 1), len(data) - 1)
+
+
+def test_truncated_varints_are_refused():
+    for data in (b"\x80", b"\xff\xff", b"\x05\x80"):
+        with pytest.raises(ValueError, match="inside a varint"):
+            tu._read_varint(data, len(data) - 1 if data == b"\x05\x80" else 0)

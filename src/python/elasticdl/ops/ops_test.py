@@ -12,6 +12,7 @@ import sys
 import elasticdl.ops as ops
 import numpy as np
 import pytest
+from elasticdl.ops import _backend
 from elasticdl.ops import reference as R
 from elasticdl.ops._checks import BFLOAT16
 
@@ -445,6 +446,17 @@ def test_sparse_aggregate_single_thread_is_exact():
         "    assert np.array_equal(u, ru) and np.array_equal(s, rs)\n"
     )
     _run_on_omp_threads(1, body, timeout=120)
+
+
+def test_team_threads_reports_the_team_the_kernels_get():
+    """What a benchmark records as the threads of its timings: OMP_NUM_THREADS caps it, the
+    load average lowers it (never below one), OMP_DYNAMIC set by the user leaves the cap."""
+    if ops.backend() != "native":
+        pytest.skip("native backend only")
+    native = _backend.native
+    assert 1 <= native.team_threads() <= native.num_threads()
+    _run_on_omp_threads(1, "assert N.team_threads() == 1\n", timeout=60)
+    _run_on_omp_threads(3, "assert N.team_threads() == 3\n", timeout=60, OMP_DYNAMIC="false")
 
 
 def test_sparse_aggregate_results_survive_block_reuse():

@@ -93,10 +93,13 @@ class EmbeddingTable:
         for slot, block in self._slots.items():
             self._slots[slot] = _resized(block, new_capacity, self._size)
 
-    def rows(self, ids: np.ndarray, create: bool = True) -> np.ndarray:
+    def rows(self, ids: np.ndarray, create: bool = True, checked: bool = False) -> np.ndarray:
         """Block row of every id (duplicates allowed). Missing ids get new rows holding the
-        initializer's values (and zero slots) when `create`, else a KeyError-like PSError."""
-        ids = check_ids(ids, self.name)
+        initializer's values (and zero slots) when `create`, else a KeyError-like PSError.
+        `checked`: `ids` is what `check_ids` returned (the PS checks a request's ids once, in
+        Parameters.check_embedding_ids, not again at every use: a pass over them each time)."""
+        if not checked:
+            ids = check_ids(ids, self.name)
         rows = self._index.lookup(ids)
         missing = rows < 0
         if missing.any():
@@ -130,9 +133,10 @@ class EmbeddingTable:
         return rows
 
     # ------------------------------------------------------------------ get / set
-    def get(self, ids: np.ndarray) -> np.ndarray:
-        """Copy of the rows for `ids` (n, dim), creating unseen rows lazily."""
-        rows = self.rows(ids)
+    def get(self, ids: np.ndarray, checked: bool = False) -> np.ndarray:
+        """Copy of the rows for `ids` (n, dim), creating unseen rows lazily (`checked`: as in
+        `rows`)."""
+        rows = self.rows(ids, checked=checked)
         if rows.size * self.dim <= _SMALL_GATHER:
             # A few rows: the kernel's argument checks cost more than NumPy's whole gather.
             return np.take(self._values, rows, axis=0)
@@ -177,7 +181,7 @@ def check_ids(ids, table: str) -> np.ndarray:
 def strictly_increasing(ids: np.ndarray) -> bool:
     """Whether every id is larger than the one before: then none repeats. An O(n) pass, where
     finding out otherwise costs a sort; what the PS checks before it trusts ids to be unique."""
-    return ids.size < 2 or bool(np.all(ids[1:] > ids[:-1]))
+    return ids.size < 2 or bool((ids[1:] > ids[:-1]).all())
 
 
 def _block(capacity: int, dim: int) -> np.ndarray:

@@ -163,13 +163,21 @@ class Optimizer:
             ops.dense_update(spec, params.dense[name], grad, slots, lr, step)
 
     def apply_sparse(
-        self, table: EmbeddingTable, ids: np.ndarray, grads: np.ndarray, lr: float, step: int
+        self,
+        table: EmbeddingTable,
+        ids: np.ndarray,
+        grads: np.ndarray,
+        lr: float,
+        step: int,
+        ids_checked: bool = False,
     ):
         """Update rows `ids` (duplicates are summed by the kernel) of `table`. The kernels see
-        block row numbers, not ids, so table and slots are plain contiguous 2-D arrays."""
+        block row numbers, not ids, so table and slots are plain contiguous 2-D arrays.
+        `ids_checked`: `ids` passed `check_ids` already (a push's, in Parameters.check_grad)."""
         if ids.size == 0:
             return
-        rows = table.rows(ids)  # creates rows never pulled (e.g. after a PS restart)
+        # Creates rows never pulled (e.g. after a PS restart).
+        rows = table.rows(ids, checked=ids_checked)
         slots = [table.slot(s, init) for s, init in self._slots]
         # A worker sends each id once, in order (it summed them: ps_client); checked here, not
         # trusted, since the kernel races on a repeated row. Distinct ids have distinct rows,

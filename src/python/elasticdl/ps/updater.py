@@ -232,7 +232,7 @@ class ParameterServer:
     def pull_embedding_vectors(self, name: str, ids) -> np.ndarray:
         with self.lock:
             ids = self.params.check_embedding_ids(name, ids)
-            return self.params.embedding_tables[name].get(ids)
+            return self.params.embedding_tables[name].get(ids, checked=True)
 
     def snapshot(self, include_slots: bool = True) -> pb.Model:
         with self.lock:
@@ -346,7 +346,10 @@ class ParameterServer:
         step = p.version + 1
         self.optimizer.apply_dense(p, dense, lr, step)
         for name, (ids, grads) in sparse.items():
-            self.optimizer.apply_sparse(p.embedding_tables[name], ids, grads, lr, step)
+            # The ids passed check_grad (or are a concatenation of pushes that did).
+            self.optimizer.apply_sparse(
+                p.embedding_tables[name], ids, grads, lr, step, ids_checked=True
+            )
         p.version += 1
         if self._on_version is not None:
             self._on_version(p.version)

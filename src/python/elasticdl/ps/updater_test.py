@@ -137,3 +137,28 @@ def test_pushes_that_would_wreck_the_model_are_refused(use_async, dense, rows, l
     # The next sound push is applied as usual.
     assert push(ps, 0, dense=[1, 1, 1], lr=0.5).accepted
     np.testing.assert_allclose(ps.params.dense["w"], -0.5)
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+def test_a_push_and_a_pull_check_their_ids_once(use_async, monkeypatch):
+    """The parameters check a request's ids (integers, non-negative, owned); the table then
+    trusts them instead of checking them again. Negative ids are still refused."""
+    from elasticdl.ps import embedding_table, parameters
+
+    calls = []
+    real = embedding_table.check_ids
+
+    def counted(ids, table):
+        calls.append(table)
+        return real(ids, table)
+
+    monkeypatch.setattr(embedding_table, "check_ids", counted)
+    monkeypatch.setattr(parameters, "check_ids", counted)
+    ps, _ = make_ps(UpdatePolicy(use_async=use_async))
+    assert push(ps, 0, ids=[1, 5], rows=[[1, 1], [2, 2]]).accepted
+    np.testing.assert_allclose(ps.pull_embedding_vectors("e", [5, 1]), [[-0.2, -0.2], [-0.1, -0.1]])
+    assert calls == ["e", "e"]  # one for the push, one for the pull
+    with pytest.raises(PSError, match="non-negative"):
+        push(ps, 1, ids=[-1], rows=[[1, 1]])
+    with pytest.raises(PSError, match="non-negative"):
+        ps.pull_embedding_vectors("e", [-3])
