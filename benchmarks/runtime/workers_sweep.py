@@ -1,7 +1,8 @@
-"""Workers sweep: the master's dispatch as the number of workers grows (1 .. 1,000).
+"""Workers sweep: the master's dispatch as the number of workers grows (1 .. 10,000).
 
-    python benchmarks/runtime/workers_sweep.py [--workers 1,10,100,300,1000] [--seconds 5]
-        [--processes 2] [--protocol combined|two_calls] [--paced_rate 2200] [--plot out.png]
+    python benchmarks/runtime/workers_sweep.py [--workers 1,10,100,300,1000,3000,10000]
+        [--seconds 5] [--processes 2] [--protocol lease|combined|two_calls] [--lease 4]
+        [--paced_rate 2200] [--plot out.png]
 
 Each simulated worker is a grpc.aio coroutine with its own channel and its own TCP connection
 (as separate worker processes have), authenticated with the job secret, against the real master
@@ -14,11 +15,14 @@ loops: get a task, "train" it, report it. Two modes per worker count, each with 
 * ``paced``: each worker trains each task for ``N / paced_rate`` seconds (1,000 workers at the
   default 2,200 tasks/s: 0.45 s per task), so the workers together offer ``paced_rate`` tasks/s,
   10% above the 2,000 target, like real workers that train between calls. This is the mode
-  the targets are about: tasks/s >= 2,000 and p99 of the call that gets a task < 50 ms.
+  the targets are about: tasks/s >= 2,000 and p99 <= 100 ms at 1,000 workers.
 
-The protocol is the worker's (``combined``: one `report_task_result_and_get_task` per task) or
-the older two calls (``two_calls``: `get_task`, then `report_task_result`); the latency is
-that of the call that returns the task. The master's RSS is read from /proc when it is idle
+The protocol is the worker's (``lease``: one `lease_tasks` call per ``--lease`` tasks, with the
+results of the tasks run since the last call, as `MasterClient` does), one call per task
+(``combined``: `report_task_result_and_get_task`) or the older two calls (``two_calls``:
+`get_task`, then `report_task_result`). Two latencies: ``get`` of each call that returns tasks,
+and ``wait``, per task, how long its worker had no task in hand (a task from the lease: none;
+else the call) -- the figure a user sees. The targets hold for the p99 of both. The master's RSS is read from /proc when it is idle
 (its epoch of tasks already created), when every worker has connected and done one task (the
 per-worker figure) and at the end (the growth per task done). Client processes share the
 machine's cores with the master; their CPU use is printed so it is clear what bounds a point.
@@ -39,9 +43,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+from elasticdl.worker.master_client import DEFAULT_LEASE_TASKS  # noqa: E402
 
 TARGET_TASKS_PER_S = 2000.0
-TARGET_P99_MS = 50.0
+TARGET_P99_MS = 100.0
+PROTOCOLS = ("lease", "combined", "two_calls")
 BENCH_SECRET = "workers-sweep-benchmark-secret"
 MODES = ("saturated", "paced")
 
@@ -110,7 +116,8 @@ def client_process(
     port: int,
     first_id: int,
     n: int,
-    combined: bool,
+    protocol: str,
+    lease: int,
     train_s: float,
     client_nice: int,
     ready_q,
@@ -130,7 +137,9 @@ def client_process(
     # A private subchannel pool per channel: one TCP connection per worker, as between pods.
     options = [("grpc.use_local_subchannel_pool", 1)]
     errors: list[str] = []
-    latencies: list[float] = []
+    latencies: list[float] = []  # of each call that returns tasks
+    waits: list[float] = []  # per task: how long its worker had no task in hand
+    combined = protocol == "combined"
 
     def report_of(task, worker_id):
         req = pb.ReportTaskResultRequest(task_id=task.task_id, worker_id=worker_id)
@@ -157,6 +166,8 @@ def client_process(
             # Paced workers start at random phases of their period, as real ones would.
             next_start = start_at + (random.random() * train_s if train_s else 0.0)
             await asyncio.sleep(max(0.0, next_start - time.time()))
+            if protocol == "lease":
+                return await leasing_worker(stub, worker_id, end, next_start, reported)
             done = 0
             lat = []
             held = None
@@ -173,6 +184,7 @@ def client_process(
                     else:
                         task = await stub.get_task(get_req, metadata=auth)
                     lat.append(time.perf_counter() - t0)
+                    waits.append(lat[-1])
                     if task.task_id == 0:
                         errors.append("the master ran out of tasks")
                         break
@@ -195,6 +207,47 @@ def client_process(
             latencies.extend(lat)
             return done, reported
 
+    async def leasing_worker(stub, worker_id: int, end: float, next_start: float, reported):
+        """The real worker's protocol (``MasterClient``): a lease call when the lease is used
+        up, with the results of the tasks run since the last one."""
+        done = 0
+        lat, wait = [], []
+        leased: list = []
+        results: list = []
+        call_id = worker_id << 32
+        try:
+            while time.time() < end:
+                t0 = time.perf_counter()
+                if not leased:
+                    call_id += 1
+                    req = pb.LeaseTasksRequest(worker_id=worker_id, max_tasks=lease, call_id=call_id)
+                    req.results.extend(results)
+                    answer = await stub.lease_tasks(req, metadata=auth)
+                    lat.append(time.perf_counter() - t0)
+                    reported, results = reported + len(results), []
+                    leased = list(reversed(answer.tasks))
+                    if not leased or leased[-1].task_id == 0:
+                        errors.append("the master ran out of tasks")
+                        break
+                task = leased.pop()
+                wait.append(time.perf_counter() - t0)
+                if time.time() < end:  # tasks started within the window
+                    done += 1
+                if train_s:
+                    next_start = max(next_start + train_s, time.time())
+                    await asyncio.sleep(max(0.0, next_start - time.time()))
+                results.append(report_of(task, worker_id))
+            if results:  # what it finished goes in; the rest of its lease is left unrun
+                req = pb.LeaseTasksRequest(worker_id=worker_id, max_tasks=0, call_id=call_id + 1)
+                req.results.extend(results)
+                await stub.lease_tasks(req, metadata=auth)
+                reported += len(results)
+        except grpc.RpcError as e:
+            errors.append(f"{e.code().name}: {e.details()}")
+        latencies.extend(lat)
+        waits.extend(wait)
+        return done, reported
+
     async def main():
         ready, all_ready = [0], asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -215,7 +268,7 @@ def client_process(
         return sum(r[0] for r in ok), sum(r[1] for r in ok), cpu
 
     done, reported, cpu = asyncio.run(main())
-    result_q.put((done, reported, cpu, latencies, errors))
+    result_q.put((done, reported, cpu, latencies, waits, errors))
 
 
 # --------------------------------------------------------------------------------------- driver
@@ -229,7 +282,7 @@ def percentile(values: list[float], q: float) -> float:
 def measure(workers: int, mode: str, args) -> dict:
     ctx = mp.get_context("spawn")
     out_q, ctl_q, ready_q, result_q = ctx.Queue(), ctx.Queue(), ctx.Queue(), ctx.Queue()
-    num_tasks = int(args.seconds * 15000) + 10 * workers + 1000
+    num_tasks = int(args.seconds * 30000) + 10 * workers * max(args.lease, 1) + 1000
     profile = ""
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
@@ -249,7 +302,8 @@ def measure(workers: int, mode: str, args) -> dict:
                 port,
                 first,
                 n,
-                args.protocol == "combined",
+                args.protocol,
+                args.lease,
                 train_s,
                 args.client_nice,
                 ready_q,
@@ -264,7 +318,7 @@ def measure(workers: int, mode: str, args) -> dict:
         first += n
     try:
         for _ in procs:
-            ready_q.get(timeout=180)
+            ready_q.get(timeout=600)  # 10,000 workers take a while to connect
         start_at = time.time() + 0.5
         ctl_q.put(("window", start_at, args.seconds))
         for q in go_qs:
@@ -272,11 +326,13 @@ def measure(workers: int, mode: str, args) -> dict:
         done = reported = 0
         client_cpu = 0.0
         latencies: list[float] = []
+        waits: list[float] = []
         errors: list[str] = []
         for _ in procs:
-            d, r, cpu, lat, errs = result_q.get(timeout=args.seconds + 180)
+            d, r, cpu, lat, wait, errs = result_q.get(timeout=args.seconds + 600)
             done, reported, client_cpu = done + d, reported + r, client_cpu + cpu
             latencies.extend(lat)
+            waits.extend(wait)
             errors.extend(errs)
         ctl_q.put("clients done")
         _, accounted, master_cpu, rss_start, rss_end = out_q.get(timeout=60)
@@ -301,6 +357,9 @@ def measure(workers: int, mode: str, args) -> dict:
         "tasks_per_s": round(done / args.seconds, 1),
         "get_p50_ms": round(percentile(latencies, 50) * 1e3, 3),
         "get_p99_ms": round(percentile(latencies, 99) * 1e3, 3),
+        "wait_p50_ms": round(percentile(waits, 50) * 1e3, 3),
+        "wait_p99_ms": round(percentile(waits, 99) * 1e3, 3),
+        "calls_per_task": round(len(latencies) / max(len(waits), 1), 3),
         "master_cores": round(master_cpu / args.seconds, 3),
         "tasks_per_master_cpu_s": round(done / max(master_cpu, 1e-9), 1),
         "client_cores": round(client_cpu / args.seconds, 3),
@@ -325,9 +384,9 @@ def plot(points: list[dict], path: str, title: str) -> None:
             continue
         x = [p["workers"] for p in pts]
         axes[0].plot(x, [p["tasks_per_s"] for p in pts], styles[mode], label=mode)
-        axes[1].plot(x, [p["get_p99_ms"] for p in pts], styles[mode], label=f"{mode} p99")
-        p50 = [p["get_p50_ms"] for p in pts]
-        axes[1].plot(x, p50, styles[mode], alpha=0.4, label=f"{mode} p50")
+        axes[1].plot(x, [p["get_p99_ms"] for p in pts], styles[mode], label=f"{mode} call p99")
+        wait99 = [p["wait_p99_ms"] for p in pts]
+        axes[1].plot(x, wait99, styles[mode], alpha=0.6, label=f"{mode} wait p99")
         axes[2].plot(x, [p["tasks_per_master_cpu_s"] for p in pts], styles[mode], label=mode)
         axes[3].plot(x, [p["rss_per_worker_kib"] for p in pts], styles[mode], label=mode)
     axes[0].axhline(TARGET_TASKS_PER_S, color="grey", lw=1, ls=":", label="target")
@@ -336,7 +395,7 @@ def plot(points: list[dict], path: str, title: str) -> None:
         axes,
         (
             "tasks/s",
-            "latency of the call getting a task (ms)",
+            "p99: call returning tasks, worker without a task (ms)",
             "tasks per master CPU-second",
             "master RSS per worker (KiB)",
         ),
@@ -354,10 +413,19 @@ def plot(points: list[dict], path: str, title: str) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workers", default="1,10,100,300,1000", help="comma-separated counts")
+    p.add_argument(
+        "--workers", default="1,10,100,300,1000,3000,10000", help="comma-separated counts"
+    )
     p.add_argument("--seconds", type=float, default=5.0, help="measurement window per point")
     p.add_argument("--processes", type=int, default=2, help="client processes")
-    p.add_argument("--protocol", choices=("combined", "two_calls"), default="combined")
+    p.add_argument("--protocol", choices=PROTOCOLS, default="lease")
+    p.add_argument(
+        "--lease",
+        type=int,
+        default=DEFAULT_LEASE_TASKS,
+        help=f"tasks asked for per lease call (--protocol lease; default {DEFAULT_LEASE_TASKS}, "
+        "the worker's)",
+    )
     p.add_argument("--modes", default="saturated,paced", help="saturated, paced or both")
     p.add_argument(
         "--paced_rate", type=float, default=2200.0, help="tasks/s the paced workers offer"
@@ -383,14 +451,15 @@ def main(argv=None) -> int:
         p.error(f"--modes must name some of {', '.join(MODES)}, got {args.modes!r}")
     if any(w < 1 for w in workers):
         p.error("--workers must all be >= 1")
-    if args.processes < 1 or args.seconds <= 0 or args.paced_rate <= 0:
-        p.error("--processes, --seconds and --paced_rate must be positive")
+    if args.processes < 1 or args.seconds <= 0 or args.paced_rate <= 0 or args.lease < 1:
+        p.error("--processes, --seconds, --paced_rate and --lease must be positive")
     os.environ["PYTHONPATH"] = common.python_env()["PYTHONPATH"]  # for the spawned processes
 
     points = [measure(w, m, args) for w in workers for m in modes]
+    lease_note = f" of {args.lease}" if args.protocol == "lease" else ""
     header = list(points[0].keys())
     common.print_table(
-        f"Master dispatch vs workers ({args.protocol}, {args.seconds:g} s per point, "
+        f"Master dispatch vs workers ({args.protocol}{lease_note}, {args.seconds:g} s per point, "
         f"{os.cpu_count()} CPUs shared by master and {args.processes} client processes)",
         header,
         [[pt[h] for h in header] for pt in points],
@@ -401,6 +470,7 @@ def main(argv=None) -> int:
     summary = {
         "benchmark": "workers_sweep",
         "protocol": args.protocol,
+        "lease": args.lease if args.protocol == "lease" else 1,
         "seconds": args.seconds,
         "cpus": os.cpu_count(),
         "paced_rate": args.paced_rate,
@@ -409,12 +479,17 @@ def main(argv=None) -> int:
         "max_workers": top,
         "tasks_per_s_at_max": at_top["tasks_per_s"],
         "get_p99_ms_at_max": at_top["get_p99_ms"],
+        "wait_p99_ms_at_max": at_top["wait_p99_ms"],
         "targets_met": at_top["tasks_per_s"] >= TARGET_TASKS_PER_S
-        and at_top["get_p99_ms"] < TARGET_P99_MS,
+        and max(at_top["get_p99_ms"], at_top["wait_p99_ms"]) <= TARGET_P99_MS,
         "points": points,
     }
     if args.plot:
-        plot(points, args.plot, f"Master dispatch vs workers ({args.protocol}, 2-core machine)")
+        plot(
+            points,
+            args.plot,
+            f"Master dispatch vs workers ({args.protocol}{lease_note}, {os.cpu_count()}-core machine)",
+        )
     common.print_json(summary)
     return 0
 
