@@ -84,7 +84,12 @@ class TaskLeases:
             self._note_contact(worker_id)
             last = self._last_lease.get(worker_id)
             if call_id and last is not None and last[0] == call_id:
-                return self._held_of_lease(worker_id, last[2])
+                # A repeat: its results were applied the first time.
+                tasks = self._held_of_lease(worker_id, last[2])
+                if not tasks and max_tasks > 0:  # all taken back since: a new lease
+                    tasks = self._hand_out_lease_locked(worker_id, max_tasks, last[1], call_id)
+                    self._maybe_snapshot()
+                return tasks
             accepted_any = False
             self._batch_pace = [0, 0]
             try:

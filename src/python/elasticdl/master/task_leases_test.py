@@ -115,6 +115,10 @@ def test_a_numbered_call_repeated_gets_the_same_tasks_and_its_results_apply_once
     # It fails again in a new call with the very same results: a new call, applied.
     third = tm.lease(1, failed, 2, call_id=3)
     assert tm.summary().tasks_retried == 2 and third[0].task_id == first[0].task_id
+    # A repeat after its tasks were taken back: a new lease, its results still applied once.
+    tm.recover_tasks(1)
+    assert len(tm.lease(1, failed, 2, call_id=3)) == 2
+    assert tm.summary().tasks_retried == 2 and tm.summary().tasks_doing == 2
 
 
 def test_the_first_call_is_not_taken_for_a_repeat():
