@@ -1,7 +1,8 @@
 """Workers sweep: the master's dispatch as the number of workers grows (1 .. 10,000).
 
     python benchmarks/runtime/workers_sweep.py [--workers 1,10,100,300,1000,3000,10000]
-        [--seconds 5] [--processes 2] [--protocol lease|combined|two_calls] [--lease 4]
+        [--seconds 5] [--processes 2] [--workers_per_process 500]
+        [--protocol lease|combined|two_calls] [--lease 4]
         [--paced_rate 2200] [--plot out.png]
 
 Each simulated worker is a grpc.aio coroutine with its own channel and its own TCP connection
@@ -150,7 +151,8 @@ def client_process(
         worker_id = first_id + i
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
             stub = pb_grpc.MasterStub(channel)
-            await asyncio.wait_for(channel.channel_ready(), timeout=60)
+            # 10,000 workers connecting at once take minutes on 2 shared cores.
+            await asyncio.wait_for(channel.channel_ready(), timeout=600)
             get_req = pb.GetTaskRequest(worker_id=worker_id)
             reported = 0
             # One task before the window: the connection and the master's per-worker state
@@ -291,7 +293,10 @@ def measure(workers: int, mode: str, args) -> dict:
     master.start()
     _, port, rss_idle = out_q.get(timeout=120)
     train_s = workers / args.paced_rate if mode == "paced" else 0.0
-    nproc = min(args.processes, workers)
+    # grpc.aio's cost per event grows with the channels of its process: 5,000 in one took
+    # minutes to connect and drained at ~10 channels/s when closing, so no process gets
+    # more than --workers_per_process of them.
+    nproc = min(max(args.processes, math.ceil(workers / args.workers_per_process)), workers)
     go_qs, procs, first = [], [], 0
     for k in range(nproc):
         n = workers // nproc + (1 if k < workers % nproc else 0)
@@ -363,6 +368,7 @@ def measure(workers: int, mode: str, args) -> dict:
         "master_cores": round(master_cpu / args.seconds, 3),
         "tasks_per_master_cpu_s": round(done / max(master_cpu, 1e-9), 1),
         "client_cores": round(client_cpu / args.seconds, 3),
+        "client_processes": nproc,
         "master_rss_mib": round(rss_start / 2**20, 1),
         "rss_per_worker_kib": round((rss_start - rss_idle) / workers / 1024, 1),
         "rss_change_per_1k_tasks_kib": round((rss_end - rss_start) / max(done, 1) * 1000 / 1024, 1),
@@ -417,7 +423,13 @@ def main(argv=None) -> int:
         "--workers", default="1,10,100,300,1000,3000,10000", help="comma-separated counts"
     )
     p.add_argument("--seconds", type=float, default=5.0, help="measurement window per point")
-    p.add_argument("--processes", type=int, default=2, help="client processes")
+    p.add_argument("--processes", type=int, default=2, help="client processes (at least)")
+    p.add_argument(
+        "--workers_per_process",
+        type=int,
+        default=500,
+        help="most simulated workers per client process (more processes for more workers)",
+    )
     p.add_argument("--protocol", choices=PROTOCOLS, default="lease")
     p.add_argument(
         "--lease",
@@ -451,8 +463,13 @@ def main(argv=None) -> int:
         p.error(f"--modes must name some of {', '.join(MODES)}, got {args.modes!r}")
     if any(w < 1 for w in workers):
         p.error("--workers must all be >= 1")
-    if args.processes < 1 or args.seconds <= 0 or args.paced_rate <= 0 or args.lease < 1:
-        p.error("--processes, --seconds, --paced_rate and --lease must be positive")
+    if min(args.processes, args.workers_per_process, args.lease) < 1 or min(
+        args.seconds, args.paced_rate
+    ) <= 0:
+        p.error(
+            "--processes, --workers_per_process, --seconds, --paced_rate and --lease must be "
+            "positive"
+        )
     os.environ["PYTHONPATH"] = common.python_env()["PYTHONPATH"]  # for the spawned processes
 
     points = [measure(w, m, args) for w in workers for m in modes]
@@ -460,7 +477,7 @@ def main(argv=None) -> int:
     header = list(points[0].keys())
     common.print_table(
         f"Master dispatch vs workers ({args.protocol}{lease_note}, {args.seconds:g} s per point, "
-        f"{os.cpu_count()} CPUs shared by master and {args.processes} client processes)",
+        f"{os.cpu_count()} CPUs shared by master and client processes)",
         header,
         [[pt[h] for h in header] for pt in points],
     )

@@ -9,7 +9,10 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers_sweep
 
 def test_tiny_sweep_prints_a_sane_json_line():
     out = run_script(
-        SCRIPT, "--workers", "1,4", "--seconds", "0.5", "--paced_rate", "400", timeout=240
+        SCRIPT,
+        *("--workers", "1,4", "--seconds", "0.5", "--paced_rate", "400"),
+        *("--processes", "1", "--workers_per_process", "2"),
+        timeout=240,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json_line(out)
@@ -30,6 +33,8 @@ def test_tiny_sweep_prints_a_sane_json_line():
         # A lease call per 4 tasks (a bit more: a worker's last lease of the window is cut).
         assert 0.2 <= p["calls_per_task"] <= 0.5
         assert p["master_rss_mib"] > 0 and p["master_cores"] > 0
+    # At most 2 workers per client process: more processes for more workers.
+    assert [p["client_processes"] for p in points] == [1, 1, 2, 2]
     # Paced workers train 4 / 400 s per task: at most 100 tasks/s each.
     assert points[3]["train_s_per_task"] == 0.01
     assert points[3]["tasks_per_s"] <= 4 * 100 * 1.1
