@@ -163,13 +163,16 @@ def client_process(
             ready[0] += 1
             if ready[0] == n:
                 all_ready.set()
-            start_at, seconds = await go
-            end = start_at + seconds
-            # Paced workers start at random phases of their period, as real ones would.
-            next_start = start_at + (random.random() * train_s if train_s else 0.0)
+            start_at, ramp, seconds = await go
+            begin = start_at + ramp
+            end = begin + seconds
+            # Paced workers start at random phases of their period (of a lease's tasks for
+            # leasing ones), as real ones would be after the job's start; the window begins
+            # once every worker has started (``ramp``), so it sees their steady state.
+            next_start = start_at + random.random() * ramp
             await asyncio.sleep(max(0.0, next_start - time.time()))
             if protocol == "lease":
-                return await leasing_worker(stub, worker_id, end, next_start, reported)
+                return await leasing_worker(stub, worker_id, begin, end, next_start, reported)
             done = 0
             lat = []
             held = None
@@ -177,6 +180,7 @@ def client_process(
             try:
                 while time.time() < end:
                     t0 = time.perf_counter()
+                    in_window = time.time() >= begin
                     if combined:
                         task = await stub.report_task_result_and_get_task(
                             combined_req, metadata=auth
@@ -185,13 +189,14 @@ def client_process(
                             reported, held = reported + 1, None
                     else:
                         task = await stub.get_task(get_req, metadata=auth)
-                    lat.append(time.perf_counter() - t0)
-                    waits.append(lat[-1])
+                    if in_window:
+                        lat.append(time.perf_counter() - t0)
+                        waits.append(lat[-1])
                     if task.task_id == 0:
                         errors.append("the master ran out of tasks")
                         break
                     held = task
-                    if time.time() < end:  # tasks handed out within the window
+                    if in_window and time.time() < end:  # tasks handed out within the window
                         done += 1
                     if train_s:
                         next_start = max(next_start + train_s, time.time())
@@ -209,7 +214,9 @@ def client_process(
             latencies.extend(lat)
             return done, reported
 
-    async def leasing_worker(stub, worker_id: int, end: float, next_start: float, reported):
+    async def leasing_worker(
+        stub, worker_id: int, begin: float, end: float, next_start: float, reported: int
+    ):
         """The real worker's protocol (``MasterClient``): a lease call when the lease is used
         up, with the results of the tasks run since the last one."""
         done = 0
@@ -220,21 +227,24 @@ def client_process(
         try:
             while time.time() < end:
                 t0 = time.perf_counter()
+                in_window = time.time() >= begin
                 if not leased:
                     call_id += 1
                     req = pb.LeaseTasksRequest(worker_id=worker_id, max_tasks=lease, call_id=call_id)
                     req.results.extend(results)
                     answer = await stub.lease_tasks(req, metadata=auth)
-                    lat.append(time.perf_counter() - t0)
+                    if in_window:
+                        lat.append(time.perf_counter() - t0)
                     reported, results = reported + len(results), []
                     leased = list(reversed(answer.tasks))
                     if not leased or leased[-1].task_id == 0:
                         errors.append("the master ran out of tasks")
                         break
                 task = leased.pop()
-                wait.append(time.perf_counter() - t0)
-                if time.time() < end:  # tasks started within the window
-                    done += 1
+                if in_window:
+                    wait.append(time.perf_counter() - t0)
+                    if time.time() < end:  # tasks started within the window
+                        done += 1
                 if train_s:
                     next_start = max(next_start + train_s, time.time())
                     await asyncio.sleep(max(0.0, next_start - time.time()))
@@ -258,11 +268,18 @@ def client_process(
         waiter = asyncio.ensure_future(all_ready.wait())
         await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
         ready_q.put(len(errors))
-        start_at, seconds = await loop.run_in_executor(None, go_q.get)
-        go.set_result((start_at, seconds))
-        cpu0 = time.process_time()
+        start_at, ramp, seconds = await loop.run_in_executor(None, go_q.get)
+        go.set_result((start_at, ramp, seconds))
+
+        async def cpu_in_window() -> float:
+            await asyncio.sleep(max(0.0, start_at + ramp - time.time()))
+            cpu0 = time.process_time()
+            await asyncio.sleep(seconds)
+            return time.process_time() - cpu0
+
+        window_cpu = asyncio.ensure_future(cpu_in_window())
         results = await asyncio.gather(*tasks, return_exceptions=True)
-        cpu = time.process_time() - cpu0
+        cpu = await window_cpu
         for r in results:
             if isinstance(r, BaseException):
                 errors.append(f"{type(r).__name__}: {r}")
@@ -325,16 +342,19 @@ def measure(workers: int, mode: str, args) -> dict:
         for _ in procs:
             ready_q.get(timeout=600)  # 10,000 workers take a while to connect
         start_at = time.time() + 0.5
-        ctl_q.put(("window", start_at, args.seconds))
+        # Paced workers start spread over their period (a lease's tasks with leases): the
+        # window opens when all have started.
+        ramp = train_s * (args.lease if args.protocol == "lease" else 1)
+        ctl_q.put(("window", start_at + ramp, args.seconds))
         for q in go_qs:
-            q.put((start_at, args.seconds))
+            q.put((start_at, ramp, args.seconds))
         done = reported = 0
         client_cpu = 0.0
         latencies: list[float] = []
         waits: list[float] = []
         errors: list[str] = []
         for _ in procs:
-            d, r, cpu, lat, wait, errs = result_q.get(timeout=args.seconds + 600)
+            d, r, cpu, lat, wait, errs = result_q.get(timeout=ramp + args.seconds + 600)
             done, reported, client_cpu = done + d, reported + r, client_cpu + cpu
             latencies.extend(lat)
             waits.extend(wait)
@@ -373,6 +393,7 @@ def measure(workers: int, mode: str, args) -> dict:
         "rss_per_worker_kib": round((rss_start - rss_idle) / workers / 1024, 1),
         "rss_change_per_1k_tasks_kib": round((rss_end - rss_start) / max(done, 1) * 1000 / 1024, 1),
         "train_s_per_task": round(train_s, 4),
+        "ramp_s": round(ramp, 2),
     }
 
 
