@@ -129,9 +129,11 @@ class MasterClient:
             results, self._results = self._results, []
             for r in results:
                 self._call("report_task_result", r)
+            if not max_tasks:
+                return None
             return self._call(
                 "get_task", pb.GetTaskRequest(worker_id=self.worker_id, task_type=task_type)
-            ) if max_tasks else None
+            )
         self._results = []
         if max_tasks == 0:
             return None
