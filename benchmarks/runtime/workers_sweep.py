@@ -23,9 +23,10 @@ results of the tasks run since the last call, as `MasterClient` does), one call 
 (``combined``: `report_task_result_and_get_task`) or the older two calls (``two_calls``:
 `get_task`, then `report_task_result`). Two latencies: ``get`` of each call that returns tasks,
 and ``wait``, per task, how long its worker had no task in hand (a task from the lease: none;
-else the call) -- the figure a user sees. The targets hold for the p99 of both. The master's RSS is read from /proc when it is idle
-(its epoch of tasks already created), when every worker has connected and done one task (the
-per-worker figure) and at the end (the growth per task done). Client processes share the
+else the call) -- the figure a user sees. The targets hold for the p99 of both. The master's
+RSS is read from /proc when it is idle (its epoch of tasks already created), when every worker
+has connected and done one task (the per-worker figure) and at the end (the growth per task
+done). Client processes share the
 machine's cores with the master; their CPU use is printed so it is clear what bounds a point.
 
 Prints a table and a JSON line; ``--plot`` writes a PNG of the curves.
@@ -230,7 +231,9 @@ def client_process(
                 in_window = time.time() >= begin
                 if not leased:
                     call_id += 1
-                    req = pb.LeaseTasksRequest(worker_id=worker_id, max_tasks=lease, call_id=call_id)
+                    req = pb.LeaseTasksRequest(
+                        worker_id=worker_id, max_tasks=lease, call_id=call_id
+                    )
                     req.results.extend(results)
                     answer = await stub.lease_tasks(req, metadata=auth)
                     if in_window:
@@ -484,9 +487,10 @@ def main(argv=None) -> int:
         p.error(f"--modes must name some of {', '.join(MODES)}, got {args.modes!r}")
     if any(w < 1 for w in workers):
         p.error("--workers must all be >= 1")
-    if min(args.processes, args.workers_per_process, args.lease) < 1 or min(
-        args.seconds, args.paced_rate
-    ) <= 0:
+    if (
+        min(args.processes, args.workers_per_process, args.lease) < 1
+        or min(args.seconds, args.paced_rate) <= 0
+    ):
         p.error(
             "--processes, --workers_per_process, --seconds, --paced_rate and --lease must be "
             "positive"

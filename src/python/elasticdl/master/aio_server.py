@@ -4,9 +4,9 @@ Why: with grpc's thread-pool server every call is handed from the polling thread
 thread and back, and that hand-off, not the task manager, bounds how many tasks per second a
 master dispatches (~1,000/s on 2 cores). The asyncio server runs handlers on its event loop.
 `get_task`, `report_task_result`, their combination `report_task_result_and_get_task` and
-`lease_tasks` (short, lock-protected bookkeeping) run right there; every other method may take longer
-(metrics computation, status snapshots, rendezvous waits) and runs in a thread pool, so it
-never stalls the loop.
+`lease_tasks` (short, lock-protected bookkeeping) run right there; every other method may take
+longer (metrics computation, status snapshots, rendezvous waits) and runs in a thread pool, so
+it never stalls the loop.
 
 The servicer keeps its synchronous interface (`method(request, context)`, errors through
 `context.abort(code, details)`), so the same class also runs under a plain `grpc.server`.

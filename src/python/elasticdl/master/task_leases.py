@@ -29,8 +29,9 @@ of once per task. What a lease keeps of the task manager's guarantees:
 * **Pace.** The results of one call are one report to the straggler tracker (the records of
   all of them over the time since the worker's last report), and the tasks of one lease share
   their start time and count together as what the worker runs, so the time a leased task
-  waits behind the others of its lease does not make its worker look slow. The timeout of a task still runs from its hand-out, which is
-  consistent: the longest task seen (that the timeout scales with) is measured the same way.
+  waits behind the others of its lease does not make its worker look slow. The timeout of a
+  task still runs from its hand-out, which is consistent: the longest task seen (that the
+  timeout scales with) is measured the same way, from hand-out to report.
 """
 
 from __future__ import annotations
@@ -118,9 +119,7 @@ class TaskLeases:
                     if last is not None and not last[0] and last[1] == answering:
                         tasks = self._held_of_lease(worker_id, last[2])
                 if not tasks:
-                    tasks = self._hand_out_lease_locked(
-                        worker_id, max_tasks, answering, call_id
-                    )
+                    tasks = self._hand_out_lease_locked(worker_id, max_tasks, answering, call_id)
             self._maybe_snapshot()
         for args in listeners_args:
             for listener in self._done_listeners:
