@@ -1,7 +1,9 @@
-"""Workers sweep: the master's dispatch as the number of workers grows (1 .. 1,000).
+"""Workers sweep: the master's dispatch as the number of workers grows (1 .. 10,000).
 
-    python benchmarks/runtime/workers_sweep.py [--workers 1,10,100,300,1000] [--seconds 5]
-        [--processes 2] [--protocol combined|two_calls] [--paced_rate 2200] [--plot out.png]
+    python benchmarks/runtime/workers_sweep.py [--workers 1,10,100,300,1000,3000,10000]
+        [--seconds 5] [--processes 2] [--workers_per_process 500]
+        [--protocol lease|combined|two_calls] [--lease 4]
+        [--paced_rate 2200] [--plot out.png]
 
 Each simulated worker is a grpc.aio coroutine with its own channel and its own TCP connection
 (as separate worker processes have), authenticated with the job secret, against the real master
@@ -14,13 +16,17 @@ loops: get a task, "train" it, report it. Two modes per worker count, each with 
 * ``paced``: each worker trains each task for ``N / paced_rate`` seconds (1,000 workers at the
   default 2,200 tasks/s: 0.45 s per task), so the workers together offer ``paced_rate`` tasks/s,
   10% above the 2,000 target, like real workers that train between calls. This is the mode
-  the targets are about: tasks/s >= 2,000 and p99 of the call that gets a task < 50 ms.
+  the targets are about: tasks/s >= 2,000 and p99 <= 100 ms at 1,000 workers.
 
-The protocol is the worker's (``combined``: one `report_task_result_and_get_task` per task) or
-the older two calls (``two_calls``: `get_task`, then `report_task_result`); the latency is
-that of the call that returns the task. The master's RSS is read from /proc when it is idle
-(its epoch of tasks already created), when every worker has connected and done one task (the
-per-worker figure) and at the end (the growth per task done). Client processes share the
+The protocol is the worker's (``lease``: one `lease_tasks` call per ``--lease`` tasks, with the
+results of the tasks run since the last call, as `MasterClient` does), one call per task
+(``combined``: `report_task_result_and_get_task`) or the older two calls (``two_calls``:
+`get_task`, then `report_task_result`). Two latencies: ``get`` of each call that returns tasks,
+and ``wait``, per task, how long its worker had no task in hand (a task from the lease: none;
+else the call) -- the figure a user sees. The targets hold for the p99 of both. The master's
+RSS is read from /proc when it is idle (its epoch of tasks already created), when every worker
+has connected and done one task (the per-worker figure) and at the end (the growth per task
+done). Client processes share the
 machine's cores with the master; their CPU use is printed so it is clear what bounds a point.
 
 Prints a table and a JSON line; ``--plot`` writes a PNG of the curves.
@@ -39,9 +45,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+from elasticdl.worker.master_client import DEFAULT_LEASE_TASKS  # noqa: E402
 
 TARGET_TASKS_PER_S = 2000.0
-TARGET_P99_MS = 50.0
+TARGET_P99_MS = 100.0
+PROTOCOLS = ("lease", "combined", "two_calls")
 BENCH_SECRET = "workers-sweep-benchmark-secret"
 MODES = ("saturated", "paced")
 
@@ -110,7 +118,8 @@ def client_process(
     port: int,
     first_id: int,
     n: int,
-    combined: bool,
+    protocol: str,
+    lease: int,
     train_s: float,
     client_nice: int,
     ready_q,
@@ -130,7 +139,9 @@ def client_process(
     # A private subchannel pool per channel: one TCP connection per worker, as between pods.
     options = [("grpc.use_local_subchannel_pool", 1)]
     errors: list[str] = []
-    latencies: list[float] = []
+    latencies: list[float] = []  # of each call that returns tasks
+    waits: list[float] = []  # per task: how long its worker had no task in hand
+    combined = protocol == "combined"
 
     def report_of(task, worker_id):
         req = pb.ReportTaskResultRequest(task_id=task.task_id, worker_id=worker_id)
@@ -141,7 +152,8 @@ def client_process(
         worker_id = first_id + i
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
             stub = pb_grpc.MasterStub(channel)
-            await asyncio.wait_for(channel.channel_ready(), timeout=60)
+            # 10,000 workers connecting at once take minutes on 2 shared cores.
+            await asyncio.wait_for(channel.channel_ready(), timeout=600)
             get_req = pb.GetTaskRequest(worker_id=worker_id)
             reported = 0
             # One task before the window: the connection and the master's per-worker state
@@ -152,11 +164,16 @@ def client_process(
             ready[0] += 1
             if ready[0] == n:
                 all_ready.set()
-            start_at, seconds = await go
-            end = start_at + seconds
-            # Paced workers start at random phases of their period, as real ones would.
-            next_start = start_at + (random.random() * train_s if train_s else 0.0)
+            start_at, ramp, seconds = await go
+            begin = start_at + ramp
+            end = begin + seconds
+            # Paced workers start at random phases of their period (of a lease's tasks for
+            # leasing ones), as real ones would be after the job's start; the window begins
+            # once every worker has started (``ramp``), so it sees their steady state.
+            next_start = start_at + random.random() * ramp
             await asyncio.sleep(max(0.0, next_start - time.time()))
+            if protocol == "lease":
+                return await leasing_worker(stub, worker_id, begin, end, next_start, reported)
             done = 0
             lat = []
             held = None
@@ -164,6 +181,7 @@ def client_process(
             try:
                 while time.time() < end:
                     t0 = time.perf_counter()
+                    in_window = time.time() >= begin
                     if combined:
                         task = await stub.report_task_result_and_get_task(
                             combined_req, metadata=auth
@@ -172,12 +190,14 @@ def client_process(
                             reported, held = reported + 1, None
                     else:
                         task = await stub.get_task(get_req, metadata=auth)
-                    lat.append(time.perf_counter() - t0)
+                    if in_window:
+                        lat.append(time.perf_counter() - t0)
+                        waits.append(lat[-1])
                     if task.task_id == 0:
                         errors.append("the master ran out of tasks")
                         break
                     held = task
-                    if time.time() < end:  # tasks handed out within the window
+                    if in_window and time.time() < end:  # tasks handed out within the window
                         done += 1
                     if train_s:
                         next_start = max(next_start + train_s, time.time())
@@ -195,6 +215,54 @@ def client_process(
             latencies.extend(lat)
             return done, reported
 
+    async def leasing_worker(
+        stub, worker_id: int, begin: float, end: float, next_start: float, reported: int
+    ):
+        """The real worker's protocol (``MasterClient``): a lease call when the lease is used
+        up, with the results of the tasks run since the last one."""
+        done = 0
+        lat, wait = [], []
+        leased: list = []
+        results: list = []
+        call_id = worker_id << 32
+        try:
+            while time.time() < end:
+                t0 = time.perf_counter()
+                in_window = time.time() >= begin
+                if not leased:
+                    call_id += 1
+                    req = pb.LeaseTasksRequest(
+                        worker_id=worker_id, max_tasks=lease, call_id=call_id
+                    )
+                    req.results.extend(results)
+                    answer = await stub.lease_tasks(req, metadata=auth)
+                    if in_window:
+                        lat.append(time.perf_counter() - t0)
+                    reported, results = reported + len(results), []
+                    leased = list(reversed(answer.tasks))
+                    if not leased or leased[-1].task_id == 0:
+                        errors.append("the master ran out of tasks")
+                        break
+                task = leased.pop()
+                if in_window:
+                    wait.append(time.perf_counter() - t0)
+                    if time.time() < end:  # tasks started within the window
+                        done += 1
+                if train_s:
+                    next_start = max(next_start + train_s, time.time())
+                    await asyncio.sleep(max(0.0, next_start - time.time()))
+                results.append(report_of(task, worker_id))
+            if results:  # what it finished goes in; the rest of its lease is left unrun
+                req = pb.LeaseTasksRequest(worker_id=worker_id, max_tasks=0, call_id=call_id + 1)
+                req.results.extend(results)
+                await stub.lease_tasks(req, metadata=auth)
+                reported += len(results)
+        except grpc.RpcError as e:
+            errors.append(f"{e.code().name}: {e.details()}")
+        latencies.extend(lat)
+        waits.extend(wait)
+        return done, reported
+
     async def main():
         ready, all_ready = [0], asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -203,11 +271,18 @@ def client_process(
         waiter = asyncio.ensure_future(all_ready.wait())
         await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
         ready_q.put(len(errors))
-        start_at, seconds = await loop.run_in_executor(None, go_q.get)
-        go.set_result((start_at, seconds))
-        cpu0 = time.process_time()
+        start_at, ramp, seconds = await loop.run_in_executor(None, go_q.get)
+        go.set_result((start_at, ramp, seconds))
+
+        async def cpu_in_window() -> float:
+            await asyncio.sleep(max(0.0, start_at + ramp - time.time()))
+            cpu0 = time.process_time()
+            await asyncio.sleep(seconds)
+            return time.process_time() - cpu0
+
+        window_cpu = asyncio.ensure_future(cpu_in_window())
         results = await asyncio.gather(*tasks, return_exceptions=True)
-        cpu = time.process_time() - cpu0
+        cpu = await window_cpu
         for r in results:
             if isinstance(r, BaseException):
                 errors.append(f"{type(r).__name__}: {r}")
@@ -215,7 +290,7 @@ def client_process(
         return sum(r[0] for r in ok), sum(r[1] for r in ok), cpu
 
     done, reported, cpu = asyncio.run(main())
-    result_q.put((done, reported, cpu, latencies, errors))
+    result_q.put((done, reported, cpu, latencies, waits, errors))
 
 
 # --------------------------------------------------------------------------------------- driver
@@ -229,7 +304,7 @@ def percentile(values: list[float], q: float) -> float:
 def measure(workers: int, mode: str, args) -> dict:
     ctx = mp.get_context("spawn")
     out_q, ctl_q, ready_q, result_q = ctx.Queue(), ctx.Queue(), ctx.Queue(), ctx.Queue()
-    num_tasks = int(args.seconds * 15000) + 10 * workers + 1000
+    num_tasks = int(args.seconds * 30000) + 10 * workers * max(args.lease, 1) + 1000
     profile = ""
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
@@ -238,7 +313,10 @@ def measure(workers: int, mode: str, args) -> dict:
     master.start()
     _, port, rss_idle = out_q.get(timeout=120)
     train_s = workers / args.paced_rate if mode == "paced" else 0.0
-    nproc = min(args.processes, workers)
+    # grpc.aio's cost per event grows with the channels of its process: 5,000 in one took
+    # minutes to connect and drained at ~10 channels/s when closing, so no process gets
+    # more than --workers_per_process of them.
+    nproc = min(max(args.processes, math.ceil(workers / args.workers_per_process)), workers)
     go_qs, procs, first = [], [], 0
     for k in range(nproc):
         n = workers // nproc + (1 if k < workers % nproc else 0)
@@ -249,7 +327,8 @@ def measure(workers: int, mode: str, args) -> dict:
                 port,
                 first,
                 n,
-                args.protocol == "combined",
+                args.protocol,
+                args.lease,
                 train_s,
                 args.client_nice,
                 ready_q,
@@ -264,19 +343,24 @@ def measure(workers: int, mode: str, args) -> dict:
         first += n
     try:
         for _ in procs:
-            ready_q.get(timeout=180)
+            ready_q.get(timeout=600)  # 10,000 workers take a while to connect
         start_at = time.time() + 0.5
-        ctl_q.put(("window", start_at, args.seconds))
+        # Paced workers start spread over their period (a lease's tasks with leases): the
+        # window opens when all have started.
+        ramp = train_s * (args.lease if args.protocol == "lease" else 1)
+        ctl_q.put(("window", start_at + ramp, args.seconds))
         for q in go_qs:
-            q.put((start_at, args.seconds))
+            q.put((start_at, ramp, args.seconds))
         done = reported = 0
         client_cpu = 0.0
         latencies: list[float] = []
+        waits: list[float] = []
         errors: list[str] = []
         for _ in procs:
-            d, r, cpu, lat, errs = result_q.get(timeout=args.seconds + 180)
+            d, r, cpu, lat, wait, errs = result_q.get(timeout=ramp + args.seconds + 600)
             done, reported, client_cpu = done + d, reported + r, client_cpu + cpu
             latencies.extend(lat)
+            waits.extend(wait)
             errors.extend(errs)
         ctl_q.put("clients done")
         _, accounted, master_cpu, rss_start, rss_end = out_q.get(timeout=60)
@@ -301,13 +385,18 @@ def measure(workers: int, mode: str, args) -> dict:
         "tasks_per_s": round(done / args.seconds, 1),
         "get_p50_ms": round(percentile(latencies, 50) * 1e3, 3),
         "get_p99_ms": round(percentile(latencies, 99) * 1e3, 3),
+        "wait_p50_ms": round(percentile(waits, 50) * 1e3, 3),
+        "wait_p99_ms": round(percentile(waits, 99) * 1e3, 3),
+        "calls_per_task": round(len(latencies) / max(len(waits), 1), 3),
         "master_cores": round(master_cpu / args.seconds, 3),
         "tasks_per_master_cpu_s": round(done / max(master_cpu, 1e-9), 1),
         "client_cores": round(client_cpu / args.seconds, 3),
+        "client_processes": nproc,
         "master_rss_mib": round(rss_start / 2**20, 1),
         "rss_per_worker_kib": round((rss_start - rss_idle) / workers / 1024, 1),
         "rss_change_per_1k_tasks_kib": round((rss_end - rss_start) / max(done, 1) * 1000 / 1024, 1),
         "train_s_per_task": round(train_s, 4),
+        "ramp_s": round(ramp, 2),
     }
 
 
@@ -325,9 +414,9 @@ def plot(points: list[dict], path: str, title: str) -> None:
             continue
         x = [p["workers"] for p in pts]
         axes[0].plot(x, [p["tasks_per_s"] for p in pts], styles[mode], label=mode)
-        axes[1].plot(x, [p["get_p99_ms"] for p in pts], styles[mode], label=f"{mode} p99")
-        p50 = [p["get_p50_ms"] for p in pts]
-        axes[1].plot(x, p50, styles[mode], alpha=0.4, label=f"{mode} p50")
+        axes[1].plot(x, [p["get_p99_ms"] for p in pts], styles[mode], label=f"{mode} call p99")
+        wait99 = [p["wait_p99_ms"] for p in pts]
+        axes[1].plot(x, wait99, styles[mode], alpha=0.6, label=f"{mode} wait p99")
         axes[2].plot(x, [p["tasks_per_master_cpu_s"] for p in pts], styles[mode], label=mode)
         axes[3].plot(x, [p["rss_per_worker_kib"] for p in pts], styles[mode], label=mode)
     axes[0].axhline(TARGET_TASKS_PER_S, color="grey", lw=1, ls=":", label="target")
@@ -336,7 +425,7 @@ def plot(points: list[dict], path: str, title: str) -> None:
         axes,
         (
             "tasks/s",
-            "latency of the call getting a task (ms)",
+            "p99: call returning tasks, worker without a task (ms)",
             "tasks per master CPU-second",
             "master RSS per worker (KiB)",
         ),
@@ -354,10 +443,25 @@ def plot(points: list[dict], path: str, title: str) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workers", default="1,10,100,300,1000", help="comma-separated counts")
+    p.add_argument(
+        "--workers", default="1,10,100,300,1000,3000,10000", help="comma-separated counts"
+    )
     p.add_argument("--seconds", type=float, default=5.0, help="measurement window per point")
-    p.add_argument("--processes", type=int, default=2, help="client processes")
-    p.add_argument("--protocol", choices=("combined", "two_calls"), default="combined")
+    p.add_argument("--processes", type=int, default=2, help="client processes (at least)")
+    p.add_argument(
+        "--workers_per_process",
+        type=int,
+        default=500,
+        help="most simulated workers per client process (more processes for more workers)",
+    )
+    p.add_argument("--protocol", choices=PROTOCOLS, default="lease")
+    p.add_argument(
+        "--lease",
+        type=int,
+        default=DEFAULT_LEASE_TASKS,
+        help=f"tasks asked for per lease call (--protocol lease; default {DEFAULT_LEASE_TASKS}, "
+        "the worker's)",
+    )
     p.add_argument("--modes", default="saturated,paced", help="saturated, paced or both")
     p.add_argument(
         "--paced_rate", type=float, default=2200.0, help="tasks/s the paced workers offer"
@@ -383,15 +487,22 @@ def main(argv=None) -> int:
         p.error(f"--modes must name some of {', '.join(MODES)}, got {args.modes!r}")
     if any(w < 1 for w in workers):
         p.error("--workers must all be >= 1")
-    if args.processes < 1 or args.seconds <= 0 or args.paced_rate <= 0:
-        p.error("--processes, --seconds and --paced_rate must be positive")
+    if (
+        min(args.processes, args.workers_per_process, args.lease) < 1
+        or min(args.seconds, args.paced_rate) <= 0
+    ):
+        p.error(
+            "--processes, --workers_per_process, --seconds, --paced_rate and --lease must be "
+            "positive"
+        )
     os.environ["PYTHONPATH"] = common.python_env()["PYTHONPATH"]  # for the spawned processes
 
     points = [measure(w, m, args) for w in workers for m in modes]
+    lease_note = f" of {args.lease}" if args.protocol == "lease" else ""
     header = list(points[0].keys())
     common.print_table(
-        f"Master dispatch vs workers ({args.protocol}, {args.seconds:g} s per point, "
-        f"{os.cpu_count()} CPUs shared by master and {args.processes} client processes)",
+        f"Master dispatch vs workers ({args.protocol}{lease_note}, {args.seconds:g} s per point, "
+        f"{os.cpu_count()} CPUs shared by master and client processes)",
         header,
         [[pt[h] for h in header] for pt in points],
     )
@@ -401,6 +512,7 @@ def main(argv=None) -> int:
     summary = {
         "benchmark": "workers_sweep",
         "protocol": args.protocol,
+        "lease": args.lease if args.protocol == "lease" else 1,
         "seconds": args.seconds,
         "cpus": os.cpu_count(),
         "paced_rate": args.paced_rate,
@@ -409,12 +521,17 @@ def main(argv=None) -> int:
         "max_workers": top,
         "tasks_per_s_at_max": at_top["tasks_per_s"],
         "get_p99_ms_at_max": at_top["get_p99_ms"],
+        "wait_p99_ms_at_max": at_top["wait_p99_ms"],
         "targets_met": at_top["tasks_per_s"] >= TARGET_TASKS_PER_S
-        and at_top["get_p99_ms"] < TARGET_P99_MS,
+        and max(at_top["get_p99_ms"], at_top["wait_p99_ms"]) <= TARGET_P99_MS,
         "points": points,
     }
     if args.plot:
-        plot(points, args.plot, f"Master dispatch vs workers ({args.protocol}, 2-core machine)")
+        plot(
+            points,
+            args.plot,
+            f"Master dispatch vs workers ({args.protocol}{lease_note}, {os.cpu_count()}-core machine)",
+        )
     common.print_json(summary)
     return 0
 

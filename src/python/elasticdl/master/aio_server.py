@@ -3,10 +3,10 @@
 Why: with grpc's thread-pool server every call is handed from the polling thread to a pool
 thread and back, and that hand-off, not the task manager, bounds how many tasks per second a
 master dispatches (~1,000/s on 2 cores). The asyncio server runs handlers on its event loop.
-`get_task`, `report_task_result` and their combination `report_task_result_and_get_task`
-(short, lock-protected bookkeeping) run right there; every other method may take longer
-(metrics computation, status snapshots, rendezvous waits) and runs in a thread pool, so it
-never stalls the loop.
+`get_task`, `report_task_result`, their combination `report_task_result_and_get_task` and
+`lease_tasks` (short, lock-protected bookkeeping) run right there; every other method may take
+longer (metrics computation, status snapshots, rendezvous waits) and runs in a thread pool, so
+it never stalls the loop.
 
 The servicer keeps its synchronous interface (`method(request, context)`, errors through
 `context.abort(code, details)`), so the same class also runs under a plain `grpc.server`.
@@ -24,7 +24,9 @@ from elasticdl.common import auth
 logger = logging.getLogger(__name__)
 
 # Handlers cheap enough to run on the event loop itself.
-INLINE_METHODS = frozenset({"get_task", "report_task_result", "report_task_result_and_get_task"})
+INLINE_METHODS = frozenset(
+    {"get_task", "report_task_result", "report_task_result_and_get_task", "lease_tasks"}
+)
 
 
 class _Abort(Exception):

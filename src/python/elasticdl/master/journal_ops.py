@@ -82,6 +82,21 @@ class TaskBackedUp(JournalOp):
 
 
 @dataclasses.dataclass(frozen=True)
+class TasksLeased(JournalOp):
+    """``worker`` got ``tasks`` in one lease (``master.task_leases``); ``answering``: the
+    results (task, success as 1/0, ...) of the call and ``call`` its number, so a repeat of
+    it gets the same tasks; ``backup``: the one task is a copy of a slow worker's (as
+    :class:`TaskBackedUp`)."""
+
+    KIND = "l"
+    worker: int = _key("w")
+    tasks: tuple[int, ...] = _key("t")
+    answering: tuple[int, ...] = _key("a", ())
+    backup: bool = _key("b", False)
+    call: int = _key("c", 0)
+
+
+@dataclasses.dataclass(frozen=True)
 class BackupsDropped(JournalOp):
     """The copies of ``tasks`` held by workers that died, hung or never claimed them."""
 
@@ -217,6 +232,7 @@ TASK_OPS = _table(
     TaskReported,
     TasksRequeued,
     TaskBackedUp,
+    TasksLeased,
     BackupsDropped,
     EvaluationTasksCreated,
     EvaluationRoundDropped,

@@ -15,6 +15,8 @@ EXAMPLES = [
     ops.TasksRequeued((4, 5)),
     ops.TaskBackedUp(2, 17),
     ops.TaskBackedUp(2, 18, answering=(16, True)),
+    ops.TasksLeased(3, (20, 21, 22)),
+    ops.TasksLeased(3, (23,), answering=(20, 1, 21, 0), backup=True, call=9),
     ops.BackupsDropped((17, 18)),
     ops.EvaluationTasksCreated(-1),
     ops.EvaluationRoundDropped(10),

@@ -105,6 +105,31 @@ class MasterServicer(pb_grpc.MasterServicer):
             return task.to_pb(model_version=self.model_version)
         return self.get_task(request.next, context)
 
+    def lease_tasks(self, request: pb.LeaseTasksRequest, context) -> pb.TaskLease:
+        """Report ``results`` and hand out up to ``max_tasks`` tasks in one call (a lease, see
+        ``master.task_leases``); a repeated call whose answer was lost gets the same tasks."""
+        results = []
+        for r in request.results:
+            if r.worker_id != request.worker_id:
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"results[].worker_id {r.worker_id} != worker_id {request.worker_id}: "
+                    "report only this worker's tasks",
+                )
+            if r.fatal and r.err_message:
+                self._tm.fail(f"worker {r.worker_id}: {r.err_message}")
+            args = self._report_args(r)
+            del args["worker_id"]
+            results.append(args)
+        tasks = self._tm.lease(request.worker_id, results, request.max_tasks, request.call_id)
+        lease = pb.TaskLease()
+        for task in tasks:
+            if task.task_id == 0:
+                lease.tasks.append(task.to_pb(model_version=self.model_version))
+            else:
+                lease.tasks.append(task.to_pb())
+        return lease
+
     def report_evaluation_metrics(self, request: pb.ReportEvaluationMetricsRequest, context):
         if self._es is None:
             context.abort(

@@ -303,3 +303,43 @@ def test_a_request_over_the_jobs_cap_is_refused_and_the_task_stays_out(use_async
         assert tm.summary().tasks_done == 1
     finally:
         server.stop(0)
+
+
+def _lease(stub, worker_id, results=(), max_tasks=4, call_id=0, **result):
+    req = pb.LeaseTasksRequest(worker_id=worker_id, max_tasks=max_tasks, call_id=call_id)
+    for task_id in results:
+        req.results.add(task_id=task_id, worker_id=worker_id, **result)
+    return list(stub.lease_tasks(req).tasks)
+
+
+def test_lease_tasks_hands_out_several_and_takes_their_results(master):
+    """One call reports a lease's results and hands out the next lease; the epochs' records
+    are counted once, the model version travels as with the other calls, and the job ends
+    in the evaluation task handed alone, then WAIT / NONE with the model version."""
+    tm, _, stub, _ = master
+    lease = _lease(stub, 5, call_id=1)
+    assert [(t.epoch, t.shard.start) for t in lease] == [(1, 0), (1, 4)]
+    lease = _lease(
+        stub, 5, [t.task_id for t in lease], call_id=2, exec_counters={"model_version": 9}
+    )
+    assert [(t.epoch, t.shard.start) for t in lease] == [(2, 0), (2, 4)]
+    again = _lease(stub, 5, [1, 2], call_id=2)  # its answer was lost: the same tasks
+    assert [t.task_id for t in again] == [t.task_id for t in lease]
+    ev = _lease(stub, 5, [t.task_id for t in lease], call_id=3)
+    assert [t.type for t in ev] == [pb.EVALUATION]
+    s = tm.summary()
+    assert s.tasks_done == 4 and s.records_trained == 16
+    assert _lease(stub, 5, [ev[0].task_id], max_tasks=0, call_id=4) == []
+    (last,) = _lease(stub, 5, call_id=5)
+    assert last.task_id == 0 and last.model_version == 9
+
+
+def test_lease_tasks_refuses_another_workers_results(master):
+    tm, _, stub, _ = master
+    (t, _) = _lease(stub, 1, max_tasks=2)
+    req = pb.LeaseTasksRequest(worker_id=2, max_tasks=1)
+    req.results.add(task_id=t.task_id, worker_id=1)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.lease_tasks(req)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "worker_id" in err.value.details() and tm.summary().tasks_done == 0

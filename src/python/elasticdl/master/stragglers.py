@@ -49,9 +49,19 @@ class StragglerTracker:
     def enabled(self) -> bool:
         return self.factor > 0
 
+    @property
+    def known_workers(self) -> int:
+        """Workers that have worked and were not forgotten (died, hung, released)."""
+        return len(self._paces)
+
     def started(self, worker: int, now: float) -> None:
         """``worker`` got a task while it held none: it is busy from now."""
         self._paces.setdefault(worker, _Pace()).since = now
+
+    def known(self, worker: int) -> None:
+        """``worker`` works (counted in ``known_workers``), its pace untouched."""
+        if worker not in self._paces:
+            self._paces[worker] = _Pace()
 
     def reported(self, worker: int, records: int, now: float, measured: bool = True) -> None:
         """An accepted report of ``worker``; ``measured``: of a task whose records count for

@@ -65,22 +65,38 @@ class TaskBackups:
         return held + [b for b in self._backups.values() if b.worker_id == worker_id]
 
     def _running_records(self) -> dict[int, int]:
-        """Worker -> records of the oldest task it holds (the one it runs)."""
+        """Worker -> records of the oldest task it holds (the one it runs), or of all the
+        tasks of its oldest lease (it runs them one after another, all timed from the lease)."""
         oldest: dict[int, Assignment] = {}
+        lease_records: dict[tuple[int, int], int] = {}  # (worker, lease) -> records held
         for d in list(self._doing.values()) + list(self._backups.values()):
-            if d.task.type in _PACED and (
-                d.worker_id not in oldest or d.start_time < oldest[d.worker_id].start_time
-            ):
+            if d.task.type not in _PACED:
+                continue
+            if d.worker_id not in oldest or d.start_time < oldest[d.worker_id].start_time:
                 oldest[d.worker_id] = d
-        return {w: d.task.num_records for w, d in oldest.items()}
+            if d.lease:
+                key = (d.worker_id, d.lease)
+                lease_records[key] = lease_records.get(key, 0) + d.task.num_records
+        return {
+            w: lease_records[(w, d.lease)] if d.lease else d.task.num_records
+            for w, d in oldest.items()
+        }
 
     def _note_started(self, worker_id: int) -> None:
-        if not self._replaying and not self._held(worker_id):
+        if self._replaying:
+            return
+        if not self._stragglers.enabled:
+            # No pace to time: only known as working (lease sizes), without the scan of
+            # every held task that finding whether it held one costs.
+            self._stragglers.known(worker_id)
+        elif not self._held(worker_id):
             self._stragglers.started(worker_id, self._clock())
 
     def _note_reported(self, worker_id: int, task: Task, success: bool) -> None:
         if not self._replaying:
             measured = success and task.type in _PACED
+            if self._note_lease_report(task, measured):
+                return  # the lease call reports its results' pace as one
             self._stragglers.reported(worker_id, task.num_records, self._clock(), measured)
 
     def _slow_workers(self) -> dict[int, float]:

@@ -26,6 +26,8 @@ Guarantees kept here, on top of the original design:
   slower than its peers gets no more work than its share, and its tasks are backed up by idle
   workers: see ``master.task_backups``, which implements it, and ``master.stragglers``.
 * **Journaled**: see ``master.task_recovery``, which implements it.
+* **Leases**: several results and several tasks in one call (``lease``), each task handed out
+  and accounted as above: see ``master.task_leases``, which implements it.
 
 Order of work: pending evaluation tasks first (they are pinned to a model version and should
 finish quickly), then training/prediction tasks; a new epoch is created when the queue runs
@@ -56,6 +58,7 @@ from elasticdl.master.journal_ops import (
     TrainingDone,
 )
 from elasticdl.master.task_backups import TaskBackups
+from elasticdl.master.task_leases import TaskLeases
 from elasticdl.master.task_recovery import TaskRecovery
 from elasticdl.master.task_timeouts import TaskTimeouts
 from elasticdl.master.tasks import (  # noqa: F401 (as_shard: part of this module's names)
@@ -74,7 +77,7 @@ from elasticdl.master.tasks import (  # noqa: F401 (as_shard: part of this modul
 logger = logging.getLogger(__name__)
 
 
-class TaskManager(TaskTimeouts, TaskBackups, TaskRecovery):
+class TaskManager(TaskTimeouts, TaskBackups, TaskLeases, TaskRecovery):
     def __init__(
         self,
         config: TaskManagerConfig,
@@ -129,6 +132,7 @@ class TaskManager(TaskTimeouts, TaskBackups, TaskRecovery):
         self.inherited_grace_s = 10.0
         self._contact: dict[int, float] | None = None  # worker -> first call after a restart
         self._init_backups(config.straggler_factor)
+        self._init_leases()
         self._retired: set[int] = set()  # released workers (retire)
 
         self._done_listeners: list[DoneListener] = []

@@ -33,6 +33,7 @@ from elasticdl.master.journal_ops import (
     TaskHandedOut,
     TaskReported,
     TasksFailed,
+    TasksLeased,
     TasksRequeued,
     TrainingDone,
     decode,
@@ -93,6 +94,7 @@ class TaskRecovery(JournaledOwner):
                 [w, a, int(s), b] for w, (a, s, b) in self._last_exchange.items()
             ),
             **self._backup_state(),
+            **self._lease_state(),
         }
 
     def _backup_state(self) -> dict:
@@ -153,6 +155,7 @@ class TaskRecovery(JournaledOwner):
             self._backups_won = state.get("backups_won", 0)
             self._backup_reports_dropped = state.get("backup_reports_dropped", 0)
             self._abandoned = {w: t for w, t in state.get("abandoned", [])}
+            self._restore_leases(state)
 
     def replay(self, snapshot: dict | None, records: Iterable[dict]) -> int:
         """Rebuild the state from a journal: ``restore(snapshot)``, then apply its ops in order.
@@ -201,6 +204,8 @@ class TaskRecovery(JournaledOwner):
                 self._add_backup(worker, task_id)
                 if answering is not None:
                     self._last_exchange[worker] = (answering[0], answering[1], task_id)
+            case TasksLeased():
+                self._apply_lease_locked(op)
             case BackupsDropped(tasks):
                 self._drop_backup_ids(tasks)
             case TasksRequeued(tasks):

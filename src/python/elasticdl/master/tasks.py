@@ -158,6 +158,7 @@ class Assignment:
     worker_id: int
     start_time: float
     inherited: bool = False  # handed out by a master that died (task_recovery)
+    lease: int = 0  # its lease's first task id when handed out with others (task_leases)
 
 
 @dataclasses.dataclass

@@ -1,7 +1,9 @@
 """MasterClient against the real master servicer over gRPC on 127.0.0.1."""
 
+from concurrent import futures
+
+import grpc
 import pytest
-from elasticdl.master.server import create_master_server
 from elasticdl.master.servicer import MasterServicer
 from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
 from elasticdl.proto import elasticdl_pb2 as pb
@@ -9,9 +11,15 @@ from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.worker.master_client import MasterClient
 
 
-class _OldMasterServicer(MasterServicer):
-    """A master from before report_task_result_and_get_task: the generated base answers
-    UNIMPLEMENTED, as an older master binary would."""
+class _NoLeaseMasterServicer(MasterServicer):
+    """A master from before lease_tasks: the generated base answers UNIMPLEMENTED, as an
+    older master binary would."""
+
+    lease_tasks = pb_grpc.MasterServicer.lease_tasks
+
+
+class _OldMasterServicer(_NoLeaseMasterServicer):
+    """A master from before report_task_result_and_get_task too."""
 
     report_task_result_and_get_task = pb_grpc.MasterServicer.report_task_result_and_get_task
 
@@ -28,23 +36,101 @@ def _drain(client: MasterClient) -> list:
     return starts
 
 
-@pytest.mark.parametrize("servicer_cls", [MasterServicer, _OldMasterServicer])
-def test_report_and_get_task_runs_the_job_with_new_and_old_masters(servicer_cls):
+class _CallCounting:
+    """Counts the master's calls by method name (a server interceptor)."""
+
+    def __init__(self):
+        self.calls = {}
+
+    def intercept_service(self, continuation, details):
+        name = details.method.rsplit("/", 1)[-1]
+        self.calls[name] = self.calls.get(name, 0) + 1
+        return continuation(details)
+
+
+def _serve(servicer_cls, tasks=3, epochs=2):
     tm = TaskManager(
-        TaskManagerConfig(records_per_task=4, num_epochs=2), training_shards=[("t", 0, 12)]
+        TaskManagerConfig(records_per_task=4, num_epochs=epochs),
+        training_shards=[("t", 0, 4 * tasks)],
     )
-    server, port = create_master_server(
-        servicer_cls(tm), 0, bind_host="127.0.0.1", use_asyncio=False, secret=None
-    )
+    counting = _CallCounting()
+    server = grpc.server(futures.ThreadPoolExecutor(4), interceptors=[counting])
+    pb_grpc.add_MasterServicer_to_server(servicer_cls(tm), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return tm, server, port, counting.calls
+
+
+@pytest.mark.parametrize(
+    "servicer_cls,leasing,combined",
+    [
+        (MasterServicer, True, True),
+        (_NoLeaseMasterServicer, False, True),
+        (_OldMasterServicer, False, False),
+    ],
+)
+def test_report_and_get_task_runs_the_job_with_new_and_old_masters(servicer_cls, leasing, combined):
+    tm, server, port, calls = _serve(servicer_cls)
     client = MasterClient(f"127.0.0.1:{port}", worker_id=4, retry_timeout=5)
     try:
         assert _drain(client) == [0, 4, 8, 0, 4, 8]
         summary = tm.summary()
         assert summary.tasks_done == 6 and summary.records_trained == 24
-        # Against the old master the client fell back to the two calls once, and stays there.
-        assert client._combined is (servicer_cls is MasterServicer)
-        # The old two calls keep working beside the combined one.
+        # Against an older master the client fell back once, and stays there.
+        assert (client.leasing, client._combined) == (leasing, combined)
+        # The old calls keep working beside the new ones.
         assert client.get_task().type == pb.NONE
+    finally:
+        client.close()
+        server.stop(0)
+    if leasing:  # a lease per epoch (one worker: its share is all 3), NONE, NONE again
+        assert calls == {"lease_tasks": 4}, calls
+
+
+def test_results_wait_for_the_next_lease_and_failures_and_flushes_go_at_once():
+    tm, server, port, calls = _serve(MasterServicer, tasks=8, epochs=1)
+    client = MasterClient(f"127.0.0.1:{port}", worker_id=1, retry_timeout=5, lease_tasks=4)
+    try:
+        a = client.get_task()
+        assert len(client.leased_task_ids()) == 3 and tm.summary().tasks_doing == 4
+        b = client.report_and_get_task(a.task_id, exec_counters={"records": 4})
+        assert tm.summary().tasks_done == 0  # the success waits for the next lease call
+        assert calls == {"lease_tasks": 1}
+        c = client.report_and_get_task(b.task_id, err_message="boom")
+        s = tm.summary()  # a failure goes at once, with the success that waited
+        assert s.tasks_done == 1 and s.tasks_retried == 1 and calls == {"lease_tasks": 2}
+        d = client.report_and_get_task(c.task_id)
+        assert client.leased_task_ids() == [] and tm.summary().tasks_done == 1
+        client.report_task_result(d.task_id)  # "send it now": one call
+        assert tm.summary().tasks_done == 3 and calls == {"lease_tasks": 3}
+        client.flush_results()  # nothing waits: no call
+        assert calls == {"lease_tasks": 3}
+    finally:
+        client.close()
+        server.stop(0)
+
+
+def test_a_lease_answer_lost_and_retried_gets_the_same_tasks():
+    """The client numbers each lease call and a retry keeps the number: the master answers
+    a retry (its first answer lost) with the same tasks and applies the results once."""
+    tm, server, port, _ = _serve(MasterServicer, tasks=8, epochs=1)
+    client = MasterClient(f"127.0.0.1:{port}", worker_id=1, retry_timeout=5, lease_tasks=2)
+    sent = []
+    real_call = client._call
+
+    def call_twice(name, request):
+        first = real_call(name, request)  # this answer is "lost"
+        sent.append(first)
+        return real_call(name, request)
+
+    try:
+        t1 = client.get_task()
+        t2 = client.report_and_get_task(t1.task_id)
+        client._call = call_twice
+        t3 = client.report_and_get_task(t2.task_id)
+        assert [t.task_id for t in sent[0].tasks] == [t3.task_id] + client.leased_task_ids()
+        s = tm.summary()
+        assert s.tasks_done == 2 and s.tasks_doing == 2 and s.stale_reports == 0
     finally:
         client.close()
         server.stop(0)

@@ -15,8 +15,9 @@ only a run of consecutive failures, which means this worker cannot work at all, 
 Look-ahead (`prefetch_next_task`): while a small training task (one pipeline call, see
 TaskDataService) trains, a background thread asks the master for the next task and, if it is a
 small training task too, computes its minibatches, so neither the RPC nor the input pipeline
-sits between two tasks' steps. The worker then owns two tasks at once, which the master already
-handles (a dead worker's tasks are all re-queued); a WAIT answered ahead is dropped and asked
+sits between two tasks' steps. The worker then owns two tasks at once (more with a lease of
+tasks, see `MasterClient`), which the master already handles (a dead worker's tasks are all
+re-queued); a WAIT answered ahead is dropped and asked
 again after the report, so no work is skipped and task order is unchanged. A look-ahead that
 gets back the task the loop is running (the master took both tasks back past
 ``--task_timeout``, e.g. while a PS was stopped) asks for another instead of running it twice.
@@ -114,7 +115,9 @@ def _lower_this_threads_priority(delta: int) -> None:
 class Worker:
     """The task loop of one worker process (see the module docstring).
 
-    Round trips: one RPC per task, `report_and_get_task`, whose answer is the next task.
+    Round trips: one RPC per lease of tasks (`MasterClient`: the next task comes from the
+    lease while it lasts, results wait for the next lease call), else per task,
+    `report_and_get_task`, whose answer is the next task.
     Without a look-ahead the worker reports and gets its next task at once. With one, the
     next task is already fetched when a task ends, so its result waits (microseconds: until
     the next task starts) and travels with the following look-ahead's request, on that
@@ -156,11 +159,11 @@ class Worker:
         try:
             return self._run()
         finally:
-            if self._deferred_report is not None:
-                try:  # a finished task the master should not run again
-                    self._wait_for_report()
-                except Exception as err:  # noqa: BLE001 - already failing: keep the first error
-                    logger.warning("could not report the last finished task: %s", err)
+            try:  # finished tasks the master should not run again
+                self._wait_for_report()
+                self.master.flush_results()  # results waiting for the next lease call
+            except Exception as err:  # noqa: BLE001 - already failing: keep the first error
+                logger.warning("could not report the last finished tasks: %s", err)
             if self._ahead_pool is not None:
                 self._ahead_pool.shutdown(wait=True)
                 self._ahead_pool = None

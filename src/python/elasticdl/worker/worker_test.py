@@ -335,10 +335,11 @@ def test_the_model_files_saved_model_exporter_is_the_only_export(tmp_path, monke
 
 
 def test_a_timed_out_task_handed_back_while_it_runs_trains_once(tmp_path, monkeypatch):
-    """The master takes back both tasks a worker holds (they ran past the task timeout, as
+    """The master takes back every task a worker holds (they ran past the task timeout, as
     when its PS was stopped) while the worker runs one of them; the look-ahead then gets that
-    same task again. It must not train it a second time: every task reported once, no stale
-    report, every record counted once."""
+    same task again (or its lease does, with tasks still queued in the worker). It must not
+    train any a second time: every task reported once, no stale report, every record counted
+    once."""
     import threading
 
     from elasticdl.worker.master_client import MasterClient
@@ -373,10 +374,10 @@ def test_a_timed_out_task_handed_back_while_it_runs_trains_once(tmp_path, monkey
     monkeypatch.setattr(testing, "MasterClient", TimingOut)
     result = _run_unstopped_job(tmp_path, testing)
     assert result.exit_code == 0
-    # Both tasks the worker held were taken back: the one it reported and the one it ran.
-    assert timed_out and len(next(iter(timed_out[0].values()))) == 2, timed_out
+    # Every task the worker held was taken back: its lease (the one it ran among them).
+    assert timed_out and len(next(iter(timed_out[0].values()))) >= 2, timed_out
     summary = result.task_summary
-    assert summary.tasks_recovered == 2
+    assert summary.tasks_recovered == len(next(iter(timed_out[0].values())))
     assert summary.stale_reports == 0, reports
     assert sorted(reports) == sorted(set(reports)), reports  # each task reported once
     assert summary.finished and summary.records_trained == 96 and summary.tasks_done == 6
