@@ -68,6 +68,9 @@ class JournalTail:
             if op.get("a"):
                 self.held.pop(op["a"][0], None)
             self.held[op["t"]] = worker
+        elif kind == "l":  # a lease: every task of it held until reported or re-queued
+            for task_id in op["t"]:
+                self.held[task_id] = worker
         elif kind == "q":
             for task_id in op["t"]:
                 self.held.pop(task_id, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import recovery  # pants: no-infer-dep (beside this file: the BUILD names it)
+from elasticdl.master import journal_ops
 from elasticdl.master.journal import Journal
 
 
@@ -25,6 +26,20 @@ def test_the_tail_follows_tasks_requeues_replacements_and_the_end_of_training(tm
     journal.record({"o": "td"})
     tail.poll()
     assert tail.training_done_at is not None
+    journal.close()
+
+
+def test_the_tasks_of_a_lease_are_held_until_reported_or_requeued(tmp_path):
+    journal = Journal(tmp_path, "tasks", fsync_interval_s=0)
+    journal.open()
+    tail = recovery.JournalTail(tmp_path)
+    journal.record(journal_ops.encode(journal_ops.TasksLeased(worker=0, tasks=(4, 5, 6), call=1)))
+    tail.poll()
+    assert tail.held == {4: 0, 5: 0, 6: 0} and tail.busy_workers() == {0}
+    journal.record({"o": "r", "t": 4, "w": 0, "s": 1})
+    journal.record({"o": "q", "t": [5, 6]})
+    tail.poll()
+    assert tail.held == {} and tail.busy_workers() == set()
     journal.close()
 
 

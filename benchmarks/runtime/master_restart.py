@@ -60,12 +60,13 @@ def _listening(port: int) -> bool:
 
 
 def _dispatched_after(journal: Path, segment: int) -> bool:
-    """A task handed out ("g") in a tasks segment newer than ``segment``."""
+    """A task handed out (alone: "g", or in a lease: "l") in a tasks segment newer than
+    ``segment``."""
     from elasticdl.master.journal import decode_frames
 
     for path in journal.glob("tasks-*.log"):
         if int(path.stem.split("-")[1]) > segment:
-            if any(op.get("o") == "g" or "g" in op for op in decode_frames(path.read_bytes())):
+            if any(op.get("o") in ("g", "l") or "g" in op for op in decode_frames(path.read_bytes())):
                 return True
     return False
 
