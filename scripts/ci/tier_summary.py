@@ -34,6 +34,13 @@ _SUMMARY_LINE = re.compile(
     r"(?:\s+in\s+(?P<seconds>[\d.]+)s)?(?:\s+\((?P<source>[^)]*)\))?\.\s*$"
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Lines Pants prints while it runs, which a run stopped before its summary still has:
+# "12:00:01.00 [INFO] Completed: Run Pytest - a_test.py:tests - succeeded." and, every 30 s,
+# "  184.40s\tRun Pytest for a_test.py:tests" under "Long running tasks:".
+_COMPLETED_LINE = re.compile(
+    r"Completed: Run Pytest - (?P<address>\S+) - (?P<status>succeeded|failed)"
+)
+_RUNNING_LINE = re.compile(r"^\s*(?P<seconds>[\d.]+)s\s+Run Pytest for (?P<address>\S+)\s*$")
 _REPORT_NAME = re.compile(r"^(?P<path>.*)\.py(?:\.(?P<target>[^.]*))?$")
 
 
@@ -98,9 +105,37 @@ def read_reports(directory: Path) -> dict[str, FileResult]:
 
 
 def read_pants_log(path: Path, results: dict[str, FileResult]) -> None:
-    """Status, seconds and cache source of each file from ``./pants test``'s summary lines."""
-    for line in path.read_text(errors="replace").splitlines():
-        m = _SUMMARY_LINE.match(_ANSI.sub("", line).strip())
+    """Status, seconds and cache source of each file from ``./pants test``'s summary lines.
+
+    Where the run was stopped before its summary (the CI deadline), the progress lines tell
+    instead: a file that completed has its status (its seconds at least its last long-running
+    figure), and a file still running then counts as failed with ``status`` "unfinished"."""
+    text = _ANSI.sub("", path.read_text(errors="replace"))
+    running: dict[str, float] = {}
+    completed: dict[str, str] = {}
+    summarised: set[str] = set()
+    for line in text.splitlines():
+        m = _RUNNING_LINE.match(line)
+        if m:
+            file = m["address"].split(":", 1)[0]
+            running[file] = max(running.get(file, 0.0), float(m["seconds"]))
+            continue
+        m = _COMPLETED_LINE.search(line)
+        if m:
+            completed[m["address"].split(":", 1)[0]] = m["status"]
+            continue
+        m = _SUMMARY_LINE.match(line.strip())
+        if m and m["sigil"] in ("✓", "✕"):
+            summarised.add(m["address"].split(":", 1)[0])
+    for file in (set(running) | set(completed)) - summarised:
+        r = results.setdefault(file, FileResult(file))
+        r.status = completed.get(file, "unfinished")
+        if file in running:
+            r.pants_seconds = running[file]
+        if r.status != "succeeded" and not r.reported:
+            r.failed = max(r.failed, 1)
+    for line in text.splitlines():
+        m = _SUMMARY_LINE.match(line.strip())
         if not m or m["sigil"] not in ("✓", "✕"):
             continue
         file = m["address"].split(":", 1)[0]
@@ -182,6 +217,10 @@ def judge(
     return Verdict(allowed, refused, missing)
 
 
+# The files that take most of the run's time: where to look when the run grows.
+SLOWEST_FILES = 15
+
+
 def _seconds(s: float) -> str:
     return f"{s:.0f}s" if s >= 10 else f"{s:.1f}s"
 
@@ -247,6 +286,12 @@ def render(
         "  (seconds: the test processes' wall time in this run, summed per tier; files run in "
         "parallel; 0 for results from Pants' cache)"
     )
+    slowest = sorted((r for r in results.values() if r.seconds > 0), key=lambda r: -r.seconds)
+    if slowest:
+        out.append(f"slowest files (of {len(slowest)} that ran):")
+        for r in slowest[:SLOWEST_FILES]:
+            mark = {"failed": "  FAILED", "unfinished": "  UNFINISHED (still running)"}
+            out.append(f"  {_seconds(r.seconds):>7}  {r.path}{mark.get(r.status, '')}")
     if verdict.allowed or verdict.refused:
         out.append("skipped tests:")
         for path, reason, n, why in verdict.allowed:

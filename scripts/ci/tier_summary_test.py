@@ -106,6 +106,54 @@ def test_reports_and_the_pants_log_make_one_row_per_tier(tmp_path):
     assert [r.name for r in tier_summary.tier_rows(results)][0] == "k8s-node"
 
 
+def test_the_slowest_files_are_listed_slowest_first_without_cached_ones(tmp_path):
+    reports = write_reports(
+        tmp_path / "reports",
+        {
+            f"{UNIT}:tests": junit([("a", None)], time=2.0),
+            f"{IMAGES}:tests": junit([("real", None)], time=190.0),
+        },
+    )
+    log = tmp_path / "pants.log"
+    log.write_text(PANTS_LOG)
+    results = tier_summary.read_reports(reports)
+    tier_summary.read_pants_log(log, results)
+    verdict = tier_summary.judge(results, [], None)
+    out = tier_summary.render(results, verdict, [], strict=False)
+
+    start = next(i for i, line in enumerate(out) if line.startswith("slowest files"))
+    listed = []
+    for line in out[start + 1 :]:
+        if not line.startswith("  "):
+            break
+        listed.append(line.split())
+    # The cached CUDA file is not listed; the timed-out file is, and says it failed.
+    assert [row[1] for row in listed] == [NODE, IMAGES, UNIT]
+    assert listed[0] == ["600s", NODE, "FAILED"] and listed[1][0] == "198s"
+
+
+def test_a_run_stopped_before_its_summary_is_read_from_its_progress_lines(tmp_path):
+    log = tmp_path / "pants.log"
+    log.write_text(
+        "12:00:31.00 [INFO] Long running tasks:\n"
+        f"  31.10s\tRun Pytest for {IMAGES}:tests\n"
+        f"  31.20s\tRun Pytest for {NODE}:tests\n"
+        f"12:00:40.00 [INFO] Completed: Run Pytest - {UNIT}:tests - succeeded.\n"
+        f"12:00:45.00 [INFO] Completed: Run Pytest - {IMAGES}:tests - failed (exit code 1).\n"
+        "12:01:01.00 [INFO] Long running tasks:\n"
+        f"  61.20s\tRun Pytest for {NODE}:tests\n"
+    )
+    results: dict = {}
+    tier_summary.read_pants_log(log, results)
+
+    assert results[UNIT].status == "succeeded" and results[UNIT].failed == 0
+    assert results[IMAGES].status == "failed" and results[IMAGES].seconds == 31.1
+    node = results[NODE]
+    assert node.status == "unfinished" and node.failed == 1 and node.seconds == 61.2
+    out = tier_summary.render(results, tier_summary.judge(results, [], None), [], strict=True)
+    assert f"      61s  {NODE}  UNFINISHED (still running)" in out
+
+
 ENTRIES = [AllowedSkip(CUDA, r"no CUDA device", "GPU-only", lambda: True)]
 
 
