@@ -201,13 +201,26 @@ read -ra excluded <<<"$exclude_specs"
 rm -rf dist/test/reports
 : >"$logs/pants-test.log"
 tests_rc=0
+# Under CI the tests end by a deadline (seconds since this script started; .ci/run's limit less
+# the summary's margin), so that a run that grew too long still prints its per-tier table and
+# slowest files instead of being killed without them.
+deadline_s=${ELASTICDL_CI_DEADLINE_S:-5100}
+[[ $deadline_s =~ ^[0-9]+$ ]] || die "ELASTICDL_CI_DEADLINE_S=$deadline_s: give whole seconds"
 pants_test() { # SPEC...: one ./pants test, its output added to the log, its failure kept
-  local rc
+  local rc bound=()
+  if ((ci)); then
+    local left
+    left=$(awk -v t0="$started" -v t="$(date +%s.%N)" -v d="$deadline_s" 'BEGIN { printf "%d", d - (t - t0) }')
+    ((left > 0)) || left=1
+    bound=(timeout --signal=INT --kill-after=60 "$left")
+    log "tests end by the CI deadline: ${left}s from now (ELASTICDL_CI_DEADLINE_S=$deadline_s)"
+  fi
   log "./pants test $*"
   set +e
-  ./pants test "$@" 2>&1 | tee -a "$logs/pants-test.log"
+  ${bound[@]+"${bound[@]}"} ./pants test "$@" 2>&1 | tee -a "$logs/pants-test.log"
   rc=${PIPESTATUS[0]}
   set -e
+  ((rc != 124)) || log "error: the tests ran past the CI deadline (ELASTICDL_CI_DEADLINE_S=$deadline_s)"
   ((rc == 0)) || tests_rc=$rc
 }
 wait_for_kubernetes() {
