@@ -474,6 +474,10 @@ start_kubelet() { # node
 node_ready() { # node: its Ready condition is True
   [[ $(kc get node "$(node_name "$1")" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
 }
+node_ready_message() { # node: its Ready condition's reason and message
+  kc get node "$(node_name "$1")" \
+    -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}: {.status.conditions[?(@.type=="Ready")].message}' 2>&1
+}
 
 drop_registry_copies() { # node: images named after the registry are copies of what it held;
   # its data goes at every stop, and a later cluster's registry may hold other images under those
@@ -649,6 +653,13 @@ YAML
   for i in $(seq "$n"); do wait_for "node $(node_name "$i") Ready" 120 node_ready "$i"; done
   wait_for "cluster DNS" 30 "$BIN/busybox" nslookup "kubernetes.default.svc.$DOMAIN" "$DNS_IP"
   wait_for "kube-proxy's rules" 30 bash -c "iptables -w -t nat -S KUBE-SERVICES | grep -q -- '-d $SVC_FIRST/32'"
+  # A node's kubelet can report NotReady again shortly after its first Ready (its engine still
+  # cleaning up after a hard kill, say): start returns only with every node Ready now.
+  for i in $(seq "$n"); do
+    node_ready "$i" && continue
+    say "node $(node_name "$i") went NotReady after its first Ready: $(node_ready_message "$i")"
+    wait_for "node $(node_name "$i") Ready again" 120 node_ready "$i"
+  done
   say "$n nodes Ready, DNS and Services up"
   {
     echo "KUBECONFIG=$K/admin.kubeconfig"
