@@ -12,6 +12,8 @@
 #                                                # cgroup and pod network namespace it made
 #                                                # (found by name and tag, also after a crash);
 #                                                # --purge also deletes images and certificates
+#                                                # (else the registry's images and the engines'
+#                                                # copies stay for the next start: no re-push)
 #   scripts/k8s/start-node.sh stop-node I        # node I dies: its kubelet, engine and every
 #                                                # container on it are killed at once (SIGKILL)
 #   scripts/k8s/start-node.sh start-node I       # node I boots again (engine, kubelet) and rejoins
@@ -38,6 +40,7 @@
 #                                             --node-monitor-period (Kubernetes' defaults)
 #   ELASTICDL_NODE_KUBELET_AUTH (secure)      secure: x509 client certificates + webhook
 #                                             authorization; open: anyone on loopback (debug)
+#   ELASTICDL_NODE_REGISTRY_KEEP_MB (8192)    a start empties a kept registry larger than this
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -52,7 +55,12 @@ MONITOR=${ELASTICDL_NODE_MONITOR_PERIOD:-5s}
 DOCKERD_READY_S=180
 NETP=${ELASTICDL_NODE_NET:-10.244}
 PB=${ELASTICDL_NODE_PORT_BASE:-24300}
+REGISTRY_KEEP_MB=${ELASTICDL_NODE_REGISTRY_KEEP_MB:-8192}
 usage() { echo "usage: $0 start [--nodes N] | status | stop [--purge] | stop-node I | start-node I | base-image" >&2; exit 2; }
+if ! [[ $REGISTRY_KEEP_MB =~ ^[0-9]+$ ]]; then
+  echo "start-node: error: ELASTICDL_NODE_REGISTRY_KEEP_MB=$REGISTRY_KEEP_MB: give whole megabytes (0 keeps nothing)" >&2
+  exit 2
+fi
 if ! [[ $PB =~ ^[0-9]+$ ]] || ((PB < 1024 || PB > 65500)); then
   echo "start-node: error: ELASTICDL_NODE_PORT_BASE=$PB is not a port number in 1024..65500" >&2
   exit 2
@@ -398,6 +406,18 @@ JSON
   spawn_on_node "$i" "dockerd-$i" dockerd --config-file "$d/docker/daemon.json"
 }
 
+# The registry's data outlives a stop, as the engines' images do: a start after a stop serves
+# what was pushed before, so a build whose layers are there pushes only what changed and the
+# other nodes pull only that. Kept within REGISTRY_KEEP_MB: a start empties a larger one (and
+# each engine's copies of its images, which could name images it no longer holds).
+registry_fresh() { # 0 when the registry starts empty (its copies in the engines must go)
+  [[ -d $K/registry-data ]] || return 0
+  local mb; mb=$(du -sm "$K/registry-data" | cut -f1)
+  ((mb > REGISTRY_KEEP_MB)) || return 1
+  say "the kept registry holds ${mb} MB (> ELASTICDL_NODE_REGISTRY_KEEP_MB=$REGISTRY_KEEP_MB): emptied"
+  rm -rf "$K/registry-data"
+}
+
 start_registry() {
   cat >"$K/registry.yml" <<YML
 version: 0.1
@@ -480,8 +500,8 @@ node_ready_message() { # node: its Ready condition's reason and message
 }
 
 drop_registry_copies() { # node: images named after the registry are copies of what it held;
-  # its data goes at every stop, and a later cluster's registry may hold other images under those
-  # names. Done at a stop and again at a start: an engine that was dead at the stop kept its copies.
+  # once its data is gone (--purge, or emptied at a start for its size), a later registry may
+  # hold other images under those names.
   local i=$1 imgs
   imgs=$(dk "$i" images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | grep "^$REGISTRY/" || true)
   # shellcheck disable=SC2086
@@ -563,6 +583,8 @@ start() {
   chmod 600 "$P/cluster-dns.token"
   net_up "$n"
   runc_wrapper
+  local fresh_registry=0
+  if ! alive registry && registry_fresh; then fresh_registry=1; fi
   start_registry
 
   # etcd accepts only clients and peers with a certificate of our CA.
@@ -594,7 +616,7 @@ start() {
   for i in $(seq "$n"); do
     wait_for "dockerd of node $i" "$DOCKERD_READY_S" curl -sf --unix-socket "$(node_dir "$i")/docker.sock" http://d/_ping
     images "$i"
-    drop_registry_copies "$i"
+    ((fresh_registry == 0)) || drop_registry_copies "$i"
   done
   wait_for registry 10 curl -sf "http://$REGISTRY/v2/"
   wait_for kube-apiserver 120 curl -sf --cacert "$P/ca.crt" \
@@ -935,7 +957,8 @@ stop() {
     alive "dockerd-$i" || continue
     local ids; ids=$(dk "$i" ps -aq --filter label=io.kubernetes.pod.uid 2>/dev/null || true)
     [[ -z $ids ]] || dk "$i" rm -f $ids >/dev/null 2>&1 || true
-    drop_registry_copies "$i"
+    # (images a later pull or build untagged: the kept ones are tagged)
+    dk "$i" image prune -f >/dev/null 2>&1 || true
   done
   stop_pids 10 dnsmasq cluster-dns kube-proxy kube-scheduler kube-controller-manager kube-apiserver registry
   stop_pids 10 etcd
@@ -971,9 +994,14 @@ stop() {
   if grep -qF " $K/" /proc/self/mounts; then
     die "mounts under $K are left: $(grep -F " $K/" /proc/self/mounts | awk '{print $2}' | tr '\n' ' ')"
   fi
-  # The cluster's state and the registry's data go (the next start is a fresh cluster);
-  # certificates and the engines' images stay for the next start unless --purge.
-  rm -rf "$K/etcd" "$K/controller-flexvolume" "$K/dns" "$R" "$K/env" "$K/registry-data"
+  # The cluster's state goes (the next start is a fresh cluster); certificates, the registry's
+  # images (less the layers no tag holds any more) and the engines' images stay for the next
+  # start unless --purge.
+  if [[ -d $K/registry-data && -f $K/registry.yml && ${1:-} != --purge ]]; then
+    docker-registry garbage-collect --delete-untagged "$K/registry.yml" >/dev/null 2>&1 ||
+      say "the registry's garbage collection failed: its data stays as it was"
+  fi
+  rm -rf "$K/etcd" "$K/controller-flexvolume" "$K/dns" "$R" "$K/env"
   for i in $(seq "$n"); do
     d=$(node_dir "$i")
     rm -rf "$d/kubelet" "$d/dockershim" "$d/cni" "$d/host" "$d/docker/exec"

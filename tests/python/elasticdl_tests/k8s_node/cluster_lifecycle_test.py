@@ -12,6 +12,9 @@ they wait until no other test process uses it; it is handed back whole afterward
 2. ``start-node.sh stop`` leaves nothing behind: no process, mount, bridge, veth, route,
    iptables rule or chain (ours, kube-proxy's, the portmap plugin's), pod network namespace or
    cgroup; then the cluster is started again for the other tests.
+   The registry's images and the engines' copies of them outlive a stop (a restart pushes and
+   pulls nothing again); a start that finds the kept registry above its bound
+   (``ELASTICDL_NODE_REGISTRY_KEEP_MB``) empties it and drops the engines' copies.
 3. A cluster killed hard (every process SIGKILLed, its run dir with the records of what it
    added removed, as after a crash): ``start`` removes what it left (found by the tag of its
    iptables rules and the names of its links) and starts a working cluster; killed hard again,
@@ -380,6 +383,46 @@ def test_stop_leaves_nothing_behind(exclusive_cluster, node_namespace, tmp_path)
     left = _leftovers(state, prefix, pids, namespaces, veths)
     assert not left, "left after stop:\n" + "\n".join(left)
     # (exclusive_cluster starts it again for the other tests)
+
+
+def _tags(cluster, repository: str) -> list[str]:
+    """The tags the cluster's registry holds for REPOSITORY ([] where it holds none)."""
+    r = subprocess.run(
+        ["curl", "-s", f"http://{cluster.registry}/v2/{repository}/tags/list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(r.stdout).get("tags") or []
+
+
+def _has_image(cluster, node: str, image: str) -> bool:
+    return bool(cluster.docker_on(node, "images", "-q", image).strip())
+
+
+def test_the_registry_and_its_pulled_copies_outlive_a_stop_within_their_bound(exclusive_cluster):
+    cluster = exclusive_cluster
+    repository = f"edl-kept-{os.getpid()}"
+    image = f"{cluster.registry}/{repository}:v1"
+    cluster.docker("tag", "local/busybox:node", image)
+    cluster.docker("push", image)
+    cluster.pull_everywhere(image)
+    node2 = cluster.nodes[1]
+
+    for command in ("stop", "start"):
+        r = cluster.script(command)
+        assert r.returncode == 0, r.stderr
+    assert _tags(cluster, repository) == ["v1"]
+    assert _has_image(cluster, node2, image), "node 2's pulled copy went with the stop"
+
+    # Above its bound the kept registry is emptied at the next start, and the copies go.
+    assert cluster.script("stop").returncode == 0
+    r = cluster.script("start", env={"ELASTICDL_NODE_REGISTRY_KEEP_MB": "0"})
+    assert r.returncode == 0, r.stderr
+    assert "ELASTICDL_NODE_REGISTRY_KEEP_MB=0): emptied" in r.stderr, r.stderr
+    assert _tags(cluster, repository) == []
+    assert not _has_image(cluster, node2, image)
+    assert not _has_image(cluster, cluster.nodes[0], image)
 
 
 def _ifindex(link: str) -> int | None:

@@ -138,8 +138,8 @@ def mnist_image(k8s_node, base_image, tmp_path_factory):
         yield image, ctx, build_s
     finally:
         # The base image stays for the other real-node test files (conftest's base_image); the
-        # other nodes keep their pulled copy (the next push is pulled again over it; the
-        # cluster's stop removes every image named after its registry).
+        # other nodes keep their pulled copy (the next push is pulled again over it; what no
+        # tag holds any more goes at the cluster's stop).
         k8s_node.docker("rmi", "-f", image, check=False)
 
 

@@ -193,15 +193,17 @@ class Node:
             if host != self.docker_host:
                 self.docker_on(n, "pull", "-q", image, timeout=timeout)
 
-    def script(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        """``scripts/k8s/start-node.sh ARGS`` for this cluster (its output; exit status not
-        checked)."""
+    def script(
+        self, *args: str, timeout: float = 600, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
+        """``scripts/k8s/start-node.sh ARGS`` for this cluster, with ENV added to the
+        environment (its output; exit status not checked)."""
         return subprocess.run(
             ["bash", str(script_path()), *args],
             capture_output=True,
             text=True,
             timeout=timeout,
-            env={**os.environ, "ELASTICDL_NODE_DIR": str(self.state_dir)},
+            env={**os.environ, **(env or {}), "ELASTICDL_NODE_DIR": str(self.state_dir)},
         )
 
 
