@@ -190,6 +190,7 @@ class KubernetesBackend(JobBackend):
             replica_id=0,
             port=job.port,
             owner_reference=owner,
+            publish_not_ready=False,
         )
         try:
             self.k8s.create_service(service)

@@ -252,8 +252,14 @@ def build_service(
     replica_id: int,
     port: int,
     owner_reference: Any = None,
+    publish_not_ready: bool = True,
 ):
-    """Headless service selecting exactly the replica ``replica_type``/``replica_id``."""
+    """Headless service selecting exactly the replica ``replica_type``/``replica_id``.
+
+    ``publish_not_ready``: its pod's address is published before the pod is ready (a
+    restarting PS must be resolvable, or workers cannot reconnect). Not for a pod that a Job
+    replaces (the master's): Kubernetes up to 1.21 then keeps the failed pod's address in
+    the Service beside its replacement's."""
     from kubernetes import client
 
     labels = job_labels(job_name, replica_type, replica_id)
@@ -270,8 +276,7 @@ def build_service(
             cluster_ip="None",
             selector=labels,
             ports=[client.V1ServicePort(name=PORT_NAME, port=int(port), target_port=int(port))],
-            # A restarting PS must be resolvable before it is ready, or workers cannot reconnect.
-            publish_not_ready_addresses=True,
+            publish_not_ready_addresses=publish_not_ready,
         ),
     )
     return template.cluster_spec.patch_service(service)

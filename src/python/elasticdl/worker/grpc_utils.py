@@ -63,9 +63,16 @@ class Backoff:
         return True
 
 
-def call_with_retry(fn: Callable[[], T], what: str, timeout: float) -> T:
-    """Run `fn` retrying UNAVAILABLE until `timeout` seconds have passed."""
+def call_with_retry(
+    fn: Callable[[], T],
+    what: str,
+    timeout: float,
+    on_unavailable: Callable[[float], None] | None = None,
+) -> T:
+    """Run `fn` retrying UNAVAILABLE until `timeout` seconds have passed; `on_unavailable`
+    gets the seconds since the first failure before each retry."""
     backoff = Backoff(timeout)
+    first_failure = None
     while True:
         try:
             return fn()
@@ -73,3 +80,7 @@ def call_with_retry(fn: Callable[[], T], what: str, timeout: float) -> T:
             if not is_retryable(err) or not backoff.sleep_or_give_up():
                 raise
             logger.warning("%s: %s unavailable, retrying", what, err.details() or err.code())
+            now = time.monotonic()
+            first_failure = now if first_failure is None else first_failure
+            if on_unavailable is not None:
+                on_unavailable(now - first_failure)

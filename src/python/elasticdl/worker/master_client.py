@@ -15,6 +15,7 @@ import collections
 import logging
 import random
 import threading
+import time
 from typing import Dict, List, Mapping, Optional
 
 import grpc
@@ -35,6 +36,8 @@ TASK_METRICS = frozenset({"loss"})
 # gRPC's) is then spread over 4 tasks, which is most of the gain (the rest of its cost is per
 # task), while a worker that dies has at most 4 tasks to re-queue and 3 results to run again.
 DEFAULT_LEASE_TASKS = 4
+# Seconds of an unreachable master after which a call goes on over a new channel.
+REBUILD_CHANNEL_AFTER_S = 10.0
 
 
 class MasterClient:
@@ -56,8 +59,12 @@ class MasterClient:
         self.worker_id = int(worker_id)
         self.retry_timeout = retry_timeout
         self.rpc_timeout = rpc_timeout
+        self._secret, self._tls_config = secret, tls_config
         self._channel = build_channel(master_addr, secret, tls_config)
         self._stub = pb_grpc.MasterStub(self._channel)
+        self._channel_lock = threading.Lock()
+        self._channel_built = time.monotonic()
+        self._old_channels: list = []  # replaced, closed with this client
         self._combined = True  # False once the master turned out not to have the combined RPC
         self.lease_tasks = max(0, int(lease_tasks))
         # The worker's look-ahead thread and its loop both call in: one call at a time.
@@ -70,15 +77,34 @@ class MasterClient:
         self._call_id = random.getrandbits(48)
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in [*self._old_channels, self._channel]:
+            channel.close()
 
     def _call(self, name: str, request):
-        method = getattr(self._stub, name)
         return call_with_retry(
-            lambda: method(request, timeout=self.rpc_timeout),
+            lambda: getattr(self._stub, name)(request, timeout=self.rpc_timeout),
             f"master {self.addr} {name}",
             self.retry_timeout,
+            self._rebuild_channel_if_stuck,
         )
+
+    def _rebuild_channel_if_stuck(self, unavailable_s: float) -> None:
+        """A new channel once the master has been unreachable for REBUILD_CHANNEL_AFTER_S
+        (and at most that often): a channel that resolved the master's name to the address of
+        a master that died can go on trying that address after its successor is up, where a
+        new channel resolves the name afresh. The old channel stays open for calls still on
+        it (closed with the client)."""
+        with self._channel_lock:
+            now = time.monotonic()
+            if unavailable_s < REBUILD_CHANNEL_AFTER_S:
+                return
+            if now - self._channel_built < REBUILD_CHANNEL_AFTER_S:
+                return
+            logger.info("master %s unreachable for %.0f s: a new channel", self.addr, unavailable_s)
+            self._old_channels.append(self._channel)
+            self._channel = build_channel(self.addr, self._secret, self._tls_config)
+            self._stub = pb_grpc.MasterStub(self._channel)
+            self._channel_built = now
 
     @property
     def leasing(self) -> bool:

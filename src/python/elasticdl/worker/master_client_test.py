@@ -144,3 +144,36 @@ def test_a_training_loss_travels_as_a_task_metric_not_a_counter():
         client.close()
     assert req.worker_id == 2
     assert dict(req.exec_counters) == {"records": 4} and dict(req.task_metrics) == {"loss": 0.25}
+
+
+def test_a_master_unreachable_for_long_is_called_again_over_a_new_channel(monkeypatch):
+    """The first channel goes on failing (as one stuck on a dead master's address does); once
+    the master has been unreachable for REBUILD_CHANNEL_AFTER_S, the call goes on over a new
+    channel, which resolves the name afresh (here: reaches the live master)."""
+    import socket
+
+    from elasticdl.worker import master_client
+
+    _, server, port, calls = _serve(MasterServicer)
+    with socket.socket() as s:  # a port nothing listens on: every call is UNAVAILABLE
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    targets = [f"127.0.0.1:{dead}", f"127.0.0.1:{port}"]
+    real_build_channel = master_client.build_channel
+    built = []
+
+    def build_channel(addr, secret=None, tls_config=None):
+        built.append(targets[min(len(built), 1)])
+        return real_build_channel(built[-1], secret, tls_config)
+
+    monkeypatch.setattr(master_client, "build_channel", build_channel)
+    monkeypatch.setattr(master_client, "REBUILD_CHANNEL_AFTER_S", 0.5)
+    client = MasterClient("elasticdl-job-master.ns.svc:50001", worker_id=1, retry_timeout=20)
+    try:
+        task = client.get_task()
+        assert task.type == pb.TRAINING
+        assert built == targets  # one new channel, not one per retry
+        assert client.addr == "elasticdl-job-master.ns.svc:50001"
+    finally:
+        client.close()
+        server.stop(None)
