@@ -87,8 +87,14 @@ def test_colocation_beside_a_high_priority_service(
     assert result["workers_regained"] is True, result
     assert result["service_pods"] >= 1, result
     assert result["requests"].get("200", 0) > 0, result
-    assert set(k for k in result["requests"] if k.startswith("unauthenticated_")) == {
-        "unauthenticated_401"
-    }, result
+    # Refused without the token, never answered; a request to a pod still starting or already
+    # stopping gets no answer at all ("error"), which says nothing either way.
+    unauthenticated = {
+        k[len("unauthenticated_") :]: n
+        for k, n in result["requests"].items()
+        if k.startswith("unauthenticated_")
+    }
+    assert unauthenticated.get("401", 0) > 0, result
+    assert set(unauthenticated) <= {"401", "error"}, result
     # The PriorityClasses the benchmark installed are gone again.
     assert exclusive_cluster.kubectl("get", "priorityclass", "-o", "name") == classes_before
