@@ -402,6 +402,8 @@ def _has_image(cluster, node: str, image: str) -> bool:
 
 def test_the_registry_and_its_pulled_copies_outlive_a_stop_within_their_bound(exclusive_cluster):
     cluster = exclusive_cluster
+    r = cluster.script("start")  # (up again: the test before stopped it)
+    assert r.returncode == 0, r.stderr
     repository = f"edl-kept-{os.getpid()}"
     image = f"{cluster.registry}/{repository}:v1"
     cluster.docker("tag", "local/busybox:node", image)
@@ -530,8 +532,15 @@ def test_a_cluster_killed_hard_is_cleaned_up_by_start_and_by_stop(exclusive_clus
         r = cluster.script("start")
         assert r.returncode == 0, r.stderr
         assert SWEEP_MESSAGE in r.stderr, r.stderr
+        # start returns with every node Ready; a kubelet may still report NotReady once soon
+        # after a crash's clean-up (its Ready condition says why), and is Ready again.
         for node in cluster.nodes:
-            assert _ready(cluster, node) == "True", cluster.kubectl("get", "nodes", check=False)
+            wait_for(
+                lambda node=node: _ready(cluster, node) == "True",
+                60,
+                f"node {node} Ready after the start",
+                lambda node=node: json.dumps(_node(cluster, node)["status"].get("conditions")),
+            )
         docker0.assert_kept("by a start after a crash")
 
         # Killed hard again, then only `stop`: no records, the same result as a clean stop.
