@@ -385,6 +385,7 @@ fi
 # cpu, gpu: the two halves of the Dockerfile, each with its own context directory.
 DEPS_CTX="$CTX/deps-build" PROJECT_CTX="$CTX/project-build"
 mkdir -p "$DEPS_CTX/deps" "$PROJECT_CTX/project"
+# shellcheck disable=SC2016  # a literal ${DEPS_IMAGE}
 split=$(grep -n '^FROM \${DEPS_IMAGE}' "$CTX/Dockerfile" | head -n 1 | cut -d: -f1)
 first=$(grep -n '^FROM ' "$CTX/Dockerfile" | head -n 1 | cut -d: -f1)
 [[ -n $split && $split -gt $first ]] ||
@@ -401,8 +402,9 @@ for f in "$CTX"/*.whl; do
   esac
 done
 mv "$CTX/requirements.txt" "$DEPS_CTX/deps/"
-echo "build-images: dependencies context $(ls "$DEPS_CTX/deps" | wc -l) files, $(du -sh "$DEPS_CTX/deps" | cut -f1);" \
-  "project context $(ls "$PROJECT_CTX/project" | wc -l) files, $(du -sh "$PROJECT_CTX/project" | cut -f1)" >&2
+echo "build-images: dependencies context $(find "$DEPS_CTX/deps" -type f | wc -l) files," \
+  "$(du -sh "$DEPS_CTX/deps" | cut -f1); project context $(find "$PROJECT_CTX/project" -type f | wc -l)" \
+  "files, $(du -sh "$PROJECT_CTX/project" | cut -f1)" >&2
 
 # The dependencies image's tag: a hash of all it is built from but the base image's content,
 # which the layer check below covers (a re-imported base of the same name).
