@@ -196,7 +196,9 @@ def test_a_change_to_the_project_rebuilds_only_its_layer(engine, real_image, tmp
     changed.mkdir()
     for wheel in Path(pants_wheels(root)).glob("*.whl"):
         if wheel.name.startswith("elasticdl-"):
-            wheel_with_extra_file(wheel, changed, "elasticdl/image_test_change.py", b"CHANGED = 1\n")
+            wheel_with_extra_file(
+                wheel, changed, "elasticdl/image_test_change.py", b"CHANGED = 1\n"
+            )
         else:
             shutil.copy(wheel, changed)
     image = f"elasticdl-test/base-cpu-changed:{uuid.uuid4().hex[:12]}"
@@ -211,13 +213,24 @@ def test_a_change_to_the_project_rebuilds_only_its_layer(engine, real_image, tmp
             "--deps-repository",
             deps_repository("cpu"),
         )
-        out = run(client, image, ["python3", "-c", "import elasticdl.image_test_change as c; print('CHANGED', c.CHANGED)"])
+        out = run(
+            client,
+            image,
+            [
+                "python3",
+                "-c",
+                "import elasticdl.image_test_change as c; print('CHANGED', c.CHANGED)",
+            ],
+        )
         assert re.search(r"^CHANGED 1$", out, re.M), out[-3000:]
         assert client.inspect_image(real_image.deps)["Id"] == deps_id
         assert repository_tags(client, deps_repository("cpu")) == [real_image.deps]
         assert dependencies_image(client, image, deps_repository("cpu")) == real_image.deps
         deps_layers = len(image_layers(client, real_image.deps))
-        assert image_layers(client, image)[:deps_layers] == image_layers(client, real_image.name)[:deps_layers]
+        assert (
+            image_layers(client, image)[:deps_layers]
+            == image_layers(client, real_image.name)[:deps_layers]
+        )
         added = client.inspect_image(image)["Size"] - client.inspect_image(real_image.deps)["Size"]
         assert 0 < added < PROJECT_LAYERS_MAX_BYTES, added
     finally:

@@ -147,7 +147,9 @@ class BaseImage:
     deps: str  # the dependencies image it is built on (see ``dependencies_image``)
 
 
-def cached_base_image(engine, root: Path, kind: str, dist: str, *flags: str, timeout: float) -> BaseImage:
+def cached_base_image(
+    engine, root: Path, kind: str, dist: str, *flags: str, timeout: float
+) -> BaseImage:
     """The base image of KIND (``build-images.sh KIND --dist DIST FLAGS``), built only when
     its inputs changed.
 
@@ -233,7 +235,9 @@ def wheel_with_extra_file(wheel: Path, dest: Path, arcname: str, data: bytes) ->
     RECORD (a change to the project's sources, as a rebuilt wheel carries it)."""
     out = dest / wheel.name
     digest = hashlib.sha256(data).digest()
-    line = f"{arcname},sha256={base64.urlsafe_b64encode(digest).rstrip(b'=').decode()},{len(data)}\n"
+    line = (
+        f"{arcname},sha256={base64.urlsafe_b64encode(digest).rstrip(b'=').decode()},{len(data)}\n"
+    )
     with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
         for info in src.infolist():
             content = src.read(info)

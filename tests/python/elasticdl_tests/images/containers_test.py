@@ -137,14 +137,28 @@ def test_a_wheel_with_an_extra_file_installs_it(tmp_path):
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr("pkg/__init__.py", "")
         z.writestr("pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")
-        z.writestr("pkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(
+            "pkg-1.0.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         z.writestr("pkg-1.0.dist-info/RECORD", "pkg/__init__.py,,\npkg-1.0.dist-info/RECORD,,\n")
     (tmp_path / "out").mkdir()
     changed = wheel_with_extra_file(wheel, tmp_path / "out", "pkg/extra.py", b"X = 1\n")
     assert changed.name == wheel.name
     target = tmp_path / "site"
     subprocess.run(
-        [python_with_pip(), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(changed)],
+        [
+            python_with_pip(),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(changed),
+        ],
         check=True,
     )
     assert (target / "pkg" / "extra.py").read_text() == "X = 1\n"
