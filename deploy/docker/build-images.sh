@@ -3,6 +3,17 @@
 # wheels.
 #
 #   deploy/docker/build-images.sh [cpu|gpu|server] [options]
+# cpu, gpu: two builds, so that a change to the project rebuilds one small layer, not the
+# third-party stack (TensorFlow, torch, the CUDA wheels: ~2.5 GB / ~9 GB installed):
+#   1. the dependencies image, the first half of Dockerfile.KIND (up to `FROM ${DEPS_IMAGE}`)
+#      from a context of the third-party side only (deps/: requirements.txt, the wheels of
+#      --download-deps and --wheel, pip), tagged <repository>-deps:KIND-<hash of that half,
+#      deps/'s files and the build args> (<repository>: --tag's, or --deps-repository). It is
+#      built only when no image of that tag sits on the same base image layers, and kept: it is
+#      the cache. Once the image is built, the other KIND-* tags of that repository are removed
+#      (an image still in use keeps its layers);
+#   2. the image, the second half, FROM that image, from a context of the project's wheels only
+#      (project/): they go in with --no-deps as a layer of a few MB.
 # server: Dockerfile.server, DIST's elasticdl_server-*.whl (./pants package
 # //:elasticdl-server-wheel) on --base-image (default elasticdl:cpu); --download-deps fetches
 # only its requirements the base image lacks (FastAPI, uvicorn and theirs). The cpu and gpu
@@ -14,13 +25,17 @@
 #     --build-native         with --from-source: always compile src/cc
 #     --tag NAME             image name (default: elasticdl:cpu / elasticdl:gpu /
 #                            elasticdl-server:latest)
+#     --deps-repository REPO cpu, gpu: the dependencies image's repository (default: --tag's
+#                            repository + "-deps", e.g. elasticdl-deps)
 #     --base-image IMAGE     BASE_IMAGE build arg (e.g. local/base on machines without a registry)
 #     --extra-pypi-index URL EXTRA_PYPI_INDEX build arg (also used by --download-deps)
 #     --tensorflow SPEC      TENSORFLOW build arg; "" = no TensorFlow (light image)
 #     --torch SPEC           gpu: TORCH build arg (installed with --no-deps over TENSORFLOW's
 #                            CUDA wheels); "" = no torch
 #     --build-arg NAME=VALUE any other build arg (e.g. PYTHON_PPA for NVIDIA's base image)
-#     --pip-options OPTS     PIP_OPTIONS build arg, e.g. "--no-index --no-deps"
+#     --pip-options OPTS     PIP_OPTIONS build arg, e.g. "--no-index --no-deps" (cpu: with
+#                            --no-deps only the context's wheels go in, not the project
+#                            wheels' requirements)
 #     --wheel REQ            download REQ's wheel on this host into the context (repeatable), for
 #                            builds whose containers cannot reach a package index
 #     --download-deps        offline build of the real image: download on this host, once per
@@ -35,9 +50,9 @@
 #                            torch's +cpu wheel) besides the host pip's configuration
 #     --wheel-cache DIR      --download-deps with the cache in DIR/<hash>
 #     --download-options OPTS more `pip download` options, e.g. "--extra-index-url URL"
-#     --keep-install-stage   keep the install stage's images (wheels + installed tree) as layer
+#     --keep-install-stage   keep the install stages' images (wheels + installed tree) as layer
 #                            cache; by default they are deleted after the build
-#     --no-cache             rebuild every layer
+#     --no-cache             rebuild every layer, the dependencies image too
 # gpu: the kernels wheel is always compiled here with CUDA (ELASTICDL_BUILD_CUDA=1, nvcc from
 # PATH, $CUDA_HOME or /usr/local/cuda; without one, NVIDIA's nvcc wheels are installed into the
 # cache first), cached in $ELASTICDL_CACHE_DIR/gpu-native/<hash of src/cc and nvcc>; the
@@ -53,7 +68,8 @@ PYTHON=${PYTHON:-python3}
 KIND=cpu
 [[ ${1:-} == cpu || ${1:-} == gpu || ${1:-} == server ]] && { KIND=$1; shift; }
 DIST="$ROOT/dist"; FROM_SOURCE=0; BUILD_NATIVE=0; TAG=""; NOCACHE=0
-BUILD_ARGS=(); WHEELS=(); WHEEL_CACHE=""; DOWNLOAD_OPTIONS=""; KEEP_STAGE=0
+BUILD_ARGS=(); WHEELS=(); WHEEL_CACHE=""; DOWNLOAD_OPTIONS=""; KEEP_STAGE=0; DEPS_REPO=""
+PIP_OPTIONS=""
 TENSORFLOW_SET=0; TENSORFLOW=""; PIP_OPTIONS_SET=0; EXTRA_INDEX=""; TORCH_SET=0; TORCH=""
 die() { echo "build-images: error: $*" >&2; exit 2; }
 while (($#)); do
@@ -62,12 +78,13 @@ while (($#)); do
     --from-source) FROM_SOURCE=1; shift ;;
     --build-native) BUILD_NATIVE=1; shift ;;
     --tag) TAG=$2; shift 2 ;;
+    --deps-repository) DEPS_REPO=$2; shift 2 ;;
     --base-image) BUILD_ARGS+=("BASE_IMAGE=$2"); shift 2 ;;
     --extra-pypi-index) BUILD_ARGS+=("EXTRA_PYPI_INDEX=$2"); EXTRA_INDEX=$2; shift 2 ;;
     --tensorflow) BUILD_ARGS+=("TENSORFLOW=$2"); TENSORFLOW=$2; TENSORFLOW_SET=1; shift 2 ;;
     --torch) BUILD_ARGS+=("TORCH=$2"); TORCH=$2; TORCH_SET=1; shift 2 ;;
     --build-arg) BUILD_ARGS+=("$2"); shift 2 ;;
-    --pip-options) BUILD_ARGS+=("PIP_OPTIONS=$2"); PIP_OPTIONS_SET=1; shift 2 ;;
+    --pip-options) BUILD_ARGS+=("PIP_OPTIONS=$2"); PIP_OPTIONS=$2; PIP_OPTIONS_SET=1; shift 2 ;;
     --wheel) WHEELS+=("$2"); shift 2 ;;
     --download-deps)
       WHEEL_CACHE=${ELASTICDL_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/elasticdl}/image-wheels; shift ;;
@@ -158,7 +175,9 @@ pipwhl=$(ls /usr/share/python-wheels/pip-*.whl 2>/dev/null | head -n 1 || true)
 [[ -n $pipwhl ]] && cp "$pipwhl" "$CTX/"
 # The install: TENSORFLOW (and for gpu TORCH, TORCH_REQUIREMENTS) as the Dockerfile would
 # install them: the flags, else the ARGs' defaults.
-arg_default() { sed -n "s/^ARG $1=\"\\(.*\\)\"\$/\\1/p" "$CTX/Dockerfile" | head -n 1; }
+arg_default() {
+  sed -n -e "s/^ARG $1=\"\\(.*\\)\"\$/\\1/p" -e t -e "s/^ARG $1=\\(.*\\)\$/\\1/p" "$CTX/Dockerfile" | head -n 1
+}
 ((TENSORFLOW_SET)) || TENSORFLOW=$(arg_default TENSORFLOW)
 TORCH_REQUIREMENTS=""
 if [[ $KIND == gpu ]]; then
@@ -172,7 +191,7 @@ elif [[ $KIND == server ]]; then
 else
   REPLACED=""
 fi
-if [[ $KIND == gpu || -n $WHEEL_CACHE ]]; then
+if [[ $KIND != server || -n $WHEEL_CACHE ]]; then
   # The requirement set: every Requires-Dist (without extras) of the context's wheels, less
   # the project's own packages (they are in the context) and REPLACED; and the target
   # interpreter: the cpXY tag of a context wheel (the kernels), default 3.11.
@@ -201,9 +220,14 @@ print("\n".join(sorted(reqs)))
 PY
   ) || die "reading the requirements of the wheels in the context failed"
   pyver=$(head -n 1 <<<"$reqs" | cut -d' ' -f2); reqs=$(tail -n +2 <<<"$reqs")
-  # The Dockerfile installs these with dependency resolution (the project wheels themselves
-  # with --no-deps: their requirement of the CPU torch cannot be met beside TORCH).
-  [[ $KIND == gpu ]] && printf '%s\n' "$reqs" >"$CTX/requirements.txt"
+  # The dependencies image installs these with dependency resolution (the project wheels go
+  # on it with --no-deps; for gpu their requirement of the CPU torch cannot be met beside
+  # TORCH). cpu with --pip-options --no-deps: only the context's wheels, as asked.
+  if [[ $KIND == cpu && " $PIP_OPTIONS " == *" --no-deps "* ]]; then
+    : >"$CTX/requirements.txt"
+  elif [[ $KIND != server ]]; then
+    printf '%s\n' "$reqs" | sed '/^$/d' >"$CTX/requirements.txt"
+  fi
 fi
 if [[ -n $WHEEL_CACHE ]]; then
   read -ra tf_reqs <<<"$TENSORFLOW $TORCH_REQUIREMENTS"
@@ -271,7 +295,6 @@ if ((${#WHEELS[@]})); then
   "$PYTHON" -m pip download -q --only-binary=:all: --no-deps -d "$CTX" "${WHEELS[@]}" >&2 ||
     die "downloading ${WHEELS[*]} failed"
 fi
-echo "build-images: context $(ls "$CTX" | wc -l) files, $(du -sh "$CTX" | cut -f1)" >&2
 STAGE_ID=""
 if grep -q '^ARG INSTALL_STAGE_ID' "$CTX/Dockerfile"; then
   # $ELASTICDL_INSTALL_STAGE_ID lets a caller (the image tests) tell its build's stage images
@@ -285,29 +308,145 @@ if grep -q '^ARG INSTALL_STAGE_ID' "$CTX/Dockerfile"; then
   else
     STAGE_ID="$(date +%s)-$$-$RANDOM"
   fi
-  BUILD_ARGS+=("INSTALL_STAGE_ID=$STAGE_ID")
 fi
-# The install stage's images hold the wheels and a second copy of the installed tree; the
-# image keeps only the latter. Deleted by their label, also when the build fails.
+DOCKER_PY=0
+"$PYTHON" -c "import docker" 2>/dev/null && DOCKER_PY=1
+
+# What the build asks of the engine, through the `docker` package or the CLI:
+#   engine layers IMAGE     its layers (RootFS diff ids), one a line; nothing when absent
+#   engine tags REPOSITORY  its tags, as REPOSITORY:TAG, one a line
+#   engine untag IMAGE      remove the tag (the image goes too unless another image uses it)
+#   engine prune LABEL      delete the dangling images with LABEL, and their untagged parents
+engine() {
+  if ((DOCKER_PY)); then
+    "$PYTHON" - "$@" <<'PY'
+import sys
+
+import docker
+
+what, arg = sys.argv[1:3]
+client = docker.from_env()
+try:
+    if what == "layers":
+        print("\n".join(client.api.inspect_image(arg)["RootFS"]["Layers"]))
+    elif what == "tags":
+        for image in client.api.images(name=arg):
+            print("\n".join(t for t in image.get("RepoTags") or [] if t.startswith(arg + ":")))
+    elif what == "untag":
+        client.api.remove_image(arg)
+    elif what == "prune":
+        client.images.prune(filters={"dangling": True, "label": arg})
+except docker.errors.NotFound:
+    pass
+except docker.errors.APIError as e:
+    sys.exit(f"build-images: {what} {arg}: {e.explanation or e}")
+PY
+  else
+    case $1 in
+      layers) docker image inspect --format '{{range .RootFS.Layers}}{{println .}}{{end}}' "$2" 2>/dev/null | sed '/^$/d' || true ;;
+      tags) docker images --format '{{.Repository}}:{{.Tag}}' "$2" ;;
+      untag) docker rmi "$2" >/dev/null ;;
+      prune) docker image prune -f --filter "label=$2" >/dev/null ;;
+    esac
+  fi
+}
+# The install stages' images hold the wheels and a second copy of the installed tree; the
+# images keep only the latter. Deleted by their label, also when the build fails.
 prune_install_stage() {
   [[ -n $STAGE_ID && $STAGE_ID != kept ]] || return 0
-  if "$PYTHON" -c "import docker" 2>/dev/null; then
-    "$PYTHON" -c 'import docker, sys
-docker.from_env().images.prune(filters={"dangling": True, "label": sys.argv[1]})' \
-      "org.elasticdl.install-stage=$STAGE_ID" >/dev/null
-  else
-    docker image prune -f --filter "label=org.elasticdl.install-stage=$STAGE_ID" >/dev/null
-  fi
+  engine prune "org.elasticdl.install-stage=$STAGE_ID"
 }
 trap 'prune_install_stage || true; rm -rf "$CTX" "$CTX.src"' EXIT
 
-if "$PYTHON" -c "import docker" 2>/dev/null; then
-  args=(); for a in "${BUILD_ARGS[@]}"; do args+=(--build_arg "$a"); done
-  ((NOCACHE)) && args+=(--no_cache)
-  PYTHONPATH="$ROOT/src/python${PYTHONPATH:+:$PYTHONPATH}" \
-    "$PYTHON" -m elasticdl.client.zoo build --image "$TAG" "${args[@]}" "$CTX"
-else
-  args=(); for a in "${BUILD_ARGS[@]}"; do args+=(--build-arg "$a"); done
-  ((NOCACHE)) && args+=(--no-cache)
-  docker build -q -t "$TAG" "${args[@]}" "$CTX"
+# engine_build TAG DIR BUILD_ARG...: DIR's Dockerfile, DIR as the context; the image id on
+# stdout.
+engine_build() {
+  local tag=$1 dir=$2 a args=()
+  shift 2
+  if ((DOCKER_PY)); then
+    for a in "$@"; do args+=(--build_arg "$a"); done
+    if ((NOCACHE)); then args+=(--no_cache); fi
+    PYTHONPATH="$ROOT/src/python${PYTHONPATH:+:$PYTHONPATH}" \
+      "$PYTHON" -m elasticdl.client.zoo build --image "$tag" "${args[@]}" "$dir"
+  else
+    for a in "$@"; do args+=(--build-arg "$a"); done
+    if ((NOCACHE)); then args+=(--no-cache); fi
+    docker build -q -t "$tag" "${args[@]}" "$dir"
+  fi
+}
+[[ -n $STAGE_ID ]] && BUILD_ARGS+=("INSTALL_STAGE_ID=$STAGE_ID")
+
+if [[ $KIND == server ]]; then
+  echo "build-images: context $(ls "$CTX" | wc -l) files, $(du -sh "$CTX" | cut -f1)" >&2
+  engine_build "$TAG" "$CTX" "${BUILD_ARGS[@]}"
+  exit 0
 fi
+
+# cpu, gpu: the two halves of the Dockerfile, each with its own context directory.
+DEPS_CTX="$CTX/deps-build" PROJECT_CTX="$CTX/project-build"
+mkdir -p "$DEPS_CTX/deps" "$PROJECT_CTX/project"
+# shellcheck disable=SC2016  # a literal ${DEPS_IMAGE}
+split=$(grep -n '^FROM \${DEPS_IMAGE}' "$CTX/Dockerfile" | head -n 1 | cut -d: -f1)
+first=$(grep -n '^FROM ' "$CTX/Dockerfile" | head -n 1 | cut -d: -f1)
+[[ -n $split && $split -gt $first ]] ||
+  die "$HERE/Dockerfile.$KIND has no 'FROM \${DEPS_IMAGE}' line after its first FROM (where its project half begins)"
+# The lines before the first FROM (the global ARGs) go to both halves.
+{ head -n $((first - 1)) "$CTX/Dockerfile"; sed -n "${first},$((split - 1))p" "$CTX/Dockerfile"; } >"$DEPS_CTX/Dockerfile"
+{ head -n $((first - 1)) "$CTX/Dockerfile"; tail -n +"$split" "$CTX/Dockerfile"; } >"$PROJECT_CTX/Dockerfile"
+for f in "$CTX"/*.whl; do
+  [[ -e $f ]] || continue
+  case ${f##*/} in
+    elasticdl-[0-9]*.whl | elasticdl_*.whl) mv "$f" "$PROJECT_CTX/project/" ;;
+    pip-[0-9]*.whl) cp "$f" "$PROJECT_CTX/project/"; mv "$f" "$DEPS_CTX/deps/" ;;
+    *) mv "$f" "$DEPS_CTX/deps/" ;;
+  esac
+done
+mv "$CTX/requirements.txt" "$DEPS_CTX/deps/"
+echo "build-images: dependencies context $(find "$DEPS_CTX/deps" -type f | wc -l) files," \
+  "$(du -sh "$DEPS_CTX/deps" | cut -f1); project context $(find "$PROJECT_CTX/project" -type f | wc -l)" \
+  "files, $(du -sh "$PROJECT_CTX/project" | cut -f1)" >&2
+
+# The dependencies image's tag: a hash of all it is built from but the base image's content,
+# which the layer check below covers (a re-imported base of the same name).
+if [[ -z $DEPS_REPO ]]; then
+  DEPS_REPO=$TAG
+  [[ ${TAG##*/} == *:* ]] && DEPS_REPO=${TAG%:*}
+  DEPS_REPO=$DEPS_REPO-deps
+fi
+deps_args=()
+for a in "${BUILD_ARGS[@]}"; do [[ $a == INSTALL_STAGE_ID=* ]] || deps_args+=("$a"); done
+base=$(arg_default BASE_IMAGE)
+for a in "${BUILD_ARGS[@]}"; do [[ $a == BASE_IMAGE=* ]] && base=${a#BASE_IMAGE=}; done
+deps_key=$({
+  echo "$KIND"
+  sed -e '/^[[:space:]]*#/d' -e '/^[[:space:]]*$/d' "$DEPS_CTX/Dockerfile"  # not its comments
+  printf '%s\n' ${deps_args[@]+"${deps_args[@]}"}
+  (cd "$DEPS_CTX/deps" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
+} | sha256sum | cut -c1-16)
+DEPS_TAG="$DEPS_REPO:$KIND-$deps_key"
+deps_reusable() {
+  local deps_layers base_layers
+  ((NOCACHE == 0)) || return 1
+  deps_layers=$(engine layers "$DEPS_TAG")
+  base_layers=$(engine layers "$base")
+  [[ -n $deps_layers && -n $base_layers && $deps_layers$'\n' == "$base_layers"$'\n'* ]]
+}
+t0=$SECONDS
+if deps_reusable; then
+  echo "build-images: dependencies image $DEPS_TAG reused" >&2
+else
+  echo "build-images: building the dependencies image $DEPS_TAG" >&2
+  engine_build "$DEPS_TAG" "$DEPS_CTX" "${BUILD_ARGS[@]}" >&2
+  echo "build-images: dependencies image $DEPS_TAG built in $((SECONDS - t0)) s" >&2
+  prune_install_stage  # its ~12 GB (gpu) of wheels and installed tree, before the next build
+fi
+t0=$SECONDS
+args=("DEPS_IMAGE=$DEPS_TAG")
+[[ -n $STAGE_ID ]] && args+=("INSTALL_STAGE_ID=$STAGE_ID")
+engine_build "$TAG" "$PROJECT_CTX" "${args[@]}"
+echo "build-images: $TAG built on it in $((SECONDS - t0)) s" >&2
+# The dependencies images of earlier inputs: untagged (an image built on one keeps its layers).
+while read -r old; do
+  [[ $old == "$DEPS_REPO:$KIND-"* && $old != "$DEPS_TAG" ]] || continue
+  engine untag "$old" || echo "build-images: warning: could not remove $old" >&2
+done < <(engine tags "$DEPS_REPO")

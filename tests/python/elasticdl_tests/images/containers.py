@@ -1,9 +1,10 @@
 """Helpers of the image tests: build a base image with deploy/docker/build-images.sh (once per
-content of its inputs), run a command in a container, and the in-container training job both
-base-image tests run."""
+content of its inputs, on the dependencies image kept from earlier builds), run a command in a
+container, and the in-container training job both base-image tests run."""
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
 import io
@@ -16,6 +17,7 @@ import sys
 import tarfile
 import time
 import uuid
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +35,11 @@ MINIBATCH = 64
 STAGE_LABEL = "org.elasticdl.install-stage"
 REQUIRE_ENV = "ELASTICDL_REQUIRE_ENGINE"
 # What the engine holds of the base images built by the tests: kind -> inputs key, image id,
-# install-stage id (see cached_base_image).
+# install-stage id, dependencies image and its id (see cached_base_image).
 BASE_IMAGES_RECORD = "base-images.json"
+# The project's wheels add a layer of a few MB to the dependencies image (the CUDA kernels
+# included); anything near this means third-party packages went into the project's layer.
+PROJECT_LAYERS_MAX_BYTES = 50e6
 
 
 def unavailable(message: str):
@@ -128,41 +133,119 @@ def image_inputs_key(base_id: str, root: Path, kind: str, dist: str, flags: tupl
     return digest.hexdigest()
 
 
+def deps_repository(kind: str) -> str:
+    """Where build-images.sh keeps the dependencies image of the tests' KIND base image."""
+    return f"elasticdl-test/deps-{kind}"
+
+
+@dataclass
+class BaseImage:
+    name: str
+    seconds: float  # what this call spent building it; 0 when reused
+    stage_id: str  # its build's install-stage label (see ``stage_images``)
+    key: str  # its inputs key
+    deps: str  # the dependencies image it is built on (see ``dependencies_image``)
+
+
 def cached_base_image(
     engine, root: Path, kind: str, dist: str, *flags: str, timeout: float
-) -> tuple[str, float, str, str]:
+) -> BaseImage:
     """The base image of KIND (``build-images.sh KIND --dist DIST FLAGS``), built only when
-    its inputs changed: (name, seconds this call spent building it -- 0 when reused -- its
-    install-stage id, its inputs key).
+    its inputs changed.
 
     The engine keeps one image per kind, tagged with its inputs key and recorded beside the
-    engine (kind -> inputs key, image id, install-stage id); a later test process -- another
-    file, or the next run -- whose inputs hash the same and whose tag still points at the
-    recorded image id uses it. The tests then check the image as they check a fresh build.
-    Every other tag of its kind's repository is removed (only this module tags
+    engine (kind -> inputs key, image id, install-stage id, dependencies image); a later test
+    process -- another file, or the next run -- whose inputs hash the same and whose tags still
+    point at the recorded ids uses it. The tests then check the image as they check a fresh
+    build. Every other tag of its kind's repository is removed (only this module tags
     ``elasticdl-test/base-<kind>``): the GPU image is ~9 GB and the CPU one ~2.4 GB.
+
+    The dependencies image (``deps_repository(kind)``) stays: build-images.sh keeps one per
+    kind, the one of the newest build's third-party inputs, and builds it again only when those
+    change. So a change to the project's sources builds a layer of the project's wheels on it
+    (about a minute), and removing the previous image frees only that image's own layers.
     """
     client = engine.client()
     with open(engine_dir() / f"base-image-{kind}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a parallel test file waits for this build
         base_id = client.inspect_image(engine.base_image)["Id"]
+        flags = (*flags, "--deps-repository", deps_repository(kind))
         key = image_inputs_key(base_id, root, kind, dist, flags)
         repository = f"elasticdl-test/base-{kind}"
         name = f"{repository}:{key[:24]}"
         recorded = _read_base_records().get(kind) or {}
-        if recorded.get("inputs") == key and _image_id(client, name) == recorded.get("id"):
-            seconds, stage_id = 0.0, recorded["stage_id"]
+        if (
+            recorded.get("inputs") == key
+            and _image_id(client, name) == recorded.get("id")
+            and recorded.get("deps")
+            and _image_id(client, recorded["deps"]) == recorded.get("deps_id")
+        ):
+            seconds, stage_id, deps = 0.0, recorded["stage_id"], recorded["deps"]
         else:
             stage_id = f"test-{uuid.uuid4().hex}"
             seconds = build_image(
                 engine, root, kind, name, "--dist", dist, *flags, timeout=timeout, stage_id=stage_id
             )
+            deps = dependencies_image(client, name, deps_repository(kind))
             record_base_image(
                 kind,
-                {"inputs": key, "id": _image_id(client, name), "stage_id": stage_id, "name": name},
+                {
+                    "inputs": key,
+                    "id": _image_id(client, name),
+                    "stage_id": stage_id,
+                    "name": name,
+                    "deps": deps,
+                    "deps_id": _image_id(client, deps),
+                },
             )
         remove_images(client, *(tag for tag in repository_tags(client, repository) if tag != name))
-        return name, seconds, stage_id, key
+        return BaseImage(name, seconds, stage_id, key, deps)
+
+
+def image_layers(client, image: str) -> list[str]:
+    """IMAGE's layers (their content digests), the base image's first."""
+    return client.inspect_image(image)["RootFS"]["Layers"]
+
+
+def dependencies_image(client, image: str, repository: str) -> str:
+    """The image of REPOSITORY that IMAGE is built on: the one tag whose layers are IMAGE's
+    lower layers ("" when none is)."""
+    layers = image_layers(client, image)
+    below = [
+        tag
+        for tag in repository_tags(client, repository)
+        if layers[: len(image_layers(client, tag))] == image_layers(client, tag)
+    ]
+    return below[0] if len(below) == 1 else ""
+
+
+def assert_built_on_its_dependencies_image(client, base: BaseImage, kind: str) -> None:
+    """BASE is the one dependencies image kept for KIND (its lower layers) plus the project's
+    wheels, a few MB: what a change to the project's sources rebuilds."""
+    repository = deps_repository(kind)
+    assert base.deps and repository_tags(client, repository) == [base.deps]
+    assert dependencies_image(client, base.name, repository) == base.deps
+    assert len(image_layers(client, base.name)) > len(image_layers(client, base.deps))
+    added = client.inspect_image(base.name)["Size"] - client.inspect_image(base.deps)["Size"]
+    assert 0 < added < PROJECT_LAYERS_MAX_BYTES, added
+
+
+def wheel_with_extra_file(wheel: Path, dest: Path, arcname: str, data: bytes) -> Path:
+    """A copy of WHEEL in the directory DEST holding one file more, ARCNAME, listed in its
+    RECORD (a change to the project's sources, as a rebuilt wheel carries it)."""
+    out = dest / wheel.name
+    digest = hashlib.sha256(data).digest()
+    line = (
+        f"{arcname},sha256={base64.urlsafe_b64encode(digest).rstrip(b'=').decode()},{len(data)}\n"
+    )
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            content = src.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                content = line.encode() + content
+            dst.writestr(info, content)
+        dst.writestr(arcname, data)
+    return out
 
 
 def repository_tags(client, repository: str) -> list[str]:

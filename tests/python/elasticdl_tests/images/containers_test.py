@@ -1,15 +1,21 @@
 """The content key that decides whether the image tests rebuild a base image (no engine needed):
-the same inputs give the same key, and a change to any input a build reads gives another; and
-the record of the kept images, which builds of both kinds update at once."""
+the same inputs give the same key, and a change to any input a build reads gives another; the
+record of the kept images, which builds of both kinds update at once; how the tests find an
+image's dependencies image; and the changed wheel the CPU image test builds from."""
 from __future__ import annotations
 
 import json
+import subprocess
+import zipfile
 from pathlib import Path
 
 from elasticdl_tests.images.containers import (
     BASE_IMAGES_RECORD,
+    dependencies_image,
     image_inputs_key,
+    python_with_pip,
     record_base_image,
+    wheel_with_extra_file,
 )
 
 FILES = {
@@ -95,3 +101,66 @@ def test_a_build_records_its_kind_and_keeps_what_the_other_kind_recorded_meanwhi
         "base-images-record.lock",
         BASE_IMAGES_RECORD,
     ]
+
+
+class _Engine:
+    """The few image queries of docker.APIClient that dependencies_image makes."""
+
+    def __init__(self, images: dict[str, list[str]]):
+        self._layers = images  # name:tag -> layers
+
+    def inspect_image(self, name):
+        return {"RootFS": {"Layers": self._layers[name]}}
+
+    def images(self, name):
+        return [{"RepoTags": [t]} for t in self._layers if t.startswith(name + ":")]
+
+
+def test_the_dependencies_image_is_the_one_whose_layers_are_the_images_lower_ones():
+    engine = _Engine(
+        {
+            "img:1": ["base", "deps-a", "project"],
+            "deps:gpu-a": ["base", "deps-a"],
+            "deps:gpu-b": ["base", "deps-b"],
+            "deps-other:gpu-a": ["base", "deps-a"],
+        }
+    )
+    assert dependencies_image(engine, "img:1", "deps") == "deps:gpu-a"
+    assert dependencies_image(engine, "img:1", "nothing") == ""
+
+
+def test_a_wheel_with_an_extra_file_installs_it(tmp_path):
+    """The changed framework wheel of the image test is a valid wheel that pip installs."""
+    src = tmp_path / "src"
+    src.mkdir()
+    wheel = src / "pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("pkg/__init__.py", "")
+        z.writestr("pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")
+        z.writestr(
+            "pkg-1.0.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        z.writestr("pkg-1.0.dist-info/RECORD", "pkg/__init__.py,,\npkg-1.0.dist-info/RECORD,,\n")
+    (tmp_path / "out").mkdir()
+    changed = wheel_with_extra_file(wheel, tmp_path / "out", "pkg/extra.py", b"X = 1\n")
+    assert changed.name == wheel.name
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            python_with_pip(),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(changed),
+        ],
+        check=True,
+    )
+    assert (target / "pkg" / "extra.py").read_text() == "X = 1\n"
+    record = next(target.glob("pkg-1.0.dist-info")).joinpath("RECORD").read_text()
+    assert "pkg/extra.py,sha256=" in record

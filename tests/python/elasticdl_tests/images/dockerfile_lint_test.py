@@ -3,6 +3,8 @@ the linter catches real mistakes. (gpu_image_test.py builds the GPU image.)"""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from elasticdl.client.zoo_dockerfile import ZooInitConfig, render_dockerfile
 from elasticdl_tests.images.dockerfile_lint import lint, parse
@@ -25,7 +27,8 @@ def test_base_image_dockerfiles_lint_clean(name):
     }
     assert {"BASE_IMAGE", "EXTRA_PYPI_INDEX", "TENSORFLOW", "PIP_OPTIONS"} <= set(args)
     assert [i.args for i in ins if i.keyword == "FROM"][0].split()[0] == "${BASE_IMAGE}"
-    assert any(i.keyword == "COPY" and i.args.startswith("*.whl ") for i in ins)
+    assert any(i.keyword == "COPY" and i.args.startswith("deps/ ") for i in ins)
+    assert any(i.keyword == "COPY" and i.args.startswith("project/ ") for i in ins)
     # The build fails unless the framework and (when installed) the kernels import in the
     # image's own (last) stage.
     last = max(n for n, i in enumerate(ins) if i.keyword == "FROM")
@@ -38,20 +41,47 @@ def test_base_image_dockerfiles_lint_clean(name):
 @pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.gpu"])
 def test_dockerfiles_keep_the_wheels_out_of_the_image(name):
     """The wheels (~500 MB with TensorFlow, ~3 GB with the CUDA libraries) are copied and
-    installed in an `install` stage; the image takes only the installed /usr/local from it."""
+    installed in install stages; the images take only what pip installed from them: the
+    dependencies image (`deps`) the installed /usr/local, the image pip's --root tree of the
+    project's wheels."""
     ins = parse(_read(name))
     froms = [n for n, i in enumerate(ins) if i.keyword == "FROM"]
     assert [ins[n].args for n in froms] == [
         "${BASE_IMAGE} AS runtime",
-        "runtime AS install",
-        "runtime",
+        "runtime AS deps-install",
+        "runtime AS deps",
+        "${DEPS_IMAGE} AS install",
+        "${DEPS_IMAGE}",
     ]
-    install, image = ins[froms[1] : froms[2]], ins[froms[2] :]
-    assert any(i.keyword == "COPY" and i.args.startswith("*.whl ") for i in install)
-    assert any(i.keyword == "LABEL" and "${INSTALL_STAGE_ID}" in i.args for i in install)
-    assert [i.args for i in image if i.keyword in ("COPY", "ADD")] == [
-        "--from=install /usr/local /usr/local"
-    ]
+    assert "DEPS_IMAGE=deps" in [i.args for i in ins[: froms[0]]]  # the whole file builds too
+    stages = [ins[a:b] for a, b in zip(froms, froms[1:] + [len(ins)])]
+    _, deps_install, deps, install, image = stages
+
+    def copies(stage):
+        return [i.args for i in stage if i.keyword in ("COPY", "ADD")]
+
+    assert copies(deps_install) == ["deps/ /tmp/wheels/deps/"]
+    assert copies(deps) == ["--from=deps-install /usr/local /usr/local"]
+    assert copies(install) == ["project/ /tmp/wheels/project/"]
+    assert copies(image) == ["--from=install /staging /"]
+    for stage in (deps_install, install):
+        assert any(i.keyword == "LABEL" and "${INSTALL_STAGE_ID}" in i.args for i in stage)
+    (project_pip,) = [i.args for i in install if i.keyword == "RUN"]
+    assert "--no-deps" in project_pip and "--root /staging" in project_pip
+
+
+@pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.gpu"])
+def test_the_dependencies_half_reads_no_project_wheel(name):
+    """build-images.sh builds the file up to `FROM ${DEPS_IMAGE}` from the third-party side
+    (deps/) alone and keys the dependencies image on it: the project's wheels and the project
+    half's inputs must not reach it, nor the third-party ones the project half."""
+    ins = parse(_read(name))
+    split = next(n for n, i in enumerate(ins) if i.args.startswith("${DEPS_IMAGE}"))
+    deps_half, project_half = ins[:split], ins[split:]
+    assert not any("project/" in i.args or re.search(r"elasticdl[-_*]", i.args) for i in deps_half)
+    assert not any("deps/" in i.args or "--from=deps" in i.args for i in project_half)
+    # The project's wheels go in without an index: their requirements are the dependencies'.
+    assert not any("EXTRA_PYPI_INDEX" in i.args or "PIP_OPTIONS" in i.args for i in project_half)
 
 
 def test_gpu_dockerfile_is_the_cpu_base_with_cuda_wheels():

@@ -16,8 +16,11 @@ as the CPU image test does) and compiles the kernels once per source/nvcc (gpu-n
 The image itself is built once per content of its inputs (``containers.cached_base_image``:
 the wheels, the build script and Dockerfile, the kernels' sources, the engine's OS base image)
 and kept in the engine (~9 GB, one at a time); a run whose inputs are unchanged runs every
-check below on the image it finds. Without the Pants wheels the tests skip, or fail where
-ELASTICDL_REQUIRE_ENGINE is set (CI).
+check below on the image it finds. It is two images: the dependencies image (TensorFlow, torch,
+the CUDA wheels), which build-images.sh builds only when the third-party inputs change and the
+engine keeps, and a layer of the project's wheels on it, so a change to the project's sources
+costs a build of about a minute, not a reinstall of the CUDA stack. Without the Pants wheels
+the tests skip, or fail where ELASTICDL_REQUIRE_ENGINE is set (CI).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from elasticdl_tests.images.containers import (
     ALLREDUCE_JOB,
     JOB_RECORDS,
     PS_JOB,
+    assert_built_on_its_dependencies_image,
     assert_trained_every_record,
     cached_base_image,
     copy_out,
@@ -79,7 +83,7 @@ for lib in ("torch/lib/libtorch_cuda.so", "torch/lib/libc10_cuda.so"):
 @pytest.fixture(scope="module")
 def gpu_image(engine):
     """The GPU base image built offline from the host's wheel cache, or the one built earlier
-    from the same inputs: (name, build seconds -- 0 when reused -- install-stage id)."""
+    from the same inputs (a ``containers.BaseImage``)."""
     root = repo_root()
     dist = pants_wheels(root)
     if dist is None:
@@ -88,10 +92,7 @@ def gpu_image(engine):
             "ELASTICDL_WHEEL_DIR or run ./pants package //:elasticdl-wheel "
             "src/python:elasticdl-client-wheel"
         )
-    name, seconds, stage_id, _ = cached_base_image(
-        engine, root, "gpu", dist, "--download-deps", timeout=BUILD_TIMEOUT_S
-    )
-    return name, seconds, stage_id
+    return cached_base_image(engine, root, "gpu", dist, "--download-deps", timeout=BUILD_TIMEOUT_S)
 
 
 def _fields(out: str, key: str) -> list[list[str]]:
@@ -101,7 +102,7 @@ def _fields(out: str, key: str) -> list[list[str]]:
 def test_gpu_image_has_cuda_builds_whose_libraries_resolve_inside(
     engine, gpu_image, tmp_path, capsys
 ):
-    image, build_s, stage_id = gpu_image
+    image, build_s = gpu_image.name, gpu_image.seconds
     client = engine.client()
     out = run(client, image, ["python3", "-c", PROBE], timeout=300)
 
@@ -135,11 +136,14 @@ def test_gpu_image_has_cuda_builds_whose_libraries_resolve_inside(
     ]:
         assert resolved.get(soname, "").startswith(wheel), (soname, resolved)
 
-    # The wheels stayed in the install stage, whose images the build script deleted.
+    # The wheels stayed in the install stages (of the dependencies and of the project), whose
+    # images the build script deleted.
     assert not any("/tmp/wheels" in h["CreatedBy"] for h in client.history(image))
-    assert [i[:19] for i in stage_images(client, stage_id)] == []
-    # One GPU base image is kept in the engine, whatever earlier runs built.
+    assert [i[:19] for i in stage_images(client, gpu_image.stage_id)] == []
+    # One GPU base image is kept in the engine, whatever earlier runs built, and the
+    # dependencies image under it, to which the project's wheels add a few MB.
     assert repository_tags(client, "elasticdl-test/base-gpu") == [image]
+    assert_built_on_its_dependencies_image(client, gpu_image, "gpu")
     size_gb = client.inspect_image(image)["Size"] / 1e9
     built = f"built in {build_s:.1f}s" if build_s else "reused (its inputs are unchanged)"
     with capsys.disabled():
@@ -151,7 +155,7 @@ def test_cpu_jobs_run_in_a_zoo_image_on_the_gpu_image(
 ):
     """A parameter-server job, and an AllReduce job: the framework's torch.distributed code
     (Gloo here, no GPU) on the image's torch 2.2.2 instead of the CPU image's 2.13."""
-    base, _, _ = gpu_image
+    base = gpu_image.name
     ps, allreduce = train_mnist_in_zoo_image(
         docker_env.client(), base, tmp_path, monkeypatch, jobs=(PS_JOB, ALLREDUCE_JOB)
     )
