@@ -70,6 +70,10 @@ def test_master_killed_on_kubernetes_resumes_and_adopts(
     backend, handle = submit_train(kubelet, ns, flags)
     first = handle.master
     assert first.startswith(f"elasticdl-{JOB}-master-"), first  # named by the Job controller
+    # The master's Service publishes ready pods only: a master pod its Job replaced (Failed,
+    # kept by the Job) is never an address of the job's master, also on Kubernetes <= 1.21.
+    (service,) = k8s.list_services(f"elasticdl-job-name={JOB},elasticdl-replica-type=master")
+    assert not service.spec.publish_not_ready_addresses, service.spec
 
     def pods(selector: str) -> dict:
         return {p.metadata.name: p for p in k8s.list_pods(selector)}
