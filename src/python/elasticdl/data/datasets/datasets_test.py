@@ -50,6 +50,28 @@ def test_failed_download_says_how_to_pass_source(tmp_path, monkeypatch):
     )
 
 
+def test_pip_is_found_on_path_where_this_python_has_none(tmp_path, monkeypatch):
+    real_find_spec = sources.importlib.util.find_spec
+    monkeypatch.setattr(
+        sources.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "pip" else real_find_spec(name, *a),
+    )
+    fake = tmp_path / "bin" / "pip3"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    assert sources.pip_command() == [str(fake)]
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert sources.pip_command() == []
+    monkeypatch.setenv("ELASTICDL_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(SourceUnavailableError) as e:
+        sources.pypi_wheel("elasticdl-no-such-project", "1.0", "pass --source FILE")
+    msg = str(e.value)
+    assert "no pip in this Python" in msg and msg.endswith("pass --source FILE")
+
+
 def test_progress_only_on_tty():
     class Tty(io.StringIO):
         def isatty(self):

