@@ -183,5 +183,8 @@ def test_functional_model_with_a_sparse_input():
     layer.set_local_table(table)
     kernel = model.layers[-1].kernel.numpy()
     np.testing.assert_allclose(
-        model(_bags()).numpy(), _reference(table, _bags(), "sqrtn") @ kernel, rtol=1e-5
+        model(_bags()).numpy(),
+        _reference(table, _bags(), "sqrtn") @ kernel,
+        rtol=1e-5,
+        atol=1e-6,  # a random kernel can sum a row to about 0, where float32 has no relative digits
     )
