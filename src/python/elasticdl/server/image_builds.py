@@ -136,10 +136,12 @@ class ImageBuilds:
             self._submit(record)
         elif phase == "Failed":
             text = self._keep_log(record)
+            # The pod goes before the record says Failed: a failed delete leaves the record
+            # building, so the next pass deletes again instead of leaking the pod.
+            self.k8s.delete_pod(name, grace_seconds=0)
             record.phase = FAILED
             record.message = f"image build failed: {self._log_tail(text, pod)}"
             self.records.save(record)
-            self.k8s.delete_pod(name, grace_seconds=0)
         else:
             message = f"building image {record.image} (build pod {name}: {phase or 'Pending'})"
             if message != record.message:
@@ -154,8 +156,9 @@ class ImageBuilds:
             record.message = f"cannot submit the job with image {record.image}: {e}"
             self.records.save(record)
             return
-        self.records.remove(record.owner, record.job_name)
+        # As above: the pod goes first; a repeated submit finds the job there (success).
         self.k8s.delete_pod(build_pod_name(record.job_name), grace_seconds=0)
+        self.records.remove(record.owner, record.job_name)
 
     def _read_log(self, record: BuildRecord) -> str:
         """The build pod's whole log as it is now: its containers' logs one after the other."""

@@ -171,7 +171,9 @@ def test_package_job_built_in_cluster_runs(
         assert "elasticdl-no-such-package" in failed.message, failed.message
         bad_log = "".join(client.tail_logs(bad, replica="build"))
         assert "elasticdl-no-such-package" in bad_log, bad_log[-3000:]
-        assert node_k8s.get_pod(f"elasticdl-{bad}-build") is None
+        # The server deletes the failed build's pod before it reports Failed; the API may
+        # still show it while the kubelet confirms.
+        assert node_k8s.wait_pod_gone(f"elasticdl-{bad}-build", 30), diagnose()
 
         # --- cancelled while building: the build pod goes with it ---------------------------
         gone = f"cancel-{uuid.uuid4().hex[:4]}"
