@@ -266,6 +266,11 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=2, help="convergence: jobs of each mode (fixed, churn)"
     )
+    parser.add_argument(
+        "--modes",
+        default="gang,elastic",
+        help="competing: the runs, comma-separated (gang, elastic); the ratio needs both",
+    )
     parser.add_argument("--image_base", default="elasticdl:cpu")
     parser.add_argument("--png_dir", type=Path, default=Path(__file__).resolve().parent)
     parser.add_argument("--timeout", type=float, default=3600, help="per run, seconds")
@@ -276,6 +281,9 @@ def main() -> None:
         parser.error(f"--png_dir {args.png_dir}: not a directory")
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    args.modes = [m for m in args.modes.split(",") if m]
+    if not args.modes or any(m not in ("gang", "elastic") for m in args.modes):
+        parser.error(f"--modes: give gang, elastic or gang,elastic, got {','.join(args.modes)!r}")
 
     from elasticdl.data.datasets import prepare
 
@@ -302,7 +310,7 @@ def main() -> None:
             elif args.experiment == "convergence":
                 runs.append(convergence.run(args, env, core, namespace, image, data))
             else:
-                for mode in ("gang", "elastic"):
+                for mode in args.modes:
                     runs.append(one_run(mode, args, env, core, namespace, image, data))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -321,7 +329,7 @@ def main() -> None:
             )
         )
         return
-    gang, elastic = runs
+    by_mode = {r["mode"]: r for r in runs}
     result = {
         "benchmark": "k8s_elastic_scheduling",
         "experiment": "competing_jobs",
@@ -332,7 +340,11 @@ def main() -> None:
         "delay_s": args.delay,
         "job_cpu": job_cpu(args),
         "runs": runs,
-        "makespan_ratio": round(elastic["makespan_s"] / gang["makespan_s"], 3),
+        "makespan_ratio": (
+            round(by_mode["elastic"]["makespan_s"] / by_mode["gang"]["makespan_s"], 3)
+            if len(by_mode) == 2
+            else None
+        ),
         "loadavg": [round(load[0], 1), round(os.getloadavg()[0], 1)],
     }
     print(json.dumps(result))
