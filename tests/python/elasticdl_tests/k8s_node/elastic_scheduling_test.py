@@ -23,7 +23,9 @@ from script_runs import json_line, run_script
 SCRIPT_TIMEOUT_S = 1200
 
 
-def test_competing_jobs_the_second_starts_beside_the_first(exclusive_cluster, base_image, tmp_path, monkeypatch):
+def test_competing_jobs_the_second_starts_beside_the_first(
+    exclusive_cluster, base_image, tmp_path, monkeypatch
+):
     base, _ = base_image
     # The benchmark joins the cluster this module holds alone instead of waiting for it.
     monkeypatch.setenv("ELASTICDL_NODE_HELD_BY_CALLER", "1")
