@@ -32,6 +32,7 @@ class ReplicaStatus:
     pid: int | None = None  # where replicas are processes on the master's host
     message: str = ""
     replaced_by: int | None = None  # the id of the worker that took over from this one
+    tasks_done: int = 0  # tasks this replica (this life of it) completed
     log: str = ""  # where its output is (a file, or a kubectl command)
     # "preempted" / "evicted": ended from outside (relaunched without using the budget)
     ended_by: str = ""

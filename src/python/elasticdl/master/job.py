@@ -524,6 +524,7 @@ class Job:
                 pid=self.platform.replica_pid(r.replica_type, r.replica_id),
                 message=r.reason,
                 replaced_by=r.replaced_by,
+                tasks_done=r.tasks_done,
                 log=r.log,
                 ended_by=r.ended_by,
                 waiting_reason=r.waiting_reason,

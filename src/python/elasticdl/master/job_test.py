@@ -69,6 +69,10 @@ def test_training_job_survives_worker_sigkill(tmp_path):
     assert "accuracy" in status["evaluation_metrics"]
     assert status["evaluation_metrics"]["accuracy"] > 0.6
     assert all(r["phase"] in ("Succeeded", "Failed", "Deleted") for r in replicas.values())
+    # Every task is some worker's: 2 epochs of 12 single-minibatch tasks, plus those re-run.
+    workers = [r for r in replicas.values() if r["type"] == "worker"]
+    assert sum(r["tasks_done"] for r in workers) >= 24, workers
+    assert replicas["ps-0"]["tasks_done"] == 0
     assert (tmp_path / "job" / "logs" / "ps-0.log").exists()
     # The job's secret: readable by its owner only, and in no log or argv of a replica.
     secret_file = tmp_path / "job" / "job_secret"

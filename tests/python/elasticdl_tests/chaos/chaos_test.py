@@ -196,10 +196,13 @@ class Chaos:
             self.filled = True
 
     def _kill_a_worker(self, s: dict) -> None:
+        # Only a worker that has trained: one killed again and again before its first task is
+        # a crash loop to the master (spared twice, then its relaunch budget), and on a loaded
+        # machine a worker's start-up alone can outlast the kill interval.
         alive = [
             r
             for r in s["replicas"]
-            if r["type"] == "worker" and r["phase"] == "Running" and r["pid"]
+            if r["type"] == "worker" and r["phase"] == "Running" and r["pid"] and r["tasks_done"]
         ]
         if alive and _signal(self.rng.choice(alive)["pid"], signal.SIGKILL):
             self.counts["worker_kills"] += 1
