@@ -206,8 +206,9 @@ tests_rc=0
 # slowest files instead of being killed without them.
 deadline_s=${ELASTICDL_CI_DEADLINE_S:-5220}
 [[ $deadline_s =~ ^[0-9]+$ ]] || die "ELASTICDL_CI_DEADLINE_S=$deadline_s: give whole seconds"
-pants_test() { # SPEC...: one ./pants test, its output added to the log, its failure kept
-  local rc bound=()
+pants_run() { # LOG PANTS_ARGS...: one ./pants run, its output added to LOG, its failure kept
+  local out=$1 rc bound=()
+  shift
   if ((ci)); then
     local left
     left=$(awk -v t0="$started" -v t="$(date +%s.%N)" -v d="$deadline_s" 'BEGIN { printf "%d", d - (t - t0) }')
@@ -215,13 +216,63 @@ pants_test() { # SPEC...: one ./pants test, its output added to the log, its fai
     bound=(timeout --signal=INT --kill-after=60 "$left")
     log "tests end by the CI deadline: ${left}s from now (ELASTICDL_CI_DEADLINE_S=$deadline_s)"
   fi
-  log "./pants test $*"
+  log "./pants $*"
   set +e
-  ${bound[@]+"${bound[@]}"} ./pants test "$@" 2>&1 | tee -a "$logs/pants-test.log"
+  ${bound[@]+"${bound[@]}"} ./pants "$@" 2>&1 | tee -a "$out"
   rc=${PIPESTATUS[0]}
   set -e
   ((rc != 124)) || log "error: the tests ran past the CI deadline (ELASTICDL_CI_DEADLINE_S=$deadline_s)"
   ((rc == 0)) || tests_rc=$rc
+}
+pants_test() { pants_run "$logs/pants-test.log" test "$@"; }
+# The real-cluster tier (k8s-node) runs as a Pants run of its own, one file at a time, beside
+# the other tiers: its files take the one cluster in turn, six of them alone, and inside the
+# shared run a file waiting for the cluster held one of Pants' slots idle while the other tiers
+# queued (both slots waited on the cluster for minutes at a time). Its output goes to its own
+# log, shown after the other tiers' and added to the log the summary reads.
+node_specs=()
+if ((full)) && ! opted_out k8s-node; then
+  read -ra node_specs <<<"$(python3 scripts/ci/tiers.py specs k8s-node)"
+fi
+node_log="$logs/pants-test-k8s-node.log"
+node_pid=""
+start_node_tier() {
+  ((${#node_specs[@]})) || return 0
+  : >"$node_log"
+  (
+    # Up for the whole tier, so that no file stops it for the next one to start again (a file
+    # that finds the cluster up leaves it up); stopped after the tier if this started it.
+    cluster=(bash scripts/k8s/start-node.sh)
+    started_here=0
+    if ! "${cluster[@]}" status >/dev/null 2>&1; then
+      if "${cluster[@]}" start >"$logs/k8s-node-start.log" 2>&1; then
+        started_here=1
+      else
+        log "start-node.sh start failed (dist/ci/k8s-node-start.log): the tier's files start it"
+      fi
+    fi
+    tests_rc=0
+    pants_run "$node_log" --concurrent --process-execution-local-parallelism=1 \
+      test "${node_specs[@]}" >/dev/null
+    echo "$tests_rc" >"$node_log.rc"
+    if ((started_here)) && ! "${cluster[@]}" stop >>"$logs/k8s-node-start.log" 2>&1; then
+      log "start-node.sh stop failed after the tier: see dist/ci/k8s-node-start.log"
+      echo 1 >"$node_log.rc"
+    fi
+  ) &
+  node_pid=$!
+  log "the real-cluster tier in the background (pid $node_pid), log dist/ci/${node_log##*/}"
+}
+wait_node_tier() {
+  [[ -n $node_pid ]] || return 0
+  wait "$node_pid" || true
+  node_pid=""
+  local rc
+  rc=$(cat "$node_log.rc" 2>/dev/null || echo 1)
+  ((rc == 0)) || tests_rc=$rc
+  log "the real-cluster tier's ./pants test (exit $rc):"
+  cat "$node_log"
+  cat "$node_log" >>"$logs/pants-test.log"
 }
 wait_for_kubernetes() {
   [[ -n $k8s_pid ]] || return 0
@@ -248,14 +299,21 @@ fi
 if ((${#k8s_specs[@]})); then
   pants_test "${targets[@]}" ${excluded[@]+"${excluded[@]}"} "${k8s_specs[@]/#/-}"
   if wait_for_kubernetes; then
-    pants_test "${k8s_specs[@]}"
+    start_node_tier
+    rest=()
+    for spec in "${k8s_specs[@]}"; do
+      [[ " ${node_specs[*]-} " == *" $spec "* ]] || rest+=("$spec")
+    done
+    ((${#rest[@]} == 0)) || pants_test "${rest[@]}"
   else
     tests_rc=1 # the table shows those tiers as not run
   fi
 else
   wait_for_kubernetes || exit 1
-  pants_test "${targets[@]}" ${excluded[@]+"${excluded[@]}"}
+  start_node_tier
+  pants_test "${targets[@]}" ${excluded[@]+"${excluded[@]}"} ${node_specs[@]+"${node_specs[@]/#/-}"}
 fi
+wait_node_tier
 # An engine started for the image tests that none of them stopped (their results all came
 # from Pants' cache, say) stops now; one a developer started is left alone.
 if [[ -f $engine_dir/started-by-tests && -x scripts/container-engine/teardown-dockerd.sh ]]; then
