@@ -321,6 +321,7 @@ engine() {
   if ((DOCKER_PY)); then
     "$PYTHON" - "$@" <<'PY'
 import sys
+import time
 
 import docker
 
@@ -335,7 +336,16 @@ try:
     elif what == "untag":
         client.api.remove_image(arg)
     elif what == "prune":
-        client.images.prune(filters={"dangling": True, "label": arg})
+        # The engine runs one prune at a time and refuses others meanwhile (409): a build
+        # beside this one may be pruning its own stages.
+        for attempt in range(120):
+            try:
+                client.images.prune(filters={"dangling": True, "label": arg})
+                break
+            except docker.errors.APIError as e:
+                if e.status_code != 409 or attempt == 119:
+                    raise
+                time.sleep(0.5)
 except docker.errors.NotFound:
     pass
 except docker.errors.APIError as e:
@@ -346,9 +356,20 @@ PY
       layers) docker image inspect --format '{{range .RootFS.Layers}}{{println .}}{{end}}' "$2" 2>/dev/null | sed '/^$/d' || true ;;
       tags) docker images --format '{{.Repository}}:{{.Tag}}' "$2" ;;
       untag) docker rmi "$2" >/dev/null ;;
-      prune) docker image prune -f --filter "label=$2" >/dev/null ;;
+      prune) engine_cli_prune "$2" ;;
     esac
   fi
+}
+# docker image prune, retried while the engine runs another prune (it refuses a second).
+engine_cli_prune() {
+  local out try
+  for try in $(seq 120); do
+    out=$(docker image prune -f --filter "label=$1" 2>&1) && return 0
+    [[ $out == *"already running"* ]] || { echo "build-images: prune $1: $out" >&2; return 1; }
+    sleep 0.5
+  done
+  echo "build-images: prune $1: $out" >&2
+  return 1
 }
 # The install stages' images hold the wheels and a second copy of the installed tree; the
 # images keep only the latter. Deleted by their label, also when the build fails.
@@ -356,7 +377,7 @@ prune_install_stage() {
   [[ -n $STAGE_ID && $STAGE_ID != kept ]] || return 0
   engine prune "org.elasticdl.install-stage=$STAGE_ID"
 }
-trap 'prune_install_stage || true; rm -rf "$CTX" "$CTX.src"' EXIT
+trap 'prune_install_stage || echo "build-images: warning: the install-stage images labelled $STAGE_ID are left" >&2; rm -rf "$CTX" "$CTX.src"' EXIT
 
 # engine_build TAG DIR BUILD_ARG...: DIR's Dockerfile, DIR as the context; the image id on
 # stdout.
