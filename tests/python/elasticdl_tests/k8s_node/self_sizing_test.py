@@ -330,6 +330,7 @@ def test_an_auto_sized_job_counts_a_worker_the_scheduler_cannot_place_as_not_add
         diagnose,
     )
 
+    checked, checked_s = _status(job, ns, capsys)["records_trained"], time.monotonic() - t_submit
     assert main(["wait", job, "--timeout=900", *_target(ns)]) == 0, diagnose()
     job_s = time.monotonic() - t_submit
     final = _status(job, ns, capsys)
@@ -355,6 +356,7 @@ def test_an_auto_sized_job_counts_a_worker_the_scheduler_cannot_place_as_not_add
             f"\nauto-sized job on the cluster: workers of {cpu} CPU on node 1; "
             f"{second['records_per_s']} records/s with 2 workers; "
             f"third worker given up {given_up_s:.0f}s after it was "
-            f"added; job {job_s:.0f}s, {total} records"
+            f"added; checks done at {checked}/{total} records ({checked_s:.0f}s after submit); "
+            f"job {job_s:.0f}s"
         )
     assert main(["cancel", job, *_target(ns)]) == 0
