@@ -5,11 +5,12 @@ While the job trains (1 PS, 2 workers, checkpoints every 20 model versions on a 
 
 * a random worker is SIGKILLed every ~10 s (the master re-queues its task, launches another);
 * once a checkpoint is complete, the PS is SIGKILLed (relaunched, restored from it);
+* once the relaunched PS runs and a fifth of the job is trained, the checkpoint disk is
+  filled: each later save fails in one log line, the newest complete checkpoint stays whole,
+  training goes on;
 * the relaunched PS is SIGSTOPped while a worker holds a task, until the master has taken
   tasks back for exceeding ``--task_timeout`` (10 s here; or 3x the longest task so far), then
-  SIGCONTed (no worker is killed meanwhile);
-* the checkpoint disk is filled: each later save fails in one log line, the newest complete
-  checkpoint stays whole, training goes on.
+  SIGCONTed (no worker is killed meanwhile).
 
 The same job (same data, flags and initial weights) runs undisturbed beside it. The chaos job
 must succeed with ``records_trained == records_expected``, every task counted once
@@ -161,6 +162,19 @@ class Chaos:
         if now >= self.next_kill and not stopping:
             self._kill_a_worker(s)
             self.next_kill = now + KILL_EVERY_S * self.rng.uniform(0.7, 1.3)
+        if (
+            not self.filled
+            and self.disk is not None
+            and self.ps_killed_pid is not None
+            and ps["pid"]
+            and ps["pid"] != self.ps_killed_pid
+            and ps["phase"] == "Running"
+            and done >= 0.2
+        ):
+            # Well before the job ends (load stretches the stop below), so that saves fail.
+            self.newest_before_fill = _newest_version(self.ckpt)
+            fill(self.disk)
+            self.filled = True
         if self.ps_killed_pid is None:
             if done >= 0.1 and self.version_at_10pct is None:
                 self.version_at_10pct = _newest_version(self.ckpt)
@@ -190,10 +204,6 @@ class Chaos:
                 self.continued = True
                 self.timed_out_while_stopped = timed_out
                 self.stop_seconds = now - since
-        elif not self.filled and self.disk is not None:
-            self.newest_before_fill = _newest_version(self.ckpt)
-            fill(self.disk)
-            self.filled = True
 
     def _kill_a_worker(self, s: dict) -> None:
         # Only a worker that has trained: one killed again and again before its first task is
