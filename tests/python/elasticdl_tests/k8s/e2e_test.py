@@ -76,9 +76,8 @@ def test_train_on_kubernetes_with_worker_pod_deleted(
         "--minibatch_size=16",
         "--num_minibatches_per_task=1",
         # Enough epochs that work is left when the master sees the deletion, even on a loaded
-        # machine: one worker alone trains 8 epochs of this in ~5 s, and the two workers may
-        # start tens of seconds apart under load. With too few, the other worker finishes
-        # everything first and the master rightly relaunches nobody.
+        # machine where the two workers start far apart: with too few, the other worker
+        # finishes everything first and the master rightly relaunches nobody.
         f"--num_epochs={EPOCHS}",
         "--evaluation_steps=48",
         "--num_workers=2",
