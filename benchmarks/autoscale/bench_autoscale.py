@@ -13,12 +13,12 @@ Jobs (local processes, 1 PS, `elasticdl train` through the client):
   16 minibatches a task, Adam, ``--epochs``.
 
 Each runs with ``--num_workers=N`` for every N of ``--fixed`` and with ``--num_workers=auto
---min_workers=1 --max_workers=<--max_workers>`` (default gain 10%). Per job: records/s from
-the first record trained to the last (the master's status, polled), and the CPU the job's
-processes (master, PS, workers; /proc, sampled) used over the same span: records per CPU
-second is throughput per CPU used. The goal: auto's records per CPU second >= 90% of the best
-fixed count's; auto's throughput beside the best fixed count's shows what the sizing costs or
-saves. Prints a table per job and one JSON line.
+--min_workers=1 --max_workers=<--max_workers>`` (the default rule: a worker is kept when it
+pays for its CPU). Per job: records/s from the first record trained to the last (the master's
+status, polled), and the CPU the job's processes (master, PS, workers; /proc, sampled) used
+over the same span: records per CPU second is throughput per CPU used. The goal: auto's
+records per CPU second >= 90% of the best fixed count's; auto's throughput beside the best
+fixed count's shows what the sizing costs or saves. Prints a table per job and one JSON line.
 """
 from __future__ import annotations
 

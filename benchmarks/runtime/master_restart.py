@@ -66,7 +66,9 @@ def _dispatched_after(journal: Path, segment: int) -> bool:
 
     for path in journal.glob("tasks-*.log"):
         if int(path.stem.split("-")[1]) > segment:
-            if any(op.get("o") in ("g", "l") or "g" in op for op in decode_frames(path.read_bytes())):
+            if any(
+                op.get("o") in ("g", "l") or "g" in op for op in decode_frames(path.read_bytes())
+            ):
                 return True
     return False
 

@@ -21,11 +21,10 @@ import argparse
 import os
 import signal
 import sys
-import tempfile
-import threading
 import time
 
 import common  # noqa: F401  (puts the sources on sys.path)
+import in_process_job
 
 
 def _wait(predicate, timeout: float, what: str):
@@ -39,34 +38,16 @@ def _wait(predicate, timeout: float, what: str):
 
 
 def run(args) -> dict:
-    from elasticdl.common.job_spec import JobSpec
-    from elasticdl.master.job import Job
     from elasticdl.platform.base import ReplicaType
 
-    data = common.prepare_fashion_mnist(args.data)
-    work = tempfile.mkdtemp(prefix="elasticdl-recovery-")
-    train = common.subset_dir(os.path.join(data, "train"), args.files, os.path.join(work, "train"))
-    spec, _ = JobSpec(
-        job_name="bench-recovery",
-        model_zoo=common.MODEL_ZOO,
-        model_def="mnist.mnist_functional_api.custom_model",
-        training_data=train,
-        minibatch_size=64,
-        num_minibatches_per_task=2,
-        num_epochs=1000,  # stopped by the benchmark once it has its kills
-        num_workers=2,
-        num_ps_pods=1,
-        platform="local",
-        job_dir=os.path.join(work, "job"),
-        log_level="WARNING",
-    ).resolve()
-    job = Job(spec)
     done: list[tuple[float, int]] = []  # (time, worker id) of every finished task
-    job.tm.add_done_listener(
-        lambda task, ok, worker_id: ok and done.append((time.monotonic(), worker_id))
+    job, _, runner = in_process_job.start_fashion_mnist_job(
+        "recovery",
+        args.data,
+        args.files,
+        1,
+        lambda worker_id: done.append((time.monotonic(), worker_id)),
     )
-    runner = threading.Thread(target=job.run, name="job", daemon=True)
-    runner.start()
     rows = []
     try:
         _wait(lambda: len(done) >= 20, 300, "the job to train its first tasks")

@@ -2,7 +2,7 @@
 against a single-process Keras loop with a Keras Embedding of the same size, same run.
 
     python benchmarks/runtime/sparse_job.py [--rows 500000] [--features 26] [--vocab 38462]
-        [--zipf 1.1] [--ps 1,2] [--minibatch_size 256] [--plot out.png]
+        [--zipf 1.1] [--ps 1,2] [--modes sync,async] [--minibatch_size 256] [--plot out.png]
 
 Data: `elasticdl dataset prepare synthetic_ctr` with the given flags (cached under
 ~/.cache/elasticdl/bench), whose manifest holds the hidden model's AUC on the test split (the
@@ -11,7 +11,9 @@ ceiling). Model: `deepfm.deepfm_ctr.custom_model`, one table of features x vocab
 `elasticdl train --platform=local`, 1 worker + N PS as separate processes (gRPC over
 127.0.0.1), timed in steady state from the master's `get_job_status` after `--warmup_records`,
 then the final evaluation's AUC on the test
-split. The baseline is the same model with `keras.layers.Embedding` (embedding="keras"), the
+split. `--modes sync,async` runs every job twice, with the PS in sync mode (the default) and
+with `--use_async` (the worker then overlaps each push with the next step), interleaved in
+the same repeat. The baseline is the same model with `keras.layers.Embedding` (embedding="keras"), the
 same feed, minibatch and optimizer, a `tf.function` step in one process, then the same AUC
 metric on the test split. Prints a table and a JSON line (ratio = job / baseline samples/s;
 target >= 1.0 at 10^6 rows, and AUC within 0.005 of the loop's); with `--repeats`, medians and
@@ -62,26 +64,34 @@ def _auc_ceiling(data: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------- baseline
-def run_baseline(args) -> dict:
-    """The plain Keras loop, in this process (a child of the driver)."""
-    import tensorflow as tf
-    from elasticdl.common.model_utils import Mode, load_model_spec
-    from elasticdl.data.reader import create_data_reader
+def model_spec(args, embedding: str = ""):
+    """The benchmark's DeepFM spec: `embedding="keras"` for the loop, "" for the job's."""
+    from elasticdl.common.model_utils import load_model_spec
 
-    spec = load_model_spec(
-        common.MODEL_ZOO,
-        MODEL_DEF,
-        model_params=f"features={args.features}; vocab={args.vocab}; embedding='keras'",
-        optimizer=OPTIMIZERS[args.optimizer],
+    params = f"features={args.features}; vocab={args.vocab}"
+    if embedding:
+        params += f"; embedding='{embedding}'"
+    return load_model_spec(
+        common.MODEL_ZOO, MODEL_DEF, model_params=params, optimizer=OPTIMIZERS[args.optimizer]
     )
 
-    def dataset(directory, mode):
-        reader = create_data_reader(directory, records_per_task=None)
-        records = []
-        for shard in reader.create_shards():
-            records.extend(reader.read_records(shard.name, shard.start, shard.end))
-        ds = tf.data.Dataset.from_tensor_slices(records)
-        return spec.feed(ds, mode, None).batch(args.minibatch_size).prefetch(1)
+
+def minibatches(spec, directory: str, mode, minibatch_size: int):
+    """The loop's feed: every record of `directory` through the spec's `feed`, in minibatches."""
+    import tensorflow as tf
+    from elasticdl.data.reader import create_data_reader
+
+    reader = create_data_reader(directory, records_per_task=None)
+    records = []
+    for shard in reader.create_shards():
+        records.extend(reader.read_records(shard.name, shard.start, shard.end))
+    ds = tf.data.Dataset.from_tensor_slices(records)
+    return spec.feed(ds, mode, None).batch(minibatch_size).prefetch(1)
+
+
+def keras_step(spec):
+    """The plain loop's model and its compiled training step (features, labels) -> loss."""
+    import tensorflow as tf
 
     model = spec.model_fn()
     optimizer = spec.optimizer()
@@ -94,6 +104,20 @@ def run_baseline(args) -> dict:
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
+    return model, step
+
+
+def run_baseline(args) -> dict:
+    """The plain Keras loop, in this process (a child of the driver)."""
+    import tensorflow as tf
+    from elasticdl.common.model_utils import Mode
+
+    spec = model_spec(args, embedding="keras")
+
+    def dataset(directory, mode):
+        return minibatches(spec, directory, mode, args.minibatch_size)
+
+    model, step = keras_step(spec)
     seen = counted = 0
     start = None
     for features, labels in dataset(os.path.join(args.data, "train"), Mode.TRAINING):
@@ -141,7 +165,15 @@ def _shared_flags(args) -> list:
 
 
 # --------------------------------------------------------------------------------------------- job
-def run_job(args, home: str, name: str, num_ps: int) -> dict:
+MODES = ("sync", "async")
+
+
+def job_key(num_ps: int, mode: str) -> str:
+    """The summary's key of a job: `1ps` (sync, as before there were modes), `1ps_async`."""
+    return f"{num_ps}ps" + ("" if mode == "sync" else f"_{mode}")
+
+
+def run_job(args, home: str, name: str, num_ps: int, mode: str = "sync") -> dict:
     submitted = time.time()
     job_dir = common.submit_local_job(
         home,
@@ -157,7 +189,8 @@ def run_job(args, home: str, name: str, num_ps: int) -> dict:
             f"--num_minibatches_per_task={args.minibatches_per_task}",
             "--num_workers=1",
             f"--num_ps_pods={num_ps}",
-        ],
+        ]
+        + (["--use_async=true"] if mode == "async" else []),
     )
     t0, r0, t1, r1 = common.steady_state(job_dir, args.warmup_records, submitted + args.timeout)
     metrics = common.job_status(job_dir).get("evaluation_metrics") or {}
@@ -177,15 +210,18 @@ def plot(summary: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = ["keras loop"] + [f"job, {ps} PS" for ps in summary["ps"]]
-    rates = [summary["baseline_samples_per_s"]] + [
-        summary[f"job_{ps}ps_samples_per_s"] for ps in summary["ps"]
+    jobs = [(ps, mode) for ps in summary["ps"] for mode in summary["modes"]]
+    names = ["keras loop"] + [
+        f"job, {ps} PS" + ("" if mode == "sync" else f"\n{mode}") for ps, mode in jobs
     ]
-    aucs = [summary["baseline_auc"]] + [summary[f"job_{ps}ps_auc"] for ps in summary["ps"]]
+    rates = [summary["baseline_samples_per_s"]] + [
+        summary[f"job_{job_key(*job)}_samples_per_s"] for job in jobs
+    ]
+    aucs = [summary["baseline_auc"]] + [summary[f"job_{job_key(*job)}_auc"] for job in jobs]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    axes[0].bar(names, rates, color=["grey"] + ["tab:blue"] * len(summary["ps"]))
+    axes[0].bar(names, rates, color=["grey"] + ["tab:blue"] * len(jobs))
     axes[0].set_ylabel("training samples/s (steady state)")
-    axes[1].bar(names, aucs, color=["grey"] + ["tab:blue"] * len(summary["ps"]))
+    axes[1].bar(names, aucs, color=["grey"] + ["tab:blue"] * len(jobs))
     axes[1].axhline(summary["auc_ceiling"], color="tab:red", ls=":", label="hidden model (ceiling)")
     axes[1].set_ylim(0.5, 1.0)
     axes[1].set_ylabel("test AUC after one epoch")
@@ -208,6 +244,9 @@ def main(argv=None) -> int:
     p.add_argument("--zipf", type=float, default=1.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ps", default="1,2", help="PS counts of the jobs")
+    p.add_argument(
+        "--modes", default="sync", help="PS modes of the jobs, of sync,async (each PS count)"
+    )
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adam")
     p.add_argument("--minibatch_size", type=int, default=256)
     p.add_argument("--minibatches_per_task", type=int, default=16)
@@ -227,6 +266,10 @@ def main(argv=None) -> int:
         p.error("--ps counts must be >= 1 and --warmup_records below the training rows")
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in MODES for m in modes) or len(set(modes)) != len(modes):
+        p.error(f"--modes must name some of {','.join(MODES)} once each, got {args.modes!r}")
+    jobs = [(n, mode) for n in ps_counts for mode in modes]
 
     t = time.time()
     args.data = prepare_data(args)
@@ -237,18 +280,19 @@ def main(argv=None) -> int:
         # Repeats alternate the loop and the jobs, so all see the same drift of the machine's
         # load; the summary holds medians, and the strict ratio against the loop's fastest run
         # (the Keras loop is bimodal on a loaded machine, and a slow run flatters).
-        base_runs, job_runs = [], {n: [] for n in ps_counts}
+        base_runs, job_runs = [], {job: [] for job in jobs}
         rows = []
         for r in range(args.repeats):
             base = baseline_in_child(args)
             base_runs.append(base)
             rows.append([r + 1, "keras loop, keras Embedding", base["timed_records"],
                          base["seconds"], base["samples_per_s"], 1.0, base["auc"], "-"])  # fmt: skip
-            for n in ps_counts:
-                job = run_job(args, os.path.join(work, "home"), f"bench-sparse-{r}-{n}ps", n)
-                job_runs[n].append(job)
-                rows.append([r + 1, f"elasticdl job, 1 worker + {n} PS", job["timed_records"],
-                             job["seconds"], job["samples_per_s"],
+            for n, mode in jobs:
+                name = f"bench-sparse-{r}-{job_key(n, mode).replace('_', '-')}"
+                job = run_job(args, os.path.join(work, "home"), name, n, mode)
+                job_runs[(n, mode)].append(job)
+                rows.append([r + 1, f"elasticdl job, 1 worker + {n} PS, {mode}",
+                             job["timed_records"], job["seconds"], job["samples_per_s"],
                              job["samples_per_s"] / base["samples_per_s"], job["auc"],
                              job["wall_s"]])  # fmt: skip
         base_rate = common.median([b["samples_per_s"] for b in base_runs])
@@ -264,6 +308,7 @@ def main(argv=None) -> int:
             "minibatch_size": args.minibatch_size,
             "optimizer": args.optimizer,
             "ps": ps_counts,
+            "modes": modes,
             "repeats": args.repeats,
             "auc_ceiling": ceiling,
             "baseline_samples_per_s": round(base_rate, 1),
@@ -273,14 +318,19 @@ def main(argv=None) -> int:
             "cpus": os.cpu_count(),
             "data_prepare_s": round(data_s, 1),
         }
-        for n in ps_counts:
-            rate = common.median([j["samples_per_s"] for j in job_runs[n]])
-            auc = common.median([j["auc"] for j in job_runs[n]])
-            summary[f"job_{n}ps_samples_per_s"] = round(rate, 1)
-            summary[f"job_{n}ps_ratio"] = round(rate / base_rate, 3)
-            summary[f"job_{n}ps_ratio_to_fastest_loop"] = round(rate / base_fastest, 3)
-            summary[f"job_{n}ps_auc"] = round(auc, 4)
-            summary[f"job_{n}ps_auc_gap"] = round(base_auc - auc, 4)
+        for job in jobs:
+            key = job_key(*job)
+            runs = job_runs[job]
+            rate = common.median([j["samples_per_s"] for j in runs])
+            auc = common.median([j["auc"] for j in runs])
+            summary[f"job_{key}_samples_per_s"] = round(rate, 1)
+            summary[f"job_{key}_ratio"] = round(rate / base_rate, 3)
+            # Each run over the loop run of its own repeat (the same minutes of the machine).
+            paired = [j["samples_per_s"] / b["samples_per_s"] for j, b in zip(runs, base_runs)]
+            summary[f"job_{key}_paired_ratio"] = round(common.median(paired), 3)
+            summary[f"job_{key}_ratio_to_fastest_loop"] = round(rate / base_fastest, 3)
+            summary[f"job_{key}_auc"] = round(auc, 4)
+            summary[f"job_{key}_auc_gap"] = round(base_auc - auc, 4)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     common.print_table(

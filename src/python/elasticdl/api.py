@@ -58,6 +58,7 @@ __all__ = [
     "wait",
     "cancel",
     "list_jobs",
+    "scale_ps",
     "logs",
     "upload",
     "download",
@@ -186,6 +187,26 @@ def cancel(
 ) -> JobStatus:
     backend, name = _backend_of(job, platform, namespace, kube_context)
     return backend.cancel(name)
+
+
+def scale_ps(
+    job: Job,
+    num_ps: int,
+    platform: str | None = None,
+    namespace: str | None = None,
+    kube_context: str | None = None,
+    timeout: float | None = None,
+) -> str:
+    """Change a running ParameterServerStrategy job's PS count to ``num_ps`` (re-sharding its
+    model; training pauses meanwhile); returns the master's one-line answer, waited for at
+    most ``timeout`` seconds (None: 30 s for a local job, 60 s on Kubernetes). The change
+    runs on in the job: ``status(job).ps_scaling`` shows it."""
+    if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 1:
+        raise ArgumentError(f"--num_ps must be an integer >= 1, got {num_ps!r}")
+    if timeout is not None and not (0 < timeout < float("inf")):  # nan too
+        raise ArgumentError(f"--timeout must be a finite number of seconds > 0, got {timeout!r}")
+    backend, name = _backend_of(job, platform, namespace, kube_context)
+    return backend.scale_ps(name, num_ps, timeout=timeout)
 
 
 def list_jobs(

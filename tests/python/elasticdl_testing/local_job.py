@@ -108,7 +108,12 @@ def run_local_job(
             if train_shards
             else JobType.EVALUATION_ONLY
         )
-        trainer = PSTrainer(spec, ps, TrainerConfig(init_model_on_ps=job_type.trains))
+        # As elasticdl.worker.main builds it: an async PS gets pushes overlapped with steps.
+        trainer = PSTrainer(
+            spec,
+            ps,
+            TrainerConfig(init_model_on_ps=job_type.trains, overlap_pushes=use_async),
+        )
         worker = Worker(
             WorkerConfig(
                 worker_id=0,

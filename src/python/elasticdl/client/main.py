@@ -210,6 +210,15 @@ def _cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _scale_ps(args: argparse.Namespace) -> int:
+    from elasticdl import api
+
+    if args.num_ps < 1:
+        raise ArgumentError(f"--num_ps must be >= 1, got {args.num_ps}; ask for 1 PS or more")
+    _err(api.scale_ps(args.job, args.num_ps, timeout=args.timeout, **_target(args)))
+    return EXIT_OK
+
+
 def _rbac(args: argparse.Namespace) -> int:
     from elasticdl.k8s import priority_classes, rbac
 
@@ -450,6 +459,25 @@ def build_parser() -> StrictArgumentParser:
     cancel = _add_command(sub, "cancel", _cancel, "Stop a job and everything it started")
     cancel.add_argument("job", help="Job name")
     _add_target_params(cancel)
+
+    scale_ps = _add_command(
+        sub,
+        "scale-ps",
+        _scale_ps,
+        "Change a running job's number of parameter servers (its model is re-sharded; "
+        "training pauses meanwhile)",
+    )
+    scale_ps.add_argument("job", help="Job name")
+    scale_ps.add_argument(
+        "--num_ps", type=int, required=True, help="How many PS the job runs from now on (>= 1)"
+    )
+    scale_ps.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="Seconds to wait for the master's answer (default: 30 local, 60 on Kubernetes)",
+    )
+    _add_target_params(scale_ps)
 
     rbac = _add_command(
         sub,

@@ -183,3 +183,22 @@ def test_dataset_prepare_limit_keeps_the_first_rows_of_each_split(capsys, tmp_pa
     assert main([*argv, "--limit", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == "elasticdl: error: --limit must be positive, got 0", err
+
+
+def test_scale_ps_refuses_a_bad_count_and_a_job_that_does_not_run(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ELASTICDL_HOME", str(tmp_path))
+    monkeypatch.delenv("ELASTICDL_CONFIG", raising=False)
+    assert main(["scale-ps", "j", "--num_ps=0"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "elasticdl: error: --num_ps must be >= 1, got 0; ask for 1 PS or more"
+    )
+    job_dir = tmp_path / "jobs" / "j"
+    job_dir.mkdir(parents=True)
+    (job_dir / "job.json").write_text('{"job_name": "j"}')
+    (job_dir / "status.json").write_text('{"job_name": "j", "phase": "Succeeded"}')
+    assert main(["scale-ps", "j", "--num_ps=2", "--platform=local"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "elasticdl: error: job j is Succeeded: its PS count can change only while it runs; "
+        "see 'elasticdl status j'"
+    )

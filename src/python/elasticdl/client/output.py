@@ -194,6 +194,19 @@ def _straggler_and_scaling_lines(status: JobStatus) -> list[str]:
             f"  {d.get('action')} -> {d.get('workers')}: {d.get('reason')}"
             for d in a.get("decisions", [])[-10:]
         ]
+    p = status.ps_scaling or {}
+    if p.get("changes"):
+        lines.append(f"PS scaling:  {p.get('num_ps')} PS now")
+        lines += [
+            f"  {c.get('from_ps')} -> {c.get('to_ps')} PS: {c.get('state')}"
+            + (
+                f", training paused {c.get('pause_s', 0):.2f} s at model version {c.get('version')}"
+                if c.get("state") == "done"
+                else ""
+            )
+            + (f": {c.get('error')}" if c.get("error") else "")
+            for c in p["changes"]
+        ]
     return lines
 
 

@@ -93,3 +93,23 @@ def test_running_vs_pending_workers_why_and_the_eta():
     # A finished job shows neither.
     job.phase = "Succeeded"
     assert "ETA" not in status_text(job) and "Workers:" not in status_text(job)
+
+
+def test_ps_scaling_shows_each_change_and_its_pause():
+    status = JobStatus(
+        "a",
+        phase="Running",
+        ps_scaling={
+            "num_ps": 1,
+            "generation": 2,
+            "changes": [
+                {"from_ps": 1, "to_ps": 2, "state": "done", "pause_s": 3.912, "version": 56},
+                {"from_ps": 2, "to_ps": 1, "state": "failed", "error": "the job ended first"},
+            ],
+        },
+    )
+    text = status_text(status)
+    assert "PS scaling:  1 PS now" in text
+    assert "  1 -> 2 PS: done, training paused 3.91 s at model version 56" in text
+    assert "  2 -> 1 PS: failed: the job ended first" in text
+    assert "PS scaling" not in status_text(JobStatus("b", phase="Running"))

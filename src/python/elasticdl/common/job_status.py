@@ -87,6 +87,10 @@ class JobStatus:
     # "decisions": [{"time", "action", "workers", "records_per_s", ..., "reason"}]}; empty
     # for a fixed number of workers
     autoscaling: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Changes of the PS count while the job runs (master.ps_rescale): {"num_ps", "generation",
+    # "changes": [{"generation", "from_ps", "to_ps", "state", "version", "pause_s", "drain_s",
+    # "snapshot_s", "swap_s", "error"}]}; empty for jobs without PS
+    ps_scaling: dict[str, Any] = dataclasses.field(default_factory=dict)
     master: dict[str, Any] = dataclasses.field(default_factory=dict)  # {"pid", "port"}
     # Training speed over the master's recent window (master.throughput), not the job's
     # average, and the seconds left at that speed; None when unknown (no recent progress).
@@ -113,6 +117,7 @@ class JobStatus:
             "master",
             "stragglers",
             "autoscaling",
+            "ps_scaling",
         ):
             if not isinstance(values.get(key, {}), dict):
                 values[key] = {}

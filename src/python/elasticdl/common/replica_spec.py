@@ -57,6 +57,9 @@ class WorkerSpec:
     retry_timeout: float = 300.0
     # AllreduceStrategy: re-form the group and retry a failed allreduce this often.
     allreduce_retries: int = checked(non_negative, 5)
+    # The PS apply pushes asynchronously: the worker then sends each push while it computes the
+    # next minibatch (worker.ps_trainer), which a sync PS would reject as stale.
+    use_async: bool = False
     # The original ElasticDL's model-file conventions (see common.model_utils.load_model_spec).
     dataset_fn: str = ""
     model_params: str = ""

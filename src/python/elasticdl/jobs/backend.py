@@ -94,6 +94,14 @@ class JobBackend(abc.ABC):
     def cancel(self, name: str) -> JobStatus:
         """Stop the job and everything it started; returns the final status."""
 
+    def scale_ps(self, name: str, num_ps: int, timeout: float | None = None) -> str:
+        """Change a running job's PS count to ``num_ps``; returns the master's one line
+        (waiting at most ``timeout`` seconds for it; None: the backend's default)."""
+        raise ClientError(
+            f"scale-ps cannot reach the masters of {self.platform} jobs; use it on local or "
+            "Kubernetes jobs"
+        )
+
     def wait(
         self, name: str, timeout: float | None = None, poll_interval: float = 1.0
     ) -> JobStatus:

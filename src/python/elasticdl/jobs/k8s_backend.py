@@ -331,6 +331,25 @@ class KubernetesBackend(JobBackend):
             raise ClientError(f"replica {replica!r} is invalid; use master, worker-<i> or ps-<i>")
         return pod_name(name, rtype, int(rid))
 
+    # ---- changing the PS count ------------------------------------------------------------
+    def scale_ps(self, name: str, num_ps: int, timeout: float | None = None) -> str:
+        from elasticdl.jobs import k8s_ps_count
+
+        master = self._master(name)
+        status = self._status_of(master)
+        if status.phase != JobPhase.RUNNING:
+            raise ClientError(
+                f"job {name} is {status.phase or 'not started'}: its PS count can change only "
+                f"while it runs; see 'elasticdl status {name}'"
+            )
+        return k8s_ps_count.request_ps_count(
+            self.k8s,
+            master.metadata.name,
+            name,
+            num_ps,
+            timeout=timeout or k8s_ps_count.DEFAULT_TIMEOUT_S,
+        )
+
     def logs(self, name: str, replica: str = "master", follow: bool = False) -> Iterator[str]:
         pod = self._pod_for_replica(name, replica)
         self._master(name)  # unknown job -> JobNotFoundError

@@ -344,6 +344,13 @@ class LocalBackend(JobBackend):
                     return
                 time.sleep(_POLL_SECONDS)
 
+    # ---- changing the PS count ------------------------------------------------------------
+    def scale_ps(self, name: str, num_ps: int, timeout: float | None = None) -> str:
+        from elasticdl.jobs import master_calls
+
+        directory, _ = self._require_job(name)
+        return master_calls.scale_ps(directory, name, num_ps, timeout=timeout)
+
     # ---- cancel --------------------------------------------------------------------------
     def cancel(self, name: str) -> JobStatus:
         directory, job = self._require_job(name)

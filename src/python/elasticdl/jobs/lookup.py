@@ -169,6 +169,9 @@ class JobLookup(JobBackend):
     def cancel(self, name: str) -> JobStatus:
         return self.holding(name).cancel(name)
 
+    def scale_ps(self, name: str, num_ps: int, timeout: float | None = None) -> str:
+        return self.holding(name).scale_ps(name, num_ps, timeout=timeout)
+
     def wait(
         self, name: str, timeout: float | None = None, poll_interval: float = 1.0
     ) -> JobStatus:

@@ -8,17 +8,21 @@ Kubernetes name and written by a YAML serializer, never pasted into text.
 KubernetesPlatform` calls (``tests/python/elasticdl_tests/k8s/rbac_test.py`` runs a master's
 operations under this Role and checks that anything more is refused):
 
-* pods: ``get`` (its own pod, a replica before relaunching it), ``list``/``watch`` (the
-  replicas' events), ``create``/``delete`` (replicas), ``patch`` (its own pod's status label
-  and status annotation);
-* services: ``create`` (a PS's headless service), ``list``/``delete`` (cleanup at the end);
+* pods: ``get`` (its own pod, also for the PS count requests the client writes on it, a
+  replica before relaunching it), ``list``/``watch`` (the replicas' events),
+  ``create``/``delete`` (replicas), ``patch`` (its own pod's status label and status and PS
+  count outcome annotations);
+* services: ``create`` (a PS's headless service), ``list``/``delete`` (cleanup at the end,
+  a PS id a smaller PS set gives up);
 * secrets: ``create``/``delete`` (the job's secret, which it never needs to read back:
   the kubelet reads it for the pods);
 * events: ``list`` (a replica pod's, to tell who ended it from outside: a scheduler's
   preemption, an eviction from a lost node).
 
 The client, not the master, creates the job's NetworkPolicy, so the master needs no
-permission on networkpolicies.
+permission on networkpolicies. A user who runs ``elasticdl scale-ps`` on a Kubernetes job
+needs ``patch`` on pods (the request is an annotation on the master pod), beside the ``get`` /
+``list`` that ``elasticdl status`` needs.
 """
 
 from __future__ import annotations

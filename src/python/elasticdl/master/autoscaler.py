@@ -1,15 +1,16 @@
 """``--num_workers=auto``: the master sizes a job by what another worker buys.
 
 The job starts with ``--min_workers``. The autoscaler measures the job's throughput (records
-of the tasks reported done per second, on the master's clock) over a window in which every
+of the tasks reported done per second, on the master's clock) and the CPU the job holds
+(elasticdl.master.job_cpu: master + PS + workers, in cores) over a window in which every
 worker has finished its warm-up task (TensorFlow traces the model in the first one), then
 decides, one step at a time:
 
-* **add** a worker while the last one added raised the throughput by at least
-  ``--autoscale_min_gain`` (the first step, from the minimum, is always tried), the job has
-  fewer than ``--max_workers`` and no PS is saturated;
-* **release** the last worker added when it raised the throughput by less: adding stopped
-  paying, and the job stays one smaller for the rest of its run;
+* **add** a worker while the last one added raised the throughput by at least the gain it
+  must bring (the first step, from the minimum, is always tried), the job has fewer than
+  ``--max_workers`` and no PS is saturated;
+* **release** the last worker added when it raised the throughput by less: it did not pay,
+  and the job stays one smaller for the rest of its run;
 * **hold** at ``--max_workers``, or when a PS is saturated: its model lock busy, or its
   CPU used, for at least ``PS_SATURATED`` of the window (the PS report both every few
   seconds, elasticdl.ps.load_meter) - more workers would only queue on it;
@@ -18,7 +19,23 @@ decides, one step at a time:
   no room for it), or that ended before its first task, counts as not added: it is deleted and
   the job stays as it is.
 
-Every decision is logged with the numbers behind it, journaled (``ScalingDecided``, so a
+The gain a worker must bring (``required_gain``). By default (``min_gain`` None, the rule
+``cpu_efficiency``) a worker must pay for its CPU: with ``R`` records/s on ``C`` cores before
+it and ``R'`` on ``C'`` with it, records per CPU second do not fall when ``R'/C' >= R/C``,
+that is when the gain ``R'/R - 1`` is at least the CPU it added relative to the job's CPU
+before it, ``C'/C - 1`` (from one worker of 0.3 CPU with a master and a PS of 0.2 each to two:
+0.3 / 0.7 = 43%). The rule is::
+
+    required_gain = max(GAIN_FLOOR, C'/C - 1)
+
+so where a worker's CPU is small next to the job's, it reduces to "adding stopped paying"
+(``GAIN_FLOOR``, 10%: a smaller gain is within the noise of a window). Where the CPU is
+unknown (pods without a CPU request) it is ``GAIN_FLOOR``, and the decision says so. With an
+explicit ``--autoscale_min_gain`` (the rule ``throughput``) the required gain is that number
+whatever the CPU: the job tracks throughput, as a user who wants the fastest job asks.
+
+Every decision is logged with the numbers behind it (records/s, cores and records per CPU
+second before and after, the required gain and why), journaled (``ScalingDecided``, so a
 restarted master keeps them and its released workers) and shown in the job status
 (``autoscaling.decisions``). A worker is released gracefully: the task manager answers it "no
 more tasks" (``TaskManager.retire``), it reports what it holds and exits; it is not relaunched.
@@ -34,6 +51,7 @@ import threading
 import time
 from typing import Callable, Protocol
 
+from elasticdl.master.job_cpu import JobCPU
 from elasticdl.master.journal_ops import ScalingDecided
 from elasticdl.master.tasks import Task
 
@@ -41,13 +59,16 @@ logger = logging.getLogger(__name__)
 
 PS_SATURATED = 0.9  # a PS whose lock is busy, or whose CPUs are used, this much is saturated
 ADD, RELEASE, HOLD, NOT_ADDED = "add", "release", "hold", "not_added"
+# The least gain a worker must bring whatever its CPU: a smaller one is a window's noise.
+GAIN_FLOOR = 0.1
+CPU_EFFICIENCY, THROUGHPUT = "cpu_efficiency", "throughput"  # the rules (module docstring)
 
 
 @dataclasses.dataclass(frozen=True)
 class AutoscalerConfig:
     min_workers: int
     max_workers: int
-    min_gain: float = 0.1
+    min_gain: float | None = None  # None: the CPU-aware rule; a number: throughput tracking
     window_s: float = 10.0
     window_tasks: int = 3
     pending_timeout_s: float = 120.0
@@ -59,6 +80,10 @@ class AutoscalerConfig:
             raise ValueError(
                 f"need 1 <= min_workers <= max_workers, got {self.min_workers}, {self.max_workers}"
             )
+
+    @property
+    def rule(self) -> str:
+        return CPU_EFFICIENCY if self.min_gain is None else THROUGHPUT
 
 
 class PSLoads:
@@ -108,6 +133,7 @@ class Autoscaler:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         on_target: Callable[[int], None] | None = None,
+        cpu: JobCPU | None = None,
     ) -> None:
         self.config = config
         self._workers = workers
@@ -116,6 +142,8 @@ class Autoscaler:
         self._clock = clock
         self._wall = wall_clock
         self._on_target = on_target  # told the number of workers before one is added
+        self._cpu = cpu
+        self._cpu_mark: object = None  # the CPU reading at the window's start
         self._lock = threading.RLock()
         self._done_at: collections.deque[tuple[float, int]] = collections.deque()
         self._warm: set[int] = set()  # workers that finished a task
@@ -124,7 +152,8 @@ class Autoscaler:
         self._newest: int | None = None  # the worker added last, until it is warm
         self._added_at = 0.0
         self._window_start: float | None = None
-        self._previous: tuple[int, float] | None = None  # (workers, records/s) measured last
+        # (workers, records/s, cores) measured last
+        self._previous: tuple[int, float, float | None] | None = None
         self._added: list[int] = []  # workers added, in order (the last one is released)
         self._settled = False
         self._measured = 0  # workers in the window of the decision being made
@@ -174,6 +203,7 @@ class Autoscaler:
             if self._window_start is None:
                 if alive and all(w in self._warm for w in alive):
                     self._window_start = now  # every worker past its warm-up from now
+                    self._cpu_mark = self._cpu.mark() if self._cpu is not None else None
                 return
             alive = [w for w in alive if w in self._warm]
             elapsed = now - self._window_start
@@ -185,7 +215,8 @@ class Autoscaler:
                 and elapsed < 6 * self.config.window_s
             ):
                 return
-            self._decide(len(alive), rate)
+            cores = self._cpu.cores(self._cpu_mark, len(alive)) if self._cpu is not None else None
+            self._decide(len(alive), rate, cores)
 
     def _check_newest(self, now: float) -> None:
         """The worker added last has not finished a task yet: does it count as not added?"""
@@ -206,20 +237,42 @@ class Autoscaler:
             self._settled = True
             self._record(NOT_ADDED, worker, None, f"{why}; the job stays at {self.target} workers")
 
-    def _decide(self, workers: int, rate: float) -> None:
+    def _required_gain(self, previous, cores: float | None) -> tuple[float, float | None, str]:
+        """(the gain the last worker added must bring, the CPU it added relative to the job's
+        CPU before it or None, why that gain)."""
+        c = self.config
+        before = previous[2] if previous is not None else None
+        cpu_growth = cores / before - 1 if cores is not None and before else None
+        if c.min_gain is not None:
+            return c.min_gain, cpu_growth, "--autoscale_min_gain"
+        if cpu_growth is None:
+            return GAIN_FLOOR, None, "the floor: the job's CPU is unknown"
+        if cpu_growth <= GAIN_FLOOR:
+            return GAIN_FLOOR, cpu_growth, "the floor: its CPU is small next to the job's"
+        return cpu_growth, cpu_growth, "its CPU's share: records per CPU s break even"
+
+    def _decide(self, workers: int, rate: float, cores: float | None = None) -> None:
         self._measured = workers
         c = self.config
         ps = self._ps_summary()
         saturated = ps and max(ps["lock_busy"], ps["cpu"]) >= PS_SATURATED
-        numbers = f"{rate:.1f} records/s with {workers} workers"
+        numbers = f"{rate:.1f} records/s with {workers} workers{_on_cpu(rate, cores)}"
         ps_text = (
             f"PS lock busy {ps['lock_busy']:.0%}, CPU {ps['cpu']:.0%}" if ps else "no PS report"
         )
-        previous, self._previous = self._previous, (workers, rate)
-        gain = None
+        previous, self._previous = self._previous, (workers, rate, cores)
+        gain = need = None
+        m = {"rate": rate, "cores": cores, "previous": previous, "gain": None, "need": None}
         if previous is not None and previous[1] > 0:
             gain = rate / previous[1] - 1
-        if gain is not None and gain < c.min_gain and self._added:
+            need, cpu_growth, why = self._required_gain(previous, cores)
+            m.update(gain=gain, need=need)
+            cost = "" if cpu_growth is None else f" for {cpu_growth:+.0%} CPU"
+            against = (
+                f"{numbers} against {previous[1]:.1f} with {previous[0]}"
+                f"{_on_cpu(previous[1], previous[2])}"
+            )
+        if gain is not None and gain < need and self._added:
             worker = self._added.pop()
             self._workers.release_worker(worker, "released (--num_workers=auto)")
             self.target -= 1
@@ -227,36 +280,28 @@ class Autoscaler:
             self._record(
                 RELEASE,
                 worker,
-                rate,
-                f"{numbers} against {previous[1]:.1f} with {previous[0]}: worker {worker} "
-                f"added {gain:+.0%} (< {c.min_gain:.0%}), released; {ps_text}",
-                previous,
-                gain,
+                m,
+                f"{against}: worker {worker} added {gain:+.0%} records/s{cost}, below the "
+                f"{need:.0%} it must bring ({why}), released; {ps_text}",
                 ps,
             )
             return
-        grew = "" if gain is None else f" ({gain:+.0%} over {previous[0]} workers)"
+        grew = (
+            ""
+            if gain is None
+            else f" ({gain:+.0%} over {previous[0]} workers{cost}, >= {need:.0%}: {why})"
+        )
         if self.target >= c.max_workers:
             self._settled = True
-            self._record(
-                HOLD,
-                None,
-                rate,
-                f"{numbers}{grew}: at --max_workers; {ps_text}",
-                previous,
-                gain,
-                ps,
-            )
+            self._record(HOLD, None, m, f"{numbers}{grew}: at --max_workers; {ps_text}", ps)
             return
         if saturated:
             self._settled = True
             self._record(
                 HOLD,
                 None,
-                rate,
+                m,
                 f"{numbers}{grew}: a PS is saturated ({ps_text}); more workers would queue on it",
-                previous,
-                gain,
                 ps,
             )
             return
@@ -266,25 +311,29 @@ class Autoscaler:
         worker = self._workers.add_worker()
         self._added.append(worker)
         self._newest, self._added_at, self._window_start = worker, self._clock(), None
-        self._record(
-            ADD,
-            worker,
-            rate,
-            f"{numbers}{grew}: adding worker {worker}; {ps_text}",
-            previous,
-            gain,
-            ps,
-        )
+        self._record(ADD, worker, m, f"{numbers}{grew}: adding worker {worker}; {ps_text}", ps)
 
-    def _record(self, action, worker, rate, reason, previous=None, gain=None, ps=None) -> None:
+    def _record(self, action, worker, m: dict | None, reason: str, ps=None) -> None:
+        """``m``: the measurement behind the decision (None for a worker not added)."""
+        m = m or {}
+        rate, cores, previous = m.get("rate"), m.get("cores"), m.get("previous")
         decision = {
             "time": round(self._wall(), 3),
             "action": action,
             "workers": self.target,
             "worker": worker,
-            "records_per_s": None if rate is None else round(rate, 2),
-            "previous_records_per_s": None if previous is None else round(previous[1], 2),
-            "gain": None if gain is None else round(gain, 4),
+            "records_per_s": _round(rate, 2),
+            "previous_records_per_s": None if previous is None else _round(previous[1], 2),
+            "gain": _round(m.get("gain"), 4),
+            "rule": self.config.rule,
+            "required_gain": _round(m.get("need"), 4),
+            "cpu": _round(cores, 3),
+            "previous_cpu": None if previous is None else _round(previous[2], 3),
+            "records_per_cpu_s": _round(_per_cpu(rate, cores), 2),
+            "previous_records_per_cpu_s": (
+                None if previous is None else _round(_per_cpu(previous[1], previous[2]), 2)
+            ),
+            "cpu_source": None if self._cpu is None else self._cpu.source,
             "measured_workers": self._measured if rate is not None else None,
             "ps": ps or {},
             "settled": self._settled,
@@ -310,7 +359,7 @@ class Autoscaler:
                         self._added.remove(d["worker"])
                     self._workers.release_worker(d["worker"], f"{d['action']} (--num_workers=auto)")
                 if d.get("records_per_s") is not None:
-                    self._previous = (d["measured_workers"], d["records_per_s"])
+                    self._previous = (d["measured_workers"], d["records_per_s"], d.get("cpu"))
             if decisions and decisions[-1]["action"] == ADD:
                 self._newest, self._added_at = decisions[-1]["worker"], self._clock()
 
@@ -336,9 +385,26 @@ class Autoscaler:
             return {
                 "min_workers": self.config.min_workers,
                 "max_workers": self.config.max_workers,
+                "rule": self.config.rule,
                 "min_gain": self.config.min_gain,
+                "cpu_source": None if self._cpu is None else self._cpu.source,
                 "target": self.target,
                 "settled": self._settled,
                 "ps": self._ps_summary(),
                 "decisions": [dict(d) for d in self.decisions],
             }
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _per_cpu(rate: float | None, cores: float | None) -> float | None:
+    return rate / cores if rate is not None and cores else None
+
+
+def _on_cpu(rate: float, cores: float | None) -> str:
+    """The CPU behind a rate, e.g. ' on 0.70 CPU (389 records per CPU s)'; '' if unknown."""
+    if not cores:
+        return ""
+    return f" on {cores:.2f} CPU ({rate / cores:.0f} records per CPU s)"

@@ -1,17 +1,23 @@
-"""--num_workers=auto's decisions against a job whose throughput is a known function of its
-workers (simulated on a clock of its own): add while it pays, release the worker that did
-not, hold at the maximum or on a saturated PS, a worker that never runs counts as not added,
-and a restarted master carries on from the journaled decisions."""
+"""--num_workers=auto's decisions against a job whose throughput and CPU are known functions of
+its workers (simulated on a clock of its own): add while a worker pays for its CPU (or, with
+--autoscale_min_gain, while it raises the throughput enough), release the worker that did not,
+hold at the maximum or on a saturated PS, a worker that never runs counts as not added, and a
+restarted master carries on from the journaled decisions."""
+import pytest
 from elasticdl.common.types import Shard
 from elasticdl.master.autoscaler import (
     ADD,
+    CPU_EFFICIENCY,
+    GAIN_FLOOR,
     HOLD,
     NOT_ADDED,
     RELEASE,
+    THROUGHPUT,
     Autoscaler,
     AutoscalerConfig,
     PSLoads,
 )
+from elasticdl.master.job_cpu import RequestedCPU
 from elasticdl.master.journal_ops import ScalingDecided
 from elasticdl.master.tasks import Task, TaskType
 from elasticdl.platform.base import ReplicaPhase
@@ -71,7 +77,9 @@ class Tasks:
 class Job:
     """Workers train at ``rate(k)`` records/s together, k = the running warm workers."""
 
-    def __init__(self, rate, count=1, ps_busy=0.2, new_phase=ReplicaPhase.RUNNING, **config):
+    def __init__(
+        self, rate, count=1, ps_busy=0.2, new_phase=ReplicaPhase.RUNNING, cpu=None, **config
+    ):
         self.clock = Clock()
         self.rate = rate
         self.workers = Workers(self.clock, count, new_phase)
@@ -86,6 +94,7 @@ class Job:
             self.loads,
             clock=self.clock,
             wall_clock=self.clock,
+            cpu=cpu,
         )
         self.owed = {}
 
@@ -171,3 +180,93 @@ def test_a_restarted_master_carries_on_from_the_decisions():
     assert again.workers.released == [3]  # retired again in the new master's task manager
     again.run(100)
     assert again.scaler.decisions == job.scaler.decisions  # settled: nothing new
+
+
+# The README job on the real cluster: records/s with 1-4 workers of 0.3 CPU, master and PS 0.2.
+CLUSTER_RATES = {1: 272.0, 2: 301.0, 3: 311.0, 4: 318.0}
+
+
+def cluster_rate(k):
+    return CLUSTER_RATES[min(k, 4)]
+
+
+def cluster_cpu(worker=0.3, master=0.2, ps=0.2):
+    return RequestedCPU(master, ps, worker, num_ps=lambda: 1)
+
+
+def test_a_worker_that_does_not_pay_for_its_cpu_is_released():
+    job = Job(cluster_rate, cpu=cluster_cpu())
+    job.run(300)
+    assert job.actions() == [(ADD, 2), (RELEASE, 1)]
+    assert job.workers.released == [1] and job.scaler.target == 1
+    add, release = job.scaler.decisions
+    assert add["cpu"] == 0.7 and add["cpu_source"] == "requests" and add["rule"] == CPU_EFFICIENCY
+    assert add["required_gain"] is None and add["records_per_cpu_s"] == pytest.approx(
+        add["records_per_s"] / 0.7, abs=0.01
+    )
+    # +7..15% records/s for +43% CPU: records per CPU second fall, the worker is let go.
+    assert release["cpu"] == 1.0 and release["previous_cpu"] == 0.7
+    assert release["required_gain"] == pytest.approx(0.3 / 0.7, abs=1e-4)
+    assert 0 < release["gain"] < release["required_gain"]
+    assert release["records_per_cpu_s"] < release["previous_records_per_cpu_s"]
+    assert "for +43% CPU, below the 43% it must bring" in release["reason"], release["reason"]
+    assert "on 1.00 CPU" in release["reason"] and "on 0.70 CPU" in release["reason"]
+    status = job.scaler.status()
+    assert status["rule"] == CPU_EFFICIENCY and status["cpu_source"] == "requests"
+    assert status["settled"] and status["decisions"] == job.scaler.decisions
+    assert [op.decision for op in job.workers.ops] == job.scaler.decisions  # journaled
+
+
+def test_workers_that_pay_for_their_cpu_are_added():
+    job = Job(lambda k: 272.0 * k, cpu=cluster_cpu(), max_workers=4)  # throughput doubles
+    job.run(300)
+    assert job.actions() == [(ADD, 2), (ADD, 3), (ADD, 4), (HOLD, 4)]
+    grown = job.scaler.decisions[1]
+    assert grown["required_gain"] == pytest.approx(0.3 / 0.7, abs=1e-4)
+    assert grown["gain"] > grown["required_gain"]
+    assert grown["records_per_cpu_s"] > grown["previous_records_per_cpu_s"]
+
+
+def test_a_worker_whose_cpu_is_small_next_to_the_jobs_needs_only_the_floor():
+    # Workers of 0.01 CPU next to a master and a PS of 4: their CPU is nearly free, and the
+    # rule is "adding stopped paying": +10.7% from 1 to 2 keeps the second, +3.3% releases the
+    # third.
+    job = Job(cluster_rate, cpu=cluster_cpu(worker=0.01, master=4, ps=4))
+    job.run(300)
+    assert job.actions() == [(ADD, 2), (ADD, 3), (RELEASE, 2)]
+    assert [d["required_gain"] for d in job.scaler.decisions[1:]] == [GAIN_FLOOR, GAIN_FLOOR]
+    assert "the floor: its CPU is small" in job.scaler.decisions[-1]["reason"]
+
+
+def test_without_a_cpu_the_floor_applies_and_the_reason_says_so():
+    job = Job(cluster_rate, cpu=RequestedCPU(0.2, 0.2, None, num_ps=lambda: 1))
+    job.run(300)
+    assert job.actions() == [(ADD, 2), (ADD, 3), (RELEASE, 2)]
+    release = job.scaler.decisions[-1]
+    assert release["cpu"] is None and release["required_gain"] == GAIN_FLOOR
+    assert "the job's CPU is unknown" in release["reason"]
+
+
+def test_an_explicit_min_gain_tracks_the_throughput_whatever_the_cpu():
+    job = Job(cluster_rate, cpu=cluster_cpu(), min_gain=0.1)
+    job.run(300)
+    assert job.actions() == [(ADD, 2), (ADD, 3), (RELEASE, 2)]  # as before the CPU rule
+    kept, release = job.scaler.decisions[1:]
+    assert kept["rule"] == release["rule"] == THROUGHPUT
+    assert kept["required_gain"] == release["required_gain"] == 0.1
+    assert kept["records_per_cpu_s"] < kept["previous_records_per_cpu_s"]  # shown, not used
+    assert "(--autoscale_min_gain)" in release["reason"]
+    assert job.scaler.status()["min_gain"] == 0.1
+
+
+def test_a_restarted_master_keeps_the_cpu_behind_the_last_measurement():
+    job = Job(cluster_rate, cpu=cluster_cpu(), max_workers=2)
+    job.run(18)  # measured 1 worker on 0.7 CPU, added the second
+    assert job.actions() == [(ADD, 2)]
+    again = Job(cluster_rate, cpu=cluster_cpu(), max_workers=2)
+    again.scaler.resume([op.decision for op in job.workers.ops])
+    again.workers.phases[1] = ReplicaPhase.RUNNING
+    again.workers.started[1] = 0.0
+    again.run(100)
+    assert again.actions() == [(ADD, 2), (RELEASE, 1)]
+    assert again.scaler.decisions[-1]["previous_cpu"] == 0.7

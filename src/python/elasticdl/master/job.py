@@ -23,15 +23,19 @@ from elasticdl.common.types import JobPhase, JobType, PlatformName
 from elasticdl.master import status_writer
 from elasticdl.master.autoscaler import Autoscaler, AutoscalerConfig, PSLoads
 from elasticdl.master.evaluation_service import FINAL_VERSION, EvaluationService
+from elasticdl.master.job_cpu import JobCPU, MeasuredCPU, RequestedCPU
 from elasticdl.master.journal import JournalError
 from elasticdl.master.launch_specs import Checkpointing, LaunchSpecs, ReplicaContext, replica_env
+from elasticdl.master.ps_calls import PSCalls
+from elasticdl.master.ps_count_requests import PSCountRequests
+from elasticdl.master.ps_rescale import PSOps, PSRescaler
 from elasticdl.master.replica_manager import ReplicaManager, ReplicaManagerConfig
 from elasticdl.master.resume import JobJournal, PreviousLife
 from elasticdl.master.server import MasterServerError, create_master_server
 from elasticdl.master.servicer import MasterServicer
 from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
 from elasticdl.master.throughput import Throughput
-from elasticdl.platform.base import Platform
+from elasticdl.platform.base import Platform, ReplicaType
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +72,7 @@ class Job:
         self.phase = JobPhase.PENDING
         self.message = ""
         self._cancel = threading.Event()
+        self._requests_stop = threading.Event()  # ends the PS count request thread, if any
         self._platform = platform
         self._server = None
         self.worker_exit_grace_s = 60.0
@@ -154,6 +159,7 @@ class Job:
         self.loss_history = status_writer.LossHistory()
         self.throughput = Throughput()  # the status's records/s and ETA
         self.ps_loads = PSLoads()
+        self.ps_rescaler: PSRescaler | None = None  # elasticdl scale-ps (_rescaler_slot)
         self.servicer = MasterServicer(
             self.tm,
             self.es,
@@ -161,6 +167,7 @@ class Job:
             rendezvous=self.rendezvous,
             loss_history=self.loss_history,
             ps_loads=self.ps_loads,
+            ps_rescaler=self._rescaler_slot(),
         )
         self._server, self.port = self._start_server()
         if self.journal is not None and self.previous is None:
@@ -177,7 +184,7 @@ class Job:
                 master_addr=master_addr,
                 opt_type=opt_type,
                 opt_args=opt_args,
-                checkpointing=self._ps_checkpointing(),
+                checkpointing=self._checkpointing,
                 env=replica_env(a),
                 secret=self.secret,
             ),
@@ -222,6 +229,40 @@ class Job:
             master_addr,
         )
 
+    def _rescaler_slot(self) -> PSRescaler | None:
+        """The servicer's PS rescaler (PS training jobs only), made before the server starts;
+        it reaches the replica manager and the launch specs, made later, through methods."""
+        self._checkpointing = self._ps_checkpointing()
+        if self.allreduce or not self.trains or not self.job_spec.num_ps_pods:
+            return None
+        refuse = ""
+        if not self._checkpointing.directory:
+            refuse = (
+                "changing the PS count re-shards through the PS checkpoint directory, and this "
+                "job has none: submit it with --checkpoint_dir (and --checkpoint_steps)"
+            )
+        else:
+            refuse = self.platform.shared_dir_problem(self._checkpointing.directory)
+        calls = PSCalls(self.secret, self.tls)
+        self.ps_rescaler = PSRescaler(
+            self.tm,
+            PSOps(calls.save_shard, calls.wait_ready, self._replace_ps_set),
+            addrs_of=self._ps_addrs,
+            set_generation=self._set_ps_generation,
+            num_ps=self.job_spec.num_ps_pods,
+            refuse_reason=refuse,
+        )
+        return self.ps_rescaler
+
+    def _ps_addrs(self, num_ps: int) -> list[str]:
+        return [self.platform.address(ReplicaType.PS, i) for i in range(num_ps)]
+
+    def _set_ps_generation(self, generation: int, num_ps: int) -> None:
+        self.launch_specs.set_ps_generation(generation, num_ps)
+
+    def _replace_ps_set(self, num_ps: int, op) -> None:
+        self.rm.replace_ps_set(num_ps, op)
+
     def _autoscaler(self) -> Autoscaler:
         """--num_workers=auto; a restarted master carries on from the journaled decisions."""
         a = self.job_spec
@@ -240,11 +281,35 @@ class Job:
             self.tm,
             self.ps_loads,
             on_target=planned,
+            cpu=self._job_cpu(),
         )
         if self.rm.scaling:
             scaler.resume(self.rm.scaling)
             planned(scaler.target)
         return scaler
+
+    def _job_cpu(self) -> JobCPU:
+        """What the job's CPU is for --num_workers=auto: replicas on this host cost what they
+        use (/proc); pods cost what they reserve (their CPU requests)."""
+        if self.platform.traits.shared_host:
+            return MeasuredCPU(self._replica_processes)
+        a = self.job_spec
+        return RequestedCPU.of(
+            a.master_resource_request,
+            a.ps_resource_request,
+            a.worker_resource_request,
+            num_ps=lambda: self.rm.config.num_ps,
+        )
+
+    def _replica_processes(self) -> dict[str, int]:
+        processes = {}
+        for r in self.rm.replicas():
+            if r.phase.is_terminal:
+                continue
+            pid = self.platform.replica_pid(r.replica_type, r.replica_id)
+            if pid is not None:
+                processes[f"{r.replica_type.value}-{r.replica_id}"] = pid
+        return processes
 
     def _tensorboard_writer(self):
         """--tensorboard_log_dir: loss and evaluation metrics as TensorBoard event files."""
@@ -298,6 +363,8 @@ class Job:
         if self.previous is not None:
             try:
                 self.rm.restore(self.previous.replicas)
+                if self.rm.ps_set is not None and self.ps_rescaler is not None:
+                    self.ps_rescaler.restore(self.rm.ps_set.generation, self.rm.ps_set.num_ps)
             except (JournalError, KeyError, TypeError, ValueError) as e:
                 raise JobConfigError(f"cannot resume from {self.journal.directory}: {e}") from e
         self.rm.attach_journal(self.journal.replicas)
@@ -438,6 +505,7 @@ class Job:
                     self.es.start_evaluation(FINAL_VERSION)
                 self.rm.start()
             self.phase = JobPhase.RUNNING
+            self._start_ps_count_requests()
             if self.autoscaler is not None:
                 self.autoscaler.start()
             # Checked often enough that a task is taken back soon after its timeout.
@@ -450,6 +518,7 @@ class Job:
             logger.exception("Master error")
             self.phase, self.message = JobPhase.FAILED, f"master error: {type(e).__name__}: {e}"
         finally:
+            self._requests_stop.set()
             if self.autoscaler is not None:
                 self.autoscaler.stop()
             self.tm.stop()
@@ -472,6 +541,18 @@ class Job:
                 logger.warning("Cannot record the final phase on the platform: %s", e)
         self._log_summary()
         return 0 if self.phase == JobPhase.SUCCEEDED else 1
+
+    def _start_ps_count_requests(self) -> None:
+        """Where the client cannot call the master (Kubernetes), ``elasticdl scale-ps`` writes
+        its request on the master's pod: a thread reads it (master.ps_count_requests)."""
+        if not self.platform.traits.requests_on_master:
+            return
+        requests = PSCountRequests(
+            self.ps_rescaler, self.platform.master_annotations, self.platform.annotate_master
+        )
+        threading.Thread(
+            target=requests.run, args=(self._requests_stop,), name="ps-count-requests", daemon=True
+        ).start()
 
     def _wait_for_end(self) -> None:
         while True:
@@ -576,6 +657,7 @@ class Job:
             ),
             stragglers=self.tm.straggler_status() if self.job_spec.straggler_factor else {},
             autoscaling=self.autoscaler.status() if self.autoscaler is not None else {},
+            ps_scaling=self.ps_rescaler.status() if self.ps_rescaler is not None else {},
             master={
                 "pid": os.getpid(),
                 "port": self.port,

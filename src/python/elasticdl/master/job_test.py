@@ -127,3 +127,38 @@ def test_an_auto_sized_job_gives_its_autoscaler_the_pending_timeout(tmp_path):
         assert config.pending_timeout_s == 25
     finally:
         job._server.stop(grace=0)
+
+
+def test_an_auto_sized_job_measures_local_cpu_and_counts_pods_by_their_requests(tmp_path):
+    from elasticdl.platform.base import PlatformTraits
+    from elasticdl.platform.local import LocalProcessPlatform
+
+    local = Job(_spec(tmp_path / "local", num_workers="auto", max_workers=3))
+    try:
+        cpu = local.autoscaler._cpu
+        assert cpu.source == "measured"
+        assert local._replica_processes() == {}  # none launched yet: the master alone
+    finally:
+        local._server.stop(grace=0)
+
+    class PodLike(LocalProcessPlatform):  # replicas elsewhere: their CPU is what they reserve
+        @property
+        def traits(self):
+            # Any free port: another job on this machine may hold the default one.
+            return PlatformTraits(bind_host="127.0.0.1", port_may_be_taken=True)
+
+    spec = _spec(
+        tmp_path / "pods",
+        num_workers="auto",
+        max_workers=3,
+        master_resource_request="cpu=0.2,memory=1024Mi",
+        ps_resource_request="cpu=0.2,memory=1024Mi",
+        worker_resource_request="cpu=300m,memory=1024Mi",
+    )
+    pods = Job(spec, platform=PodLike("e2e", tmp_path / "pods" / "job"))
+    try:
+        cpu = pods.autoscaler._cpu
+        assert cpu.source == "requests"
+        assert abs(cpu.cores(cpu.mark(), 2) - (0.2 + 0.2 + 2 * 0.3)) < 1e-9
+    finally:
+        pods._server.stop(grace=0)

@@ -218,6 +218,17 @@ class ScalingDecided(JournalOp):
 
 
 @dataclasses.dataclass(frozen=True)
+class PSSetChanged(JournalOp):
+    """The job's PS set is now ``generation`` of ``num_ps`` PS (master.ps_rescale), restored
+    from the snapshot at model ``version``."""
+
+    KIND = "ps_set"
+    generation: int = _key("g")
+    num_ps: int = _key("n")
+    version: int = _key("v", 0)
+
+
+@dataclasses.dataclass(frozen=True)
 class JobFailed(JournalOp):
     KIND = "fail"
     message: str = _key("m")
@@ -248,6 +259,7 @@ REPLICA_OPS = _table(
     PSFailures,
     JobFailed,
     ScalingDecided,
+    PSSetChanged,
 )
 
 

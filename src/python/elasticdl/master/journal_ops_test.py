@@ -33,6 +33,7 @@ EXAMPLES = [
     ops.PSFailures(0, 2),
     ops.JobFailed("no worker left"),
     ops.ScalingDecided({"action": "add", "workers": 2, "worker": 1, "reason": "r", "gain": None}),
+    ops.PSSetChanged(1, 3, 120),
 ]
 TABLES = [ops.TASK_OPS, ops.EVALUATION_OPS, ops.REPLICA_OPS]
 

@@ -47,9 +47,17 @@ class LaunchSpecs:
         self.context = context
         # How many workers the job has when the next one starts (--num_workers=auto grows it).
         self.worker_count = job.num_workers
+        # The PS set: how many, and which generation (0: the job's first; each change of the
+        # PS count while the job runs makes the next, see master.ps_rescale).
+        self.num_ps = job.num_ps_pods
+        self.ps_generation = 0
 
     def ps_addrs(self) -> tuple[str, ...]:
-        return tuple(self.platform.address(ReplicaType.PS, i) for i in range(self.job.num_ps_pods))
+        return tuple(self.platform.address(ReplicaType.PS, i) for i in range(self.num_ps))
+
+    def set_ps_generation(self, generation: int, num_ps: int) -> None:
+        """PS and workers launched from now on belong to PS set ``generation`` of ``num_ps``."""
+        self.ps_generation, self.num_ps = generation, num_ps
 
     def worker_spec(self, worker_id: int) -> WorkerSpec:
         return replica_spec.derive(
@@ -67,6 +75,7 @@ class LaunchSpecs:
             PSSpec,
             self.job,
             ps_id=ps_id,
+            num_ps_pods=self.num_ps,
             port=_port_of(address),
             bind_host=self.platform.traits.bind_host,
             shared_host=self.platform.traits.shared_host,
@@ -76,7 +85,13 @@ class LaunchSpecs:
             keep_checkpoint_max=checkpointing.keep,
             opt_type=self.context.opt_type,
             opt_args=self.context.opt_args,
+            **self._ps_restore_source(),
         )
+
+    def _ps_restore_source(self) -> dict:
+        """After a change of the PS set, a PS starts from the newest checkpoint of the job (the
+        snapshot the change wrote, or a later periodic one), not the job's initial model."""
+        return {"checkpoint_dir_for_init": ""} if self.ps_generation else {}
 
     def worker(self, worker_id: int) -> LaunchSpec:
         """What the platform launches for worker ``worker_id``."""

@@ -173,3 +173,49 @@ def test_a_job_field_reaches_the_worker_by_its_name(tmp_path):
         assert replica_spec.worker_spec_from_argv(argv).allreduce_backend == "gloo"
     finally:
         platform.shutdown()
+
+
+def test_the_worker_knows_whether_the_ps_apply_pushes_asynchronously(tmp_path):
+    # The worker overlaps its pushes with the next step only then (worker.ps_trainer).
+    platform = LocalProcessPlatform("j", tmp_path)
+    try:
+        for use_async in (False, True):
+            argv = _specs(platform, _job(use_async=use_async)).worker(0).args
+            assert replica_spec.worker_spec_from_argv(argv).use_async is use_async
+    finally:
+        platform.shutdown()
+
+
+def _k8s_platform():
+    pytest.importorskip("kubernetes")
+    from elasticdl.platform.kubernetes import KubernetesPlatform
+    from elasticdl.platform.kubernetes_test import _FakeK8s
+
+    return KubernetesPlatform("j", _FakeK8s(), image="img")
+
+
+@pytest.mark.parametrize("num_ps", [1, 3])
+def test_a_changed_ps_set_reaches_new_ps_and_workers_on_kubernetes(num_ps):
+    """After the PS count changed (master.ps_rescale), a PS is launched for the new count, at
+    its own Service, restoring the newest checkpoint (not the job's initial model); a worker
+    launched from then on routes to the new set."""
+    platform = _k8s_platform()
+    try:
+        specs = _specs(
+            platform,
+            _job(num_ps_pods=2, checkpoint_dir_for_init="/init/version-5"),
+            checkpointing=Checkpointing("/ckpt", 100, 2),
+        )
+        assert replica_spec.ps_spec_from_argv(specs.ps(1).args).checkpoint_dir_for_init
+        specs.set_ps_generation(1, num_ps)
+        for ps_id in range(num_ps):
+            launched = specs.ps(ps_id)
+            spec = replica_spec.ps_spec_from_argv(launched.args)
+            assert (spec.ps_id, spec.num_ps_pods) == (ps_id, num_ps)
+            assert spec.checkpoint_dir == "/ckpt" and spec.checkpoint_dir_for_init == ""
+            host, _, port = platform.address("ps", ps_id).rpartition(":")
+            assert host.startswith("elasticdl-j-ps-") and launched.port == spec.port == int(port)
+        worker = replica_spec.worker_spec_from_argv(specs.worker(0).args)
+        assert worker.ps_addrs == tuple(platform.address("ps", i) for i in range(num_ps))
+    finally:
+        platform.shutdown(delete_all=False)

@@ -52,6 +52,7 @@ Rules (the original pod manager's, plus PS recovery):
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import math
@@ -64,6 +65,7 @@ from elasticdl.master.journal_ops import (
     JobFailed,
     JournaledOwner,
     PSFailures,
+    PSSetChanged,
     ReplicaEnded,
     ReplicaLaunched,
     ReplicaLaunching,
@@ -98,6 +100,8 @@ PREEMPTED, EVICTED = "preempted", "evicted"
 BARE_KILLS_SPARED = 2
 # Reasons of an eviction: the kubelet's or the Eviction API's, a lost node's.
 _EVICTION_REASONS = ("Evicted", REASON_NODE_LOST)
+# How long a PS of a replaced PS set may take to stop before it is killed (replace_ps_set).
+RETIRED_PS_GRACE_S = 0.5
 # How long stop() gives a relaunch under way to notice the platform is shut down.
 RELAUNCH_STOP_WAIT_SECONDS = 10.0
 
@@ -232,6 +236,9 @@ class ReplicaManager(JournaledOwner):
         self._identities: dict[tuple[ReplicaType, int], dict | None] = {}
         self._unrecorded: set[tuple[ReplicaType, int]] = set()  # launching, never launched
         self._relaunches = RelaunchQueue()
+        # PS of a set being replaced (replace_ps_set): their end is expected, not relaunched.
+        self._retiring_ps: set[int] = set()
+        self.ps_set: PSSetChanged | None = None  # the newest change of the PS set (restore)
         platform.add_event_listener(self._on_event)
         task_manager.add_done_listener(self._on_task_done)
 
@@ -307,6 +314,9 @@ class ReplicaManager(JournaledOwner):
         if self._stopping:
             logger.info("PS %d not relaunched: the job is ending", ps_id)
             return
+        if ps_id in self._retiring_ps or ps_id >= self.config.num_ps:
+            logger.info("PS %d not relaunched: the PS set is being replaced", ps_id)
+            return
         logger.info("Relaunching PS %d at %s", ps_id, self.platform.address(ReplicaType.PS, ps_id))
         self._launch_ps(ps_id)
 
@@ -368,10 +378,19 @@ class ReplicaManager(JournaledOwner):
                     state.ended_by = ended_from_outside(event)
             why_deleted = self._deleting.pop((event.replica_type, event.replica_id), None)
             stopping = self._stopping
+            # A PS of a replaced set: its end is journaled before ``replace_ps_set``, waiting on
+            # this notification, journals the change and the new PS of the same id. Journaled
+            # after them, a restarted master would read it as the new PS's end.
+            retiring = (
+                event.replica_type == ReplicaType.PS and event.replica_id in self._retiring_ps
+            )
+            if retiring and event.phase.is_terminal and not stopping:
+                self._record_end(state)
             self._changed.notify_all()
         if not event.phase.is_terminal or stopping:
             return
-        self._record_end(state)
+        if not retiring:
+            self._record_end(state)
         if (
             event.phase == ReplicaPhase.DELETED
             and event.reason == REASON_DELETED_BY_MASTER
@@ -380,6 +399,8 @@ class ReplicaManager(JournaledOwner):
             why_deleted = "deleted by master"
         if event.replica_type == ReplicaType.WORKER:
             self._on_worker_ended(state, event, why_deleted)
+        elif retiring:
+            logger.info("PS %d of the replaced PS set stopped", event.replica_id)
         else:
             self._on_ps_ended(state, event)
 
@@ -539,6 +560,56 @@ class ReplicaManager(JournaledOwner):
     def record_scaling(self, op: ScalingDecided) -> None:
         self._record(op)
 
+    # ---- changing the PS count (master.ps_rescale) -------------------------------------------
+    def replace_ps_set(self, num_ps: int, op: PSSetChanged, timeout: float = 120.0) -> None:
+        """Stop every PS, journal ``op``, then launch PS ``0..num_ps-1`` (the PS spec builder
+        gives them the new count). The old PS are waited for until the platform reported each
+        one's end (a new PS reuses an old one's id and address); raises ``PlatformError``
+        after ``timeout`` seconds."""
+        with self._lock:
+            old = [i for i, s in self._ps.items() if not s.phase.is_terminal]
+            gone = sorted(i for i in self._ps if i >= num_ps)
+            self._retiring_ps.update(self._ps)
+        # All at once, and with a short grace: their model is in the snapshot already, and a
+        # PS's graceful gRPC stop waits out its whole grace while idle workers keep a channel
+        # open to it (seconds of paused training for nothing).
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(old))) as pool:
+            list(
+                pool.map(
+                    lambda ps_id: self.platform.delete(
+                        ReplicaType.PS, ps_id, grace_seconds=RETIRED_PS_GRACE_S
+                    ),
+                    old,
+                )
+            )
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not all(self._ps[i].phase.is_terminal for i in old):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PlatformError(f"the old PS {old} did not stop in {timeout:.0f} s")
+                self._changed.wait(min(left, 1.0))
+            self._adopt_ps_set(op)
+            self._record(op)
+            self._retiring_ps.clear()
+        for ps_id in gone:  # a smaller set: those ids' Services are not needed any more
+            self.platform.retire(ReplicaType.PS, ps_id)
+        for ps_id in range(num_ps):
+            self._launch_ps(ps_id)
+
+    def _retire_replaced_ps(self) -> None:
+        """A restarted master after a change to fewer PS: the dead master may have died before
+        it retired the ids the new set gave up (``replace_ps_set``); retiring is idempotent."""
+        if self.ps_set is None:
+            return
+        with self._lock:
+            gone = sorted(i for i in self._ps if i >= self.config.num_ps)
+        for ps_id in gone:
+            try:
+                self.platform.retire(ReplicaType.PS, ps_id)
+            except PlatformError as e:  # a leftover Service holds nothing the job needs
+                logger.warning("PS %d of a replaced PS set not retired: %s", ps_id, e)
+
     # ---- queries -------------------------------------------------------------------------
     @property
     def failed_message(self) -> str:
@@ -620,6 +691,19 @@ class ReplicaManager(JournaledOwner):
                         self._failed_message = self._failed_message or message
                     case ScalingDecided(decision):
                         self.scaling.append(decision)
+                    case PSSetChanged():
+                        self._adopt_ps_set(op)
+
+    def _adopt_ps_set(self, op: PSSetChanged) -> None:
+        """The PS set ``op`` names becomes the job's, live (``replace_ps_set``) or restored
+        from the journal: PS ``0..num_ps-1`` are new lives, not relaunches, with a failure
+        budget of their own, none launched yet (a launch journaled later restores one;
+        ``adopt`` launches those a dead master did not)."""
+        self.ps_set = op
+        self.config.num_ps = op.num_ps
+        for ps_id in range(op.num_ps):
+            self._ps.pop(ps_id, None)
+            self._ps_failures.pop(ps_id, None)
 
     def _restore_launched(self, op: ReplicaLaunched) -> None:
         rtype, replica_id = ReplicaType(op.replica_type), op.replica_id
@@ -654,6 +738,7 @@ class ReplicaManager(JournaledOwner):
             failed = bool(self._failed_message)
         for key in sorted(self._unrecorded):  # would run twice: stop them first
             self.platform.reclaim(*key)
+        self._retire_replaced_ps()
         for state in ended:  # its tasks, if the old master died before taking them back
             self._tm.recover_tasks(state.replica_id)
         if failed:
@@ -681,4 +766,5 @@ class ReplicaManager(JournaledOwner):
         with self._lock:
             ended_ps = [s for s in self._ps.values() if s.phase.is_terminal]
         for state in ended_ps:  # ended and its relaunch never made it
-            self._relaunch_ps(state.replica_id)
+            if state.replica_id < self.config.num_ps:  # else: a PS set replaced it
+                self._relaunch_ps(state.replica_id)

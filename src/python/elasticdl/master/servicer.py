@@ -8,8 +8,10 @@ from typing import Callable
 
 import grpc
 from elasticdl.common.tensor_utils import pb_to_ndarray
+from elasticdl.master import ps_rescale
 from elasticdl.master.autoscaler import PSLoads
 from elasticdl.master.evaluation_service import EvaluationMetricsError, EvaluationService
+from elasticdl.master.ps_rescale import PSRescaler, RescaleRefused
 from elasticdl.master.rendezvous import Rendezvous
 from elasticdl.master.status_writer import LossHistory
 from elasticdl.master.task_manager import TaskManager
@@ -39,8 +41,10 @@ class MasterServicer(pb_grpc.MasterServicer):
         rendezvous: Rendezvous | None = None,
         loss_history: LossHistory | None = None,
         ps_loads: PSLoads | None = None,
+        ps_rescaler: PSRescaler | None = None,
     ) -> None:
         self._tm = task_manager
+        self._rescaler = ps_rescaler  # ParameterServerStrategy training jobs
         self._ps_loads = ps_loads
         self._loss_history = loss_history
         self._es = evaluation_service
@@ -60,7 +64,11 @@ class MasterServicer(pb_grpc.MasterServicer):
         if task.task_id == 0:
             # No task: tell the worker how far the model is (the original did the same).
             return task.to_pb(model_version=self.model_version)
-        return task.to_pb()
+        return self._stamped(task.to_pb())
+
+    def _stamped(self, task: pb.Task) -> pb.Task:
+        """A task handed out, with the PS set to train it through (see master.ps_rescale)."""
+        return self._rescaler.stamp(task) if self._rescaler is not None else task
 
     def report_task_result(self, request: pb.ReportTaskResultRequest, context):
         if request.fatal and request.err_message:
@@ -101,7 +109,7 @@ class MasterServicer(pb_grpc.MasterServicer):
             # One exchange: a repeated call whose answer was lost gets the same task again.
             task = self._tm.report_and_get(**self._report_args(request.result))
             if task.task_id != 0:
-                return task.to_pb()
+                return self._stamped(task.to_pb())
             return task.to_pb(model_version=self.model_version)
         return self.get_task(request.next, context)
 
@@ -127,7 +135,7 @@ class MasterServicer(pb_grpc.MasterServicer):
             if task.task_id == 0:
                 lease.tasks.append(task.to_pb(model_version=self.model_version))
             else:
-                lease.tasks.append(task.to_pb())
+                lease.tasks.append(self._stamped(task.to_pb()))
         return lease
 
     def report_evaluation_metrics(self, request: pb.ReportEvaluationMetricsRequest, context):
@@ -204,6 +212,13 @@ class MasterServicer(pb_grpc.MasterServicer):
             "report_training_params (custom training loops) is not implemented; the master "
             "creates shards from --training_data",
         )
+
+    def scale_ps(self, request: pb.ScalePSRequest, context) -> pb.ScalePSResponse:
+        try:
+            change = ps_rescale.ask(self._rescaler, request.num_ps)
+        except RescaleRefused as e:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        return pb.ScalePSResponse(generation=change.generation, message=change.accepted_message)
 
     def get_job_status(self, request, context) -> pb.JobStatus:
         if self._job_status is None:

@@ -134,6 +134,8 @@ class TaskManager(TaskTimeouts, TaskBackups, TaskLeases, TaskRecovery):
         self._init_backups(config.straggler_factor)
         self._init_leases()
         self._retired: set[int] = set()  # released workers (retire)
+        # While set, no task is handed out (the PS set is being changed, see hold()).
+        self._dispatch_held = False
 
         self._done_listeners: list[DoneListener] = []
         self._training_done_listeners: list[Callable[[], None]] = []
@@ -313,6 +315,8 @@ class TaskManager(TaskTimeouts, TaskBackups, TaskLeases, TaskRecovery):
     def _get_locked(self, worker_id: int) -> Task:
         if self._failed_message or worker_id in self._retired:
             return NO_MORE_TASKS
+        if self._dispatch_held:
+            return WAIT_TASK
         task = None
         if self._eval_todo:
             task = self._eval_todo.popleft()
@@ -593,6 +597,27 @@ class TaskManager(TaskTimeouts, TaskBackups, TaskLeases, TaskRecovery):
                 finished=self._finished_locked(),
                 failed_message=self._failed_message,
             )
+
+    # ---- pausing dispatch (the PS set changes) ------------------------------------------
+    def hold(self) -> None:
+        """Hand out no task until ``release``: workers get WAIT and keep reporting the tasks
+        they hold, so the tasks in flight drain (``in_flight`` reaches 0; a lost worker's go
+        back to the queue as always). Not journaled: a restarted master never holds."""
+        with self._lock:
+            self._dispatch_held = True
+
+    def release(self) -> None:
+        with self._lock:
+            self._dispatch_held = False
+
+    @property
+    def held(self) -> bool:
+        return self._dispatch_held
+
+    def in_flight(self) -> int:
+        """Tasks handed out and not reported yet (their straggler backups included)."""
+        with self._lock:
+            return len(self._doing) + len(self._backups)
 
     def retire(self, worker_id: int) -> None:
         """``worker_id`` gets "no more tasks" from now on (released by --num_workers=auto; not

@@ -244,3 +244,32 @@ def test_an_open_evaluation_round_runs_again_after_a_restart():
     tm3, es3 = _eval_job()
     es3.replay(None, esink.records + [{"o": "done", "v": 10, "r": 10, "m": {"mae": 1.0}, "f": 0}])
     assert es3.resume_after_restart() == [] and es3.latest.metrics == {"mae": 1.0}
+
+
+def test_a_master_killed_while_draining_for_a_ps_change_hands_out_tasks_again():
+    """Dispatch was held for a change of the PS count (ps_rescale) when the master died: the
+    hold is not journaled, so the restarted master, running the old PS set, hands out tasks at
+    once and every record is still trained once."""
+    tm = _new(FakeClock(), num_epochs=1, shuffle=False)
+    sink = MemorySink()
+    tm.attach_journal(sink)
+    a = tm.get(0)
+    tm.hold()
+    assert tm.get(1).task_id == 0 and tm.in_flight() == 1  # held: worker 1 waits
+
+    new = _new(FakeClock(), num_epochs=1, shuffle=False)
+    new.replay(None, sink.records)
+    assert new.resume_after_restart() == [a.task_id]
+    assert not new.held
+    b = new.get(1)
+    assert b.task_id and b.task_id != a.task_id
+    assert new.report(a.task_id, True, 0, {"records": 3})
+    done, held = {a.task_id}, {1: b.task_id}
+    while not new.finished:
+        tid = held[1]
+        if tid:
+            assert new.report(tid, True, 1, {"records": 3})
+            done.add(tid)
+        held[1] = new.get(1).task_id
+    s = new.summary()
+    assert s.records_trained == s.records_expected == 32 and len(done) == s.tasks_done

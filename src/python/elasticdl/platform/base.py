@@ -148,6 +148,9 @@ class PlatformTraits:
     # Other jobs' servers may hold the master's port (same host or host network): any free
     # port will do. A dedicated pod must get the port it was given.
     port_may_be_taken: bool = False
+    # The client cannot call the master's port; it writes requests on the master (its pod's
+    # annotations) for the master to read: master_annotations / annotate_master.
+    requests_on_master: bool = False
 
 
 class PlatformError(RuntimeError):
@@ -245,6 +248,25 @@ class Platform(abc.ABC):
                 "not adopted: this platform's replicas end with their master",
             )
         )
+        return False
+
+    def retire(self, replica_type: ReplicaType, replica_id: int) -> None:
+        """The job has no replica ``replica_id`` of this type any more (a smaller PS set): free
+        what its id held besides its process (Kubernetes: its Service)."""
+
+    def shared_dir_problem(self, path: str) -> str:
+        """Why replicas launched now and later would not all read and write ``path`` as one
+        directory (one line naming the fix), or "" when they do."""
+        return ""
+
+    # ---- requests written on the master (where the client cannot call it) ------------------
+    def master_annotations(self) -> dict | None:
+        """What the client wrote on the master (Kubernetes: its pod's annotations), or None
+        where the client calls the master instead."""
+        return None
+
+    def annotate_master(self, annotations: dict) -> bool:
+        """Merge ``annotations`` into the master's, where the client reads them."""
         return False
 
     def log_location(self, replica_type: ReplicaType, replica_id: int) -> str:

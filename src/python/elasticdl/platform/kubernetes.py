@@ -38,11 +38,13 @@ import dataclasses
 import json
 import logging
 import os
+import posixpath
 import queue
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from elasticdl.k8s import volumes
 from elasticdl.k8s.client import K8sApiError, K8sClient, KubeConfig
 from elasticdl.k8s.names import (
     LABEL_STATUS,
@@ -243,8 +245,10 @@ class KubernetesPlatform(Platform):
         # On the host network the master's port may be taken by another process on the node,
         # and servers listen on the pod (= node) IP only, not on every interface of the node.
         if self.shares_host_network:
-            return PlatformTraits(bind_host=self.master_host, port_may_be_taken=True)
-        return PlatformTraits(bind_host="0.0.0.0", port_may_be_taken=False)
+            return PlatformTraits(
+                bind_host=self.master_host, port_may_be_taken=True, requests_on_master=True
+            )
+        return PlatformTraits(bind_host="0.0.0.0", port_may_be_taken=False, requests_on_master=True)
 
     def _pod_name(self, replica_type: ReplicaType | str, replica_id: int) -> str:
         return pod_name(self.job_name, ReplicaType(replica_type).value, replica_id)
@@ -483,6 +487,46 @@ class KubernetesPlatform(Platform):
         except K8sApiError as e:
             raise PlatformError(f"cannot delete {name}: {e}") from None
         logger.info("deleting pod %s (grace %.0fs)", name, grace_seconds)
+
+    def retire(self, replica_type: ReplicaType, replica_id: int) -> None:
+        """Delete the Service of a replica id the job no longer has (the pod is stopped by
+        :meth:`delete`); its address is forgotten so a later set may use the id again."""
+        name = self._pod_name(replica_type, replica_id)
+        try:
+            if self.k8s.delete_service(name):
+                logger.info("deleted service %s", name)
+        except K8sApiError as e:
+            raise PlatformError(f"cannot delete service {name}: {e}") from None
+
+    def shared_dir_problem(self, path: str) -> str:
+        """Every pod of the job mounts the template's volumes (``--volume``), the PS of a new
+        set too: ``path`` is one directory to all of them when it lies on a writable
+        PersistentVolumeClaim or host path mount (a host path is one directory only where
+        every node mounts the same file system there)."""
+        pod_volumes, mounts = (
+            volumes.volumes_and_mounts(self.template.volume) if self.template.volume else ([], [])
+        )
+        shareable = {v.name for v in pod_volumes if v.claim_name or v.host_path}
+        wanted = posixpath.normpath(path)
+        for mount in mounts:
+            root = posixpath.normpath(mount.mount_path)
+            inside = wanted == root or wanted.startswith(root.rstrip("/") + "/")
+            if inside and mount.name in shareable and not mount.read_only:
+                return ""
+        return (
+            f"--checkpoint_dir {path} is on no volume every PS pod mounts, and changing the PS "
+            "count re-shards through it: resubmit with "
+            "--volume='claim_name=<pvc>,mount_path=<dir>' and --checkpoint_dir under <dir>"
+        )
+
+    def master_annotations(self) -> dict | None:
+        pod = self.k8s.get_pod(self.master_pod)
+        if pod is None:
+            return {}
+        return dict(pod.metadata.annotations or {})
+
+    def annotate_master(self, annotations: dict) -> bool:
+        return self.k8s.annotate_pod(self.master_pod, annotations)
 
     def mark_job_status(self, status: str) -> bool:
         """Label the master pod ``status=<status>`` (e.g. ``Succeeded``/``Failed``) so users and

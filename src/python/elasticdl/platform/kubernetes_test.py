@@ -379,3 +379,120 @@ def test_a_gone_pods_events_are_read_by_its_name_and_then_it_is_forgotten():
         assert platform._identity == {}
     finally:
         platform.shutdown(delete_all=False)
+
+
+# ---- changing the PS count (master.ps_rescale) ----------------------------------------------
+class _ServicesK8s(_FakeK8s):
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleted_services: list[str] = []
+        self.services: list[str] = []
+
+    def delete_service(self, name):
+        self.deleted_services.append(name)
+        return True
+
+    def create_pod(self, pod):
+        pod.metadata.uid = f"uid-{pod.metadata.name}"
+        self.pods[pod.metadata.name] = pod
+        return pod
+
+    def create_service(self, service):
+        self.services.append(service.metadata.name)
+
+    def annotate_pod(self, name, annotations):
+        pod = self.pods.get(name)
+        if pod is None:
+            return False
+        pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations}
+        return True
+
+
+def test_a_retired_ps_id_loses_its_service():
+    k8s = _ServicesK8s()
+    platform = KubernetesPlatform(JOB, k8s, image="img")
+    try:
+        platform.retire(ReplicaType.PS, 2)
+    finally:
+        platform.shutdown(delete_all=False)
+    assert k8s.deleted_services == [names.pod_name(JOB, "ps", 2)]
+
+
+@pytest.mark.parametrize(
+    "volume, path, shared",
+    [
+        ("", "/ckpt", False),
+        ("claim_name=c,mount_path=/data", "/data/ckpt", True),
+        ("claim_name=c,mount_path=/data/", "/data", True),
+        ("claim_name=c,mount_path=/data", "/database/ckpt", False),
+        ("claim_name=c,mount_path=/data,read_only=true", "/data/ckpt", False),
+        ("host_path=/mnt/nfs,mount_path=/ckpt", "/ckpt/job", True),
+    ],
+)
+def test_the_checkpoint_dir_must_be_on_a_volume_every_ps_pod_mounts(k8s, volume, path, shared):
+    from elasticdl.k8s.pods import PodTemplate
+
+    platform = KubernetesPlatform(JOB, k8s, image="img", template=PodTemplate("ns", volume=volume))
+    try:
+        problem = platform.shared_dir_problem(path)
+    finally:
+        platform.shutdown(delete_all=False)
+    assert (problem == "") == shared
+    if not shared:
+        assert "--checkpoint_dir" in problem and "--volume" in problem and "\n" not in problem
+
+
+def test_the_client_writes_on_the_master_pod_what_the_master_reads():
+    k8s = _ServicesK8s()
+    k8s.pods[names.master_pod_name(JOB)] = _pod(names.MASTER_TYPE, 0, "Running")
+    platform = KubernetesPlatform(JOB, k8s, image="img")
+    try:
+        assert platform.traits.requests_on_master
+        k8s.annotate_pod(names.master_pod_name(JOB), {"elasticdl.org/ps-count-request": "x"})
+        assert platform.master_annotations()["elasticdl.org/ps-count-request"] == "x"
+        assert platform.annotate_master({"elasticdl.org/ps-count-outcome": "y"})
+        assert platform.master_annotations()["elasticdl.org/ps-count-outcome"] == "y"
+    finally:
+        platform.shutdown(delete_all=False)
+
+
+def test_scale_ps_on_a_job_that_does_not_run_writes_nothing(k8s):
+    from elasticdl.jobs.errors import ClientError
+
+    k8s = _ServicesK8s()
+    k8s.pods[names.master_pod_name(JOB)] = _pod("master", 0, "Failed", _exited(1, "Error"))
+    with pytest.raises(ClientError, match="can change only while it runs"):
+        KubernetesBackend(namespace="ns", k8s=k8s).scale_ps(JOB, 2)
+    assert not (k8s.pods[names.master_pod_name(JOB)].metadata.annotations or {})
+
+
+def test_each_ps_of_a_new_set_mounts_the_jobs_volumes_and_gets_its_service():
+    from elasticdl.common.job_spec import spec_from_values
+    from elasticdl.k8s.pods import PodTemplate
+    from elasticdl.master.launch_specs import Checkpointing, LaunchSpecs, ReplicaContext
+
+    k8s = _ServicesK8s()
+    volume = "claim_name=c,mount_path=/shared"
+    platform = KubernetesPlatform(JOB, k8s, image="img", template=PodTemplate("ns", volume=volume))
+    job = spec_from_values(
+        "train",
+        {"job_name": JOB, "model_def": "m.f", "training_data": "/d", "num_ps_pods": 1},
+    )
+    specs = LaunchSpecs(
+        job, platform, ReplicaContext("m:1", checkpointing=Checkpointing("/shared/ckpt", 10))
+    )
+    try:
+        assert platform.shared_dir_problem("/shared/ckpt") == ""
+        specs.set_ps_generation(1, 3)
+        for ps_id in range(3):
+            platform.launch(specs.ps(ps_id))
+    finally:
+        platform.shutdown(delete_all=False)
+    for ps_id in range(3):
+        pod = k8s.pods[names.pod_name(JOB, "ps", ps_id)]
+        mounts = {m.mount_path: m.name for m in pod.spec.containers[0].volume_mounts}
+        claims = {v.name: v.persistent_volume_claim for v in pod.spec.volumes}
+        assert claims[mounts["/shared"]].claim_name == "c"
+        argv = " ".join(pod.spec.containers[0].command + (pod.spec.containers[0].args or []))
+        assert "--num_ps_pods=3" in argv or "--num_ps_pods 3" in argv, argv
+    assert k8s.services == [names.pod_name(JOB, "ps", i) for i in range(3)]

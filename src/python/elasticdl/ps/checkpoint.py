@@ -118,6 +118,7 @@ def save_shard(
     except BaseException:
         discard_incomplete(vdir)
         raise
+    drop_other_shard_counts(vdir, shard_num)
     if keep_checkpoint_max > 0:
         remove_old_versions(checkpoint_dir, keep_checkpoint_max)
     return path
@@ -140,6 +141,7 @@ def save_shard_pieces(
     except BaseException:
         discard_incomplete(vdir)
         raise
+    drop_other_shard_counts(vdir, shard_num)
     if keep_checkpoint_max > 0:
         remove_old_versions(checkpoint_dir, keep_checkpoint_max)
     return path
@@ -225,6 +227,24 @@ def write_failure(ps_id: int, version: int, directory: str, err: OSError) -> str
         f"PS {ps_id} did not write checkpoint version {version} to {directory}: {cause}; "
         f"the newest complete checkpoint {latest or '(none yet)'} is kept; {fix}"
     )
+
+
+def drop_other_shard_counts(vdir: str, shard_num: int) -> None:
+    """Remove the shard files of another PS count from ``vdir``: a job whose PS count changed
+    twice at one model version (scaled up, then down before any training) writes that version
+    again with the new count, and a directory holding two counts would be read as incomplete.
+    Both sets hold the same model (nothing trained in between), so nothing is lost."""
+    try:
+        names = os.listdir(vdir)
+    except FileNotFoundError:
+        return
+    for name in names:
+        m = _SHARD_FILE.match(name)
+        if m and int(m.group(2)) != shard_num:
+            try:
+                os.remove(os.path.join(vdir, name))
+            except FileNotFoundError:
+                pass
 
 
 def discard_incomplete(vdir: str) -> None:

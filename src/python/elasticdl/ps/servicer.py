@@ -267,5 +267,7 @@ class PserverServicer(pb_grpc.PserverServicer):
             request.checkpoint_dir, self.checkpointer.config.checkpoint_dir
         )
         model = self.ps.snapshot()
+        if request.as_version:
+            model.version = request.as_version
         path = self.checkpointer.save(model, directory)
         return pb.SaveCheckpointResponse(version=model.version, path=path)

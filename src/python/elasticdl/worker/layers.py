@@ -5,6 +5,10 @@ trainer's lookup function for those rows (pulled from the PS that own them), and
 batch's vectors from them. The looked-up rows are watched by the trainer's GradientTape, so the
 gradient arrives per *unique* id (already summed over duplicates): exactly what the PS applies.
 
+Layers that the model calls on the same id tensor (a DeepFM's vectors and first-order weights)
+pull their rows together when the trainer gives them a `SharedLookups`: one round trip per PS
+for all of them instead of one each, and one `tf.unique`.
+
 For export the trainer materialises the table from the PS into the layer
 (`set_local_table`), after which the layer is an ordinary gather over a Keras variable and the
 SavedModel is self-contained.
@@ -18,7 +22,7 @@ giving zeros.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -27,7 +31,56 @@ import tensorflow as tf
 # lookup_fn(table_name, unique_ids: np.ndarray[int64]) -> np.ndarray[float32] of shape (n, dim)
 LookupFn = Callable[[str, np.ndarray], np.ndarray]
 
+# lookup_many([(table_name, dim), ...], unique_ids) -> the rows of each table for those ids
+LookupManyFn = Callable[[Sequence[Tuple[str, int]], np.ndarray], Sequence[np.ndarray]]
+
 COMBINERS = ("sum", "mean", "sqrtn")
+
+
+class SharedLookups:
+    """One pull for the Embedding layers that one call of the model runs on the same id tensor.
+
+    While the model is traced, the first layer called on an id tensor leads: its lookup pulls
+    the rows of every layer called later on the same tensor (they join its group), and each of
+    those takes its rows, in a lookup that runs after the leader's (a control dependency). Run
+    eagerly, the leader's pull happens before the others join, so each pulls its own rows. The
+    trainer calls `reset` around every call of the model (groups belong to one trace).
+    """
+
+    def __init__(self, lookup_many: LookupManyFn):
+        self._lookup_many = lookup_many
+        # Trace time: id tensor -> (its unique ids, their positions, the leader's rows, layers).
+        self._groups: Dict[object, tuple] = {}
+        # Run time: layer name -> (ids, rows) that its group's leader pulled for it.
+        self._pulled_for: Dict[str, Tuple[np.ndarray, np.ndarray]] = {}
+
+    def reset(self) -> None:
+        self._groups = {}
+
+    def group_of(self, ids):
+        return self._groups.get(ids.ref())
+
+    def lead(self, ids, unique, idx, rows, layers: List["Embedding"]) -> None:
+        self._groups[ids.ref()] = (unique, idx, rows, layers)
+
+    def pull(self, layers: Sequence["Embedding"], unique: np.ndarray) -> np.ndarray:
+        """The leader's lookup: the rows of every layer of its group; its own are returned."""
+        tables = [(layer.name, layer.output_dim) for layer in layers]
+        rows = self._lookup_many(tables, unique)
+        for layer, layer_rows in zip(layers[1:], rows[1:]):
+            self._pulled_for[layer.name] = (unique, layer_rows)
+        return _as_rows(rows[0], layers[0].output_dim)
+
+    def take(self, layer: "Embedding", unique: np.ndarray) -> np.ndarray:
+        """A follower's lookup: the rows its leader pulled for these ids, else its own pull."""
+        ids, rows = self._pulled_for.pop(layer.name, (None, None))
+        if ids is None or not np.array_equal(ids, unique):
+            rows = self._lookup_many([(layer.name, layer.output_dim)], unique)[0]
+        return _as_rows(rows, layer.output_dim)
+
+
+def _as_rows(rows, dim: int) -> np.ndarray:
+    return np.asarray(rows, dtype=np.float32).reshape(-1, dim)
 
 
 @dataclass
@@ -43,6 +96,7 @@ class _RemoteState:
 
     def __init__(self):
         self.lookup_fn: Optional[LookupFn] = None
+        self.shared: Optional[SharedLookups] = None
         self.tape: Optional[tf.GradientTape] = None
         self.records: List[EmbeddingRecord] = []
 
@@ -101,6 +155,9 @@ class Embedding(keras.layers.Layer):
     # ------------------------------------------------------------------ trainer hooks
     def set_lookup_fn(self, fn: Optional[LookupFn]) -> None:
         self._remote.lookup_fn = fn
+
+    def set_shared_lookups(self, shared: Optional[SharedLookups]) -> None:
+        self._remote.shared = shared
 
     def set_tape(self, tape: Optional[tf.GradientTape]) -> None:
         self._remote.tape = tape
@@ -162,12 +219,29 @@ class Embedding(keras.layers.Layer):
             return None  # no dense mask for them (a SparseTensor with mask_zero is refused)
         return keras.ops.not_equal(inputs, 0)  # also on the symbolic inputs of a functional model
 
-    def _vectors(self, flat_ids):
-        """The vectors of a 1-D tensor of ids, (n, output_dim), recorded for the gradients."""
+    def _vectors(self, flat_ids, source=None):
+        """The vectors of a 1-D tensor of ids, (n, output_dim), recorded for the gradients.
+        `source`: the tensor the ids were read from, when other layers may look up the same
+        (their pulls are then one: SharedLookups)."""
         if self.local_table is not None:
             return tf.gather(self.local_table.value, flat_ids)
-        unique, idx = tf.unique(flat_ids)
-        rows = tf.py_function(self._lookup, [unique], tf.float32)
+        shared = self._remote.shared if source is not None else None
+        group = shared.group_of(source) if shared is not None else None
+        if group is not None:
+            unique, idx, leader_rows, layers = group
+            layers.append(self)
+            with tf.control_dependencies([leader_rows]):
+                rows = tf.py_function(lambda u: shared.take(self, u.numpy()), [unique], tf.float32)
+        else:
+            unique, idx = tf.unique(flat_ids)
+            if shared is not None:
+                layers = [self]
+                rows = tf.py_function(
+                    lambda u: shared.pull(layers, u.numpy()), [unique], tf.float32
+                )
+                shared.lead(source, unique, idx, rows, layers)
+            else:
+                rows = tf.py_function(self._lookup, [unique], tf.float32)
         rows = tf.ensure_shape(rows, [None, self.output_dim])
         if self._remote.tape is not None:
             self._remote.tape.watch(rows)
@@ -221,7 +295,7 @@ class Embedding(keras.layers.Layer):
 
     def _dense_call(self, inputs):
         ids = tf.cast(inputs, tf.int64)
-        vectors = self._vectors(tf.reshape(ids, [-1]))
+        vectors = self._vectors(tf.reshape(ids, [-1]), source=inputs)
         out = tf.reshape(vectors, tf.concat([tf.shape(ids), [self.output_dim]], axis=0))
         if self.combiner is None:
             return out

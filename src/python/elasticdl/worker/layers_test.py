@@ -188,3 +188,59 @@ def test_functional_model_with_a_sparse_input():
         rtol=1e-5,
         atol=1e-6,  # a random kernel can sum a row to about 0, where float32 has no relative digits
     )
+
+
+# ---------------------------------------------------------------- lookups shared by layers
+def _two_tables_on_the_same_ids():
+    ids = keras.Input(shape=(3,), dtype="int64")
+    vectors = Embedding(2, name="vectors")(ids)
+    weights = Embedding(1, name="weights")(ids)
+    other = Embedding(2, name="other")(ids + 1)  # other ids: its own pull
+    out = keras.layers.Concatenate()(
+        [keras.layers.Flatten()(vectors), keras.layers.Flatten()(weights)]
+    )
+    return keras.Model(ids, [out, keras.layers.Flatten()(other)])
+
+
+def _shared(tables):
+    from elasticdl.worker.layers import SharedLookups, find_embedding_layers
+
+    calls = []
+
+    def lookup_many(wanted, unique):
+        calls.append(sorted(name for name, _ in wanted))
+        return [tables[name][unique] for name, _ in wanted]
+
+    model = _two_tables_on_the_same_ids()
+    shared = SharedLookups(lookup_many)
+    for layer in find_embedding_layers(model):
+        layer.set_lookup_fn(lambda name, unique: lookup_many([(name, 0)], unique)[0])
+        layer.set_shared_lookups(shared)
+    return model, shared, calls
+
+
+@pytest.mark.parametrize("traced", [True, False])
+def test_layers_on_the_same_ids_pull_together_when_traced(traced):
+    tables = {"vectors": _table(2), "weights": _table(1), "other": _table(2) + 100}
+    model, shared, calls = _shared(tables)
+    ids = np.array([[1, 2, 2], [3, 0, 1]])
+
+    def forward(x):
+        shared.reset()
+        return model(x)
+
+    run = tf.function(forward) if traced else forward
+    for _ in range(2):
+        calls.clear()
+        out, other = run(tf.constant(ids))
+        np.testing.assert_array_equal(
+            out.numpy(),
+            np.concatenate(
+                [tables["vectors"][ids].reshape(2, -1), tables["weights"][ids].reshape(2, -1)], 1
+            ),
+        )
+        np.testing.assert_array_equal(other.numpy(), tables["other"][ids + 1].reshape(2, -1))
+        if traced:  # one pull for both layers on `ids`, one for the layer on `ids + 1`
+            assert sorted(calls) == [["other"], ["vectors", "weights"]]
+        else:  # eagerly the first pull runs before the second layer joins: each its own
+            assert sorted(calls) == [["other"], ["vectors"], ["weights"]]

@@ -43,7 +43,7 @@ def _work(spec) -> int:
     from elasticdl.worker.worker import Worker, WorkerConfig
 
     job_type = spec.job_type
-    ps = None
+    ps = ps_set = None
     if spec.allreduce:
         # torch is imported by the group only when it first builds one.
         from elasticdl.worker.allreduce_group import AllreduceMasterClient, CommGroup, GroupConfig
@@ -71,18 +71,28 @@ def _work(spec) -> int:
             secret=secret,
             tls_config=tls_config,
         )
-        ps = PSClient(
-            list(spec.ps_addrs),
-            worker_id=spec.worker_id,
-            retry_timeout=spec.retry_timeout,
-            secret=secret,
-            tls_config=tls_config,
-        )
+        from elasticdl.worker.ps_set import PSSet
+
+        def connect(addrs):
+            return PSClient(
+                list(addrs),
+                worker_id=spec.worker_id,
+                retry_timeout=spec.retry_timeout,
+                secret=secret,
+                tls_config=tls_config,
+            )
+
+        ps = connect(spec.ps_addrs)
         trainer = PSTrainer(
             model,
             ps,
-            TrainerConfig(get_model_steps=spec.get_model_steps, init_model_on_ps=job_type.trains),
+            TrainerConfig(
+                get_model_steps=spec.get_model_steps,
+                init_model_on_ps=job_type.trains,
+                overlap_pushes=spec.use_async,
+            ),
         )
+        ps_set = PSSet(trainer, connect)
     data = TaskDataService(model, spec.minibatch_size, reader_params)
     worker = Worker(
         WorkerConfig(
@@ -96,6 +106,7 @@ def _work(spec) -> int:
         master,
         trainer,
         data,
+        ps_set=ps_set,
     )
     try:
         return worker.run()
@@ -105,7 +116,9 @@ def _work(spec) -> int:
     finally:
         master.close()
         if ps is not None:
-            ps.close()
+            ps.close()  # a dropped client has nothing left to detach: closing it is harmless
+        for client in ps_set.clients if ps_set is not None else ():
+            client.close()
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ class MasterClient:
         self._stub = pb_grpc.MasterStub(self._channel)
         self._channel_lock = threading.Lock()
         self._channel_built = time.monotonic()
-        self._old_channels: list = []  # replaced, closed with this client
+        # Replaced channels and when: each is closed once no call can still be on it.
+        self._old_channels: list[tuple[float, grpc.Channel]] = []
         self._combined = True  # False once the master turned out not to have the combined RPC
         self.lease_tasks = max(0, int(lease_tasks))
         # The worker's look-ahead thread and its loop both call in: one call at a time.
@@ -77,8 +78,9 @@ class MasterClient:
         self._call_id = random.getrandbits(48)
 
     def close(self) -> None:
-        for channel in [*self._old_channels, self._channel]:
+        for _, channel in self._old_channels:
             channel.close()
+        self._channel.close()
 
     def _call(self, name: str, request):
         return call_with_retry(
@@ -93,7 +95,10 @@ class MasterClient:
         (and at most that often): a channel that resolved the master's name to the address of
         a master that died can go on trying that address after its successor is up, where a
         new channel resolves the name afresh. The old channel stays open for calls still on
-        it (closed with the client)."""
+        it: every call ends within ``rpc_timeout``, so a channel replaced longer ago than that
+        is closed here (closing one with a call on it would fail the call, not retry it), which
+        bounds the open channels through any outage to about rpc_timeout /
+        REBUILD_CHANNEL_AFTER_S."""
         with self._channel_lock:
             now = time.monotonic()
             if unavailable_s < REBUILD_CHANNEL_AFTER_S:
@@ -101,10 +106,20 @@ class MasterClient:
             if now - self._channel_built < REBUILD_CHANNEL_AFTER_S:
                 return
             logger.info("master %s unreachable for %.0f s: a new channel", self.addr, unavailable_s)
-            self._old_channels.append(self._channel)
+            self._close_channels_replaced_before(now - self.rpc_timeout - 1.0)
+            self._old_channels.append((now, self._channel))
             self._channel = build_channel(self.addr, self._secret, self._tls_config)
             self._stub = pb_grpc.MasterStub(self._channel)
             self._channel_built = now
+
+    def _close_channels_replaced_before(self, moment: float) -> None:
+        keep = []
+        for replaced, channel in self._old_channels:
+            if replaced < moment:
+                channel.close()
+            else:
+                keep.append((replaced, channel))
+        self._old_channels = keep
 
     @property
     def leasing(self) -> bool:

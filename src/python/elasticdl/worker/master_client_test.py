@@ -177,3 +177,42 @@ def test_a_master_unreachable_for_long_is_called_again_over_a_new_channel(monkey
     finally:
         client.close()
         server.stop(None)
+
+
+def test_channels_replaced_through_a_long_outage_are_closed_once_no_call_can_be_on_them(
+    monkeypatch,
+):
+    """A master unreachable for many rebuild periods: each rebuild closes the channels replaced
+    longer than a call's deadline ago, so the open ones stay few however long it lasts."""
+    from elasticdl.worker import master_client
+
+    class Channel:
+        def __init__(self):
+            self.closed = False
+
+        def unary_unary(self, *args, **kwargs):
+            return None
+
+        def close(self):
+            self.closed = True
+
+    built: list[Channel] = []
+
+    def build_channel(addr, secret=None, tls_config=None):
+        built.append(Channel())
+        return built[-1]
+
+    now = [1000.0]
+    monkeypatch.setattr(master_client, "build_channel", build_channel)
+    monkeypatch.setattr(master_client.time, "monotonic", lambda: now[0])
+    client = MasterClient("master:50001", worker_id=1, rpc_timeout=25.0)
+    for step in range(1, 31):  # five minutes unreachable, a new channel every 10 s
+        now[0] += master_client.REBUILD_CHANNEL_AFTER_S
+        client._rebuild_channel_if_stuck(step * master_client.REBUILD_CHANNEL_AFTER_S)
+        open_ = [c for c in built if not c.closed]
+        # The current channel and those replaced within the last call deadline (+1 s).
+        assert len(open_) <= 2 + int(26 // master_client.REBUILD_CHANNEL_AFTER_S), step
+    assert len(built) == 31
+    assert all(c.closed for c in built[:-4]) and not any(c.closed for c in built[-4:])
+    client.close()
+    assert all(c.closed for c in built)

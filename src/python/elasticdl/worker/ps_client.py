@@ -132,6 +132,17 @@ class PSClient:
         for c in self._channels:
             c.close()
 
+    def drop(self) -> None:
+        """Close without calling the PS: the job's PS set changed, and a PS now at one of these
+        addresses knows nothing of this client's regions (the old PS unmapped them as they
+        stopped)."""
+        for link in self._links:
+            shared, link.shared = link.shared, None
+            if shared is not None:
+                shared.close()
+        for c in self._channels:
+            c.close()
+
     # ------------------------------------------------------------------ shared memory
     def set_dense_layout(self, params: Mapping[str, np.ndarray]) -> None:
         """The dense model's tensors (name -> array-like with dtype and shape): pushes then try
@@ -345,18 +356,26 @@ class PSClient:
         whose responses stay under the message budget, all in flight at once. The result may
         be a read-only view of the received bytes: copy it to write to it.
         """
+        return self.pull_rows_of_tables([(name, dim)], ids, ids_unique)[0]
+
+    def pull_rows_of_tables(
+        self, tables: Sequence[Tuple[str, Optional[int]]], ids, ids_unique: bool = False
+    ) -> List[np.ndarray]:
+        """Rows `ids` of every table of `tables` ((name, dim) pairs), as `pull_embedding_vectors`
+        gives them for each: several Embedding layers that look up the same ids (a DeepFM's
+        vectors and first-order weights) get their rows in one round trip per PS on a local
+        channel, and in one fan-out of gRPC calls otherwise."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        dims = [int(dim or self._table_dims.get(name) or 0) for name, dim in tables]
         if ids.size == 0:
-            d = dim or self._table_dims.get(name, 0)
-            return np.zeros((0, d), dtype=np.float32)
+            return [np.zeros((0, d), dtype=np.float32) for d in dims]
         if ids.min() < 0:
+            name = tables[0][0]
             raise ValueError(f"embedding {name}: ids must be non-negative, got {int(ids.min())}")
         if ids_unique:
             unique, inverse = ids, None
         else:
             unique, inverse = np.unique(ids, return_inverse=True)
-        chunk = self.rows_per_message(name, dim)
-        row_bytes = 4 * int(dim or self._table_dims.get(name) or 1)
         # Per PS: its ids' positions in `unique` (a slice when there is one PS: no copy).
         shares = [
             (ps_id, slice(0, unique.size))
@@ -364,57 +383,79 @@ class PSClient:
             else (ps_id, np.flatnonzero(unique % self.num_ps == ps_id))
             for ps_id in range(self.num_ps)
         ]
-        # The local channels first (one frame per PS: the channel has no per-message budget),
-        # then the gRPC calls run while those PS work, then the channels' answers are read.
+        # The local channels first (one frame per PS and table: the channel has no per-message
+        # budget), then the gRPC calls run while those PS work, then the channels' answers are
+        # read. `by_grpc`: (table, ps_id, positions).
         on_channel, by_grpc = [], []
         for ps_id, pos in shares:
             count = _count(pos)
             if count == 0:
                 continue
-            if count * row_bytes <= CHANNEL_PULL_MAX_BYTES:
-                req = pb.PullEmbeddingVectorsRequest(name=name)
-                ndarray_to_pb(unique[pos], req.ids)
-                if self._links[ps_id].send_pull(req):
-                    on_channel.append((ps_id, pos))
-                    continue
-            by_grpc.append((ps_id, pos))
-        slots, responses, again = [], [], []
+            fits = [
+                t
+                for t in range(len(tables))
+                if count * 4 * max(dims[t], 1) <= CHANNEL_PULL_MAX_BYTES
+            ]
+            requests = []
+            if fits:
+                share_ids = ndarray_to_pb(unique[pos])
+                for t in fits:
+                    req = pb.PullEmbeddingVectorsRequest(name=tables[t][0])
+                    req.ids.CopyFrom(share_ids)
+                    requests.append(req)
+            if requests and self._links[ps_id].send_pulls(requests):
+                on_channel.append((ps_id, pos, fits))
+            else:
+                fits = []
+            by_grpc += [(t, ps_id, pos) for t in range(len(tables)) if t not in fits]
+        slots: List[list] = [[] for _ in tables]  # per table: positions, rows
+        again = []
         try:
-            slots, responses = self._pull_by_grpc(name, unique, by_grpc, chunk)
+            self._pull_by_grpc(tables, dims, unique, by_grpc, slots)
         finally:
-            # Every channel's answer is read, even after a gRPC error: an unread one would be
+            # Every channel's answers are read, even after a gRPC error: an unread one would be
             # taken for the next call's.
-            for ps_id, pos in on_channel:
-                rows = self._links[ps_id].receive_pull()
-                if rows is None:
-                    again.append((ps_id, pos))
-                else:
-                    slots.append(pos)
-                    responses.append(rows)
+            for ps_id, pos, fits in on_channel:
+                for t, rows in zip(fits, self._links[ps_id].receive_pulls()):
+                    if rows is None:
+                        again.append((t, ps_id, pos))
+                    else:
+                        slots[t].append((pos, rows))
         if again:
-            more_slots, more = self._pull_by_grpc(name, unique, again, chunk)
-            slots += more_slots
-            responses += more
-        for pos, rows in zip(slots, responses):
+            self._pull_by_grpc(tables, dims, unique, again, slots)
+        return [
+            self._assemble(name, unique, inverse, table_slots)
+            for (name, _), table_slots in zip(tables, slots)
+        ]
+
+    @staticmethod
+    def _assemble(name: str, unique: np.ndarray, inverse, slots) -> np.ndarray:
+        """One table's rows for `unique` from its (positions, rows) answers, then for the
+        caller's ids (`inverse`, None when they were `unique`)."""
+        for pos, rows in slots:
             expected = unique[pos].shape[0]
             if rows.ndim != 2 or rows.shape[0] != expected:
                 raise RuntimeError(
                     f"embedding {name}: PS returned {rows.shape[0] if rows.ndim else 0} rows "
                     f"for {expected} ids"
                 )
-        if len(responses) == 1:
-            out = responses[0]
+        if len(slots) == 1:
+            out = slots[0][1]
         else:
-            out = np.empty((unique.size,) + responses[0].shape[1:], dtype=responses[0].dtype)
-            for pos, rows in zip(slots, responses):
+            first = slots[0][1]
+            out = np.empty((unique.size,) + first.shape[1:], dtype=first.dtype)
+            for pos, rows in slots:
                 out[pos] = rows
         return out if inverse is None else out[inverse]
 
-    def _pull_by_grpc(self, name: str, unique: np.ndarray, shares, chunk: int):
-        """Pull the rows of `unique[pos]` from PS `ps_id` for every (ps_id, pos) of `shares`,
-        in messages of at most `chunk` rows, all in flight at once: (positions, rows) lists."""
-        reqs, slots = [], []
-        for ps_id, pos in shares:
+    def _pull_by_grpc(self, tables, dims, unique: np.ndarray, shares, slots) -> None:
+        """Pull table `t`'s rows of `unique[pos]` from PS `ps_id` for every (t, ps_id, pos) of
+        `shares`, in messages of at most `rows_per_message` rows, all in flight at once; each
+        answer goes to `slots[t]` as (positions, rows)."""
+        reqs, targets = [], []
+        for t, ps_id, pos in shares:
+            name = tables[t][0]
+            chunk = self.rows_per_message(name, dims[t] or None)
             count = _count(pos)
             for s in range(0, count, chunk):
                 if isinstance(pos, slice):
@@ -424,10 +465,11 @@ class PSClient:
                 req = pb.PullEmbeddingVectorsRequest(name=name)
                 ndarray_to_pb(unique[part], req.ids)
                 reqs.append((ps_id, req))
-                slots.append(part)
+                targets.append((t, part))
         if not reqs:
-            return [], []
-        return slots, list(self._fan_out("pull_embedding_vectors", reqs))
+            return
+        for (t, part), rows in zip(targets, self._fan_out("pull_embedding_vectors", reqs)):
+            slots[t].append((part, rows))
 
     def pull_embedding_table(self, name: str) -> IndexedRows:
         """Every row the PS hold for table `name` (used to export a self-contained model)."""

@@ -474,3 +474,45 @@ def test_a_pull_on_a_broken_channel_goes_by_grpc_and_the_next_push_reattaches(ps
     np.testing.assert_array_equal(client.pull_embedding_vectors("emb", ids, dim=4), direct)
     assert grpc_pulls == [(0, 10)]  # back on the channel
     client.close()
+
+
+def test_a_pull_while_a_push_is_in_flight_takes_the_channel_on_its_own_connection(ps_cluster):
+    # The trainer overlaps a push with the next step's pulls (async PS): they must not wait
+    # for the push's answer nor fall back to gRPC.
+    cluster = ps_cluster(1)
+    client = _pull_client(cluster, True)
+    grpc_pulls = _count_grpc_pulls(client)
+    link = client._links[0]
+    grads = {n: np.ones_like(v) for n, v in PARAMS.items()}
+    link.prepare_push(client._push_parts(grads, None, 0.1, True)[0])
+    link.send()
+    try:
+        ids = np.arange(10)
+        direct = cluster.servers[0].servicer.ps.pull_embedding_vectors("emb", ids)
+        np.testing.assert_array_equal(client.pull_embedding_vectors("emb", ids, dim=4), direct)
+        assert link.receive().accepted
+    finally:
+        link.end_push()
+    assert grpc_pulls == [] and link.shared.pull_channel is not None
+    client.close()
+
+
+@pytest.mark.parametrize("num_ids", [300, 20_000])
+def test_several_tables_rows_come_in_one_round_trip_each_as_pulled_alone(ps_cluster, num_ids):
+    # 20,000 ids: the requests after the first are too large to send before the first answer
+    # is read, so they go one at a time on the same connection.
+    from elasticdl.worker.ps_client import EmbeddingTableInfo
+
+    cluster = ps_cluster(1)
+    client = _pull_client(cluster, True)
+    client.push_embedding_table_infos([EmbeddingTableInfo("emb2", 4)])
+    grpc_pulls = _count_grpc_pulls(client)
+    ids = np.random.default_rng(1).integers(0, 50_000, num_ids)
+    tables = [("emb", 4), ("w", 1), ("emb2", 4)]
+    together = client.pull_rows_of_tables(tables, ids)
+    for (name, dim), rows in zip(tables, together):
+        assert rows.shape == (ids.size, dim)
+        np.testing.assert_array_equal(rows, client.pull_embedding_vectors(name, ids, dim=dim))
+    assert grpc_pulls == []
+    assert client.pull_rows_of_tables(tables, [])[1].shape == (0, 1)
+    client.close()

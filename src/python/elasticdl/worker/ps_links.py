@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
@@ -51,6 +51,10 @@ ATTACH_MAX_DOUBLINGS = 10
 # gone (UNAVAILABLE) or the PS no longer knows the region (FAILED_PRECONDITION). Any other error
 # is the PS's verdict on the push itself and would be the same by gRPC.
 CHANNEL_FALLBACK_CODES = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE)
+
+# Pulls of several tables' rows on one connection are all sent before the first answer is read
+# while the requests after the first total at most this (well under a Unix socket's buffer).
+PIPELINED_PULL_MAX_BYTES = 64 * 1024
 
 Entries = Tuple[Tuple[str, int, int, Tuple[int, ...]], ...]
 
@@ -94,12 +98,23 @@ def dense_to_message(grads: Mapping[str, np.ndarray], req: pb.PushGradientsReque
 
 @dataclass
 class SharedMemoryLink:
-    """A region this worker attached with one PS, the id that PS gave it, and the PS's local push
-    channel when it offers one and this worker could connect."""
+    """A region this worker attached with one PS, the id that PS gave it, the PS's local push
+    channel when it offers one and this worker could connect, and a second connection to that
+    channel for pulls of embedding rows (opened on the first pull)."""
 
     region: shm.SharedRegion
     region_id: int
     channel: Optional[lc.LocalChannelClient] = None
+    pull_channel: Optional[lc.LocalChannelClient] = None
+
+    def pull_connection(self, timeout: float) -> lc.LocalChannelClient:
+        """The connection for pulls, opened now if need be (raises LocalChannelError or
+        OSError when the PS's channel cannot be reached)."""
+        if self.pull_channel is None:
+            self.pull_channel = lc.LocalChannelClient(
+                self.channel.name, self.region_id, self.region.token, timeout
+            )
+        return self.pull_channel
 
     def write(self, part: PushPart, req: pb.PushGradientsRequest) -> bool:
         """Put `part`'s dense gradients into the region and name it in `req`; False (nothing
@@ -118,8 +133,9 @@ class SharedMemoryLink:
         return False
 
     def close(self) -> None:
-        if self.channel is not None:
-            self.channel.close()
+        for channel in (self.channel, self.pull_channel):
+            if channel is not None:
+                channel.close()
         self.region.close()
 
 
@@ -132,9 +148,10 @@ class PSLink:
     one fan-out with one retry budget. One push per PS is in flight at a time, so the link
     keeps that push's state (`prepare_push` to `receive` / `in_message`) itself.
 
-    Pulls of embedding rows take the link's channel too, when it has one and it is free (no
-    push in flight, no other thread's pull): a pull is read-only, so any failure on the
-    channel sends that pull again by gRPC, which answers it authoritatively. A pull never
+    Pulls of embedding rows take the link's channel too, on a connection of their own, so that
+    a step's pulls do not wait for a push in flight (the trainer overlaps them with an async
+    PS), and when it is free (no other thread's pull): a pull is read-only, so any failure on
+    the channel sends that pull again by gRPC, which answers it authoritatively. A pull never
     drops the region itself (the step that pulls may be reading the region's parameters); a
     channel that failed mid-pull is dropped at the next push instead. A PS that does not
     answer pulls on its channel (one that predates them) gets them by gRPC from then on.
@@ -157,13 +174,17 @@ class PSLink:
         self.on_channel = False
         self.sent = False
         self._answer_unread = False
-        # The channel carries one call at a time: a push holds it from `send` to `end_push`, a
-        # pull from `send_pull` to `receive_pull`.
+        # Each connection carries one call at a time: a push holds the channel from `send` to
+        # `end_push`, a pull the pulls' connection from `send_pull` to `receive_pull`.
         self._channel_lock = threading.Lock()
+        self._pull_lock = threading.Lock()
         self._holds_channel = False
         self.pulls_on_channel = True  # False once the PS refused a pull there
         self._channel_suspect = False  # a pull failed on the channel: drop it at the next push
+        # The pulls in flight: their connection, requests not sent yet, answers not read yet.
         self._pull_channel: Optional[lc.LocalChannelClient] = None
+        self._pulls_unsent: List[bytes] = []
+        self._pulls_unread = 0
 
     # ------------------------------------------------------------------ attaching
     def maybe_attach(self, tensors: Mapping[str, Tuple[np.dtype, Tuple[int, ...]]]) -> None:
@@ -329,27 +350,62 @@ class PSLink:
             self._channel_lock.release()
 
     # ------------------------------------------------------------------ pulls
-    def send_pull(self, request: pb.PullEmbeddingVectorsRequest) -> bool:
-        """Send a pull of embedding rows on the local channel; False (nothing in flight) when
-        the link has no channel free for it or the send failed: the pull then goes by gRPC.
-        After True, `receive_pull` must follow."""
+    def send_pulls(self, requests: Sequence[pb.PullEmbeddingVectorsRequest]) -> bool:
+        """Send pulls of embedding rows on the local channel (several tables' rows for the same
+        ids: one round trip); False (nothing in flight) when the link has no channel free for
+        them or the send failed: they then go by gRPC. After True, `receive_pulls` must follow.
+
+        The requests after the first go out before the first answer is read only while they are
+        small: the PS answers each before it reads the next, so a large request behind a large
+        answer could fill both directions' socket buffers at once. Larger ones are sent one at
+        a time, each after the previous answer."""
         shared = self.shared
         if shared is None or shared.channel is None or not self.pulls_on_channel:
             return False
-        if not self._channel_lock.acquire(blocking=False):
-            return False  # a push in flight, or another thread's pull
-        try:
-            shared.channel.send(lc.PULL, request.SerializeToString())
-        except lc.LocalChannelError:
-            self._channel_suspect = True
-            self._channel_lock.release()
+        if self._channel_suspect:  # out of step until the next push attaches anew
             return False
-        self._pull_channel = shared.channel
+        if not self._pull_lock.acquire(blocking=False):
+            return False  # another thread's pull
+        payloads = [r.SerializeToString() for r in requests]
+        ahead = len(payloads)
+        if sum(len(p) for p in payloads[1:]) > PIPELINED_PULL_MAX_BYTES:
+            ahead = 1
+        try:
+            channel = shared.pull_connection(self.rpc_timeout)
+            for payload in payloads[:ahead]:
+                channel.send(lc.PULL, payload)
+        except (OSError, grpc.RpcError) as err:
+            logger.info("PS %d local channel, pull: %s; pulling by gRPC", self.ps_id, err)
+            self._channel_suspect = True
+            self._pull_lock.release()
+            return False
+        self._pull_channel = channel
+        self._pulls_unsent = payloads[ahead:]
+        self._pulls_unread = len(payloads)
         return True
 
-    def receive_pull(self) -> Optional[np.ndarray]:
-        """The rows answering `send_pull` (a read-only view of the received bytes), or None
-        when the pull must go by gRPC instead."""
+    def receive_pulls(self) -> List[Optional[np.ndarray]]:
+        """The rows answering each request of `send_pulls`, in order (read-only views of the
+        received bytes); None for one that must go by gRPC instead."""
+        answers: List[Optional[np.ndarray]] = []
+        try:
+            while self._pulls_unread and not self._channel_suspect:
+                answers.append(self._receive_one_pull())
+                self._pulls_unread -= 1
+                if self._pulls_unsent and not self._channel_suspect:
+                    self._pull_channel.send(lc.PULL, self._pulls_unsent.pop(0))
+        except lc.LocalChannelError as err:  # sending the next one failed
+            logger.info("PS %d local channel, pull: %s; pulling by gRPC", self.ps_id, err)
+            self._channel_suspect = True
+        finally:
+            answers += [None] * self._pulls_unread  # not read: by gRPC
+            self._pulls_unread = 0
+            self._pulls_unsent = []
+            self._pull_channel = None
+            self._pull_lock.release()
+        return answers
+
+    def _receive_one_pull(self) -> Optional[np.ndarray]:
         try:
             return tensor_bytes_to_ndarray(self._pull_channel.receive())
         except lc.LocalChannelError as err:
@@ -365,6 +421,3 @@ class PSLink:
             self._channel_suspect = True
             logger.warning("PS %d local channel, pull: %s; pulling by gRPC", self.ps_id, err)
             return None
-        finally:
-            self._pull_channel = None
-            self._channel_lock.release()

@@ -11,6 +11,14 @@ PS keep the first model they receive, and every worker then pulls the PS's value
 replicas start from the same point. A PS that restarted without a checkpoint reports
 `initialized=false`; the worker then pushes its current parameters again.
 
+With an asynchronous PS (`TrainerConfig.overlap_pushes`, set from `--use_async`) the push runs
+on a background thread while the next minibatch's step runs on parameters one push older (and
+embedding rows that may predate that push's update): the worker waits for a push's answer only
+after the next step, before it sends the next push. So at most one push per PS is in flight, its
+staleness is bounded by one step, and `wait_for_pushes` (the worker calls it before reporting a
+training task done) holds until every push of the task was answered, raising the error of one
+that failed, so the task fails and is re-queued as when a push fails in sync mode.
+
 Non-trainable variables (BatchNormalization's moving statistics) are the model's *state*: the
 gradient step updates them locally, the last push of every training task carries their values
 to the PS (assigned there, never optimised), a task that ends before that push (a callback
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -31,7 +40,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from elasticdl.common.model_utils import ModelSpec
-from elasticdl.worker.layers import Embedding, find_embedding_layers
+from elasticdl.worker.layers import Embedding, SharedLookups, find_embedding_layers
 from elasticdl.worker.ps_client import (
     EmbeddingTableInfo,
     PackedGradients,
@@ -71,6 +80,15 @@ class TrainerConfig:
     use_tf_function: bool = True
     init_model_on_ps: bool = True  # False for evaluation/prediction-only jobs
     wait_for_ps_model_s: float = 60.0  # how long those jobs wait for the PS to hold a model
+    # Async PS only: a push is answered while the next step runs (see the module docstring).
+    # A sync PS would reject those gradients as stale, and rows one step stale are an async
+    # trade-off, so the worker sets it from --use_async.
+    overlap_pushes: bool = False
+
+
+class PushRejectedError(RuntimeError):
+    """A push sent while the next step ran was not accepted: its minibatch is lost, so the
+    task that trained it must fail and run again."""
 
 
 def _variable_path(v) -> str:
@@ -122,6 +140,7 @@ class PSTrainer(Trainer):
         self.model: Optional[keras.Model] = None
         self.optimizer = None
         self.embedding_layers: List[Embedding] = []
+        self._shared_lookups = SharedLookups(self._lookup_many)
         self._vars: List[Any] = []
         self._names: List[str] = []
         self._var_by_name: Dict[str, Any] = {}
@@ -145,6 +164,23 @@ class PSTrainer(Trainer):
         self._predict_fn = None
         self._assign_fn = None
         self._learning_rate: Optional[float] = None
+        # Overlapped pushes (config.overlap_pushes): the thread that sends them and the one in
+        # flight (its future, and whether it carried the model's state).
+        self._push_pool: Optional[futures.ThreadPoolExecutor] = None
+        self._push_in_flight: Optional[Tuple[futures.Future, bool]] = None
+
+    def replace_ps_client(self, ps_client: PSClient) -> PSClient:
+        """Train through ``ps_client`` (the job's new PS set) from the next step on; returns
+        the old client. The new PS hold the model the old ones held (restored from their
+        snapshot), so the local model is only brought up to them by a forced pull."""
+        old, self.ps = self.ps, ps_client
+        self._pending = None  # parameters the old PS sent: the next pull brings them again
+        self._need_pull = True
+        self._packed_fn = self._packed_fn_layout = None  # traced for the old PS's blocks
+        if self.model is not None:
+            ps_client.set_dense_layout({n: v.numpy() for n, v in zip(self._names, self._vars)})
+            self.pull_model(force=True, include_state=True)
+        return old
 
     # ------------------------------------------------------------------ model setup
     @property
@@ -193,10 +229,13 @@ class PSTrainer(Trainer):
         self.embedding_layers = find_embedding_layers(model)
         for layer in self.embedding_layers:
             layer.set_lookup_fn(self._lookup)
+            layer.set_shared_lookups(self._shared_lookups)
         if self.config.init_model_on_ps:
             # Rows are created lazily by the PS on first pull, so tables must be known first.
             self._push_embedding_table_infos()
+        self._shared_lookups.reset()
         model(features, training=False)  # creates the variables of subclassed models too
+        self._shared_lookups.reset()
         for layer in self.embedding_layers:
             layer.reset_records()
         self.feature_spec = batch_spec(features)
@@ -255,9 +294,14 @@ class PSTrainer(Trainer):
         # The layer looks up tf.unique's output: no second de-duplication in the client.
         return self.ps.pull_embedding_vectors(name, ids, dim=dim, ids_unique=True)
 
+    def _lookup_many(self, tables, ids: np.ndarray) -> List[np.ndarray]:
+        # The group's leader looks up tf.unique's output too.
+        return self.ps.pull_rows_of_tables(tables, ids, ids_unique=True)
+
     def pull_model(self, force: bool = False, include_state: bool = False) -> None:
         """Bring the local dense parameters up to the PS's (re-initialising a restarted PS);
         with `include_state`, the non-trainable state too."""
+        self.wait_for_pushes()  # the PS's answer to a push in flight first: it may bring some
         self.flush_pending_assign()  # a pull sends only what is newer than what we hold
         include_state = include_state and bool(self._state_by_name)
         deadline = time.monotonic() + self.config.wait_for_ps_model_s
@@ -313,6 +357,7 @@ class PSTrainer(Trainer):
 
     # ------------------------------------------------------------------ compiled steps
     def _forward_backward(self, features, labels):
+        self._shared_lookups.reset()  # the layers' pulls group anew in every trace
         with tf.GradientTape() as tape:
             for layer in self.embedding_layers:
                 layer.set_tape(tape)
@@ -320,6 +365,7 @@ class PSTrainer(Trainer):
             outputs = self.model(features, training=True)
             loss = self.spec.loss(labels, outputs)
             loss = tf.reduce_mean(loss)  # a per-sample loss becomes the batch mean
+        self._shared_lookups.reset()
         records = [(layer.name, r) for layer in self.embedding_layers for r in layer.records]
         for layer in self.embedding_layers:
             layer.set_tape(None)
@@ -341,6 +387,7 @@ class PSTrainer(Trainer):
 
     def forward(self, features):
         """Model outputs for evaluation/prediction (training=False)."""
+        self.wait_for_pushes()
         self.flush_pending_assign()
         if self._predict_fn is None:
 
@@ -348,7 +395,9 @@ class PSTrainer(Trainer):
                 for layer in self.embedding_layers:
                     layer.set_tape(None)
                     layer.reset_records()
+                self._shared_lookups.reset()
                 out = self.model(x, training=False)
+                self._shared_lookups.reset()
                 for layer in self.embedding_layers:
                     layer.reset_records()
                 return out
@@ -382,17 +431,12 @@ class PSTrainer(Trainer):
         """Train one minibatch through the PS; returns its loss. `send_state`: the push also
         carries the model's non-trainable state (the worker sets it on a task's last minibatch)."""
         self.ensure_model(features)
+        if self.config.overlap_pushes:
+            return self._train_overlapped(features, labels, send_state)
         retries = self.config.max_minibatch_retries
         get_model_steps = max(1, self.config.get_model_steps)
         for _ in range(retries):
-            if self._need_pull or self._steps_since_pull >= get_model_steps:
-                self.pull_model()
-            layout = self._packed_layout()
-            if layout is not None:
-                loss, dense_grads, embedding_grads = self._packed_step(layout, features, labels)
-            else:
-                self.flush_pending_assign()
-                loss, dense_grads, embedding_grads = self.compute_gradients(features, labels)
+            layout, (loss, dense_grads, embedding_grads) = self._pull_and_step(features, labels)
             # When the next step will need fresh parameters (always in sync mode), they come
             # back with this push: one round trip per minibatch instead of two.
             pull = self._steps_since_pull + 1 >= get_model_steps
@@ -431,6 +475,7 @@ class PSTrainer(Trainer):
         task that failed is run again, so its statistics reach the PS with the next task that
         ends well (this flag stays set), and a failure is often the PS's, which would only
         turn a second call into a second error hiding the first."""
+        self.wait_for_pushes()  # the last push may carry the state
         if not self._state_undelivered or self._push_state_unsupported:
             return
         try:
@@ -448,6 +493,85 @@ class PSTrainer(Trainer):
             self._state_undelivered = False
         else:  # the next pull offers the model again, with the state it has then
             logger.info("a PS holds no model (restarted?): the state waits for the next push")
+
+    def _pull_and_step(self, features, labels):
+        """The PS's parameters first when due (a pull waits for a push in flight), then one
+        gradient step: (the packed layout or None, (loss, dense grads, embedding grads))."""
+        if self._need_pull or self._steps_since_pull >= max(1, self.config.get_model_steps):
+            self.pull_model()
+        layout = self._packed_layout()
+        if layout is not None:
+            return layout, self._packed_step(layout, features, labels)
+        self.flush_pending_assign()
+        return None, self.compute_gradients(features, labels)
+
+    # ------------------------------------------------------------------ overlapped pushes
+    def _train_overlapped(self, features, labels, send_state: bool) -> float:
+        """One step while the previous minibatch's push is in flight; then that push's answer
+        is taken and this minibatch's push sent (see the module docstring)."""
+        _, (loss, dense_grads, embedding_grads) = self._pull_and_step(features, labels)
+        # The answer to the previous push: its parameters are in the regions until this push.
+        self.wait_for_pushes()
+        pull = self._steps_since_pull + 1 >= max(1, self.config.get_model_steps)
+        state = self.read_state() if send_state and self._state_by_name else None
+        if self._push_pool is None:
+            self._push_pool = futures.ThreadPoolExecutor(1, thread_name_prefix="ps-push")
+        future = self._push_pool.submit(
+            self.ps.push_gradients,
+            dense_grads,
+            embedding_grads,
+            self.learning_rate,
+            pull_dense=pull,
+            state=state,
+        )
+        self._push_in_flight = (future, state is not None)
+        return loss
+
+    def wait_for_pushes(self) -> None:
+        """Until the PS answered every push sent so far (overlapped pushes; nothing to wait for
+        otherwise), its parameters taken for the next step. Raises the error of a push that
+        failed, or PushRejectedError, once: the push is forgotten either way."""
+        in_flight, self._push_in_flight = self._push_in_flight, None
+        if in_flight is None:
+            return
+        future, carried_state = in_flight
+        result = future.result()
+        pulled = result.pulled
+        if pulled is not None and pulled.all_initialized:
+            pending = self._copied(pulled) if self._packed_ok else None
+            if pending is not None:
+                self._pending = pending  # every parameter: what an older one held is in it
+            else:
+                self.flush_pending_assign()
+                self._assign(pulled.parameters)
+        if not result.accepted:
+            self._need_pull = True  # a PS without a model is offered it again before next step
+            raise PushRejectedError(
+                "a PS did not accept a push sent while the next step ran (it holds no model, "
+                "e.g. relaunched without a checkpoint, or runs in sync mode): the task runs again"
+            )
+        self._pushed_version = max(result.versions.values(), default=0)
+        self.steps += 1
+        self._state_undelivered = not carried_state and bool(self._state_by_name)
+        self._steps_since_pull += 1
+        if pulled is not None:
+            self._steps_since_pull = 0
+            self._need_pull = not pulled.all_initialized
+
+    def _copied(self, pulled: PullResult) -> Optional[PullResult]:
+        """`pulled`'s parameter blocks copied out of the regions, whose next push's answer
+        overwrites them while the step after it has yet to read them; None when they are not
+        every dense parameter in packed blocks (they are then assigned at once)."""
+        layout = self.ps.packed_layout()
+        if pulled.blocks is None or layout is None:
+            return None
+        blocks = {ps_id: np.array(b) for ps_id, b in pulled.blocks.items()}
+        params: Dict[str, np.ndarray] = {}
+        for ps_id, block in blocks.items():
+            params.update(layout.unpack(ps_id, block))
+        if params.keys() != set(self._names):
+            return None
+        return PullResult([], params, blocks)
 
     # ------------------------------------------------------------------ packed path
     # When every dense parameter travels through packed shared-memory regions, one compiled

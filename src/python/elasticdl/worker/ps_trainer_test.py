@@ -9,6 +9,7 @@ from elasticdl.worker.ps_client import PSClient
 from elasticdl.worker.ps_trainer import (
     PSRefusedModelError,
     PSTrainer,
+    PushRejectedError,
     TrainerConfig,
     WorkerStuckError,
 )
@@ -308,3 +309,139 @@ def test_parameter_names_of_keras3_and_tf_variables():
     with tf.name_scope("dense_features"):
         v = tf.Variable([1.0], name="age_embedding")
     assert _param_names([v]) == ["dense_features/age_embedding"]
+
+
+def test_overlapped_pushes_run_each_step_one_push_behind_and_wait_settles_them(ps_cluster):
+    cluster = ps_cluster(1, use_async=True)
+    client = PSClient(cluster.addrs)
+    overlapped = PSTrainer(_spec(_dense_model), client, TrainerConfig(overlap_pushes=True))
+    x, y = _data()
+    server = cluster.servers[0]
+    losses = []
+    for step in range(1, 5):
+        losses.append(overlapped.train_minibatch(x, y))
+        # At most one push in flight: the previous one was answered before this one was sent.
+        assert server.params.version >= step - 1
+    # The second step ran while the first push was in flight: on the same parameters.
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6)
+    assert losses[2] < losses[1]  # the third had the first push's answer
+    overlapped.wait_for_pushes()
+    assert server.params.version == 4 and overlapped.steps == 4
+    assert overlapped.model_version == 4
+    overlapped.flush_pending_assign()
+    for name, var in zip(overlapped._names, overlapped._vars):
+        np.testing.assert_array_equal(var.numpy(), server.params.dense[name])
+    client.close()
+
+
+def test_sync_mode_steps_on_the_parameters_of_the_previous_push(ps_cluster):
+    cluster = ps_cluster(1, use_async=False)
+    client = PSClient(cluster.addrs)
+    trainer = PSTrainer(_spec(_dense_model), client)
+    x, y = _data()
+    first, second = trainer.train_minibatch(x, y), trainer.train_minibatch(x, y)
+    assert second < first and cluster.servers[0].params.version == 2
+    trainer.wait_for_pushes()  # nothing in flight: a no-op
+    client.close()
+
+
+class _FailingPushClient(PSClient):
+    def __init__(self, *args, fail_at=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fail_at, self.pushes = set(fail_at), 0
+
+    def push_gradients(self, *args, **kwargs):
+        self.pushes += 1
+        if self.pushes in self.fail_at:
+            raise RuntimeError(f"push {self.pushes} failed")
+        return super().push_gradients(*args, **kwargs)
+
+
+def test_an_overlapped_push_that_fails_raises_once_from_the_next_wait(ps_cluster):
+    cluster = ps_cluster(1, use_async=True)
+    client = _FailingPushClient(cluster.addrs, fail_at={2, 4})
+    trainer = PSTrainer(_spec(_dense_model), client, TrainerConfig(overlap_pushes=True))
+    x, y = _data()
+    trainer.train_minibatch(x, y)
+    trainer.train_minibatch(x, y)  # its push fails in the background
+    with pytest.raises(RuntimeError, match="push 2 failed"):
+        trainer.wait_for_pushes()
+    trainer.wait_for_pushes()  # raised once: the next task does not inherit it
+    assert trainer.steps == 1
+    trainer.train_minibatch(x, y)
+    trainer.train_minibatch(x, y)  # push 4 fails in the background ...
+    with pytest.raises(RuntimeError, match="push 4 failed"):
+        trainer.train_minibatch(x, y)  # ... and the next step, which waits for it, raises
+    assert trainer.steps == 2 and cluster.servers[0].params.version == 2
+    client.close()
+
+
+def test_an_overlapped_push_a_ps_rejects_fails_and_offers_the_model_again(ps_cluster):
+    cluster = ps_cluster(1, use_async=True)
+    client = PSClient(cluster.addrs)
+    trainer = PSTrainer(_spec(_dense_model), client, TrainerConfig(overlap_pushes=True))
+    x, y = _data()
+    trainer.train_minibatch(x, y)
+    trainer.wait_for_pushes()
+    fresh = ps_cluster(1, use_async=True)  # a PS that lost its model (relaunched)
+    client2 = PSClient(fresh.addrs)
+    trainer.ps = client2
+    trainer.train_minibatch(x, y)
+    with pytest.raises(PushRejectedError, match="runs again"):
+        trainer.wait_for_pushes()
+    trainer.train_minibatch(x, y)  # pulls first, finds no model and pushes it
+    trainer.wait_for_pushes()
+    assert fresh.servers[0].params.version == 1 and fresh.servers[0].params.initialized
+    client.close()
+    client2.close()
+
+
+def _vectors_and_weights_model():
+    # As DeepFM: two tables looked up with the same ids.
+    ids = keras.Input(shape=(3,), dtype="int64")
+    vectors = Embedding(4, input_dim=50, embeddings_initializer="ones", name="vectors")(ids)
+    weights = Embedding(1, input_dim=50, embeddings_initializer="ones", name="weights")(ids)
+    x = keras.layers.Concatenate()(
+        [keras.layers.Flatten()(vectors), keras.layers.Flatten()(weights)]
+    )
+    return keras.Model(ids, keras.layers.Dense(3, name="out")(x))
+
+
+class _CountingPulls(PSClient):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pulls = []
+
+    def pull_rows_of_tables(self, tables, ids, ids_unique=False):
+        self.pulls.append(sorted(name for name, _ in tables))
+        return super().pull_rows_of_tables(tables, ids, ids_unique)
+
+
+def test_layers_on_the_same_ids_pull_in_one_call_and_train_as_apart(ps_cluster):
+    rng = np.random.default_rng(5)
+    batches = [
+        (tf.constant(rng.integers(0, 50, (8, 3))), tf.constant(rng.integers(0, 3, 8)))
+        for _ in range(3)
+    ]
+    held = []
+    for share in (True, False):
+        cluster = ps_cluster(1, use_async=False)
+        client = _CountingPulls(cluster.addrs)
+        trainer = PSTrainer(_spec(_vectors_and_weights_model), client)
+        keras.utils.set_random_seed(7)  # the same dense model both times
+        trainer.ensure_model(batches[0][0])
+        if not share:
+            for layer in trainer.embedding_layers:
+                layer.set_shared_lookups(None)
+        client.pulls.clear()
+        for x, y in batches:
+            trainer.train_minibatch(x, y)
+        if share:  # one pull per step for both tables
+            assert client.pulls == [["vectors", "weights"]] * 3
+        else:
+            assert sorted(client.pulls) == [["vectors"]] * 3 + [["weights"]] * 3
+        ids = np.arange(50)
+        held.append([client.pull_embedding_vectors(n, ids) for n in ("vectors", "weights")])
+        client.close()
+    for a, b in zip(*held):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

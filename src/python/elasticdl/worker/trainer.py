@@ -68,6 +68,11 @@ class Trainer(abc.ABC):
     def flush_pending_assign(self) -> None:
         """Callbacks are about to read the weights: apply what the last step brought back."""
 
+    def wait_for_pushes(self) -> None:
+        """Until the job holds every update of the steps trained so far (a trainer that sends
+        them in the background); raises the error of one that failed. The worker calls it
+        before it reports a training task done."""
+
     def deliver_state(self) -> None:
         """A task ended before its last step: hand its non-trainable state to the job."""
 

@@ -134,8 +134,12 @@ class Worker:
         master: MasterClient,
         trainer: Trainer,
         data: TaskDataService,
+        ps_set=None,
     ):
+        """``ps_set``: a ``worker.ps_set.PSSet`` (ParameterServerStrategy), which moves the
+        trainer to a new PS set when a task says the job's PS count changed."""
         self.config = config
+        self.ps_set = ps_set
         self.spec = spec
         self.master = master
         self.trainer = trainer
@@ -291,6 +295,8 @@ class Worker:
                 return 0
             self._running_task_id = task.task_id
             try:
+                if self.ps_set is not None:
+                    self.ps_set.follow(task)
                 counters = self.run_task(task, batches)
             except Exception as err:  # report, let the master re-queue, go on
                 failures += 1
@@ -332,8 +338,6 @@ class Worker:
 
     # ------------------------------------------------------------------ tasks
     def train_task(self, task: pb.Task, minibatches: Optional[list] = None) -> Dict[str, Any]:
-        records = batches = 0
-        loss_sum = 0.0
         if self._stopped_training:
             # MaxStepsStopping fired: acknowledge the rest of the data without training.
             self._send_deferred_report()
@@ -350,6 +354,32 @@ class Worker:
                 self._start_fetch_ahead()
         else:
             self._start_fetch_ahead()
+        try:
+            records, batches, loss_sum = self._train_minibatches(minibatches)
+            # Done only once the PS have every push of the task: a push that fails here fails
+            # the task, which the master then runs again.
+            self.trainer.wait_for_pushes()
+        except Exception:
+            try:  # a push still in flight belongs to this failed task, not to the next one
+                self.trainer.wait_for_pushes()
+            except Exception as err:  # noqa: BLE001 - the task's own error is the one to report
+                logger.info("a push of the failed task failed too: %s", err)
+            raise
+        # A task that ended before its last push (stopped above) sends the state it trained
+        # alone; after a normal end this sends nothing. Not reached when a step raised.
+        self.trainer.deliver_state()
+        # The master shows this version in the job status (it is not summed like the rest), and
+        # the task's mean loss on its loss curve.
+        version = self.trainer.model_version
+        result = {"records": records, "batches": batches, "model_version": version}
+        if batches:
+            result["loss"] = loss_sum / batches
+        return result
+
+    def _train_minibatches(self, minibatches) -> Tuple[int, int, float]:
+        """Train a task's minibatches: (records, minibatches, sum of their losses)."""
+        records = batches = 0
+        loss_sum = 0.0
         for (features, labels), last in _with_last(minibatches):
             self.trainer.ensure_model(features)
             version = self.trainer.model_version
@@ -363,7 +393,10 @@ class Worker:
             batches += 1
             loss_sum += float(loss)
             if self._callbacks:
-                # Callbacks may read the weights: apply what the push brought back first.
+                # Callbacks may read the weights and the model version (MaxStepsStopping): the
+                # PS's answer to this step's push first, then what it brought back. With an
+                # async PS this gives up the push's overlap with the next step.
+                self.trainer.wait_for_pushes()
                 self.trainer.flush_pending_assign()
             for cb in self.callbacks():
                 cb.on_train_batch_end(self.trainer.model_version, {"loss": loss})
@@ -375,16 +408,7 @@ class Worker:
             if getattr(self.trainer.model, "stop_training", False):
                 self._stopped_training = True
                 break
-        # A task that ended before its last push (stopped above) sends the state it trained
-        # alone; after a normal end this sends nothing. Not reached when a step raised.
-        self.trainer.deliver_state()
-        # The master shows this version in the job status (it is not summed like the rest), and
-        # the task's mean loss on its loss curve.
-        version = self.trainer.model_version
-        result = {"records": records, "batches": batches, "model_version": version}
-        if batches:
-            result["loss"] = loss_sum / batches
-        return result
+        return records, batches, loss_sum
 
     def evaluate_task(self, task: pb.Task) -> Dict[str, int]:
         outputs: Dict[str, List[np.ndarray]] = {}

@@ -5,6 +5,7 @@ import textwrap
 import numpy as np
 from elasticdl.data.example_codec import encode_example
 from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.worker.fake_master_and_data import ScriptedMaster, ZeroMinibatches
 from elasticdl.worker.main import main
 from elasticdl_testing.local_job import run_local_job, write_recordio
 
@@ -218,7 +219,6 @@ def test_a_result_no_look_ahead_picks_up_is_sent_before_the_next_task_runs():
     import time
     from types import SimpleNamespace
 
-    import tensorflow as tf
     from elasticdl.worker import trainer
     from elasticdl.worker.worker import JobType, Worker, WorkerConfig
 
@@ -228,27 +228,10 @@ def test_a_result_no_look_ahead_picks_up_is_sent_before_the_next_task_runs():
     def task(task_id, kind):
         return pb.Task(task_id=task_id, type=kind, shard=pb.Shard(name="f", start=0, end=4))
 
-    class Master:
-        def __init__(self):
-            self.script = [task(1, pb.TRAINING), task(2, pb.EVALUATION), pb.Task(type=pb.NONE)]
-
-        def get_task(self, task_type=pb.NONE):
-            return self.script.pop(0)
-
-        def report_task_result(self, task_id, err_message="", exec_counters=None):
-            reported.append(task_id)
-            if task_id == 1:
-                arrived.set()
-
-        def report_and_get_task(self, task_id, err_message="", exec_counters=None):
-            self.report_task_result(task_id, err_message, exec_counters)
-            return self.get_task()
-
-    class Data:
-        chunk_records = 8
-
-        def dataset(self, shard, mode):
-            return iter([(tf.zeros([4, 2]), tf.zeros([4]))])
+    def on_report(task_id, err_message):
+        reported.append(task_id)
+        if task_id == 1:
+            arrived.set()
 
     class Trainer(trainer.Trainer):
         model_version = 0
@@ -276,14 +259,74 @@ def test_a_result_no_look_ahead_picks_up_is_sent_before_the_next_task_runs():
     worker = Worker(
         WorkerConfig(worker_id=0, job_type=JobType.TRAINING_WITH_EVALUATION, minibatch_size=4),
         spec,
-        Master(),
+        ScriptedMaster(
+            [task(1, pb.TRAINING), task(2, pb.EVALUATION), pb.Task(type=pb.NONE)], on_report
+        ),
         Trainer(),
-        Data(),
+        ZeroMinibatches(1),
     )
     worker.evaluate_task = evaluate_task.__get__(worker)
     assert worker.run() == 0
     assert evaluated == [True]
     assert reported == [1, 2]
+
+
+def test_a_training_task_is_reported_only_once_the_ps_acknowledged_its_pushes():
+    """A trainer that pushes in the background (async PS): the task's result goes to the
+    master after every push of it was answered; a push that failed fails its task (the
+    master runs it again) and not the next one."""
+    from types import SimpleNamespace
+
+    from elasticdl.worker import trainer
+    from elasticdl.worker.worker import JobType, Worker, WorkerConfig
+
+    events = []
+
+    def task(task_id):
+        return pb.Task(task_id=task_id, type=pb.TRAINING, shard=pb.Shard(name="f", start=0, end=8))
+
+    class BackgroundPushes(trainer.Trainer):
+        model_version = 0
+        in_flight = 0
+        failing = {1}  # the first task's pushes fail
+
+        def ensure_model(self, features, model=None):
+            pass
+
+        def train_minibatch(self, features, labels, send_state=False):
+            self.in_flight += 1
+            return 0.0
+
+        def wait_for_pushes(self):
+            pushes, self.in_flight = self.in_flight, 0
+            if pushes:
+                events.append(("acknowledged", pushes))
+                if self.failing:
+                    self.failing.pop()
+                    raise RuntimeError("push failed")
+
+        def forward(self, features):
+            raise AssertionError("no evaluation here")
+
+        pull_model = export_saved_model = forward
+
+    worker = Worker(
+        WorkerConfig(worker_id=0, job_type=JobType.TRAINING_ONLY, prefetch_next_task=False),
+        SimpleNamespace(callbacks=None),
+        ScriptedMaster(
+            [task(1), task(2), pb.Task(type=pb.NONE)],
+            lambda task_id, err_message: events.append(("report", task_id, err_message)),
+        ),
+        BackgroundPushes(),
+        ZeroMinibatches(2),
+    )
+    assert worker.run() == 0
+    assert events == [
+        ("acknowledged", 2),
+        ("report", 1, "RuntimeError: push failed"),
+        ("acknowledged", 2),
+        ("report", 2, ""),
+    ]
 
 
 _EXPORTER_MODEL = _MODEL.replace(
@@ -381,3 +424,42 @@ def test_a_timed_out_task_handed_back_while_it_runs_trains_once(tmp_path, monkey
     assert summary.stale_reports == 0, reports
     assert sorted(reports) == sorted(set(reports)), reports  # each task reported once
     assert summary.finished and summary.records_trained == 96 and summary.tasks_done == 6
+
+
+def test_a_task_of_a_new_ps_set_moves_the_trainer_before_it_runs():
+    """The master stamps the tasks it hands out after the job's PS count changed: the worker
+    hands each one to its PS set (worker.ps_set) before running it, so it trains through the
+    new PS from that task on."""
+    from types import SimpleNamespace
+
+    from elasticdl.worker.worker import JobType, Worker, WorkerConfig
+
+    script = [
+        pb.Task(task_id=1, type=pb.EVALUATION, ps_generation=1, ps_addrs=["ps-0:1", "ps-1:1"]),
+        pb.Task(type=pb.NONE),
+    ]
+    events = []
+
+    class Master:
+        def get_task(self, task_type=pb.NONE):
+            return script.pop(0)
+
+        def report_and_get_task(self, task_id, err_message="", exec_counters=None):
+            events.append(("report", task_id, err_message))
+            return self.get_task()
+
+    class PSSet:
+        def follow(self, task):
+            events.append(("follow", task.task_id, list(task.ps_addrs)))
+
+    worker = Worker(
+        WorkerConfig(worker_id=0, job_type=JobType.TRAINING_WITH_EVALUATION, minibatch_size=4),
+        SimpleNamespace(callbacks=None),
+        Master(),
+        SimpleNamespace(leave=lambda: None),
+        SimpleNamespace(),
+        ps_set=PSSet(),
+    )
+    worker.evaluate_task = lambda task: events.append(("run", task.task_id)) or {"records": 4}
+    assert worker.run() == 0
+    assert events == [("follow", 1, ["ps-0:1", "ps-1:1"]), ("run", 1), ("report", 1, "")]

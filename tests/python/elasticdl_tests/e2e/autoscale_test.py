@@ -1,9 +1,10 @@
 """A job that sizes itself (--num_workers=auto) on a throughput that stops growing: the master
 starts one worker and adds a second (the first step from the minimum is always tried); the
 PS is then held to 1% of a CPU by a cgroup quota (it needs several times that), so the job is
-limited by its one PS and the second worker cannot pay: the master must release it (or hold,
-seeing the PS saturated), log the numbers behind each decision, and still count every record
-once.
+limited by its one PS and the second worker cannot pay for its CPU (the default rule): the
+master must release it (or hold, seeing the PS saturated), log the numbers behind each decision
+(records/s, the CPU its processes used, records per CPU second, the gain required), and still
+count every record once.
 
 The quota needs root and a cgroup hierarchy with the cpu controller: elsewhere the test skips
 with the reason, except where ELASTICDL_REQUIRE_CGROUP_CPU is set, where that is a failure.
@@ -40,7 +41,10 @@ def test_an_auto_sized_job_stops_adding_when_the_ps_limits_it(cli, fashion_mnist
     added = decisions(first)[0]
     assert added["action"] == "add" and added["workers"] == 2, added
     assert added["measured_workers"] == 1 and added["records_per_s"] > 0, added
-    assert "records/s with 1 workers" in added["reason"], added
+    assert "records/s with 1 workers on" in added["reason"], added
+    # The local platform measures its processes' CPU: the master, the PS and the worker.
+    assert added["rule"] == "cpu_efficiency" and added["cpu_source"] == "measured", added
+    assert added["cpu"] > 0 and added["records_per_cpu_s"] > 0, added
     try:
         with cpu_throttled(replica(first, "ps-0")["pid"], 0.01):
             second = cli.wait_for(
@@ -54,9 +58,11 @@ def test_an_auto_sized_job_stops_adding_when_the_ps_limits_it(cli, fashion_mnist
     stopped = decisions(second)[1]
     assert stopped["action"] in ("release", "hold"), stopped
     assert stopped["measured_workers"] == 2 and stopped["ps"], stopped
+    assert stopped["previous_cpu"] == added["cpu"] and stopped["cpu"] > 0, stopped
+    assert stopped["required_gain"] >= 0.1, stopped  # at least the floor, whatever the CPU
     if stopped["action"] == "release":
         assert stopped["workers"] == 1 and stopped["worker"] == added["worker"], stopped
-        assert stopped["gain"] < 0.1, stopped
+        assert stopped["gain"] < stopped["required_gain"], stopped
     else:
         assert "saturated" in stopped["reason"], stopped
 

@@ -118,6 +118,13 @@ def test_killed_master_container_is_replaced_and_the_job_resumes(
         str(e): TRAIN_RECORDS for e in range(1, epochs + 1)
     }, on_volume
     assert main(["cancel", job, *target]) == 0
+    # The pods end within their grace period, longer than it on a loaded machine.
+    wait_for(
+        lambda: node_k8s.list_pods(f"elasticdl-job-name={job}") == [],
+        120,
+        "the job's pods to be gone after cancel",
+        diagnose,
+    )
     time.sleep(3)  # a master the Job started after cancel would show up here
     assert node_k8s.list_pods(f"elasticdl-job-name={job}") == []
     assert node_k8s.get_job(f"elasticdl-{job}-master") is None

@@ -58,7 +58,7 @@ WORKER_LIMIT_QUOTA_US = 100_000
 LOSS_STEPS = 4
 # The auto-sized job: it must still be training when the third worker is given up, which
 # takes the warm-up, one measuring window (10 s) and the pending timeout (~35 s of training).
-AUTO_EPOCHS = 64
+AUTO_EPOCHS = 28
 PENDING_TIMEOUT_S = 20
 # _job_argv's CPU requests of the master and the PS.
 MASTER_CPU = PS_CPU = Decimal("0.1")

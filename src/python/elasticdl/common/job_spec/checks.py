@@ -193,6 +193,12 @@ def fraction(name: str, value: float) -> None:
         raise SpecError(f"--{name} must be in [0, 1), e.g. 0.1 for 10%, got {value:g}")
 
 
+def optional_fraction(name: str, value: float | None) -> None:
+    """None (not given: the field's rule decides) or a fraction."""
+    if value is not None:
+        fraction(name, value)
+
+
 def worker_priority(name: str, value: str) -> None:
     if not value or value in ("high", "low"):
         return

@@ -282,7 +282,8 @@ class JobSpec:
     num_workers: int = _field(
         2,
         "Number of workers, or 'auto': the master starts --min_workers and adds workers while "
-        "each raises the job's records/s by --autoscale_min_gain, up to --max_workers",
+        "each pays for its CPU (or, with --autoscale_min_gain, raises the job's records/s by "
+        "that much), up to --max_workers",
         "job",
         check=checks.positive,
     )
@@ -292,12 +293,13 @@ class JobSpec:
     max_workers: int = _field(
         8, "With --num_workers=auto: the most workers the job gets", "job", check=checks.positive
     )
-    autoscale_min_gain: float = _field(
-        0.1,
-        "With --num_workers=auto: add another worker only while the last one added raised the "
-        "job's records/s by at least this fraction (and the PS are not saturated)",
+    autoscale_min_gain: float | None = _field(
+        None,
+        "With --num_workers=auto: keep a worker only when it raised the job's records/s by at "
+        "least this fraction, whatever its CPU (track throughput). Default: by at least 0.1 and "
+        "its CPU's share of the job's CPU before it, so records per CPU second do not fall",
         "job",
-        check=checks.fraction,
+        check=checks.optional_fraction,
     )
     autoscale_pending_timeout: int = _field(
         120,

@@ -262,6 +262,18 @@ def test_a_spec_is_frozen_and_typed():
             "--autoscale_min_gain must be in [0, 1)",
         ),
         (
+            ["--num_workers=auto", "--autoscale_min_gain=-0.1"],
+            "--autoscale_min_gain must be in [0, 1), e.g. 0.1 for 10%, got -0.1",
+        ),
+        (
+            ["--num_workers=auto", "--autoscale_min_gain=half"],
+            "--autoscale_min_gain: expected a number, got 'half'",
+        ),
+        (
+            ["--autoscale_min_gain=0.2"],
+            "--autoscale_min_gain only size a job with --num_workers=auto",
+        ),
+        (
             ["--num_workers=auto", "--autoscale_pending_timeout=0"],
             "--autoscale_pending_timeout must be > 0, got 0",
         ),
@@ -440,3 +452,32 @@ def test_num_workers_auto_starts_with_the_minimum_and_round_trips():
     assert patient.autoscale_pending_timeout == 25
     assert JobSpec.from_json(patient.to_json(only_changed=True)) == patient
     assert fixed.straggler_factor == 3.0
+
+
+def test_autoscale_min_gain_defaults_to_the_cpu_rule_and_overrides_it_everywhere():
+    from elasticdl.common.job_spec.master_argv import master_argv, spec_from_master_argv
+
+    auto = MINIMAL + ["--num_workers=auto"]
+    default = _spec(auto)
+    assert default.autoscale_min_gain is None  # the CPU-aware rule (master.autoscaler)
+    assert "autoscale_min_gain" not in default.to_json(only_changed=True)
+    assert spec_from_master_argv(master_argv(default)).autoscale_min_gain is None
+    flag = _spec(auto + ["--autoscale_min_gain=0.05"])
+    assert flag.autoscale_min_gain == 0.05
+    assert spec_from_master_argv(master_argv(flag)) == flag
+    assert JobSpec.from_json(flag.to_json()) == flag
+    sdk = spec_from_values(
+        "train",
+        dict(
+            job_name="j",
+            model_def="a.b",
+            training_data="/d",
+            num_workers="auto",
+            autoscale_min_gain=0.05,
+        ),
+    )
+    assert sdk.autoscale_min_gain == 0.05
+    with pytest.raises(SpecError, match="autoscale_min_gain"):
+        spec_from_values("train", dict(job_name="j", autoscale_min_gain="0.05"))
+    help_text = _parser().format_help()
+    assert "--autoscale_min_gain" in help_text and "records per CPU second" in help_text

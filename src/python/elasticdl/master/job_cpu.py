@@ -1,0 +1,129 @@
+"""The CPU a job holds, in cores, over one window of ``--num_workers=auto``
+(elasticdl.master.autoscaler), which keeps a worker only when it pays for its CPU.
+
+Two sources, one per kind of platform:
+
+* :class:`RequestedCPU` (pods): the sum of the pods' CPU requests, master + PS + workers. The
+  request is what the cluster reserves for a pod whether it uses it or not (no other pod is
+  scheduled on it), so it is what another worker costs; the master knows the requests from the
+  job spec, whereas the pods' CPU counters are on other nodes.
+* :class:`MeasuredCPU` (replicas on the master's host): the CPU seconds the master and its
+  replica processes used over the window, read from ``/proc/<pid>/stat``, divided by the
+  window's length. Processes on one host reserve nothing: what they cost is what they use, and
+  the OS counts all of it (every thread: TensorFlow's, gRPC's, data reading).
+
+Both answer ``None`` where the cost is unknown (no CPU request given); the autoscaler then
+decides on throughput alone and says so.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Protocol
+
+from elasticdl.common.job_spec.resources import ResourceError, parse_quantity, parse_resource
+
+
+class JobCPU(Protocol):
+    source: str  # "requests" or "measured": shown with each decision
+
+    def mark(self) -> object:
+        """A reading at the start of a window."""
+
+    def cores(self, since: object, workers: int) -> float | None:
+        """The cores the job held from ``since`` (a :meth:`mark`) until now, with ``workers``
+        workers; None where unknown."""
+
+
+def requested_cores(resource: str) -> float | None:
+    """``"cpu=250m,memory=1Gi"`` -> 0.25; None without a CPU request."""
+    try:
+        cpu = parse_resource(resource).get("cpu")
+        return float(parse_quantity(cpu)) if cpu else None
+    except ResourceError:  # the job spec checked it: cannot happen for a resolved spec
+        return None
+
+
+class RequestedCPU:
+    source = "requests"
+
+    def __init__(
+        self,
+        master: float | None,
+        ps: float | None,
+        worker: float | None,
+        num_ps: Callable[[], int],
+    ) -> None:
+        self._master, self._ps, self._worker, self._num_ps = master, ps, worker, num_ps
+
+    @classmethod
+    def of(cls, master: str, ps: str, worker: str, num_ps: Callable[[], int]) -> "RequestedCPU":
+        """From the resource request strings of the job spec."""
+        return cls(requested_cores(master), requested_cores(ps), requested_cores(worker), num_ps)
+
+    def mark(self) -> object:
+        return None
+
+    def cores(self, since: object, workers: int) -> float | None:
+        num_ps = self._num_ps()
+        if self._worker is None or self._master is None or (num_ps and self._ps is None):
+            return None  # a share of an unknown total means nothing
+        return self._master + num_ps * (self._ps or 0.0) + workers * self._worker
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process and of the children it reaped; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count from its end.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + stime + cutime + cstime) / _TICKS
+
+
+def own_cpu_seconds() -> float:
+    """This process's CPU seconds, without its reaped children (replicas are counted apart)."""
+    t = os.times()
+    return t.user + t.system
+
+
+class MeasuredCPU:
+    """``processes()`` names the job's replica processes now: ``{"worker-1": pid, ...}``. A
+    process that started within the window counts with all its CPU seconds; one that ended
+    within it is no longer counted (the autoscaler decides on windows in which none ends)."""
+
+    source = "measured"
+
+    def __init__(
+        self,
+        processes: Callable[[], dict[str, int]],
+        clock: Callable[[], float] = time.monotonic,
+        read: Callable[[int], float | None] = cpu_seconds,
+        own: Callable[[], float] = own_cpu_seconds,
+    ) -> None:
+        self._processes, self._clock, self._read, self._own = processes, clock, read, own
+
+    def _reading(self) -> tuple[float, dict[tuple[str, int], float]]:
+        used = {("master", 0): self._own()}
+        for name, pid in self._processes().items():
+            seconds = self._read(pid)
+            if seconds is not None:
+                used[(name, pid)] = seconds
+        return self._clock(), used
+
+    def mark(self) -> object:
+        return self._reading()
+
+    def cores(self, since: object, workers: int) -> float | None:
+        start, before = since
+        now, after = self._reading()
+        if now <= start:
+            return None
+        used = sum(s - before.get(key, 0.0) for key, s in after.items())
+        return used / (now - start)

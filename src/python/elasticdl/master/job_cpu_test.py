@@ -1,0 +1,63 @@
+"""The cores a job holds over a window: the pods' requests, or what the master and its
+replica processes used (/proc)."""
+import os
+import time
+
+from elasticdl.master.job_cpu import MeasuredCPU, RequestedCPU, cpu_seconds, requested_cores
+
+
+def test_requested_cores_read_the_cpu_of_a_request():
+    assert requested_cores("cpu=250m,memory=1024Mi") == 0.25
+    assert requested_cores("cpu=2") == 2.0
+    assert requested_cores("memory=1024Mi") is None
+    assert requested_cores("") is None
+
+
+def test_requests_add_up_master_ps_and_workers():
+    num_ps = [2]
+    cpu = RequestedCPU.of("cpu=0.2", "cpu=0.5,memory=1Gi", "cpu=0.3", lambda: num_ps[0])
+    assert cpu.source == "requests"
+    assert abs(cpu.cores(cpu.mark(), 3) - (0.2 + 2 * 0.5 + 3 * 0.3)) < 1e-9
+    num_ps[0] = 1  # elasticdl scale-ps
+    assert abs(cpu.cores(None, 1) - 1.0) < 1e-9
+
+
+def test_a_missing_cpu_request_makes_the_total_unknown():
+    assert RequestedCPU.of("cpu=0.2", "cpu=0.2", "memory=1Gi", lambda: 1).cores(None, 2) is None
+    assert RequestedCPU.of("", "cpu=0.2", "cpu=1", lambda: 1).cores(None, 2) is None
+    assert RequestedCPU.of("cpu=0.2", "", "cpu=1", lambda: 0).cores(None, 2) == 2.2  # no PS
+
+
+def test_measured_cores_are_the_cpu_seconds_of_the_window_over_its_length():
+    clock, own = [100.0], [5.0]
+    used = {11: 50.0, 12: 10.0, 13: 7.0}
+    processes = {"ps-0": 11, "worker-0": 12}
+    cpu = MeasuredCPU(lambda: dict(processes), lambda: clock[0], used.get, lambda: own[0])
+    mark = cpu.mark()
+    clock[0] += 10
+    own[0] += 1.0  # the master
+    used[11] += 2.0
+    used[12] += 6.0
+    processes["worker-1"] = 13  # started within the window: all its 7 s count
+    assert cpu.source == "measured"
+    assert abs(cpu.cores(mark, 2) - (1.0 + 2.0 + 6.0 + 7.0) / 10) < 1e-9
+
+
+def test_a_relaunched_replica_counts_from_its_new_process():
+    clock = [0.0]
+    used = {21: 30.0, 22: 1.0}
+    processes = {"worker-0": 21}
+    cpu = MeasuredCPU(lambda: dict(processes), lambda: clock[0], used.get, lambda: 0.0)
+    mark = cpu.mark()
+    clock[0] = 4.0
+    processes["worker-0"] = 22  # a new process under the same name: not 1 - 30 s
+    assert abs(cpu.cores(mark, 1) - 1.0 / 4) < 1e-9
+    assert cpu.cores(cpu.mark(), 1) is None  # no time has passed
+
+
+def test_cpu_seconds_read_proc():
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    assert cpu_seconds(os.getpid()) > 0
+    assert cpu_seconds(2**22 + 12345) is None  # above any pid_max: no such process
