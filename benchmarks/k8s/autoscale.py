@@ -23,8 +23,10 @@ every ``POLL_S``): records/s, the **CPUs used** over the same span -- the CPU ti
 container of the job's pods (master, PS, workers), read from its cgroup v1 ``cpuacct.usage``
 under the kubelet's ``kubepods`` hierarchy on this machine, sampled at each poll; a container
 that ends inside the span counts up to its last sample -- and records per CPU second, with
-auto's decisions. Prints a table and one JSON line (load average before and after). Exits with
-a one-line error when a job does not Succeed with every record trained once.
+auto's decisions. After each job a JSON line breaks its span down: each pod's CPU seconds in
+the span and when it was first and last seen, and auto's decisions on the same clock (where an
+auto job's extra CPU went). Prints a table and one JSON line (load average before and after).
+Exits with a one-line error when a job does not Succeed with every record trained once.
 """
 
 from __future__ import annotations
@@ -94,13 +96,45 @@ class CpuMeter:
 
     def __init__(self) -> None:
         self.latest: dict[str, int] = {}
+        self.owner: dict[str, str] = {}  # container cgroup -> the pod it belongs to
 
-    def sample(self, usage_ns: dict[str, int]) -> None:
+    def sample(self, usage_ns: dict[str, int], pod: str = "") -> None:
         for path, ns in usage_ns.items():
             self.latest[path] = max(self.latest.get(path, 0), ns)
+            self.owner.setdefault(path, pod)
 
     def seconds(self) -> float:
         return sum(self.latest.values()) / 1e9
+
+    def by_pod(self) -> dict[str, float]:
+        """CPU seconds of each pod's containers (sandbox included), at their newest samples."""
+        out: dict[str, float] = {}
+        for path, ns in self.latest.items():
+            out[self.owner[path]] = out.get(self.owner[path], 0.0) + ns / 1e9
+        return out
+
+
+def pod_breakdown(
+    start: Mark, start_cpu: dict, end: Mark, end_cpu: dict, seen: dict, decisions: list, t0: float
+) -> dict:
+    """Where a job's CPU went inside its span: each pod's CPU seconds between the span's ends
+    and the seconds (from the span's start) it was first and last seen, and the autoscaling
+    decisions' times on the same scale (``t0``: the wall clock at the span's start)."""
+    pods = {}
+    for pod in sorted(set(start_cpu) | set(end_cpu)):
+        first, last = seen[pod]
+        pods[pod] = {
+            "cpu_s": round(end_cpu.get(pod, 0.0) - start_cpu.get(pod, 0.0), 2),
+            "seen_s": [round(first - start.t, 1), round(last - start.t, 1)],
+        }
+    return {
+        "span_s": round(end.t - start.t, 1),
+        "pods": pods,
+        "decisions": [
+            {"t_s": round(d["time"] - t0, 1), "action": d["action"], "worker": d.get("worker")}
+            for d in decisions
+        ],
+    }
 
 
 def fits(free: list[float], pods: list[float]) -> bool:
@@ -176,20 +210,28 @@ def run_job(args, core, backend, namespace: str, kubepods: list[Path], argv, nam
     cluster.cli(TOOL, *argv, f"--job_name={name}", "--detach")
     deadline = time.monotonic() + args.timeout
     meter, start, end = CpuMeter(), None, None
+    seen: dict[str, list[float]] = {}  # pod -> [first, last] poll that saw it
     while True:
         status = backend.status(name)
+        now = time.monotonic()
         for pod in core.list_namespaced_pod(namespace, label_selector=job_selector(name)).items:
             if pod.status.qos_class:
+                seen.setdefault(pod.metadata.name, [now, now])[1] = now
                 for root in kubepods:
                     meter.sample(
-                        container_usage_ns(pod_cgroup(root, pod.status.qos_class, pod.metadata.uid))
+                        container_usage_ns(
+                            pod_cgroup(root, pod.status.qos_class, pod.metadata.uid)
+                        ),
+                        pod.metadata.name,
                     )
         now = time.monotonic()
         if start is None and status.records_trained > 0:
             start = Mark(now, status.records_trained, meter.seconds())
+            start_cpu, start_wall = meter.by_pod(), time.time()
         done = status.epoch >= args.epochs and status.records_trained >= status.records_expected > 0
         if start is not None and end is None and done:
             end = Mark(now, status.records_trained, meter.seconds())
+            end_cpu = meter.by_pod()
         if status.is_final:
             break
         if now > deadline:
@@ -203,7 +245,12 @@ def run_job(args, core, backend, namespace: str, kubepods: list[Path], argv, nam
     if start is None or end is None:
         sys.exit(f"{TOOL}: job {name} ended before two polls saw it train: use more --records")
     try:
-        return span_figures(name, start, end, status.autoscaling or {}, workers)
+        figures = span_figures(name, start, end, status.autoscaling or {}, workers)
+        decisions = (status.autoscaling or {}).get("decisions", [])
+        figures["breakdown"] = pod_breakdown(
+            start, start_cpu, end, end_cpu, seen, decisions, start_wall
+        )
+        return figures
     except RuntimeError as e:
         sys.exit(f"{TOOL}: {e}")
     finally:
@@ -300,6 +347,7 @@ def main(argv=None) -> None:
                     f"{' '.join(run['decisions'])}",
                     flush=True,
                 )
+                print(json.dumps({"job": name, **run["breakdown"]}), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     summary = {"benchmark": "k8s_autoscale", "goal": GOAL}

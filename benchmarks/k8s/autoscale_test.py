@@ -62,6 +62,34 @@ def test_the_cpu_of_a_container_that_ends_inside_the_span_counts_up_to_its_last_
     assert meter.seconds() - start == pytest.approx(1.0 + 0.5)
 
 
+def test_the_breakdown_gives_each_pods_cpu_in_the_span_and_the_decisions_on_its_clock(tmp_path):
+    master = _container(tmp_path / "master-pod", "c", 3_000_000_000)
+    meter = autoscale.CpuMeter()
+    meter.sample(autoscale.container_usage_ns(tmp_path / "master-pod"), "job-master")
+    start, start_cpu = Mark(100.0, 64, meter.seconds()), meter.by_pod()
+    worker = _container(tmp_path / "worker-pod", "c", 700_000_000)  # added inside the span
+    meter.sample(autoscale.container_usage_ns(tmp_path / "worker-pod"), "job-worker-1")
+    (master / "cpuacct.usage").write_text("4500000000\n")
+    (worker / "cpuacct.usage").write_text("2700000000\n")
+    meter.sample(autoscale.container_usage_ns(tmp_path / "master-pod"), "job-master")
+    meter.sample(autoscale.container_usage_ns(tmp_path / "worker-pod"), "job-worker-1")
+    end = Mark(160.0, 6400, meter.seconds())
+    seen = {"job-master": [99.5, 161.0], "job-worker-1": [112.0, 150.5]}
+    decisions = [{"time": 1_000_020.0, "action": "add", "worker": 1, "workers": 2}]
+    out = autoscale.pod_breakdown(
+        start, start_cpu, end, meter.by_pod(), seen, decisions, 1_000_000.0
+    )
+    assert out == {
+        "span_s": 60.0,
+        "pods": {
+            "job-master": {"cpu_s": 1.5, "seen_s": [-0.5, 61.0]},
+            "job-worker-1": {"cpu_s": 2.7, "seen_s": [12.0, 50.5]},
+        },
+        "decisions": [{"t_s": 20.0, "action": "add", "worker": 1}],
+    }
+    assert sum(p["cpu_s"] for p in out["pods"].values()) == pytest.approx(end.cpu_s - start.cpu_s)
+
+
 def test_a_job_fits_when_its_pods_pack_onto_the_nodes():
     # master + PS 0.2 each and four workers on two 1-CPU nodes, the first node filled first:
     # 0.3 fits, 0.4 strands the fourth worker (0.2 left on each node)
