@@ -131,7 +131,15 @@ def pod_breakdown(
         "span_s": round(end.t - start.t, 1),
         "pods": pods,
         "decisions": [
-            {"t_s": round(d["time"] - t0, 1), "action": d["action"], "worker": d.get("worker")}
+            {
+                "t_s": round(d["time"] - t0, 1),
+                "action": d["action"],
+                "worker": d.get("worker"),
+                "records_per_s": d.get("records_per_s"),
+                "gain": d.get("gain"),
+                "required_gain": d.get("required_gain"),
+                "ps": d.get("ps", {}),
+            }
             for d in decisions
         ],
     }

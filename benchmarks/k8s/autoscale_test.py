@@ -85,7 +85,17 @@ def test_the_breakdown_gives_each_pods_cpu_in_the_span_and_the_decisions_on_its_
             "job-master": {"cpu_s": 1.5, "seen_s": [-0.5, 61.0]},
             "job-worker-1": {"cpu_s": 2.7, "seen_s": [12.0, 50.5]},
         },
-        "decisions": [{"t_s": 20.0, "action": "add", "worker": 1}],
+        "decisions": [
+            {
+                "t_s": 20.0,
+                "action": "add",
+                "worker": 1,
+                "records_per_s": None,
+                "gain": None,
+                "required_gain": None,
+                "ps": {},
+            }
+        ],
     }
     assert sum(p["cpu_s"] for p in out["pods"].values()) == pytest.approx(end.cpu_s - start.cpu_s)
 
