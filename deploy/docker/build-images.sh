@@ -324,6 +324,7 @@ import sys
 import time
 
 import docker
+import requests
 
 what, arg = sys.argv[1:3]
 client = docker.from_env()
@@ -337,13 +338,20 @@ try:
         client.api.remove_image(arg)
     elif what == "prune":
         # The engine runs one prune at a time and refuses others meanwhile (409): a build
-        # beside this one may be pruning its own stages.
-        for attempt in range(120):
+        # beside this one may be pruning its own stages. Deleting a GPU stage's gigabytes while
+        # another build writes can outlast a call's timeout; the engine goes on pruning, so
+        # the next call waits behind it (409) and then finds what is left.
+        client = docker.from_env(timeout=300)
+        deadline = time.monotonic() + 1200
+        while True:
             try:
                 client.images.prune(filters={"dangling": True, "label": arg})
                 break
+            except requests.exceptions.ReadTimeout:
+                if time.monotonic() > deadline:
+                    sys.exit(f"build-images: prune {arg}: the engine did not answer in time")
             except docker.errors.APIError as e:
-                if e.status_code != 409 or attempt == 119:
+                if e.status_code != 409 or time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
 except docker.errors.NotFound:
@@ -459,7 +467,9 @@ else
   echo "build-images: building the dependencies image $DEPS_TAG" >&2
   engine_build "$DEPS_TAG" "$DEPS_CTX" "${BUILD_ARGS[@]}" >&2
   echo "build-images: dependencies image $DEPS_TAG built in $((SECONDS - t0)) s" >&2
-  prune_install_stage  # its ~12 GB (gpu) of wheels and installed tree, before the next build
+  # Its ~12 GB (gpu) of wheels and installed tree, before the next build; what a failed
+  # prune leaves, the exit trap prunes again.
+  prune_install_stage || echo "build-images: warning: could not prune the install stage yet" >&2
 fi
 t0=$SECONDS
 args=("DEPS_IMAGE=$DEPS_TAG")
