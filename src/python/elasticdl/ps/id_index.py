@@ -13,11 +13,13 @@ A table whose vocabulary V is known (the Keras layer's ``input_dim``) also gets 
 for the ids below V: an int64 array of V entries holding each id's row (-1: no row yet), so a
 lookup is one gather and an insert one scatter, with no hashing. Ids of V and above (a model
 may feed ids past its ``input_dim``) stay in the hash map, so every id maps as it would
-without the direct index. It is 8 bytes an id of the whole vocabulary, resident from the start
-(every PS holds every V/N-th id, so every page is written sooner or later anyway); the hash
-map's share is about 20-32 bytes an id a PS holds. The direct index is used up to
-``DIRECT_INDEX_MAX_BYTES`` (8M ids), where it is at most a tenth of what a dim-8 table with
-two optimizer slots takes for those rows; larger vocabularies keep the hash map alone.
+without the direct index. Its cost is 8 bytes an id of the whole vocabulary on every PS, from
+the start (a PS holds every N-th id, so each page is written sooner or later anyway); the
+memory check before training (elasticdl.ps.memory_fit) already counts, for every row of a PS's
+share of that vocabulary, the row and 30 bytes of hash map: with up to 3 PS the direct index
+takes less than that (the hash map beside it holds only the ids past V), with more it takes up
+to 8 bytes an id more. It is used up to ``DIRECT_INDEX_MAX_BYTES`` (64 MiB, 8M ids), which
+bounds that excess; larger vocabularies keep the hash map alone.
 """
 from __future__ import annotations
 
