@@ -101,9 +101,7 @@ class IdIndex:
         self._direct[ids[inside]] = rows[inside]
         self._direct_len += int(np.count_nonzero(inside))
         outside = ~inside
-        self._impl.insert(
-            np.ascontiguousarray(ids[outside]), np.ascontiguousarray(rows[outside])
-        )
+        self._impl.insert(np.ascontiguousarray(ids[outside]), np.ascontiguousarray(rows[outside]))
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, rows) of every entry, in no particular order: the table keeps no id column,
