@@ -22,12 +22,17 @@
 #include "range_rank_cpu.h"
 
 namespace py = pybind11;
+
+namespace edl::wire {
+void bind(py::module_& m);  // push_wire_py.cc
+}
 using edl::OptParams;
 using edl::OptSlots;
 
 namespace {
 
-constexpr int kAbiVersion = 4;  // 2: IdMap; 3: IdMap.items, IdMap.nbytes; 4: cpu_sparse_update_unique
+constexpr int kAbiVersion = 5;  // 2: IdMap; 3: IdMap.items, IdMap.nbytes; 4: cpu_sparse_update_unique;
+                                // 5: push_encode, push_decode, scan_ids
 
 template <typename T>
 T* P(uintptr_t a) {
@@ -177,6 +182,7 @@ PYBIND11_MODULE(elasticdl_native, m) {
   m.def("team_threads", &edl::cpu::team_threads);
 
   EDL_BIND_COMMON(m, "cpu_", edl::cpu)
+  edl::wire::bind(m);
   // sparse_update for ids the caller guarantees unique (kernels.h); CPU only.
   m.def("cpu_sparse_update_unique",
         [](int kind, float lr, float mu, bool nesterov, float b1, float b2, float eps, bool ams, uintptr_t table,
