@@ -282,6 +282,10 @@ BOUNDARY_CASES = [
         {"a": _rows_of(5, 3, np.float64), "b": _rows_of(2, 2, np.float16, start=1 << 40)},
         {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "i": np.arange(4, dtype=np.int32)},
     ),
+    (
+        {"bf": _rows_of(3, 2, tu.pb_to_dtype(pb.DT_BFLOAT16))},
+        {"bf": np.ones((2, 2), tu.pb_to_dtype(pb.DT_BFLOAT16))},
+    ),
     # Arrays the writers normalise first: big-endian, not contiguous, ids of another int type.
     (
         {"e": tu.IndexedRows(np.ones((4, 3), ">f4"), np.arange(4, dtype=np.int32))},
@@ -385,7 +389,8 @@ def _reordered_push(tables, dense, tail=b"") -> bytes:
             4,
             _field(
                 2,
-                _field(2, _tensor_reordered(rows.indices)) + _field(1, _tensor_reordered(rows.values)),
+                _field(2, _tensor_reordered(rows.indices))
+                + _field(1, _tensor_reordered(rows.values)),
             )
             + _field(1, name.encode()),
         )
@@ -434,7 +439,8 @@ def test_the_native_reader_reads_protobufs_and_reordered_bytes_as_the_python_rea
         _field(1, _field(4, _field(1, b"e") + _field(1, b"e") + _field(2, b""))),  # key twice
         _field(1, _field(4, _field(1, b"e"))),  # an entry without its rows
         _field(1, _field(4, _field(1, b"\xff") + _field(2, b""))),  # a name that is not UTF-8
-        _field(1, _field(3, _field(1, b"s") + _field(2, bytes([8, pb.DT_STRING]) + _field(3, b"")))),
+        # a string Tensor
+        _field(1, _field(3, _field(1, b"s") + _field(2, bytes([8, pb.DT_STRING, 26, 0])))),
         # a negative dimension (an unpacked shape of -1)
         _field(1, _field(3, _field(1, b"n") + _field(2, bytes([8, 1, 16]) + tu._varint(-1)))),
         _field(1, _field(3, _field(1, b"z") + _field(2, bytes([8, 1]) + _field(3, b"abc")))),

@@ -238,7 +238,8 @@ def ndarray_to_tensor_pieces(array) -> list:
     if not array.nbytes:
         return [b"".join(head)]
     head += [_varint(_TENSOR_CONTENT << 3 | _LEN), _varint(array.nbytes)]
-    return [b"".join(head), memoryview(array.reshape(-1)).cast("B")]
+    # Bytes through a uint8 view: a memoryview of bfloat16 (ml_dtypes) cannot be cast.
+    return [b"".join(head), memoryview(array.reshape(-1).view(np.uint8))]
 
 
 def tensor_bytes_to_ndarray(data: bytes) -> np.ndarray:
