@@ -340,9 +340,11 @@ def _same_push(got, want):
             continue
         assert list(g) == list(w)
         for name in w:
-            pairs = [(g[name], w[name])] if attr == "dense" else [
-                (g[name].values, w[name].values), (g[name].indices, w[name].indices)
-            ]
+            pairs = (
+                [(g[name], w[name])]
+                if attr == "dense"
+                else [(g[name].values, w[name].values), (g[name].indices, w[name].indices)]
+            )
             for a, b in pairs:
                 assert a.dtype == b.dtype and a.shape == b.shape
                 assert a.tobytes() == b.tobytes()
