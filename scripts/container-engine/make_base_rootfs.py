@@ -7,11 +7,21 @@ Why: the build machines reach no container registry, so there is no `python:3.11
 The host is Debian 12 like the image would be, so its packages run unchanged in a container.
 No network, about 2 s.
 
-Usage: make_base_rootfs.py OUT.tar
+A package counts when its files are on disk: installed, or installed with a trigger pending
+(an `apt-get install` running beside this leaves libc-bin "triggers-pending" until its
+ldconfig trigger runs; skipping it left images without `ldd`). The packages the image cannot
+work without must be in the closure, or this fails.
+
+`--key` prints what the rootfs is made of instead (a digest of every package's name and
+version, and of this script): the engine scripts label the imported image with it and import
+it again when the host's packages, or this script, change.
+
+Usage: make_base_rootfs.py OUT.tar | make_base_rootfs.py --key
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import subprocess
@@ -19,11 +29,29 @@ import sys
 import tarfile
 
 ROOT_PACKAGES = [
-    "base-files", "bash", "dash", "coreutils", "libc-bin", "grep", "sed", "findutils",
-    "gzip", "tar", "ca-certificates", "python3", "python3.11", "python3-pip", "python3-venv",
+    "base-files",
+    "bash",
+    "dash",
+    "coreutils",
+    "libc-bin",
+    "grep",
+    "sed",
+    "findutils",
+    "gzip",
+    "tar",
+    "ca-certificates",
+    "python3",
+    "python3.11",
+    "python3-pip",
+    "python3-venv",
     # C++ runtime + OpenMP: the native kernels (elasticdl_native) link them.
-    "libstdc++6", "libgomp1",
+    "libstdc++6",
+    "libgomp1",
 ]
+# Without these the image is not one: a shell, the dynamic loader's tools, python3.
+REQUIRED_PACKAGES = ["bash", "coreutils", "libc-bin", "python3"]
+# dpkg states in which a package's files are all on disk.
+ON_DISK = ("installed", "triggers-pending", "triggers-awaited")
 # Generated files (not owned by any package) that a working system needs.
 EXTRA_FILES = [
     "/etc/ssl/certs/ca-certificates.crt",  # includes any local CA that re-signs TLS
@@ -53,8 +81,8 @@ def installed_closure(roots: list[str]) -> set[str]:
         pkg = todo.pop()
         if pkg in seen:
             continue
-        status = _dpkg_query(pkg, "${Status}")
-        if not status or "install ok installed" not in status:
+        status = (_dpkg_query(pkg, "${Status}") or "").split()
+        if len(status) != 3 or status[1] != "ok" or status[2] not in ON_DISK:
             continue
         seen.add(pkg)
         for alternatives in (_dpkg_query(pkg, "${Pre-Depends},${Depends}") or "").split(","):
@@ -108,18 +136,38 @@ def write_tar(out: str, paths: set[str]) -> None:
             tar.addfile(ti, io.BytesIO(data))
 
 
+def rootfs_key(packages: set[str]) -> str:
+    """A digest of the packages (name and version) and of this script."""
+    h = hashlib.sha256()
+    with open(__file__, "rb") as f:
+        h.update(f.read())
+    for pkg in sorted(packages):
+        h.update(f"{pkg} {_dpkg_query(pkg, '${Version}') or ''}\n".encode())
+    return h.hexdigest()[:24]
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: make_base_rootfs.py OUT.tar", file=sys.stderr)
+        print("usage: make_base_rootfs.py OUT.tar | make_base_rootfs.py --key", file=sys.stderr)
         return 2
     packages = installed_closure(ROOT_PACKAGES)
-    if "python3" not in packages:
-        print("make_base_rootfs: the host has no python3 Debian package", file=sys.stderr)
+    missing = [p for p in REQUIRED_PACKAGES if p not in packages]
+    if missing:
+        print(
+            f"make_base_rootfs: the host lacks the Debian packages {', '.join(missing)} "
+            "(installed, with files on disk): install them, then run this again",
+            file=sys.stderr,
+        )
         return 1
+    if argv[1] == "--key":
+        print(rootfs_key(packages))
+        return 0
     paths = package_paths(packages)
     write_tar(argv[1], paths)
-    print(f"make_base_rootfs: {len(packages)} packages, {len(paths)} paths -> {argv[1]}",
-          file=sys.stderr)
+    print(
+        f"make_base_rootfs: {len(packages)} packages, {len(paths)} paths -> {argv[1]}",
+        file=sys.stderr,
+    )
     return 0
 
 
