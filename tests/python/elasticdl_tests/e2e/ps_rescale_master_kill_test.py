@@ -16,7 +16,7 @@ from .conftest import kill, replica
 from .master_restart_test import _job_processes
 
 JOB = "ps-change-master-kill"
-RECORDS, TASK_RECORDS = 8192, 128
+RECORDS, TASK_RECORDS = 16384, 128
 CHANGE_DONE = "PS count 1 -> 2 (PS set 1"
 
 
@@ -31,10 +31,11 @@ def _ps_set_journaled(job_dir: Path) -> bool:
     return False
 
 
-def _two_training_files(fashion_mnist: Path, root: Path) -> Path:
-    """8,192 records: enough to outlive the change and the restart, short on 2 cores."""
+def _training_files(fashion_mnist: Path, root: Path) -> Path:
+    """16,384 records: enough to outlive the change and the restart on a loaded machine (with
+    8,192 the workers had trained nearly all of them before the new master answered)."""
     names = sorted(n for n in os.listdir(fashion_mnist / "train") if not n.startswith("."))
-    for name in names[:2]:
+    for name in names[:4]:
         (root / name).symlink_to(fashion_mnist / "train" / name)
     return root
 
@@ -45,7 +46,7 @@ def test_a_master_killed_after_the_ps_set_change_is_journaled_finishes_it(
     cli.submit(
         "train",
         JOB,
-        f"--training_data={_two_training_files(fashion_mnist, tmp_path)}",
+        f"--training_data={_training_files(fashion_mnist, tmp_path)}",
         "--num_epochs=1",
         "--minibatch_size=64",
         "--num_minibatches_per_task=2",
@@ -102,8 +103,12 @@ def test_a_master_killed_after_the_ps_set_change_is_journaled_finishes_it(
     for name in ("ps-0", "ps-1"):
         assert "restored version" in cli.replica_log(JOB, name), name
         assert replica(final, name)["restarts"] == 0, final["replicas"]
-    for name in ("worker-0", "worker-1"):
-        assert "PS set 0 -> 1" in cli.replica_log(JOB, name), cli.replica_log(JOB, name)[-2000:]
+    # The workers the new master gave work to moved to the new set (on a loaded machine one may
+    # reconnect only after the other took the rest of the job).
+    logs = {name: cli.replica_log(JOB, name) for name in ("worker-0", "worker-1")}
+    assert any("PS set 0 -> 1" in text for text in logs.values()), {
+        name: text[-1500:] for name, text in logs.items()
+    }
     # Never a second process of one replica, nothing left behind.
     deadline = time.monotonic() + 30
     while _job_processes(job_dir) and time.monotonic() < deadline:
