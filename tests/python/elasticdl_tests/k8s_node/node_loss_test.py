@@ -155,9 +155,11 @@ def test_a_job_loses_a_node_and_finishes_on_the_other(
         assert replacement["restarts"] == 0, replacement
         # The lost worker's tasks came back: taken back when it was declared lost, or, when the
         # survivor had run out of queued work first, backed up as a straggler's (its copy won).
-        assert status["tasks_recovered"] + status["stragglers"].get("backups_issued", 0) >= 1, {
-            k: status[k] for k in ("tasks_recovered", "tasks_retried", "stragglers")
-        }
+        recovered = status["tasks_recovered"] + status["stragglers"].get("backups_issued", 0)
+        assert recovered >= 1, (
+            str({k: status[k] for k in ("tasks_recovered", "tasks_retried", "stragglers")})
+            + diagnose()
+        )
         capsys.readouterr()
         assert main(["logs", job, *target]) == 0
         master_log = capsys.readouterr().out
