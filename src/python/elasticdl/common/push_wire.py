@@ -38,6 +38,7 @@ def use_native(module) -> None:
     global _native
     _native = module
 
+
 _LEN = 2
 
 
