@@ -38,7 +38,6 @@ def use_native(module) -> None:
     global _native
     _native = module
 
-
 _LEN = 2
 
 
