@@ -14,10 +14,9 @@ field repeated inside a map entry, a field it does not know there) makes it pars
 with protobuf instead, so its answer is always protobuf's.
 
 Both ways run in one call of the native extension (`elasticdl_native.push_encode`,
-`push_decode`) once elasticdl.ops has loaded it (it plugs the codec in here through
-`use_native`: common imports nothing above it), instead of some thirty Python steps that frame
-each varint and nested field; the Python below is the reference they match byte for byte, and
-what serves without the extension or with ELASTICDL_OPS_BACKEND=reference.
+`push_decode`) when it is loaded (elasticdl.ops._backend), instead of some thirty Python steps
+that frame each varint and nested field; the Python below is the reference they match byte
+for byte, and what serves without the extension or with ELASTICDL_OPS_BACKEND=reference.
 """
 from __future__ import annotations
 
@@ -26,17 +25,11 @@ from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 from elasticdl.common import tensor_utils as tu
+from elasticdl.ops import _backend
 from elasticdl.proto import elasticdl_pb2 as pb
 
 # The native extension, or None: then the Python below writes and reads every push.
-_native = None
-
-
-def use_native(module) -> None:
-    """Write and read pushes through ``module`` (the loaded ``elasticdl_native``; None: the
-    Python below). Called by elasticdl.ops when it loads the extension."""
-    global _native
-    _native = module
+_native = _backend.native
 
 _LEN = 2
 

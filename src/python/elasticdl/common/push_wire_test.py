@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from elasticdl.common import tensor_utils as tu
 from elasticdl.common.push_wire import DensePull, decode_push, encode_push, encode_push_answer
-from elasticdl.ops import _backend  # noqa: F401  (plugs the native codec into push_wire)
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
