@@ -10,9 +10,8 @@ on first sight) and the SGD ``apply_sparse`` of their gradients. Ids drawn Zipf(
 uniformly over the vocabulary. Per distribution and phase (the first ``--cold`` minibatches,
 which create most rows, and the rest): CPU milliseconds per minibatch of each, in ``--repeats``
 interleaved rounds (the order alternating), medians, and the median of the rounds' new/old
-ratios with their range. Idle OpenMP threads wait passively, as in a PS (elasticdl.common.
-omp_tuning). One JSON line at the end, with the load average before and after and the ops
-backend (``ELASTICDL_OPS_BACKEND=reference``: the NumPy hash map).
+ratios with their range. One JSON line at the end, with the load average before and after and
+the ops backend (``ELASTICDL_OPS_BACKEND=reference``: the NumPy hash map).
 """
 from __future__ import annotations
 
@@ -28,10 +27,6 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 for _path in (os.path.dirname(_HERE), os.path.join(_HERE, "..", "..", "src", "python")):
     if os.path.abspath(_path) not in sys.path:
         sys.path.insert(0, os.path.abspath(_path))
-
-from elasticdl.common.omp_tuning import passive_omp_wait  # noqa: E402
-
-passive_omp_wait()  # as the PS's main does, before the native kernels load
 
 import numpy as np  # noqa: E402
 from elasticdl.ops import _backend  # noqa: E402
