@@ -168,7 +168,7 @@ class Parameters:
             self.check_new_tables([TableDemand(i.name, i.vocabulary, i.dim) for i in new])
         for info in new:
             self.embedding_tables[info.name] = EmbeddingTable(
-                info.name, info.dim, info.initializer, seed=self.seed, vocabulary=info.vocabulary
+                info.name, info.dim, info.initializer, seed=self.seed
             )
 
     # ------------------------------------------------------------------ access
