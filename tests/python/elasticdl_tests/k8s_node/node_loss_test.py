@@ -153,10 +153,7 @@ def test_a_job_loses_a_node_and_finishes_on_the_other(
         assert gone["ended_by"] == "evicted" and gone["replaced_by"] is not None, gone
         replacement = replicas[f"worker-{gone['replaced_by']}"]
         assert replacement["restarts"] == 0, replacement
-        # The lost worker's tasks came back: taken back when it was declared lost, or, when the
-        # survivor had run out of queued work first, backed up as a straggler's (its copy won).
-        recovered = status["tasks_recovered"] + status["stragglers"].get("backups_issued", 0)
-        assert recovered >= 1, (
+        assert status["tasks_recovered"] >= 1, (
             str({k: status[k] for k in ("tasks_recovered", "tasks_retried", "stragglers")})
             + diagnose()
         )
