@@ -40,7 +40,7 @@ from elasticdl_tests.k8s_node.job_test import (  # noqa: F401  (fixtures, used b
 )
 from elasticdl_tests.waiting import wait_for
 
-EPOCHS = 6  # enough work left when the node goes
+EPOCHS = 12  # enough work left when the node goes (an epoch takes ~3 s on two workers)
 # Shorter than the flag's default (30 s): the eviction path is the same, the job waits less.
 NODE_LOST_TIMEOUT_S = 10
 
@@ -121,6 +121,24 @@ def test_a_job_loses_a_node_and_finishes_on_the_other(
     # One worker on each node: ElasticDL's preference, no placement given for them.
     assert {placed["worker-0"], placed["worker-1"]} == {survivor, lost}, placed
     lost_worker = next(w for w in ("worker-0", "worker-1") if placed[w] == lost)
+    total = TRAIN_RECORDS * EPOCHS
+
+    def lost_worker_at_work():
+        """The lost worker has reported a task, so it holds its next one (a report is answered
+        with the next task in the same call) while most of the job is still to do. Without
+        this the node can go before that worker's first request for work (its peer may train
+        a whole epoch meanwhile), and then it has no task to take back."""
+        capsys.readouterr()
+        if main(["status", job, "-o", "json", *target]) != 0:
+            return None
+        status = json.loads(capsys.readouterr().out)
+        assert status["records_trained"] < total // 2, (
+            f"the job is past half-way before {lost_worker} reported a task; {status}"
+        )
+        replicas = {r["name"]: r for r in status["replicas"]}
+        return replicas.get(lost_worker, {}).get("tasks_done", 0) >= 1
+
+    wait_for(lost_worker_at_work, 300, f"{lost_worker} on node {lost} to report a task", diagnose)
 
     ps0 = f"elasticdl-{job}-ps-0"
     old_ps = node_k8s.get_pod(ps0).metadata.uid
@@ -144,7 +162,6 @@ def test_a_job_loses_a_node_and_finishes_on_the_other(
         capsys.readouterr()
         assert main(["status", job, "-o", "json", *target]) == 0
         status = json.loads(capsys.readouterr().out)
-        total = TRAIN_RECORDS * EPOCHS
         assert status["phase"] == "Succeeded", status
         assert status["records_trained"] == status["records_expected"] == total, status
         replicas = {r["name"]: r for r in status["replicas"]}
