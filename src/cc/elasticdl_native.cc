@@ -22,12 +22,18 @@
 #include "range_rank_cpu.h"
 
 namespace py = pybind11;
+
+namespace edl::wire {
+void bind(py::module_& m);  // push_wire_py.cc
+}
 using edl::OptParams;
 using edl::OptSlots;
 
 namespace {
 
-constexpr int kAbiVersion = 4;  // 2: IdMap; 3: IdMap.items, IdMap.nbytes; 4: cpu_sparse_update_unique
+constexpr int kAbiVersion = 5;  // 2: IdMap; 3: IdMap.items, IdMap.nbytes; 4: cpu_sparse_update_unique;
+                                // 5: push_encode, push_decode, scan_ids,
+                                // cpu_aggregate_increasing
 
 template <typename T>
 T* P(uintptr_t a) {
@@ -177,6 +183,7 @@ PYBIND11_MODULE(elasticdl_native, m) {
   m.def("team_threads", &edl::cpu::team_threads);
 
   EDL_BIND_COMMON(m, "cpu_", edl::cpu)
+  edl::wire::bind(m);
   // sparse_update for ids the caller guarantees unique (kernels.h); CPU only.
   m.def("cpu_sparse_update_unique",
         [](int kind, float lr, float mu, bool nesterov, float b1, float b2, float eps, bool ams, uintptr_t table,
@@ -214,6 +221,29 @@ PYBIND11_MODULE(elasticdl_native, m) {
       }
       ranks.reset();  // hand the scratch back to the pools
       d.reset();
+    }
+    return py::make_tuple(out_ids, out);
+  });
+  // cpu_aggregate's answer for ids that strictly increase (each id once, already in order):
+  // the ids and the rows (plus 0, as the sum writes a -0.0 row) without ranking them; None
+  // when the ids do not, found by a pass that stops at the first id not above the one before.
+  m.def("cpu_aggregate_increasing", [](uintptr_t ids, int64_t n, uintptr_t grads, int64_t dim) -> py::object {
+    const int64_t* in = P<const int64_t>(ids);
+    bool increasing = true;
+    {
+      py::gil_scoped_release nogil;
+      for (int64_t i = 1; i < n && increasing; ++i) increasing = in[i] > in[i - 1];
+    }
+    if (!increasing) return py::none();
+    py::array_t<int64_t> out_ids(n);
+    py::array_t<float> out = pooled_array<float>({n, dim});
+    int64_t* oi = out_ids.mutable_data();
+    float* og = out.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      std::copy(in, in + n, oi);
+      const float* g = P<const float>(grads);
+      for (int64_t i = 0; i < n * dim; ++i) og[i] = 0.0f + g[i];
     }
     return py::make_tuple(out_ids, out);
   });

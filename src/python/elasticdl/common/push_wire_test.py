@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from elasticdl.common import tensor_utils as tu
 from elasticdl.common.push_wire import DensePull, decode_push, encode_push, encode_push_answer
+from elasticdl.ops import _backend  # noqa: F401  (plugs the native codec into push_wire)
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
@@ -243,3 +244,235 @@ def test_the_ps_answer_with_pulled_parameters_parses_as_protobufs(params):
     assert parsed == want
     no_pull = pb.PushGradientsResponse(accepted=True, version=7)
     assert encode_push_answer(no_pull, None) == no_pull.SerializeToString()
+
+
+# ------------------------------------------------------------------ the native extension
+# The extension writes and reads a push in one call each way; the Python is the reference:
+# the same bytes out, the same answer (or the same error) in, whatever arrives.
+from elasticdl.common import push_wire  # noqa: E402
+
+NATIVE = push_wire._native
+needs_native = pytest.mark.skipif(NATIVE is None, reason="elasticdl_native not loaded")
+
+
+def _by_python(fn, *args):
+    saved, push_wire._native = push_wire._native, None
+    try:
+        return fn(*args)
+    finally:
+        push_wire._native = saved
+
+
+def _rows_of(n, dim, dtype=np.float32, start=0):
+    return tu.IndexedRows(np.arange(n * dim).reshape(n, dim).astype(dtype), np.arange(n) + start)
+
+
+# Sizes around the varint length boundaries (1 -> 2 bytes at 128, 2 -> 3 at 16,384): row
+# counts whose content, tensor, rows and gradients fields cross them, and names of 127/128.
+BOUNDARY_CASES = [
+    ({}, {}),
+    ({"e": _rows_of(0, 4)}, {}),
+    ({}, {"w": np.ones(0, np.float32)}),
+    ({}, {"scalar": np.float32(3.5)}),
+    *[({"e": _rows_of(n, 1)}, {}) for n in (1, 9, 10, 11, 12, 13, 14, 15, 16, 17, 31, 32, 33)],
+    *[({"e": _rows_of(n, 16)}, {}) for n in (1, 2, 255, 256, 257, 1023, 1024, 1025, 4096)],
+    *[({"e": _rows_of(1, d)}, {}) for d in (31, 32, 33, 4095, 4096, 4097)],
+    ({"k" * 127: _rows_of(2, 2), "k" * 128: _rows_of(2, 2)}, {"n" * 128: np.ones(3)}),
+    ({"a": _rows_of(3, 2), "b": _rows_of(0, 8), "": _rows_of(1, 1), "ü": _rows_of(2, 4)}, {}),
+    (
+        {"a": _rows_of(5, 3, np.float64), "b": _rows_of(2, 2, np.float16, start=1 << 40)},
+        {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "i": np.arange(4, dtype=np.int32)},
+    ),
+    (
+        {"bf": _rows_of(3, 2, tu.pb_to_dtype(pb.DT_BFLOAT16))},
+        {"bf": np.ones((2, 2), tu.pb_to_dtype(pb.DT_BFLOAT16))},
+    ),
+    # Arrays the writers normalise first: big-endian, not contiguous, ids of another int type.
+    (
+        {"e": tu.IndexedRows(np.ones((4, 3), ">f4"), np.arange(4, dtype=np.int32))},
+        {"t": np.arange(12, dtype=np.float32).reshape(3, 4).T, "be": np.ones(2, ">f8")},
+    ),
+]
+
+
+@needs_native
+@pytest.mark.parametrize("embedding, dense", BOUNDARY_CASES)
+def test_the_native_writer_writes_the_python_writers_bytes_which_protobuf_parses(embedding, dense):
+    req = _request(shared_memory_region=70000)
+    native = encode_push(req, embedding, dense)
+    assert native == _by_python(encode_push, req, embedding, dense)
+    assert pb.PushGradientsRequest.FromString(native) == _full_by_protobuf(req, embedding, dense)
+
+
+def _in_host_order(array):
+    array = np.asarray(array)  # ndarray_to_pb sends only host-order (little-endian) arrays
+    return array.astype(array.dtype.newbyteorder("=")) if array.dtype.byteorder == ">" else array
+
+
+def _full_by_protobuf(req, embedding, dense):
+    full = _by_protobuf(
+        req,
+        {
+            n: tu.IndexedRows(_in_host_order(r.values), np.asarray(r.indices))
+            for n, r in embedding.items()
+        },
+    )
+    for name, value in dense.items():
+        tu.ndarray_to_pb(_in_host_order(value), full.gradients.dense_parameters[name])
+    return full
+
+
+@needs_native
+def test_the_native_writer_leaves_string_tensors_to_the_python_writer():
+    dense = {"s": np.array([b"ab", b""], dtype=object)}
+    req = pb.PushGradientsRequest(worker_id=1)
+    data = encode_push(req, {"e": _rows_of(2, 2)}, dense)
+    assert data == _by_python(encode_push, req, {"e": _rows_of(2, 2)}, dense)
+    parsed = pb.PushGradientsRequest.FromString(data).gradients.dense_parameters["s"]
+    assert tu.pb_to_ndarray(parsed).tolist() == [b"ab", b""]
+
+
+def _same_push(got, want):
+    assert got.request == want.request
+    for attr in ("embedding", "dense"):
+        g, w = getattr(got, attr), getattr(want, attr)
+        assert (g is None) == (w is None)
+        if w is None:
+            continue
+        assert list(g) == list(w)
+        for name in w:
+            pairs = (
+                [(g[name], w[name])]
+                if attr == "dense"
+                else [(g[name].values, w[name].values), (g[name].indices, w[name].indices)]
+            )
+            for a, b in pairs:
+                assert a.dtype == b.dtype and a.shape == b.shape
+                assert a.tobytes() == b.tobytes()
+
+
+def _outcome(data):
+    try:
+        return decode_push(data), None
+    except Exception as e:  # noqa: BLE001 - the type is what must agree
+        return None, type(e)
+
+
+def _assert_decoders_agree(data):
+    native, native_error = _outcome(data)
+    python, python_error = _by_python(_outcome, data)
+    assert native_error == python_error
+    if python is not None:
+        _same_push(native, python)
+    return native
+
+
+def _field(number, body: bytes) -> bytes:
+    return tu._varint(number << 3 | 2) + tu._varint(len(body)) + body
+
+
+def _tensor_reordered(array) -> bytes:
+    """A Tensor with its fields backwards, the dtype twice (the later wins) and the shape
+    unpacked, one field per dimension."""
+    array = _in_host_order(array)
+    shape = b"".join(tu._varint(2 << 3) + tu._varint(d) for d in array.shape)
+    return (
+        _field(3, array.tobytes())
+        + shape
+        + bytes([1 << 3, pb.DT_INT8])
+        + bytes([1 << 3, tu.dtype_to_pb(array.dtype)])
+    )
+
+
+def _reordered_push(tables, dense, tail=b"") -> bytes:
+    """A push as another writer may lay it out: the request's fields after the gradients, the
+    entries' value before their key, the ids before the rows, the gradients in two pieces."""
+    table_entries = b"".join(
+        _field(
+            4,
+            _field(
+                2,
+                _field(2, _tensor_reordered(rows.indices))
+                + _field(1, _tensor_reordered(rows.values)),
+            )
+            + _field(1, name.encode()),
+        )
+        for name, rows in tables.items()
+    )
+    dense_entries = b"".join(
+        _field(3, _field(2, _tensor_reordered(v)) + _field(1, n.encode())) for n, v in dense.items()
+    )
+    version = bytes([1 << 3 | 0, 9])  # Model.version, a varint
+    return (
+        _field(1, table_entries)
+        + pb.PushGradientsRequest(worker_id=3, learning_rate=0.5).SerializeToString()
+        + _field(1, version + dense_entries)
+        + tail
+    )
+
+
+@needs_native
+@pytest.mark.parametrize("case", range(len(BOUNDARY_CASES)))
+def test_the_native_reader_reads_protobufs_and_reordered_bytes_as_the_python_reader(case):
+    embedding, dense = BOUNDARY_CASES[case]
+    req = _request()
+    full = _full_by_protobuf(req, embedding, dense)
+    for data in (full.SerializeToString(), encode_push(req, embedding, dense)):
+        assert NATIVE.push_decode(data, pb.DT_STRING) is not None  # the extension read it
+        push = _assert_decoders_agree(data)
+        assert push.embedding is not None
+        _assert_same_rows(push.embedding, embedding)
+    data = _reordered_push(embedding, dense)
+    assert NATIVE.push_decode(data, pb.DT_STRING) is not None
+    push = _assert_decoders_agree(data)
+    assert push.embedding is not None  # read by the fast path, not protobuf
+    _assert_same_rows(push.embedding, embedding)
+    assert push.request.worker_id == 3 and push.request.gradients.version == 9
+    parsed = pb.PushGradientsRequest.FromString(data)
+    for name, rows in embedding.items():
+        np.testing.assert_array_equal(
+            tu.pb_to_indexed_rows(parsed.gradients.embedding_tables[name]).values, rows.values
+        )
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "tail",
+    [
+        _field(1, _field(4, _field(1, b"e") + _field(1, b"e") + _field(2, b""))),  # key twice
+        _field(1, _field(4, _field(1, b"e"))),  # an entry without its rows
+        _field(1, _field(4, _field(1, b"\xff") + _field(2, b""))),  # a name that is not UTF-8
+        # a string Tensor
+        _field(1, _field(3, _field(1, b"s") + _field(2, bytes([8, pb.DT_STRING, 26, 0])))),
+        # a negative dimension (an unpacked shape of -1)
+        _field(1, _field(3, _field(1, b"n") + _field(2, bytes([8, 1, 16]) + tu._varint(-1)))),
+        _field(1, _field(3, _field(1, b"z") + _field(2, bytes([8, 1]) + _field(3, b"abc")))),
+        _field(1, _field(3, _field(1, b"q") + _field(2, bytes([8, 99])))),  # no such dtype
+        bytes([1 << 3 | 3]),  # a group's start: a wire type the reader refuses
+    ],
+)
+def test_the_native_reader_answers_as_the_python_reader_on_what_the_fast_path_refuses(tail):
+    _assert_decoders_agree(_reordered_push({"e": _rows_of(3, 2)}, {"w": np.ones(2)}, tail))
+
+
+@needs_native
+def test_the_native_reader_survives_truncated_and_corrupted_pushes_as_the_python_reader():
+    rng = np.random.default_rng(11)
+    req = _request()
+    tu.ndarray_to_pb(np.full(2, 0.5, np.float32), req.gradients.state["bn/moving_mean"])
+    sources = [
+        encode_push(req, {"a": _rows_of(9, 3), "b": _rows_of(2, 5)}, {"v": np.ones(4)}),
+        _reordered_push({"a": _rows_of(4, 2)}, {"w": np.arange(3.0)}),
+    ]
+    cases = 0
+    for data in sources:
+        for cut in range(0, len(data), max(1, len(data) // 60)):
+            _assert_decoders_agree(data[:cut])
+            cases += 1
+        for _ in range(150):
+            corrupt = bytearray(data)
+            for pos in rng.integers(0, len(data), size=rng.integers(1, 4)):
+                corrupt[pos] = rng.integers(0, 256)
+            _assert_decoders_agree(bytes(corrupt))
+            cases += 1
+    assert cases > 400

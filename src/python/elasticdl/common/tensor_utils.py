@@ -214,15 +214,21 @@ def ndarray_to_tensor_bytes(array) -> bytes:
     return b"".join(ndarray_to_tensor_pieces(array))
 
 
-def ndarray_to_tensor_pieces(array) -> list:
-    """The serialized `Tensor` of an array as pieces to join: its head, then a view of its
-    bytes (no copy yet) when it is numeric."""
+def tensor_parts(array) -> tuple[int, tuple, np.ndarray]:
+    """(DataType, dimensions, C-contiguous little-endian array) of what a `Tensor` of `array`
+    holds; the array is not copied when it already is so."""
     array = np.asarray(array)
     dims = array.shape  # before ascontiguousarray, which makes a 0-d array 1-d
     array = np.ascontiguousarray(array)
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
-    dtype = dtype_to_pb(array.dtype)
+    return dtype_to_pb(array.dtype), dims, array
+
+
+def ndarray_to_tensor_pieces(array) -> list:
+    """The serialized `Tensor` of an array as pieces to join: its head, then a view of its
+    bytes (no copy yet) when it is numeric."""
+    dtype, dims, array = tensor_parts(array)
     if dtype == pb.DT_STRING:
         return [ndarray_to_pb(array).SerializeToString()]
     shape = b"".join(_varint(d) for d in dims)
@@ -232,7 +238,8 @@ def ndarray_to_tensor_pieces(array) -> list:
     if not array.nbytes:
         return [b"".join(head)]
     head += [_varint(_TENSOR_CONTENT << 3 | _LEN), _varint(array.nbytes)]
-    return [b"".join(head), memoryview(array.reshape(-1)).cast("B")]
+    # Bytes through a uint8 view: a memoryview of bfloat16 (ml_dtypes) cannot be cast.
+    return [b"".join(head), memoryview(array.reshape(-1).view(np.uint8))]
 
 
 def tensor_bytes_to_ndarray(data: bytes) -> np.ndarray:
@@ -243,8 +250,13 @@ def tensor_bytes_to_ndarray(data: bytes) -> np.ndarray:
     dtype, shape, content = layout if layout is not None else _tensor_fields(view)
     if dtype == pb.DT_STRING:
         return pb_to_ndarray(pb.Tensor.FromString(bytes(data)))
+    return tensor_view(view, dtype, shape, *content)
+
+
+def tensor_view(view: memoryview, dtype: int, shape, start: int, end: int) -> np.ndarray:
+    """The numeric Tensor of DataType `dtype` and `shape` whose content is view[start:end], as
+    a read-only view; ValueError when the content's size does not fit the shape."""
     np_dtype = pb_to_dtype(dtype)
-    start, end = content
     expected = math.prod(shape) * np_dtype.itemsize
     if end - start != expected:
         raise ValueError(

@@ -13,7 +13,7 @@ logger = logging.getLogger(__name__)
 
 # Bumped whenever the native function signatures change, so a stale build is ignored
 # (with a warning) instead of being called with the wrong arguments.
-NATIVE_ABI = 4
+NATIVE_ABI = 5
 
 native = None
 _reason = ""
@@ -37,6 +37,9 @@ if native is not None:
         native.num_threads(),
         "built" if native.has_cuda() else "not built",
     )
+    from elasticdl.common import push_wire
+
+    push_wire.use_native(native)  # pushes framed and read natively from now on
 else:
     logger.info("elasticdl.ops backend: reference NumPy (%s)", _reason)
 

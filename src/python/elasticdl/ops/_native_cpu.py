@@ -101,7 +101,10 @@ def sparse_aggregate(ids, grads):
     grads = C.float32_input("grads", grads)
     if grads.ndim != 2 or grads.shape[0] != ids.size:
         raise OpsError(f"grads: expected shape ({ids.size}, dim) to match ids, got {grads.shape}")
-    return _N.cpu_aggregate(_ptr(ids), ids.size, _ptr(grads), grads.shape[1])
+    # Ids that come sorted and unique skip the ranking: one pass finds out, and it stops at
+    # the first id out of order.
+    args = (_ptr(ids), ids.size, _ptr(grads), grads.shape[1])
+    return _N.cpu_aggregate_increasing(*args) or _N.cpu_aggregate(*args)
 
 
 def dense_accumulate(out, grads, scale=1.0):

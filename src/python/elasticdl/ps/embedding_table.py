@@ -5,7 +5,9 @@ Storage is one contiguous, geometrically grown float32 block of shape (capacity,
 are blocks of the same shape that share the index, so a sparse optimizer kernel gets the
 table and its slots as plain 2-D arrays addressed by the same row numbers. No block row -> id
 column is kept (8 bytes a row, 4% of a 16-float row with Adam's slots): exports and
-checkpoints read the pairs back from the index.
+checkpoints read the pairs back from the index. Given the vocabulary (the layer's
+``input_dim``), the index resolves the ids below it with a direct array instead of hashing
+(`IdIndex`); rows, their order and their values are the same either way.
 
 Not thread-safe: the owner (`Parameters`) serialises access.
 """
@@ -27,14 +29,17 @@ _MAPPED_BLOCK_BYTES = 1 << 20
 
 
 class EmbeddingTable:
-    def __init__(self, name: str, dim: int, initializer: str = "uniform", seed: int = 0):
+    def __init__(
+        self, name: str, dim: int, initializer: str = "uniform", seed: int = 0, vocabulary: int = 0
+    ):
         if dim <= 0:
             raise PSError(f"embedding table {name!r}: dim must be positive, got {dim}")
         self.name = name
         self.dim = int(dim)
         self.initializer = initializers.check_initializer(initializer)
         self.seed = initializers.table_seed(name, seed)
-        self._index = IdIndex()
+        self.vocabulary = int(vocabulary)  # 0: unknown
+        self._index = IdIndex(vocabulary=self.vocabulary)
         self._values = _block(_MIN_CAPACITY, self.dim)
         self._slots: dict[str, np.ndarray] = {}
         self._slot_init: dict[str, float] = {}  # value of a slot in a freshly created row
@@ -59,7 +64,7 @@ class EmbeddingTable:
 
     @property
     def index_nbytes(self) -> int:
-        """Bytes of the id -> row map."""
+        """Bytes of the id -> row map (the direct index included)."""
         return self._index.nbytes
 
     @property

@@ -260,3 +260,54 @@ def test_small_and_large_gathers_give_the_same_rows():
     np.testing.assert_array_equal(many, want)
     few[0, 0] = -1.0  # copies, not views of the table
     assert t.get(ids[:1])[0, 0] == 0.0
+
+
+@pytest.fixture(params=_id_index_kinds(), ids=lambda n: "native" if n else "numpy")
+def hash_backend(request, monkeypatch):
+    """Tables made in the test use the native or the NumPy hash map."""
+    import types
+
+    from elasticdl.ps import id_index
+
+    if not request.param:
+        monkeypatch.setattr(id_index, "_backend", types.SimpleNamespace(native=None))
+    return request.param
+
+
+def _same_ops(table: EmbeddingTable, rng_seed: int) -> list[np.ndarray]:
+    """Pulls (duplicates, ids past the vocabulary of 500, one-id pulls), sets, slots, SGD
+    updates and growth into mapped blocks; returns every answer the table gave."""
+    from elasticdl.ps.optimizer import Optimizer, OptimizerConfig
+
+    rng = np.random.default_rng(rng_seed)
+    opt = Optimizer(OptimizerConfig("Adam", learning_rate=0.1))
+    out = []
+    for step in range(1, 40):
+        ids = rng.integers(0, 520, 64) if step % 4 else rng.integers(0, 1 << 40, 3)
+        if step % 7 == 0:
+            ids = ids[:1]
+        out.append(table.get(ids))
+        push = np.unique(ids)
+        grads = rng.normal(size=(push.size, table.dim)).astype(np.float32)
+        opt.apply_sparse(table, push, grads, 0.1, step)
+        if step % 5 == 0:
+            extra = push[:3] + 1000
+            table.set(extra, rng.normal(size=(extra.size, table.dim)).astype(np.float32))
+    out.append(table.get(np.arange(0, 80_000, 7)))  # past 1 MiB: mapped blocks
+    out.append(table.rows(np.array([3, 499, 500, 1 << 40]), create=True))
+    out += [table.ids, table.values, np.array([len(table)])]
+    for slot in (None, *table.slot_names):
+        out += list(table.export(slot))
+    return out
+
+
+def test_a_table_with_vocabulary_gives_the_same_rows_as_one_without(hash_backend):
+    with_vocab = EmbeddingTable("t", 8, "uniform", seed=3, vocabulary=500)
+    without = EmbeddingTable("t", 8, "uniform", seed=3)
+    assert with_vocab._index.direct_size == 500 and without._index.direct_size == 0
+    got, want = _same_ops(with_vocab, 11), _same_ops(without, 11)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    assert with_vocab.index_nbytes >= 500 * 8
+    assert with_vocab.slot_names == without.slot_names == ("m", "v")

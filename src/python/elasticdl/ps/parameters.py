@@ -27,6 +27,7 @@ from typing import Callable, Collection, Mapping
 import numpy as np
 from elasticdl.common import tensor_utils as tu
 from elasticdl.common.hash_utils import string_to_id
+from elasticdl.ops.id_scan import scan_ids
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.embedding_table import EmbeddingTable, check_ids
 from elasticdl.ps.errors import NotFoundError, PSError
@@ -168,7 +169,7 @@ class Parameters:
             self.check_new_tables([TableDemand(i.name, i.vocabulary, i.dim) for i in new])
         for info in new:
             self.embedding_tables[info.name] = EmbeddingTable(
-                info.name, info.dim, info.initializer, seed=self.seed
+                info.name, info.dim, info.initializer, seed=self.seed, vocabulary=info.vocabulary
             )
 
     # ------------------------------------------------------------------ access
@@ -191,12 +192,15 @@ class Parameters:
         return value
 
     def check_embedding_ids(self, table_name: str, ids) -> np.ndarray:
+        """`ids` as a 1-D int64 array once they are integers, non-negative (`check_ids`) and
+        this PS's (one pass, elasticdl.ops.id_scan; the refused ones are looked up only to
+        name them); a PSError otherwise."""
         table = self.get_embedding_table(table_name)
         ids = check_ids(ids, table.name)
         if self.num_ps == 1:
             return ids
-        foreign = ~self.owns_ids(ids)
-        if foreign.any():
+        if scan_ids(ids, self.num_ps, self.ps_id).first_foreign >= 0:
+            foreign = ~self.owns_ids(ids)
             raise PSError(
                 f"embedding table {table_name!r}: ids {ids[foreign][:5].tolist()} belong to "
                 f"other PS (id % {self.num_ps} != {self.ps_id}); check the worker's PS count"

@@ -116,3 +116,53 @@ def test_model_pb_round_trip_with_slots():
     ids, m = q.embedding_tables["emb"].export("m")
     np.testing.assert_array_equal(ids, [1, 2])
     np.testing.assert_array_equal(m, np.full((2, 4), 7))
+
+
+@pytest.mark.parametrize("num_ps", [1, 2])
+def test_a_known_vocabulary_changes_no_row_and_no_checkpoint_byte(num_ps):
+    """Tables made from infos with a vocabulary (direct index) and without (hash map only) go
+    through the same pulls and pushes, ids past the vocabulary included: the same rows, the
+    same checkpoint (both writers), and a restore of it gives the same table back."""
+    from elasticdl.ps import checkpoint
+    from elasticdl.ps.optimizer import Optimizer, OptimizerConfig
+
+    def trained(vocabulary: int) -> Parameters:
+        model = make_model(version=5)
+        model.embedding_table_infos.add(name="wide", dim=3, vocabulary=vocabulary)
+        p = Parameters(num_ps - 1, num_ps, seed=4)
+        p.init_from_model_pb(model)
+        opt = Optimizer(OptimizerConfig("Adagrad", learning_rate=0.5))
+        rng = np.random.default_rng(9)
+        for step in range(1, 12):
+            ids = rng.integers(0, 600, 400)
+            ids = p.check_embedding_ids("wide", ids[p.owns_ids(ids)])
+            p.embedding_tables["wide"].get(ids, checked=True)
+            push = np.unique(ids)
+            grads = rng.normal(size=(push.size, 3)).astype(np.float32)
+            opt.apply_sparse(p.embedding_tables["wide"], push, grads, 0.5, step, ids_checked=True)
+        return p
+
+    with_vocab, without = trained(300), trained(0)
+    assert with_vocab.embedding_tables["wide"]._index.direct_size == 300
+    assert with_vocab.embedding_tables["wide"].vocabulary == 300
+    assert without.embedding_tables["wide"]._index.direct_size == 0
+    assert (with_vocab.embedding_tables["wide"].ids >= 300).any()
+    model = with_vocab.to_model_pb().SerializeToString()
+    assert model == without.to_model_pb().SerializeToString()
+    pieces = [bytes(memoryview(x)) for x in checkpoint.shard_pieces(with_vocab)[0]]
+    assert pieces == [bytes(memoryview(x)) for x in checkpoint.shard_pieces(without)[0]]
+
+    # Restores (checkpoints say no vocabulary yet; a shard that says one gets a direct index),
+    # then pulls of known and new rows, past the vocabulary too.
+    expected = pb.Model.FromString(model).SerializeToString(deterministic=True)
+    pulled = []
+    for vocabulary in (0, 300):
+        shard = pb.Model.FromString(model)
+        shard.embedding_table_infos[1].vocabulary = vocabulary
+        restored = Parameters(num_ps - 1, num_ps, seed=4)
+        restored.restore_from_model_pb(shard)
+        table = restored.embedding_tables["wide"]
+        assert table._index.direct_size == vocabulary
+        assert restored.to_model_pb().SerializeToString(deterministic=True) == expected
+        pulled.append(table.get(np.arange(num_ps - 1, 700, num_ps)).tobytes())
+    assert pulled[0] == pulled[1]
