@@ -4,7 +4,10 @@
 
 Each file is one serialized `pb.Model`: shard i of N (its dense parameters and non-trainable
 state, placed alike, its rows of every embedding table as IndexedSlices, all table infos, the
-version, and optimizer slots under `slot:<slot>:<name>` keys, see parameters.py). A version
+version, and optimizer slots under `slot:<slot>:<name>` keys, see parameters.py). A table info
+carries the table's vocabulary, so a restored table gets its direct id index back
+(elasticdl.ps.id_index); a checkpoint written before it did reads as vocabulary 0 (unknown:
+the hash map alone, same rows). A version
 directory is *valid* once all N files exist; files are written to a temporary name and renamed,
 so a crash never leaves a truncated file that looks complete.
 
@@ -169,6 +172,8 @@ def shard_pieces(params: Parameters) -> tuple[list[bytes | memoryview], int]:
             _tag(4, _VARINT),
             tu._varint(pb.DT_FLOAT32),
         ]
+        if table.vocabulary:  # proto3 leaves a zero out, as SerializeToString does
+            info += [_tag(5, _VARINT), tu._varint(table.vocabulary)]
         pieces += _message_field(_MODEL_INFOS, info)
     for name, value in params.dense.items():
         pieces += _map_entry(_MODEL_DENSE, name, tu.ndarray_to_tensor_pieces(value))

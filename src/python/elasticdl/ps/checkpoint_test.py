@@ -12,12 +12,13 @@ DENSE = {f"layer_{i}/kernel": np.full((2, 2), i, np.float32) for i in range(10)}
 IDS = np.arange(0, 60, 1)
 
 
-def sharded_params(num_ps, version=12):
-    """num_ps shards of one model: dense params, 60 rows of 'emb' and Adam-like slots."""
+def sharded_params(num_ps, version=12, vocabulary=0):
+    """num_ps shards of one model: dense params, 60 rows of 'emb' and Adam-like slots.
+    ``vocabulary``: the table's (0: unknown)."""
     full = pb.Model(version=version)
     for name, value in DENSE.items():
         tu.ndarray_to_pb(value, full.dense_parameters[name])
-    full.embedding_table_infos.add(name="emb", dim=2, initializer="zeros")
+    full.embedding_table_infos.add(name="emb", dim=2, initializer="zeros", vocabulary=vocabulary)
     shards = []
     for i in range(num_ps):
         p = Parameters(i, num_ps)
@@ -78,6 +79,60 @@ def test_resharding_puts_every_param_and_row_on_exactly_one_new_ps(tmp_path, old
     for p in restored:
         for name, value in p.dense.items():
             np.testing.assert_array_equal(value, DENSE[name])
+
+
+def table_content(shards, slot=None) -> tuple[list, list]:
+    """(ids, rows) of 'emb' (or of one of its slots) over all shards, sorted by id."""
+    parts = [p.embedding_tables["emb"].export(slot) for p in shards]
+    ids = np.concatenate([i for i, _ in parts])
+    rows = np.concatenate([r for _, r in parts])
+    order = np.argsort(ids)
+    return ids[order].tolist(), rows[order].tolist()
+
+
+def save_streamed(shards, directory):
+    """What the background writer (elasticdl.ps.snapshot_writer) writes for each shard."""
+    for p in shards:
+        pieces, _ = checkpoint.shard_pieces(p)
+        checkpoint.save_shard_pieces(pieces, p.version, str(directory), p.ps_id, p.num_ps)
+
+
+# 50: ids 50..59 of the 60 rows lie past the vocabulary, in the hash map beside the direct index.
+@pytest.mark.parametrize("save", [save_all, save_streamed])
+@pytest.mark.parametrize("old,new", [(2, 2), (2, 3)])
+def test_a_restored_table_keeps_its_vocabulary_and_direct_index(tmp_path, save, old, new):
+    before = sharded_params(old, vocabulary=50)
+    assert all(p.embedding_tables["emb"].has_direct_index for p in before)
+    save(before, tmp_path)
+    after = []
+    for i in range(new):
+        p = Parameters(i, new)
+        p.restore_from_model_pb(checkpoint.restore(str(tmp_path), i, new))
+        after.append(p)
+        table = p.embedding_tables["emb"]
+        assert table.vocabulary == 50 and table.has_direct_index
+    for slot in (None, "m"):
+        assert table_content(after, slot) == table_content(before, slot)
+    assert table_content(after)[0] == IDS.tolist()
+
+
+def test_a_checkpoint_without_vocabularies_restores_tables_without_a_direct_index(tmp_path):
+    """Written before checkpoints carried the vocabulary: 0 (unknown), the hash map alone."""
+    before = sharded_params(2, vocabulary=50)
+    for p in before:
+        model = p.to_model_pb()
+        for info in model.embedding_table_infos:
+            info.ClearField("vocabulary")
+        checkpoint.save_shard(model, str(tmp_path), p.ps_id, p.num_ps)
+    after = []
+    for i in range(2):
+        p = Parameters(i, 2)
+        p.restore_from_model_pb(checkpoint.restore(str(tmp_path), i, 2))
+        after.append(p)
+        assert p.embedding_tables["emb"].vocabulary == 0
+        assert not p.embedding_tables["emb"].has_direct_index
+    for slot in (None, "m"):
+        assert table_content(after, slot) == table_content(before, slot)
 
 
 def test_incomplete_and_mixed_versions_are_rejected(tmp_path):

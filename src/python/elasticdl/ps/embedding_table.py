@@ -63,6 +63,11 @@ class EmbeddingTable:
         return ids
 
     @property
+    def has_direct_index(self) -> bool:
+        """Whether ids below the vocabulary are resolved by the direct index (`IdIndex`)."""
+        return self._index.direct_size > 0
+
+    @property
     def index_nbytes(self) -> int:
         """Bytes of the id -> row map (the direct index included)."""
         return self._index.nbytes

@@ -291,8 +291,14 @@ class Parameters:
         self.dense_to_pb(model)
         self.state_to_pb(model)
         for name, table in self.embedding_tables.items():
+            # The vocabulary goes along so that a PS restoring this shard (a relaunch, a change
+            # of the PS count) builds the table's direct id index again, not the hash map alone.
             model.embedding_table_infos.add(
-                name=name, dim=table.dim, initializer=table.initializer, dtype=pb.DT_FLOAT32
+                name=name,
+                dim=table.dim,
+                initializer=table.initializer,
+                dtype=pb.DT_FLOAT32,
+                vocabulary=table.vocabulary,
             )
             ids, values = table.export()
             tu.indexed_rows_to_pb(tu.IndexedRows(values, ids), model.embedding_tables[name])

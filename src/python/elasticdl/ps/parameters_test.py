@@ -118,11 +118,34 @@ def test_model_pb_round_trip_with_slots():
     np.testing.assert_array_equal(m, np.full((2, 4), 7))
 
 
+def test_a_model_pb_round_trip_keeps_the_vocabulary_and_the_direct_index():
+    model = make_model(version=3)
+    model.embedding_table_infos[0].vocabulary = 40
+    p = Parameters(0, 1)
+    p.init_from_model_pb(model)
+    table = p.embedding_tables["emb"]
+    table.get(np.array([3, 45, 7, 39, 60]))  # 45 and 60: past the vocabulary, in the hash map
+    table.slot("m")[:] = np.arange(len(table), dtype=np.float32)[:, None]
+    written = p.to_model_pb()
+    assert [(i.name, i.vocabulary) for i in written.embedding_table_infos] == [("emb", 40)]
+
+    q = Parameters(0, 1)
+    q.restore_from_model_pb(pb.Model.FromString(written.SerializeToString()))
+    restored = q.embedding_tables["emb"]
+    assert restored.vocabulary == 40 and restored.has_direct_index
+    for slot in (None, "m"):
+        before, after = table.export(slot), restored.export(slot)
+        np.testing.assert_array_equal(after[0], [3, 7, 39, 45, 60])
+        np.testing.assert_array_equal(after[0], before[0])
+        np.testing.assert_array_equal(after[1], before[1])
+
+
 @pytest.mark.parametrize("num_ps", [1, 2])
-def test_a_known_vocabulary_changes_no_row_and_no_checkpoint_byte(num_ps):
+def test_a_known_vocabulary_changes_no_row_and_no_checkpoint_byte_but_its_own(num_ps):
     """Tables made from infos with a vocabulary (direct index) and without (hash map only) go
     through the same pulls and pushes, ids past the vocabulary included: the same rows, the
-    same checkpoint (both writers), and a restore of it gives the same table back."""
+    same checkpoint (both writers) but for the vocabulary in the table's info, and a restore
+    of it gives the same table back."""
     from elasticdl.ps import checkpoint
     from elasticdl.ps.optimizer import Optimizer, OptimizerConfig
 
@@ -147,14 +170,26 @@ def test_a_known_vocabulary_changes_no_row_and_no_checkpoint_byte(num_ps):
     assert with_vocab.embedding_tables["wide"].vocabulary == 300
     assert without.embedding_tables["wide"]._index.direct_size == 0
     assert (with_vocab.embedding_tables["wide"].ids >= 300).any()
-    model = with_vocab.to_model_pb().SerializeToString()
-    assert model == without.to_model_pb().SerializeToString()
-    pieces = [bytes(memoryview(x)) for x in checkpoint.shard_pieces(with_vocab)[0]]
-    assert pieces == [bytes(memoryview(x)) for x in checkpoint.shard_pieces(without)[0]]
 
-    # Restores (checkpoints say no vocabulary yet; a shard that says one gets a direct index),
+    def without_vocabulary(model: pb.Model) -> pb.Model:
+        for info in model.embedding_table_infos:
+            info.ClearField("vocabulary")
+        return model
+
+    written = with_vocab.to_model_pb()
+    assert [i.vocabulary for i in written.embedding_table_infos] == [0, 300]
+    model = without_vocabulary(written).SerializeToString()
+    assert model == without.to_model_pb().SerializeToString()
+    streamed = [
+        pb.Model.FromString(b"".join(bytes(memoryview(x)) for x in checkpoint.shard_pieces(p)[0]))
+        for p in (with_vocab, without)
+    ]
+    # Rows come in block order there, not by id: only the infos must read the same.
+    assert [i.vocabulary for i in streamed[0].embedding_table_infos] == [0, 300]
+    assert without_vocabulary(streamed[0]) == streamed[1]
+
+    # Restores (an older checkpoint says no vocabulary; one that says it gets a direct index),
     # then pulls of known and new rows, past the vocabulary too.
-    expected = pb.Model.FromString(model).SerializeToString(deterministic=True)
     pulled = []
     for vocabulary in (0, 300):
         shard = pb.Model.FromString(model)
@@ -163,6 +198,7 @@ def test_a_known_vocabulary_changes_no_row_and_no_checkpoint_byte(num_ps):
         restored.restore_from_model_pb(shard)
         table = restored.embedding_tables["wide"]
         assert table._index.direct_size == vocabulary
+        expected = shard.SerializeToString(deterministic=True)
         assert restored.to_model_pb().SerializeToString(deterministic=True) == expected
         pulled.append(table.get(np.arange(num_ps - 1, 700, num_ps)).tobytes())
     assert pulled[0] == pulled[1]

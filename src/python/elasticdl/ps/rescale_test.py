@@ -33,9 +33,9 @@ def _server(ps_id: int, num_ps: int, directory) -> PSServer:
     )
 
 
-def _old_set(num_ps: int, directory, versions) -> list[PSServer]:
+def _old_set(num_ps: int, directory, versions, vocabulary: int = 0) -> list[PSServer]:
     servers = []
-    for i, p in enumerate(sharded_params(num_ps)):
+    for i, p in enumerate(sharded_params(num_ps, vocabulary=vocabulary)):
         server = _server(i, num_ps, directory)
         model = p.to_model_pb()
         model.version = versions[i]
@@ -98,6 +98,20 @@ def test_the_new_ps_set_holds_exactly_what_the_old_one_held(tmp_path, old, new):
         assert all(string_to_id(n, new) == i for n in s.params.dense)
         assert all(string_to_id(n, new) == i for n in s.params.state)
         assert (s.params.embedding_tables["emb"].export()[0] % new == i).all()
+
+
+@pytest.mark.parametrize("old,new", [(2, 1), (2, 3)])
+def test_the_new_ps_set_keeps_the_tables_vocabulary_and_direct_index(tmp_path, old, new):
+    """50 of the 60 ids lie below the vocabulary: they go on being resolved by the direct
+    index after the change, the 10 past it by the hash map, all rows where they were."""
+    before = _old_set(old, tmp_path, versions=[12] * old, vocabulary=50)
+    expected = _union(before)
+    _snapshot(before)
+    after = [_server(i, new, tmp_path) for i in range(new)]
+    for s in after:
+        table = s.params.embedding_tables["emb"]
+        assert table.vocabulary == 50 and table.has_direct_index
+    assert _union(after) == expected
 
 
 def test_a_lagging_ps_is_written_at_the_others_version(tmp_path):

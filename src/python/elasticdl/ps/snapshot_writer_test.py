@@ -55,7 +55,8 @@ def as_dict(model: pb.Model) -> dict:
     return {
         "version": model.version,
         "infos": sorted(
-            (i.name, i.dim, i.initializer, i.dtype) for i in model.embedding_table_infos
+            (i.name, i.dim, i.initializer, i.dtype, i.vocabulary)
+            for i in model.embedding_table_infos
         ),
         "dense": {k: tu.pb_to_ndarray(v).tolist() for k, v in model.dense_parameters.items()},
         "state": {k: tu.pb_to_ndarray(v).tolist() for k, v in model.state.items()},
@@ -65,7 +66,7 @@ def as_dict(model: pb.Model) -> dict:
 
 def test_the_streamed_encoding_is_the_models():
     p = make_params(300, ps_id=1, num_ps=2)
-    p.embedding_tables["empty"] = type(p.embedding_tables["emb"])("empty", 4)
+    p.embedding_tables["empty"] = type(p.embedding_tables["emb"])("empty", 4, vocabulary=8)
     pieces, total = checkpoint.shard_pieces(p)
     data = b"".join(bytes(memoryview(x)) for x in pieces)
     assert len(data) == total
