@@ -40,7 +40,14 @@ restarted master keeps them and its released workers) and shown in the job statu
 (``autoscaling.decisions``). A worker is released gracefully: the task manager answers it "no
 more tasks" (``TaskManager.retire``), it reports what it holds and exits; it is not relaunched.
 The window is at least ``window_s`` long and holds at least ``window_tasks`` tasks per worker,
-so a short, noisy window does not decide.
+so a short, noisy window does not decide: a rate counted in whole tasks is off by up to a task
+per worker at each end, 10% at ten tasks a worker (jobs of large tasks reach that count after
+``window_s``). The first window, the baseline every later step is judged against, must also be steady: the
+job may still be warming up (embedding tables filling in their first epoch, caches, the
+pipeline's first files), and a baseline taken on that ramp makes the first worker added look
+like a large gain. So it is measured again until two windows in a row agree within
+``STEADY_TOLERANCE``, at most ``MAX_BASELINE_WINDOWS`` windows. This costs no CPU: the job runs
+at its minimum meanwhile.
 """
 from __future__ import annotations
 
@@ -62,6 +69,9 @@ ADD, RELEASE, HOLD, NOT_ADDED = "add", "release", "hold", "not_added"
 # The least gain a worker must bring whatever its CPU: a smaller one is a window's noise.
 GAIN_FLOOR = 0.1
 CPU_EFFICIENCY, THROUGHPUT = "cpu_efficiency", "throughput"  # the rules (module docstring)
+# Baseline windows in a row whose rates differ by at most this are steady (module docstring).
+STEADY_TOLERANCE = 0.15
+MAX_BASELINE_WINDOWS = 6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +80,7 @@ class AutoscalerConfig:
     max_workers: int
     min_gain: float | None = None  # None: the CPU-aware rule; a number: throughput tracking
     window_s: float = 10.0
-    window_tasks: int = 3
+    window_tasks: int = 10
     pending_timeout_s: float = 120.0
     ps_report_max_age_s: float = 10.0
     interval_s: float = 1.0
@@ -157,6 +167,7 @@ class Autoscaler:
         self._added: list[int] = []  # workers added, in order (the last one is released)
         self._settled = False
         self._measured = 0  # workers in the window of the decision being made
+        self._baselines: list[float] = []  # the rates of the baseline's windows so far
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         task_manager.add_done_listener(self._on_done)
@@ -215,8 +226,33 @@ class Autoscaler:
                 and elapsed < 6 * self.config.window_s
             ):
                 return
+            if not self._steady_baseline(now, rate):
+                return
             cores = self._cpu.cores(self._cpu_mark, len(alive)) if self._cpu is not None else None
             self._decide(len(alive), rate, cores)
+
+    def _steady_baseline(self, now: float, rate: float) -> bool:
+        """True once this window may decide: any window after the baseline; the baseline's
+        when it agrees with the window before it (or after MAX_BASELINE_WINDOWS). Otherwise
+        the next window starts now."""
+        if self._previous is not None:
+            return True
+        before = self._baselines[-1] if self._baselines else None
+        self._baselines.append(rate)
+        if before is not None and before > 0 and abs(rate / before - 1) <= STEADY_TOLERANCE:
+            return True
+        if len(self._baselines) >= MAX_BASELINE_WINDOWS:
+            return True
+        if before is not None:
+            logger.info(
+                "Autoscaling: the baseline is not steady yet (%.1f then %.1f records/s); "
+                "measuring again",
+                before,
+                rate,
+            )
+        self._window_start = now
+        self._cpu_mark = self._cpu.mark() if self._cpu is not None else None
+        return False
 
     def _check_newest(self, now: float) -> None:
         """The worker added last has not finished a task yet: does it count as not added?"""

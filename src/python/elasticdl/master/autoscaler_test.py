@@ -261,7 +261,7 @@ def test_an_explicit_min_gain_tracks_the_throughput_whatever_the_cpu():
 
 def test_a_restarted_master_keeps_the_cpu_behind_the_last_measurement():
     job = Job(cluster_rate, cpu=cluster_cpu(), max_workers=2)
-    job.run(18)  # measured 1 worker on 0.7 CPU, added the second
+    job.run(28)  # measured 1 worker on 0.7 CPU (two steady windows), added the second
     assert job.actions() == [(ADD, 2)]
     again = Job(cluster_rate, cpu=cluster_cpu(), max_workers=2)
     again.scaler.resume([op.decision for op in job.workers.ops])
@@ -270,3 +270,23 @@ def test_a_restarted_master_keeps_the_cpu_behind_the_last_measurement():
     again.run(100)
     assert again.actions() == [(ADD, 2), (RELEASE, 1)]
     assert again.scaler.decisions[-1]["previous_cpu"] == 0.7
+
+
+def test_a_job_still_warming_up_is_measured_again_before_a_worker_is_judged_against_it():
+    # One worker's rate climbs from 100 to 400 records/s over its first 40 s (tables filling):
+    # a baseline measured on the ramp would make a second worker look like a large gain.
+    def ramping(k):
+        return 400.0 * k * min(1.0, 0.25 + job.clock.now / 53.0)
+
+    job = Job(ramping, cpu=cluster_cpu())
+    job.run(300)
+    first = job.scaler.decisions[0]
+    assert first["action"] == ADD and first["records_per_s"] > 340, first
+    # The doubling is measured as a doubling, not as the ramp's gain on top of it.
+    assert job.scaler.decisions[1]["gain"] == pytest.approx(1.0, abs=0.15)
+
+
+def test_a_baseline_that_never_settles_still_decides_after_its_windows():
+    job = Job(lambda k: 100.0 * k * (1 + job.clock.now / 10.0), cpu=cluster_cpu())
+    job.run(120)
+    assert job.scaler.decisions, "no decision: the baseline's windows must be bounded"

@@ -23,7 +23,7 @@ from elasticdl.common.types import JobPhase, JobType, PlatformName
 from elasticdl.master import status_writer
 from elasticdl.master.autoscaler import Autoscaler, AutoscalerConfig, PSLoads
 from elasticdl.master.evaluation_service import FINAL_VERSION, EvaluationService
-from elasticdl.master.job_cpu import JobCPU, MeasuredCPU, RequestedCPU
+from elasticdl.master.job_cpu import CPUReports, JobCPU, MeasuredCPU, ReportedCPU, RequestedCPU
 from elasticdl.master.journal import JournalError
 from elasticdl.master.launch_specs import Checkpointing, LaunchSpecs, ReplicaContext, replica_env
 from elasticdl.master.ps_calls import PSCalls
@@ -159,6 +159,7 @@ class Job:
         self.loss_history = status_writer.LossHistory()
         self.throughput = Throughput()  # the status's records/s and ETA
         self.ps_loads = PSLoads()
+        self.cpu_reports = CPUReports()
         self.ps_rescaler: PSRescaler | None = None  # elasticdl scale-ps (_rescaler_slot)
         self.servicer = MasterServicer(
             self.tm,
@@ -168,6 +169,7 @@ class Job:
             loss_history=self.loss_history,
             ps_loads=self.ps_loads,
             ps_rescaler=self._rescaler_slot(),
+            cpu_reports=self.cpu_reports,
         )
         self._server, self.port = self._start_server()
         if self.journal is not None and self.previous is None:
@@ -289,17 +291,19 @@ class Job:
         return scaler
 
     def _job_cpu(self) -> JobCPU:
-        """What the job's CPU is for --num_workers=auto: replicas on this host cost what they
-        use (/proc); pods cost what they reserve (their CPU requests)."""
+        """What the job's CPU is for --num_workers=auto: what its replicas use, read from
+        /proc on this host, reported by the pods elsewhere (their requests until they have)."""
         if self.platform.traits.shared_host:
             return MeasuredCPU(self._replica_processes)
         a = self.job_spec
-        return RequestedCPU.of(
+        num_ps = lambda: self.rm.config.num_ps  # noqa: E731
+        requested = RequestedCPU.of(
             a.master_resource_request,
             a.ps_resource_request,
             a.worker_resource_request,
-            num_ps=lambda: self.rm.config.num_ps,
+            num_ps=num_ps,
         )
+        return ReportedCPU(self.cpu_reports, num_ps, fallback=requested)
 
     def _replica_processes(self) -> dict[str, int]:
         processes = {}

@@ -14,14 +14,23 @@ Two sources, one per kind of platform:
 
 Both answer ``None`` where the cost is unknown (no CPU request given); the autoscaler then
 decides on throughput alone and says so.
+
+On pods the master uses what the replicas *used*, as they report it (:class:`ReportedCPU`:
+each worker's and PS's own CPU seconds, elasticdl.common.process_cpu), the same measure as on
+one host and as the autoscale benchmarks count; the requests are the fallback while a replica
+has not reported across the window. Requests overstate a job whose master and PS use a tenth
+of what they reserve, and so make another worker look cheaper than it is.
 """
 from __future__ import annotations
 
+import collections
 import os
+import threading
 import time
 from typing import Callable, Protocol
 
 from elasticdl.common.job_spec.resources import ResourceError, parse_quantity, parse_resource
+from elasticdl.common.process_cpu import own_cpu_seconds
 
 
 class JobCPU(Protocol):
@@ -87,12 +96,6 @@ def cpu_seconds(pid: int) -> float | None:
     return (utime + stime + cutime + cstime) / _TICKS
 
 
-def own_cpu_seconds() -> float:
-    """This process's CPU seconds, without its reaped children (replicas are counted apart)."""
-    t = os.times()
-    return t.user + t.system
-
-
 class MeasuredCPU:
     """``processes()`` names the job's replica processes now: ``{"worker-1": pid, ...}``. A
     process that started within the window counts with all its CPU seconds; one that ended
@@ -127,3 +130,76 @@ class MeasuredCPU:
             return None
         used = sum(s - before.get(key, 0.0) for key, s in after.items())
         return used / (now - start)
+
+
+class CPUReports:
+    """Each replica's cumulative CPU seconds as it reported them, with the master's time of
+    arrival (worker task reports, PS load reports); the last ``keep_s`` seconds of them."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, keep_s: float = 900.0):
+        self._clock, self._keep_s = clock, keep_s
+        self._lock = threading.Lock()
+        self._readings: dict[str, collections.deque] = {}
+
+    def update(self, replica: str, cpu_seconds: float) -> None:
+        now = self._clock()
+        with self._lock:
+            readings = self._readings.setdefault(replica, collections.deque())
+            readings.append((now, float(cpu_seconds)))
+            while len(readings) > 2 and readings[0][0] < now - self._keep_s:
+                readings.popleft()
+
+    def cores(self, since: float) -> dict[str, float]:
+        """Replica -> cores it used from ``since`` on: its CPU seconds between the reading at
+        or before ``since`` (else its first after) and its newest, over the time between them.
+        Only replicas with two such readings at least half the window apart, the newest after
+        ``since``: a replica that stopped reporting (ended, released) is not counted."""
+        now = self._clock()
+        half = (now - since) / 2
+        out = {}
+        with self._lock:
+            for replica, readings in self._readings.items():
+                last = readings[-1]
+                if last[0] < since:
+                    continue
+                first = next((r for r in reversed(readings) if r[0] <= since), None)
+                if first is None:
+                    first = next(r for r in readings if r[0] >= since)
+                if last[0] - first[0] >= half and last[0] > first[0]:
+                    out[replica] = max(0.0, last[1] - first[1]) / (last[0] - first[0])
+        return out
+
+
+class ReportedCPU:
+    """The cores the master (read here) and its pods (their reports, :class:`CPUReports`)
+    used; ``fallback`` (the requests) while a worker or a PS has not reported across the
+    window."""
+
+    def __init__(
+        self,
+        reports: CPUReports,
+        num_ps: Callable[[], int],
+        fallback: JobCPU | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        own: Callable[[], float] = own_cpu_seconds,
+    ) -> None:
+        self._reports, self._num_ps, self._fallback = reports, num_ps, fallback
+        self._clock, self._own = clock, own
+        self.source = "reported"
+
+    def mark(self) -> object:
+        return self._clock(), self._own(), self._fallback.mark() if self._fallback else None
+
+    def cores(self, since: object, workers: int) -> float | None:
+        start, own_before, fallback_mark = since
+        now = self._clock()
+        if now <= start:
+            return None
+        used = self._reports.cores(start)
+        counted_workers = sum(1 for r in used if r.startswith("worker-"))
+        counted_ps = sum(1 for r in used if r.startswith("ps-"))
+        if counted_workers < workers or counted_ps < self._num_ps():
+            self.source = self._fallback.source if self._fallback else "reported"
+            return self._fallback.cores(fallback_mark, workers) if self._fallback else None
+        self.source = "reported"
+        return (self._own() - own_before) / (now - start) + sum(used.values())

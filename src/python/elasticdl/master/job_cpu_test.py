@@ -3,7 +3,15 @@ replica processes used (/proc)."""
 import os
 import time
 
-from elasticdl.master.job_cpu import MeasuredCPU, RequestedCPU, cpu_seconds, requested_cores
+import pytest
+from elasticdl.master.job_cpu import (
+    CPUReports,
+    MeasuredCPU,
+    ReportedCPU,
+    RequestedCPU,
+    cpu_seconds,
+    requested_cores,
+)
 
 
 def test_requested_cores_read_the_cpu_of_a_request():
@@ -61,3 +69,57 @@ def test_cpu_seconds_read_proc():
         pass
     assert cpu_seconds(os.getpid()) > 0
     assert cpu_seconds(2**22 + 12345) is None  # above any pid_max: no such process
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _reported(clock, own, num_ps=1):
+    reports = CPUReports(clock=clock)
+    fallback = RequestedCPU(0.2, 0.2, 0.3, num_ps=lambda: num_ps)
+    return reports, ReportedCPU(reports, lambda: num_ps, fallback, clock=clock, own=lambda: own[0])
+
+
+def test_pods_cost_the_cpu_they_report_using():
+    clock, own = Clock(), [1.0]
+    reports, cpu = _reported(clock, own)
+    reports.update("worker-0", 50.0)  # before the window: its baseline
+    reports.update("ps-0", 10.0)
+    clock.now = 1.0
+    mark = cpu.mark()
+    for t in range(2, 12):  # a worker at 0.3 cores, the PS at 0.05, the master at 0.01
+        clock.now = float(t)
+        reports.update("worker-0", 50.0 + 0.3 * t)
+        reports.update("ps-0", 10.0 + 0.05 * t)
+        own[0] += 0.01
+    assert cpu.cores(mark, workers=1) == pytest.approx(0.3 + 0.05 + 0.01)
+    assert cpu.source == "reported"
+
+
+def test_a_replica_that_has_not_reported_across_the_window_falls_back_to_the_requests():
+    clock, own = Clock(), [0.0]
+    reports, cpu = _reported(clock, own)
+    mark = cpu.mark()
+    clock.now = 10.0
+    reports.update("worker-0", 3.0)  # one reading: no rate yet; the PS none at all
+    assert cpu.cores(mark, workers=1) == pytest.approx(0.2 + 0.2 + 0.3)
+    assert cpu.source == "requests"
+
+
+def test_a_worker_that_stopped_reporting_is_not_counted():
+    clock, own = Clock(), [0.0]
+    reports, cpu = _reported(clock, own)
+    reports.update("worker-7", 1.0)  # released before the window
+    clock.now = 5.0
+    mark = cpu.mark()
+    for t in (5.0, 15.0):
+        clock.now = t
+        reports.update("worker-0", t * 0.25)
+        reports.update("ps-0", t * 0.1)
+    assert cpu.cores(mark, workers=1) == pytest.approx(0.35)
+    assert cpu.source == "reported"

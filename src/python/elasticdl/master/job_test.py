@@ -129,7 +129,7 @@ def test_an_auto_sized_job_gives_its_autoscaler_the_pending_timeout(tmp_path):
         job._server.stop(grace=0)
 
 
-def test_an_auto_sized_job_measures_local_cpu_and_counts_pods_by_their_requests(tmp_path):
+def test_an_auto_sized_job_measures_local_cpu_and_counts_pods_by_their_reports(tmp_path):
     from elasticdl.platform.base import PlatformTraits
     from elasticdl.platform.local import LocalProcessPlatform
 
@@ -141,7 +141,7 @@ def test_an_auto_sized_job_measures_local_cpu_and_counts_pods_by_their_requests(
     finally:
         local._server.stop(grace=0)
 
-    class PodLike(LocalProcessPlatform):  # replicas elsewhere: their CPU is what they reserve
+    class PodLike(LocalProcessPlatform):  # replicas elsewhere: they report what they use
         @property
         def traits(self):
             # Any free port: another job on this machine may hold the default one.
@@ -158,7 +158,11 @@ def test_an_auto_sized_job_measures_local_cpu_and_counts_pods_by_their_requests(
     pods = Job(spec, platform=PodLike("e2e", tmp_path / "pods" / "job"))
     try:
         cpu = pods.autoscaler._cpu
-        assert cpu.source == "requests"
+        assert cpu.source == "reported"
+        # Until the pods have reported across a window: what they reserve.
         assert abs(cpu.cores(cpu.mark(), 2) - (0.2 + 0.2 + 2 * 0.3)) < 1e-9
+        assert cpu.source == "requests"
+        # The servicer files the replicas' reports where the job's CPU reads them.
+        assert pods.servicer._cpu_reports is pods.cpu_reports
     finally:
         pods._server.stop(grace=0)

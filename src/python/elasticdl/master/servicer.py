@@ -7,10 +7,12 @@ import logging
 from typing import Callable
 
 import grpc
+from elasticdl.common.process_cpu import PROCESS_CPU_MS_COUNTER
 from elasticdl.common.tensor_utils import pb_to_ndarray
 from elasticdl.master import ps_rescale
 from elasticdl.master.autoscaler import PSLoads
 from elasticdl.master.evaluation_service import EvaluationMetricsError, EvaluationService
+from elasticdl.master.job_cpu import CPUReports
 from elasticdl.master.ps_rescale import PSRescaler, RescaleRefused
 from elasticdl.master.rendezvous import Rendezvous
 from elasticdl.master.status_writer import LossHistory
@@ -42,8 +44,10 @@ class MasterServicer(pb_grpc.MasterServicer):
         loss_history: LossHistory | None = None,
         ps_loads: PSLoads | None = None,
         ps_rescaler: PSRescaler | None = None,
+        cpu_reports: CPUReports | None = None,
     ) -> None:
         self._tm = task_manager
+        self._cpu_reports = cpu_reports  # the replicas' own CPU seconds, for auto sizing
         self._rescaler = ps_rescaler  # ParameterServerStrategy training jobs
         self._ps_loads = ps_loads
         self._loss_history = loss_history
@@ -84,6 +88,9 @@ class MasterServicer(pb_grpc.MasterServicer):
         # Workers tell the PS version they trained against, so the job status shows progress
         # between evaluations (the PS reports versions only at --evaluation_steps).
         version = counters.pop(MODEL_VERSION_COUNTER, None)
+        cpu_ms = counters.pop(PROCESS_CPU_MS_COUNTER, None)  # not a task's counter
+        if cpu_ms is not None and self._cpu_reports is not None:
+            self._cpu_reports.update(f"worker-{request.worker_id}", cpu_ms / 1000.0)
         loss = request.task_metrics.get(LOSS_METRIC)
         if loss is not None and self._loss_history is not None and not request.err_message:
             self._loss_history.add(version if version is not None else self.model_version, loss)
@@ -175,6 +182,8 @@ class MasterServicer(pb_grpc.MasterServicer):
                     "requests": request.requests,
                 },
             )
+        if self._cpu_reports is not None and request.cpu_seconds > 0:
+            self._cpu_reports.update(f"ps-{request.ps_id}", request.cpu_seconds)
         return empty_pb2.Empty()
 
     def get_comm_rank(self, request: pb.GetCommRankRequest, context) -> pb.GetCommRankResponse:

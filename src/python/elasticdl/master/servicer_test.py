@@ -3,8 +3,10 @@
 import grpc
 import numpy as np
 import pytest
+from elasticdl.common.process_cpu import PROCESS_CPU_MS_COUNTER
 from elasticdl.common.tensor_utils import ndarray_to_pb
 from elasticdl.master.evaluation_service import EvaluationService
+from elasticdl.master.job_cpu import CPUReports
 from elasticdl.master.server import MasterServerError, create_master_server
 from elasticdl.master.servicer import MasterServicer
 from elasticdl.master.status_writer import LossHistory
@@ -343,3 +345,25 @@ def test_lease_tasks_refuses_another_workers_results(master):
         stub.lease_tasks(req)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "worker_id" in err.value.details() and tm.summary().tasks_done == 0
+
+
+def test_replicas_report_their_cpu_for_auto_sizing_not_as_task_counters():
+    tm = TaskManager(
+        TaskManagerConfig(records_per_task=4, num_epochs=1), training_shards=[("train", 0, 8)]
+    )
+    clock = [100.0]
+    reports = CPUReports(clock=lambda: clock[0])
+    servicer = MasterServicer(tm, cpu_reports=reports)
+    for cpu_ms in (2_000, 5_000):  # cumulative: 3 CPU s over the 10 s between the reports
+        task = servicer.get_task(pb.GetTaskRequest(worker_id=1), None)
+        req = pb.ReportTaskResultRequest(task_id=task.task_id, worker_id=1)
+        req.exec_counters.update({"records": 4, PROCESS_CPU_MS_COUNTER: cpu_ms})
+        servicer.report_task_result(req, None)
+        servicer.report_ps_load(pb.ReportPSLoadRequest(ps_id=0, cpu_seconds=cpu_ms / 4000), None)
+        clock[0] += 10.0
+    assert PROCESS_CPU_MS_COUNTER not in tm.summary().exec_counters
+    assert tm.summary().records_trained == 8
+    assert reports.cores(since=100.0) == {
+        "worker-1": pytest.approx(0.3),
+        "ps-0": pytest.approx(0.075),
+    }

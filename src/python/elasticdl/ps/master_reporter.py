@@ -16,6 +16,7 @@ import time
 
 import grpc
 from elasticdl.common import auth, tls
+from elasticdl.common.process_cpu import own_cpu_seconds
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps.load_meter import LoadMeter
@@ -114,6 +115,7 @@ class MasterReporter:
                     lock_busy_fraction=load.lock_busy_fraction,
                     lock_wait_ms=load.lock_wait_ms,
                     requests=load.requests,
+                    cpu_seconds=own_cpu_seconds(),
                 ),
                 timeout=self.timeout_s,
             )

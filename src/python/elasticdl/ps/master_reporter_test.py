@@ -4,6 +4,7 @@ master holds the RPC), not by a clock; the cost of a call is a benchmark
 (benchmarks/ps/master_reporter_calls.py)."""
 import socket
 import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -113,4 +114,6 @@ def test_the_load_is_reported_while_no_version_is():
     load = master.loads[0]
     assert load.ps_id == 3 and load.window_seconds > 0
     assert 0 <= load.lock_busy_fraction <= 1 and load.cpu_fraction >= 0
+    # The PS process's own CPU seconds so far: what the master sizes auto jobs by on pods.
+    assert 0 < load.cpu_seconds <= time.process_time() + 1
     assert sum(x.requests for x in master.loads) == 1

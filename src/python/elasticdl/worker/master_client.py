@@ -20,6 +20,7 @@ from typing import Dict, List, Mapping, Optional
 
 import grpc
 import numpy as np
+from elasticdl.common.process_cpu import PROCESS_CPU_MS_COUNTER, own_cpu_seconds
 from elasticdl.common.tensor_utils import ndarray_to_pb
 from elasticdl.common.tls import TLS
 from elasticdl.proto import elasticdl_pb2 as pb
@@ -237,6 +238,8 @@ class MasterClient:
                 req.task_metrics[k] = float(v)
             else:
                 req.exec_counters[k] = int(v)
+        # What this worker costs, for --num_workers=auto (elasticdl.common.process_cpu).
+        req.exec_counters[PROCESS_CPU_MS_COUNTER] = int(own_cpu_seconds() * 1000)
         return req
 
     def report_and_get_task(

@@ -1,9 +1,11 @@
 """MasterClient against the real master servicer over gRPC on 127.0.0.1."""
 
+import time
 from concurrent import futures
 
 import grpc
 import pytest
+from elasticdl.common.process_cpu import PROCESS_CPU_MS_COUNTER
 from elasticdl.master.servicer import MasterServicer
 from elasticdl.master.task_manager import TaskManager, TaskManagerConfig
 from elasticdl.proto import elasticdl_pb2 as pb
@@ -143,7 +145,11 @@ def test_a_training_loss_travels_as_a_task_metric_not_a_counter():
     finally:
         client.close()
     assert req.worker_id == 2
-    assert dict(req.exec_counters) == {"records": 4} and dict(req.task_metrics) == {"loss": 0.25}
+    counters = dict(req.exec_counters)
+    # Every report also carries this process's CPU so far (the master sizes auto jobs by it).
+    cpu_ms = counters.pop(PROCESS_CPU_MS_COUNTER)
+    assert 0 < cpu_ms <= 1000 * (time.process_time() + 1)
+    assert counters == {"records": 4} and dict(req.task_metrics) == {"loss": 0.25}
 
 
 def test_a_master_unreachable_for_long_is_called_again_over_a_new_channel(monkeypatch):
