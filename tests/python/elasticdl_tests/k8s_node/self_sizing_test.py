@@ -57,8 +57,9 @@ WORKER_LIMIT_QUOTA_US = 100_000
 # its fourth task, so its first task (the warm-up, which is not timed) has been reported.
 LOSS_STEPS = 4
 # The auto-sized job: it must still be training when the third worker is given up, which
-# takes the warm-up, one measuring window (10 s) and the pending timeout (~35 s of training).
-AUTO_EPOCHS = 28
+# takes the warm-up, the baseline (two measuring windows that agree, 20 s or more) and the
+# pending timeout (~45 s of training, more if the baseline needs a third window).
+AUTO_EPOCHS = 56
 PENDING_TIMEOUT_S = 20
 # _job_argv's CPU requests of the master and the PS.
 MASTER_CPU = PS_CPU = Decimal("0.1")
