@@ -14,8 +14,9 @@ field repeated inside a map entry, a field it does not know there) makes it pars
 with protobuf instead, so its answer is always protobuf's.
 
 Both ways run in one call of the native extension (`elasticdl_native.push_encode`,
-`push_decode`) once elasticdl.ops has loaded it (it plugs the codec in here through
-`use_native`: common imports nothing above it), instead of some thirty Python steps that frame
+`push_decode`) once the PS and the worker plug the extension elasticdl.ops loaded in here
+(`use_native`: common imports nothing above it, and elasticdl.ops imports no protobuf, so
+that it loads in an image without it), instead of some thirty Python steps that frame
 each varint and nested field; the Python below is the reference they match byte for byte, and
 what serves without the extension or with ELASTICDL_OPS_BACKEND=reference.
 """
@@ -34,7 +35,7 @@ _native = None
 
 def use_native(module) -> None:
     """Write and read pushes through ``module`` (the loaded ``elasticdl_native``; None: the
-    Python below). Called by elasticdl.ops when it loads the extension."""
+    Python below). Called by the modules that push and serve pushes, where they import."""
     global _native
     _native = module
 

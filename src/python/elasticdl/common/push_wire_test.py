@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from elasticdl.common import tensor_utils as tu
 from elasticdl.common.push_wire import DensePull, decode_push, encode_push, encode_push_answer
-from elasticdl.ops import _backend  # noqa: F401  (plugs the native codec into push_wire)
+from elasticdl.ops import _backend
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 
@@ -251,6 +251,7 @@ def test_the_ps_answer_with_pulled_parameters_parses_as_protobufs(params):
 # the same bytes out, the same answer (or the same error) in, whatever arrives.
 from elasticdl.common import push_wire  # noqa: E402
 
+push_wire.use_native(_backend.native)  # as the PS and the worker do where they import
 NATIVE = push_wire._native
 needs_native = pytest.mark.skipif(NATIVE is None, reason="elasticdl_native not loaded")
 

@@ -37,9 +37,6 @@ if native is not None:
         native.num_threads(),
         "built" if native.has_cuda() else "not built",
     )
-    from elasticdl.common import push_wire
-
-    push_wire.use_native(native)  # pushes framed and read natively from now on
 else:
     logger.info("elasticdl.ops backend: reference NumPy (%s)", _reason)
 

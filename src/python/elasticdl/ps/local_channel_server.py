@@ -18,12 +18,16 @@ from typing import Callable, Optional, Set, Tuple
 
 import grpc
 from elasticdl.common import local_channel as lc
-from elasticdl.common import message_caps
+from elasticdl.common import message_caps, push_wire
 from elasticdl.common.push_wire import decode_push
+from elasticdl.ops import _backend
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.errors import PSError
 from elasticdl.ps.shared_regions import SharedRegions
 from google.protobuf.message import DecodeError
+
+# Pushes framed and read by the native codec when elasticdl.ops loaded the extension.
+push_wire.use_native(_backend.native)
 
 logger = logging.getLogger(__name__)
 

@@ -13,9 +13,11 @@ from typing import Callable, Mapping
 
 import grpc
 import numpy as np
+from elasticdl.common import push_wire
 from elasticdl.common import shared_memory as shm
 from elasticdl.common import tensor_utils as tu
 from elasticdl.common.push_wire import DecodedPush, DensePull, decode_push, encode_push_answer
+from elasticdl.ops import _backend
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
 from elasticdl.ps.checkpointer import Checkpointer
@@ -24,6 +26,9 @@ from elasticdl.ps.local_channel_server import LocalChannelServer
 from elasticdl.ps.shared_regions import SharedRegions
 from elasticdl.ps.updater import ParameterServer
 from google.protobuf import empty_pb2
+
+# Pushes framed and read by the native codec when elasticdl.ops loaded the extension.
+push_wire.use_native(_backend.native)
 
 logger = logging.getLogger(__name__)
 

@@ -280,3 +280,10 @@ def test_checkpoint_dir_within_needs_a_job_dir(tmp_path):
     link.symlink_to(tmp_path / "other")
     with pytest.raises(PSError, match="outside"):
         checkpoint_dir_within(str(link), str(tmp_path / "ckpt"))
+
+
+def test_the_ps_reads_pushes_with_the_codec_elasticdl_ops_loaded():
+    from elasticdl.common import push_wire
+    from elasticdl.ops import _backend
+
+    assert push_wire._native is _backend.native

@@ -33,11 +33,16 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import grpc
 import numpy as np
 from elasticdl.common import local_channel as lc
+from elasticdl.common import push_wire
 from elasticdl.common import shared_memory as shm
 from elasticdl.common.push_wire import encode_push
 from elasticdl.common.tensor_utils import IndexedRows, ndarray_to_pb, tensor_bytes_to_ndarray
+from elasticdl.ops import _backend
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.grpc_utils import is_retryable
+
+# Pushes framed and read by the native codec when elasticdl.ops loaded the extension.
+push_wire.use_native(_backend.native)
 
 logger = logging.getLogger(__name__)
 

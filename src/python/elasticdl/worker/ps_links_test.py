@@ -444,3 +444,10 @@ def test_a_finished_push_keeps_its_channel_and_nothing_of_the_push():
     assert not channel.closed and client.shared_memory_ps() == [0]
     assert client._links[0].request is None and client._links[0]._part is None
     client.close()
+
+
+def test_the_worker_writes_pushes_with_the_codec_elasticdl_ops_loaded():
+    from elasticdl.common import push_wire
+    from elasticdl.ops import _backend
+
+    assert push_wire._native is _backend.native
