@@ -14,6 +14,9 @@ from elasticdl_testing.cpu_throttle import ThrottleUnavailable, cpu_throttled
 from .conftest import TERMINAL, replica
 
 JOB = "stragglers"
+RECORDS = 16384
+MINIBATCHES_PER_TASK = 16
+TASKS = RECORDS // (64 * MINIBATCHES_PER_TASK)
 REQUIRE_ENV = "ELASTICDL_REQUIRE_CGROUP_CPU"
 
 
@@ -24,7 +27,11 @@ def test_a_throttled_worker_is_backed_up_and_every_record_counts_once(cli, small
         f"--training_data={small_data['train']}",
         "--num_epochs=1",
         "--minibatch_size=64",
-        "--num_minibatches_per_task=2",
+        # Tasks of 1,024 records: throttled, one takes the slow worker seconds, past the
+        # age at which an idle peer may back it up (BACKUP_MIN_AGE_SECONDS); tasks of 128
+        # records took it 0.6 s, and whether it was still asking for work near the end (to be
+        # withheld) was a race with the fast peer.
+        f"--num_minibatches_per_task={MINIBATCHES_PER_TASK}",
         "--num_workers=2",
         "--num_ps_pods=1",
         # The throttled worker must stay this much slower than its peer to the end: on a
@@ -74,4 +81,4 @@ def test_a_throttled_worker_is_backed_up_and_every_record_counts_once(cli, small
     # Worker 1 among the ever slow (on a busy machine worker 0 may have been slow for a while).
     assert "Stragglers:" in shown and re.search(r"ever slow: [^;]*\bworker-1\b", shown), shown
     # A dropped copy or a withheld task never cost a record: every task counted once.
-    assert final["tasks_done"] == 128, final
+    assert final["tasks_done"] == TASKS, final
