@@ -132,9 +132,9 @@ def test_a_job_loses_a_node_and_finishes_on_the_other(
         if main(["status", job, "-o", "json", *target]) != 0:
             return None
         status = json.loads(capsys.readouterr().out)
-        assert status["records_trained"] < total // 2, (
-            f"the job is past half-way before {lost_worker} reported a task; {status}"
-        )
+        assert (
+            status["records_trained"] < total // 2
+        ), f"the job is past half-way before {lost_worker} reported a task; {status}"
         replicas = {r["name"]: r for r in status["replicas"]}
         return replicas.get(lost_worker, {}).get("tasks_done", 0) >= 1
 
