@@ -159,7 +159,8 @@ class Job:
         self.loss_history = status_writer.LossHistory()
         self.throughput = Throughput()  # the status's records/s and ETA
         self.ps_loads = PSLoads()
-        self.cpu_reports = CPUReports()
+        # Only a job that sizes itself reads the replicas' CPU: others keep no readings.
+        self.cpu_reports = CPUReports() if self.job_spec.auto_workers else None
         self.ps_rescaler: PSRescaler | None = None  # elasticdl scale-ps (_rescaler_slot)
         self.servicer = MasterServicer(
             self.tm,

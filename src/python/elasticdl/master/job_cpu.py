@@ -134,10 +134,17 @@ class MeasuredCPU:
 
 class CPUReports:
     """Each replica's cumulative CPU seconds as it reported them, with the master's time of
-    arrival (worker task reports, PS load reports); the last ``keep_s`` seconds of them."""
+    arrival (worker task reports, PS load reports); the last ``keep_s`` seconds of them (an
+    autoscaling window lasts at most a minute), at most one reading per ``spacing_s`` (a
+    worker reports every task: many a second on a large job)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, keep_s: float = 900.0):
-        self._clock, self._keep_s = clock, keep_s
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        keep_s: float = 300.0,
+        spacing_s: float = 0.5,
+    ):
+        self._clock, self._keep_s, self._spacing_s = clock, keep_s, spacing_s
         self._lock = threading.Lock()
         self._readings: dict[str, collections.deque] = {}
 
@@ -145,6 +152,10 @@ class CPUReports:
         now = self._clock()
         with self._lock:
             readings = self._readings.setdefault(replica, collections.deque())
+            # The newest reading replaces one less than spacing_s old (the one before it
+            # stays, so a window's start keeps a reading at or before it).
+            if len(readings) > 1 and now - readings[-1][0] < self._spacing_s:
+                readings.pop()
             readings.append((now, float(cpu_seconds)))
             while len(readings) > 2 and readings[0][0] < now - self._keep_s:
                 readings.popleft()

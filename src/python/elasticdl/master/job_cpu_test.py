@@ -123,3 +123,15 @@ def test_a_worker_that_stopped_reporting_is_not_counted():
         reports.update("ps-0", t * 0.1)
     assert cpu.cores(mark, workers=1) == pytest.approx(0.35)
     assert cpu.source == "reported"
+
+
+def test_readings_are_kept_one_per_spacing_and_for_a_bounded_time():
+    clock = Clock()
+    reports = CPUReports(clock=clock, keep_s=60.0, spacing_s=0.5)
+    for i in range(10_000):  # a worker reporting 100 tasks a second for 100 s
+        clock.now = i / 100
+        reports.update("worker-0", 0.3 * clock.now)
+    readings = reports._readings["worker-0"]
+    assert len(readings) <= 2 * 60 + 3, len(readings)
+    assert readings[-1] == (99.99, pytest.approx(0.3 * 99.99))
+    assert reports.cores(since=90.0) == {"worker-0": pytest.approx(0.3)}
