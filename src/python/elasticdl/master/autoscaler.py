@@ -42,7 +42,9 @@ more tasks" (``TaskManager.retire``), it reports what it holds and exits; it is 
 The window is at least ``window_s`` long and holds at least ``window_tasks`` tasks per worker,
 so a short, noisy window does not decide: a rate counted in whole tasks is off by up to a task
 per worker at each end, 10% at ten tasks a worker (jobs of large tasks reach that count after
-``window_s``). The first window, the baseline every later step is judged against, must also be steady: the
+``window_s``).
+
+The first window, the baseline every later step is judged against, must also be steady: the
 job may still be warming up (embedding tables filling in their first epoch, caches, the
 pipeline's first files), and a baseline taken on that ramp makes the first worker added look
 like a large gain. So it is measured again until two windows in a row agree within

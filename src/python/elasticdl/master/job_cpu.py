@@ -152,9 +152,10 @@ class CPUReports:
         now = self._clock()
         with self._lock:
             readings = self._readings.setdefault(replica, collections.deque())
-            # The newest reading replaces one less than spacing_s old (the one before it
-            # stays, so a window's start keeps a reading at or before it).
-            if len(readings) > 1 and now - readings[-1][0] < self._spacing_s:
+            # The newest reading replaces the previous newest while that one is less than
+            # spacing_s after the reading before it: kept readings are spacing_s apart, and the
+            # newest is always the last report.
+            if len(readings) > 1 and now - readings[-2][0] < self._spacing_s:
                 readings.pop()
             readings.append((now, float(cpu_seconds)))
             while len(readings) > 2 and readings[0][0] < now - self._keep_s:

@@ -128,10 +128,17 @@ def test_a_worker_that_stopped_reporting_is_not_counted():
 def test_readings_are_kept_one_per_spacing_and_for_a_bounded_time():
     clock = Clock()
     reports = CPUReports(clock=clock, keep_s=60.0, spacing_s=0.5)
-    for i in range(10_000):  # a worker reporting 100 tasks a second for 100 s
+    cpu = 0.0
+    for i in range(1, 10_001):  # a worker reporting 100 tasks a second for 100 s
         clock.now = i / 100
-        reports.update("worker-0", 0.3 * clock.now)
+        cpu += (0.3 if clock.now <= 50 else 0.1) / 100  # 0.3 cores, then 0.1 from 50 s
+        reports.update("worker-0", cpu)
     readings = reports._readings["worker-0"]
-    assert len(readings) <= 2 * 60 + 3, len(readings)
-    assert readings[-1] == (99.99, pytest.approx(0.3 * 99.99))
-    assert reports.cores(since=90.0) == {"worker-0": pytest.approx(0.3)}
+    # Kept readings are a spacing apart, less one report interval (the last report before it).
+    assert 100 <= len(readings) <= 60 / 0.49 + 3, len(readings)
+    assert readings[0][0] >= 100 - 60 - 0.5  # none older than keep_s
+    kept = list(readings)[:-1]
+    assert all(b[0] - a[0] >= 0.49 - 1e-9 for a, b in zip(kept, kept[1:]))
+    assert readings[-1] == (100.0, pytest.approx(cpu))
+    # The window's rate, not the average since the first report (0.2).
+    assert reports.cores(since=90.0) == {"worker-0": pytest.approx(0.1, rel=0.02)}
