@@ -30,6 +30,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -54,6 +55,26 @@ SERVICE_CIDR = "10.0.0.0/24"
 
 class ClusterError(RuntimeError):
     pass
+
+
+class ProcessExited(ClusterError):
+    """A control-plane process exited; ``name`` says which."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(message)
+        self.name = name
+
+
+# How often start() starts the API server before giving up. It exits on purpose (a klog
+# fatal, status 255) when etcd answers too slowly during its start-up checks, as on a loaded
+# 2-core machine; its real supervisors (the kubelet for a static pod, systemd) restart it.
+APISERVER_START_ATTEMPTS = 3
+
+
+def fatal_lines(log_text: str) -> list[str]:
+    """The klog fatal lines (``F1129 01:02:03.000000 123 file.go:1] why``) of a log: the reason
+    a Kubernetes binary exited, which its goroutine dump that follows pushes out of any tail."""
+    return [line for line in log_text.splitlines() if re.match(r"F\d{4} ", line)]
 
 
 def default_bin_dir() -> Path:
@@ -96,6 +117,17 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _distinct_free_ports(count: int, avoid: set[int] = frozenset()) -> list[int]:
+    """``count`` free loopback ports, none twice and none in ``avoid`` (the kernel may hand a
+    just-closed port out again)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = _free_port()
+        if port not in ports and port not in avoid:
+            ports.append(port)
+    return ports
 
 
 def _run(cmd: list[str], cwd: Path) -> None:
@@ -266,15 +298,11 @@ class LocalCluster:
             f'{self.admin_token},admin,admin-uid,"system:masters"\n'
             f"{self.user_token},{USER_NAME},{USER_NAME}-uid\n"
         )
-        self.etcd_port, self.etcd_peer_port, self.apiserver_port = (
-            _free_port(),
-            _free_port(),
-            _free_port(),
-        )
+        self.etcd_port, self.etcd_peer_port = _distinct_free_ports(2)
         try:
             self._start_etcd()
-            self._start_apiserver()
-            self._wait_ready(timeout)
+            self._wait_etcd_healthy(timeout)
+            self._start_apiserver_until_ready(timeout)
             write_kubeconfig(self.kubeconfig, self.server, self.ca_file, self.admin_token)
             write_kubeconfig(self.user_kubeconfig, self.server, self.ca_file, self.user_token)
             self._start_controller_manager()
@@ -316,6 +344,48 @@ class LocalCluster:
                 "--log-level=warn",
             ],
         )
+
+    def _wait_etcd_healthy(self, timeout: float) -> None:
+        """The API server's start-up checks give etcd little time: start it once etcd answers."""
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                url = f"http://127.0.0.1:{self.etcd_port}/health"
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError) as e:
+                last = str(e)
+            time.sleep(0.2)
+        raise ClusterError(f"etcd not healthy after {timeout:.0f}s ({last})")
+
+    def _start_apiserver_until_ready(self, timeout: float) -> None:
+        """Start the API server and wait for ``/readyz``; when it exits before it is ready,
+        start it again on a fresh port (its port may have been taken between choosing and
+        binding), up to :data:`APISERVER_START_ATTEMPTS` times within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        for attempt in range(1, APISERVER_START_ATTEMPTS + 1):
+            (self.apiserver_port,) = _distinct_free_ports(
+                1, avoid={self.etcd_port, self.etcd_peer_port}
+            )
+            self._start_apiserver()
+            try:
+                self._wait_ready(max(deadline - time.monotonic(), 1.0))
+                return
+            except ProcessExited as exited:
+                if exited.name != "kube-apiserver" or attempt == APISERVER_START_ATTEMPTS:
+                    raise
+                logger.warning(
+                    "kube-apiserver exited before it was ready (attempt %d of %d), starting it "
+                    "again: %s",
+                    attempt,
+                    APISERVER_START_ATTEMPTS,
+                    str(exited).splitlines()[0],
+                )
+                self._procs.pop("kube-apiserver", None)
+                self.pids.pop("kube-apiserver", None)
 
     def _start_apiserver(self) -> None:
         c = self.cert_dir
@@ -365,8 +435,13 @@ class LocalCluster:
     def _check_alive(self) -> None:
         for name, proc in self._procs.items():
             if proc.poll() is not None:
-                tail = self.log_path(name).read_text(errors="replace")[-1500:]
-                raise ClusterError(f"{name} exited with {proc.returncode}:\n{tail}")
+                text = self.log_path(name).read_text(errors="replace")
+                fatal = fatal_lines(text)
+                detail = "\n".join(fatal[:3]) if fatal else text[-1500:]
+                raise ProcessExited(
+                    name,
+                    f"{name} exited with {proc.returncode} (log {self.log_path(name)}):\n{detail}",
+                )
 
     def _wait_ready(self, timeout: float) -> None:
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
