@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from elasticdl.ops import _backend
 from elasticdl.ps import initializers
-from elasticdl.ps.embedding_table import EmbeddingTable
 
 NAMES = ["uniform", "random_uniform", "glorot_uniform", "normal", "truncated_normal"]
 NAMES += ["glorot_normal", "zeros", "ones"]
@@ -33,7 +32,6 @@ PINNED = {
 _ROWS_DIGESTS = """
 import hashlib, json, numpy as np
 from elasticdl.ops import _backend
-from elasticdl.ps.embedding_table import EmbeddingTable
 rng = np.random.default_rng(2)
 batches = [rng.integers(0, 5000, 3000), np.array([2**62, 0, 2**62]), rng.integers(0, 2**40, 20000)]
 out = {"backend": _backend.name()}
