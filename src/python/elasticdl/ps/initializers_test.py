@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from elasticdl.ops import _backend
 from elasticdl.ps import initializers
+from elasticdl.ps.embedding_table import EmbeddingTable
 
 NAMES = ["uniform", "random_uniform", "glorot_uniform", "normal", "truncated_normal"]
 NAMES += ["glorot_normal", "zeros", "ones"]
@@ -32,6 +33,7 @@ PINNED = {
 _ROWS_DIGESTS = """
 import hashlib, json, numpy as np
 from elasticdl.ops import _backend
+from elasticdl.ps.embedding_table import EmbeddingTable
 rng = np.random.default_rng(2)
 batches = [rng.integers(0, 5000, 3000), np.array([2**62, 0, 2**62]), rng.integers(0, 2**40, 20000)]
 out = {"backend": _backend.name()}
@@ -86,3 +88,14 @@ def test_uniform_initial_values_lie_within_the_limit():
     assert np.abs(values).max() <= 0.05 and np.abs(values).max() > 0.049
     glorot = initializers.initial_values("GlorotUniform", 5, ids, 8)
     assert np.abs(glorot).max() <= np.float32(np.sqrt(6.0 / 16))
+
+
+def test_a_tables_new_rows_are_the_initial_values_of_their_ids():
+    """Whatever order the rows come in, each is its id's initial value (the subprocess above
+    builds tables the same way)."""
+    ids = np.array([2**62, 5, 0, 5, 9], np.int64)
+    table = EmbeddingTable("user", 8, "uniform")
+    table.get(ids[:2])
+    got = table.get(ids)
+    want = initializers.initial_values("uniform", initializers.table_seed("user"), ids, 8)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
