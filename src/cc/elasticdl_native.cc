@@ -264,7 +264,7 @@ PYBIND11_MODULE(elasticdl_native, m) {
   // The embedding tables' id -> row map (elasticdl/ps/id_index.py).
   using IdArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 
-  // Initial values of new embedding rows (init_cpu.h; elasticdl/ops/initial_values.py): a new
+  // Initial values of new embedding rows (init_cpu.h; elasticdl/ops/counter_rng.py): a new
   // float32 (len(ids), dim) array each.
   m.def(
       "cpu_uniform01",

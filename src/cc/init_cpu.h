@@ -1,4 +1,4 @@
-// Initial values of lazily created embedding rows (elasticdl/ops/initial_values.py holds the
+// Initial values of lazily created embedding rows (elasticdl/ops/counter_rng.py holds the
 // NumPy reference these reproduce bit for bit).
 //
 // A row's value at column c of stream s is a pure function of (seed, id, c, s):
