@@ -18,6 +18,7 @@
 
 #include "dedup_cpu.h"
 #include "id_map_cpu.h"
+#include "init_cpu.h"
 #include "kernels.h"
 #include "range_rank_cpu.h"
 
@@ -31,9 +32,9 @@ using edl::OptSlots;
 
 namespace {
 
-constexpr int kAbiVersion = 5;  // 2: IdMap; 3: IdMap.items, IdMap.nbytes; 4: cpu_sparse_update_unique;
+constexpr int kAbiVersion = 6;  // 2: IdMap; 3: IdMap.items, IdMap.nbytes; 4: cpu_sparse_update_unique;
                                 // 5: push_encode, push_decode, scan_ids,
-                                // cpu_aggregate_increasing
+                                // cpu_aggregate_increasing; 6: cpu_uniform01, cpu_uniform_scaled
 
 template <typename T>
 T* P(uintptr_t a) {
@@ -262,6 +263,39 @@ PYBIND11_MODULE(elasticdl_native, m) {
 
   // The embedding tables' id -> row map (elasticdl/ps/id_index.py).
   using IdArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+
+  // Initial values of new embedding rows (init_cpu.h; elasticdl/ops/counter_rng.py): a new
+  // float32 (len(ids), dim) array each.
+  m.def(
+      "cpu_uniform01",
+      [](uint64_t seed, IdArray ids, int64_t dim, uint64_t stream) {
+        if (dim < 0) throw py::value_error("cpu_uniform01: dim must be >= 0");
+        const int64_t n = ids.size();
+        py::array_t<float> out({n, dim});
+        const int64_t* in = ids.data();
+        float* o = out.mutable_data();
+        {
+          py::gil_scoped_release nogil;
+          edl::cpu::uniform01(seed, in, n, dim, stream, o);
+        }
+        return out;
+      },
+      "Counter-based uniforms in [0, 1) of (seed, id, column, stream).");
+  m.def(
+      "cpu_uniform_scaled",
+      [](uint64_t seed, IdArray ids, int64_t dim, double limit, bool limit_in_double) {
+        if (dim < 0) throw py::value_error("cpu_uniform_scaled: dim must be >= 0");
+        const int64_t n = ids.size();
+        py::array_t<float> out({n, dim});
+        const int64_t* in = ids.data();
+        float* o = out.mutable_data();
+        {
+          py::gil_scoped_release nogil;
+          edl::cpu::uniform_scaled(seed, in, n, dim, limit, limit_in_double, o);
+        }
+        return out;
+      },
+      "(2u - 1) * limit of stream 0's uniforms, the product in float32 or (limit_in_double) double.");
   py::class_<edl::cpu::IdMap>(m, "IdMap")
       .def(py::init<int64_t>(), py::arg("capacity") = 1024)
       .def("__len__", &edl::cpu::IdMap::size)

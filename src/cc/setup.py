@@ -81,7 +81,7 @@ setup(
         Pybind11Extension(
             "elasticdl_native",
             ["elasticdl_native.cc", "kernels_cpu.cc", "sparse_cpu.cc", "dedup_cpu.cc", "range_rank_cpu.cc", "id_map_cpu.cc",
-             "push_wire_cpu.cc", "push_wire_py.cc"],
+             "push_wire_cpu.cc", "push_wire_py.cc", "init_cpu.cc"],
             cxx_std=17,
             extra_compile_args=CXX_FLAGS,
             extra_link_args=["-fopenmp"],

@@ -3,8 +3,10 @@
 A row's initial value depends only on (table seed, row id, column), never on the order in which
 rows are first requested or on how many parameter servers share the table. So a job restarted
 from scratch, or a table re-sharded across a different number of PS, sees the same initial rows.
-Values come from a counter-based generator (splitmix64 over id and column), which NumPy can
-evaluate for a whole batch of ids at once.
+Values come from a counter-based generator (splitmix64 over id and column,
+:mod:`elasticdl.ops.counter_rng`): the uniform ones in one native pass when the extension is
+loaded, the normal ones from its uniforms by Box-Muller in NumPy (NumPy's float32 log and cos
+are its own SIMD code, which C++ would not match bit for bit).
 
 Supported names (Keras spelling, case-insensitive, CamelCase accepted):
   zeros, ones, uniform / random_uniform (U(-0.05, 0.05)), normal / random_normal (N(0, 0.05)),
@@ -19,11 +21,9 @@ import re
 from typing import Callable
 
 import numpy as np
+from elasticdl.ops import counter_rng
 from elasticdl.ps.errors import PSError
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
 _DEFAULT_SCALE = 0.05
 
 
@@ -37,53 +37,6 @@ def table_seed(name: str, base_seed: int = 0) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    # uint64 array arithmetic wraps modulo 2**64, which is exactly what splitmix64 needs.
-    z = x + _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
-
-
-def _mix_inplace(z: np.ndarray, tmp: np.ndarray) -> None:
-    """splitmix64's finaliser in place (no temporaries beyond `tmp`)."""
-    for shift, mul in ((30, _MIX1), (27, _MIX2)):
-        np.right_shift(z, np.uint64(shift), out=tmp)
-        np.bitwise_xor(z, tmp, out=z)
-        np.multiply(z, mul, out=z)
-    np.right_shift(z, np.uint64(31), out=tmp)
-    np.bitwise_xor(z, tmp, out=z)
-
-
-_CHUNK_ELEMENTS = 1 << 15  # keeps the uint64 scratch arrays in the CPU cache
-
-
-def _uniform01(seed: int, ids: np.ndarray, dim: int, stream: int) -> np.ndarray:
-    """(n, dim) float32 uniforms in [0, 1), a pure function of (seed, id, column, stream)."""
-    row_keys = _splitmix64(ids.astype(np.uint64) ^ np.uint64(seed & 0xFFFFFFFFFFFFFFFF))
-    cols = (np.arange(dim, dtype=np.uint64) + np.uint64(stream * dim + 1)) * _GOLDEN
-    out = np.empty((ids.shape[0], dim), dtype=np.float32)
-    rows_per_chunk = max(1, _CHUNK_ELEMENTS // dim)
-    z = np.empty((rows_per_chunk, dim), dtype=np.uint64)
-    tmp = np.empty_like(z)
-    for start in range(0, ids.shape[0], rows_per_chunk):
-        keys = row_keys[start : start + rows_per_chunk]
-        zc, tc = z[: keys.shape[0]], tmp[: keys.shape[0]]
-        np.add(keys[:, None], cols[None, :], out=zc)
-        _mix_inplace(zc, tc)
-        np.right_shift(zc, np.uint64(40), out=zc)  # top 24 bits: exact in float32
-        np.multiply(zc, 1.0 / (1 << 24), out=out[start : start + keys.shape[0]], casting="unsafe")
-    return out
-
-
-def _uniform01_at(seed: int, ids: np.ndarray, cols: np.ndarray, dim: int, stream: int):
-    """Element-wise `_uniform01(...)[r, c]` for matching arrays of ids and columns."""
-    keys = _splitmix64(ids.astype(np.uint64) ^ np.uint64(seed & 0xFFFFFFFFFFFFFFFF))
-    z = keys + (cols.astype(np.uint64) + np.uint64(stream * dim + 1)) * _GOLDEN
-    _mix_inplace(z, np.empty_like(z))
-    return (z >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / (1 << 24))
-
-
 def _box_muller(u1: np.ndarray, u2: np.ndarray) -> np.ndarray:
     np.subtract(1.0, u1, out=u1)  # (0, 1]: keeps log() finite
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(np.float32(2.0 * np.pi) * u2)
@@ -92,13 +45,14 @@ def _box_muller(u1: np.ndarray, u2: np.ndarray) -> np.ndarray:
 def _normal(seed: int, ids: np.ndarray, dim: int, stream: int) -> np.ndarray:
     # Box-Muller on two independent uniform streams.
     return _box_muller(
-        _uniform01(seed, ids, dim, 2 * stream), _uniform01(seed, ids, dim, 2 * stream + 1)
+        counter_rng.uniform01(seed, ids, dim, 2 * stream),
+        counter_rng.uniform01(seed, ids, dim, 2 * stream + 1),
     )
 
 
 def _uniform_init(limit: float):
     def init(seed, ids, dim):
-        return (2.0 * _uniform01(seed, ids, dim, 0) - 1.0) * limit
+        return counter_rng.scaled_uniform(seed, ids, dim, limit)
 
     return init
 
@@ -121,8 +75,8 @@ def _truncated_normal_init(stddev: float):
             if rows.size == 0:
                 break
             out[rows, cols] = _box_muller(
-                _uniform01_at(seed, ids[rows], cols, dim, 2 * stream),
-                _uniform01_at(seed, ids[rows], cols, dim, 2 * stream + 1),
+                counter_rng.uniform01_at(seed, ids[rows], cols, dim, 2 * stream),
+                counter_rng.uniform01_at(seed, ids[rows], cols, dim, 2 * stream + 1),
             )
         return np.clip(out, -2.0, 2.0) * stddev
 
