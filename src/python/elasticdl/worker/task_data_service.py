@@ -8,7 +8,7 @@ so `feed` parses one record at a time.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import tensorflow as tf
 from elasticdl.common.cpu_budget import available_cpus, split_for_training
@@ -101,6 +101,28 @@ class TaskDataService:
                 return iter(())
             raise
         return self._minibatches_of_chunks([chunk])
+
+    def pieces(self, shard: pb.Shard) -> List[pb.Shard]:
+        """``shard`` as consecutive shards of at most ``chunk_records`` records each, whose
+        records in order are the shard's: a task larger than one pipeline call trains piece
+        by piece, the next piece computed while one trains (``Worker.train_task``). A piece of
+        shuffled indices reads only the range its own indices span."""
+        chunk = self.chunk_records
+        if shard.indices:
+            indices = list(shard.indices)
+            if len(indices) <= chunk:
+                return [shard]
+            parts = [indices[i : i + chunk] for i in range(0, len(indices), chunk)]
+            return [
+                pb.Shard(name=shard.name, start=min(part), end=max(part) + 1, indices=part)
+                for part in parts
+            ]
+        if shard.end - shard.start <= chunk:
+            return [shard]
+        return [
+            pb.Shard(name=shard.name, start=start, end=min(start + chunk, shard.end))
+            for start in range(shard.start, shard.end, chunk)
+        ]
 
     @property
     def chunk_records(self) -> int:

@@ -138,3 +138,23 @@ def test_training_pipelines_get_their_own_thread_pool(tmp_path):
     assert training.options().threading.private_threadpool_size == 1
     assert evaluation.options().threading.private_threadpool_size is None
     assert TaskDataService(_spec(), minibatch_size=8).training_threads >= 1
+
+
+def test_pieces_of_a_task_larger_than_a_chunk_give_its_records_in_order(tmp_path):
+    a = _write(tmp_path / "a.rio", range(200))
+    service = TaskDataService(_spec(), minibatch_size=3)  # chunks of 96 records
+    big = pb.Shard(name=a, start=10, end=200)
+    pieces = service.pieces(big)
+    assert [(p.start, p.end) for p in pieces] == [(10, 106), (106, 200)]
+    labels = [x for p in pieces for x in _labels(service, p, Mode.TRAINING)]
+    assert labels == _labels(service, big, Mode.TRAINING) == [10 * i for i in range(10, 200)]
+    small = pb.Shard(name=a, start=0, end=96)
+    assert service.pieces(small) == [small]
+
+    shuffled = list(np.random.default_rng(0).permutation(np.arange(20, 220)) % 200)
+    mixed = pb.Shard(name=a, start=0, end=200, indices=shuffled)
+    parts = service.pieces(mixed)
+    assert [len(p.indices) for p in parts] == [96, 96, 8]
+    assert all(p.start == min(p.indices) and p.end == max(p.indices) + 1 for p in parts)
+    labels = [x for p in parts for x in _labels(service, p, Mode.TRAINING)]
+    assert labels == [10 * i for i in shuffled]

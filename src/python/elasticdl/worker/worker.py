@@ -200,12 +200,45 @@ class Worker:
                 "Task %d, which this worker runs, came back ahead: asking for another", task.task_id
             )
             task = self.master.get_task()
-        if task.type == pb.TRAINING and task.task_id != 0 and self._fits_one_call(task):
+        pieces = self._pieces(task) if task.type == pb.TRAINING and task.task_id != 0 else None
+        if pieces:
             try:
-                return task, list(self.data.dataset(task.shard, Mode.TRAINING))
+                return task, self._piece_minibatches(pieces[0])
             except Exception:  # noqa: BLE001 - run_task reads it again and reports the error
                 logger.debug("look-ahead data of task %d failed", task.task_id, exc_info=True)
         return task, None
+
+    def _pieces(self, task: pb.Task) -> Optional[List[pb.Shard]]:
+        """The task's shard as pieces of one pipeline call each (one piece for a small task;
+        `TaskDataService.pieces`), or None where the data service streams the task instead."""
+        split = getattr(self.data, "pieces", None)
+        shard = task.shard
+        if (
+            split is not None
+            and (len(shard.indices) if shard.indices else shard.end - shard.start) > 0
+        ):
+            return split(shard)
+        return [shard] if self._fits_one_call(task) else None
+
+    def _piece_minibatches(self, piece: pb.Shard) -> list:
+        return list(self.data.dataset(piece, Mode.TRAINING))
+
+    def _piece_by_piece(self, first: list, rest: List[pb.Shard]) -> Iterator:
+        """A task of several pieces: the minibatches of `first`, then of each piece of `rest`,
+        each computed on the look-ahead thread while the one before it trains (so the input
+        pipeline does not sit between a large task's steps either); the look-ahead for the
+        next task starts when the last piece does."""
+        current, pending = first, None
+        try:
+            for piece in rest:
+                pending = self._pool().submit(self._piece_minibatches, piece)
+                yield from current
+                current, pending = pending.result(), None
+            self._start_fetch_ahead()
+            yield from current
+        finally:
+            if pending is not None:  # left mid-task: the pipeline is free once the piece is
+                futures.wait([pending])
 
     def _fits_one_call(self, task: pb.Task) -> bool:
         shard = task.shard
@@ -346,16 +379,26 @@ class Worker:
                 "batches": 0,
                 "skipped_records": task.shard.end - task.shard.start,
             }
-        if minibatches is None:
+        pieces = self._pieces(task)
+        given = minibatches is not None  # by the look-ahead: the first piece's
+        if not given:
             self._send_deferred_report()  # not kept waiting while this task's data is read
-            minibatches = self.data.dataset(task.shard, Mode.TRAINING)
-            if self._fits_one_call(task):  # computed at once: the pipeline is free again
-                minibatches = list(minibatches)
-                self._start_fetch_ahead()
-        else:
+            if pieces is None:
+                minibatches = self.data.dataset(task.shard, Mode.TRAINING)
+            else:  # computed at once: the pipeline is free again
+                minibatches = self._piece_minibatches(pieces[0])
+        piecewise = None
+        if pieces is not None and len(pieces) > 1:
+            self._send_deferred_report()  # the look-ahead starts only with the last piece
+            minibatches = piecewise = self._piece_by_piece(minibatches, pieces[1:])
+        elif pieces is not None or given:
             self._start_fetch_ahead()
         try:
-            records, batches, loss_sum = self._train_minibatches(minibatches)
+            try:
+                records, batches, loss_sum = self._train_minibatches(minibatches)
+            finally:
+                if piecewise is not None:
+                    piecewise.close()  # waits for a piece still being computed
             # Done only once the PS have every push of the task: a push that fails here fails
             # the task, which the master then runs again.
             self.trainer.wait_for_pushes()

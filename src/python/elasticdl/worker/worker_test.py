@@ -463,3 +463,57 @@ def test_a_task_of_a_new_ps_set_moves_the_trainer_before_it_runs():
     worker.evaluate_task = lambda task: events.append(("run", task.task_id)) or {"records": 4}
     assert worker.run() == 0
     assert events == [("follow", 1, ["ps-0:1", "ps-1:1"]), ("run", 1), ("report", 1, "")]
+
+
+def test_a_task_larger_than_a_pipeline_call_trains_piece_by_piece_computed_ahead(
+    tmp_path, monkeypatch
+):
+    """A task of several pipeline calls trains each piece's minibatches while the next piece
+    is computed on the look-ahead thread; every record is still trained once, in order."""
+    import threading
+
+    from elasticdl.worker import task_data_service
+    from elasticdl.worker.worker import Worker
+
+    monkeypatch.setattr(task_data_service, "CHUNK_MINIBATCHES", 2)  # pieces of 16 records
+    computed = []  # (thread, piece start, piece end)
+    trained = []  # thread of each step
+    original_piece = Worker._piece_minibatches
+
+    def piece_minibatches(self, piece):
+        computed.append((threading.current_thread().name, piece.start, piece.end))
+        return original_piece(self, piece)
+
+    original_train = Worker._train_minibatches
+
+    def train_minibatches(self, minibatches):
+        def noting():
+            for item in minibatches:
+                trained.append(threading.current_thread().name)
+                yield item
+
+        return original_train(self, noting())
+
+    monkeypatch.setattr(Worker, "_piece_minibatches", piece_minibatches)
+    monkeypatch.setattr(Worker, "_train_minibatches", train_minibatches)
+    no_stop = _MODEL.replace("MaxStepsStopping(5)", "MaxStepsStopping(10**6)")
+    zoo = _zoo(tmp_path, "lin", no_stop)
+    train = _data(str(tmp_path / "train.rio"), 96)
+    result = run_local_job(
+        str(zoo),
+        "lin.model.custom_model",
+        training_data=train,
+        minibatch_size=8,
+        num_minibatches_per_task=6,  # tasks of 48 records: three pieces of 16
+        num_ps=1,
+    )
+    assert result.exit_code == 0
+    summary = result.task_summary
+    assert summary.finished and summary.records_trained == 96 and summary.tasks_done == 2
+    assert result.worker.trainer.steps == 12
+    pieces = sorted((start, end) for _, start, end in computed)
+    assert pieces == [(s, s + 16) for s in range(0, 96, 16)]  # each piece once
+    # Only the first task's first piece was computed by the thread that trains: the rest ahead.
+    on_main = [c for c in computed if not c[0].startswith("task-ahead")]
+    assert [(s, e) for _, s, e in on_main] == [(0, 16)], computed
+    assert len(set(trained)) == 1 and not trained[0].startswith("task-ahead")
