@@ -75,40 +75,10 @@ YML
   say "registry started"
 fi
 
-# 4. Base image (kept in the engine's data root across restarts), labelled with what it is made
-# of: imported again when the host's packages (or how the rootfs is made) change.
-if [[ $ROOTFS == debootstrap ]]; then
-  base_key=debootstrap-bookworm
-else
-  base_key=$(python3 "$HERE/make_base_rootfs.py" --key 2>>"$W/rootfs.log") ||
-    die "make_base_rootfs.py --key failed, see $W/rootfs.log"
-fi
-have_key=$(curl -sf --unix-socket "$SOCK" http://engine/images/local/base:latest/json |
-  python3 -c 'import json, sys; print((json.load(sys.stdin)["Config"].get("Labels") or {}).get("org.elasticdl.base-rootfs", ""))' 2>/dev/null || true)
-if [[ $have_key != "$base_key" ]]; then
-  if [[ $ROOTFS == debootstrap ]]; then
-    mirror=$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-    rm -rf "$W/rootfs"
-    debootstrap --variant=minbase --include=python3,python3-pip,ca-certificates bookworm \
-      "$W/rootfs" ${mirror:+"$mirror"} >"$W/debootstrap.log" 2>&1 || die "debootstrap failed, see $W/debootstrap.log"
-    rm -rf "$W"/rootfs/var/cache/apt/archives/*.deb "$W"/rootfs/var/lib/apt/lists/*
-    cp /etc/ssl/certs/ca-certificates.crt "$W/rootfs/etc/ssl/certs/ca-certificates.crt"
-    tar -C "$W/rootfs" -cf "$W/base.tar" . && rm -rf "$W/rootfs"
-  else
-    python3 "$HERE/make_base_rootfs.py" "$W/base.tar" 2>>"$W/rootfs.log" || die "make_base_rootfs.py failed, see $W/rootfs.log"
-  fi
-  # PIP_BREAK_SYSTEM_PACKAGES: Debian's pip refuses system-wide installs otherwise (PEP 668);
-  # an image is its own environment.
-  # Debian's CLI first: a newer /usr/local/bin/docker may shadow it (both work).
-  cli=/usr/bin/docker; [[ -x $cli ]] || cli=docker
-  DOCKER_HOST="unix://$SOCK" "$cli" import --change 'CMD ["/bin/bash"]' \
-    --change 'ENV PIP_BREAK_SYSTEM_PACKAGES=1' --change 'ENV PIP_ROOT_USER_ACTION=ignore' \
-    --change "LABEL org.elasticdl.base-rootfs=$base_key" \
-    "$W/base.tar" local/base:latest >"$W/import.log" 2>&1 ||
-    die "importing local/base failed, see $W/import.log"
-  rm -f "$W/base.tar"
-  say "imported local/base:latest ($ROOTFS)"
-fi
+# 4. Base image (kept in the engine's data root across restarts; base-image.sh imports it again
+# when what it is made of changes).
+"$HERE/base-image.sh" "$SOCK" "$W" "$ROOTFS" >/dev/null
+say "base image ready"
 
 say "ready"
 echo "DOCKER_HOST=unix://$SOCK"

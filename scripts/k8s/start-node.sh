@@ -695,22 +695,8 @@ YAML
 
 base_image() {
   alive dockerd-1 || die "the cluster is not running (start it first)"
-  # Labelled with what it is made of: imported again when the host's packages change.
-  local key
-  key=$(python3 "$ROOT/scripts/container-engine/make_base_rootfs.py" --key 2>>"$L/rootfs.log") ||
-    die "make_base_rootfs.py --key failed, see $L/rootfs.log"
-  [[ $(dk 1 image inspect --format '{{index .Config.Labels "org.elasticdl.base-rootfs"}}' \
-    local/base:latest 2>/dev/null) == "$key" ]] && { echo "local/base:latest"; return; }
-  mkdir -p "$K/img"
-  python3 "$ROOT/scripts/container-engine/make_base_rootfs.py" "$K/img/base.tar" 2>>"$L/rootfs.log" ||
-    die "make_base_rootfs.py failed, see $L/rootfs.log"
-  dk 1 import --change 'CMD ["/bin/bash"]' \
-    --change 'ENV PIP_BREAK_SYSTEM_PACKAGES=1' --change 'ENV PIP_ROOT_USER_ACTION=ignore' \
-    --change "LABEL org.elasticdl.base-rootfs=$key" \
-    "$K/img/base.tar" local/base:latest >/dev/null || die "importing local/base failed"
-  rm -f "$K/img/base.tar"
-  say "imported local/base:latest"
-  echo "local/base:latest"
+  "$ROOT/scripts/container-engine/base-image.sh" "$(node_dir 1)/docker.sock" "$K/base-image" ||
+    die "the base image could not be made (logs in $K/base-image)"
 }
 
 stop_pids() { # seconds-before-SIGKILL name...: TERM them together, wait, KILL what is left
