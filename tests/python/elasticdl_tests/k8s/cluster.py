@@ -347,19 +347,8 @@ class LocalCluster:
 
     def _wait_etcd_healthy(self, timeout: float) -> None:
         """The API server's start-up checks give etcd little time: start it once etcd answers."""
-        deadline = time.monotonic() + timeout
-        last = ""
-        while time.monotonic() < deadline:
-            self._check_alive()
-            try:
-                url = f"http://127.0.0.1:{self.etcd_port}/health"
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError) as e:
-                last = str(e)
-            time.sleep(0.2)
-        raise ClusterError(f"etcd not healthy after {timeout:.0f}s ({last})")
+        url = f"http://127.0.0.1:{self.etcd_port}/health"
+        self._poll_until_ok(urllib.request.Request(url), None, timeout, "etcd not healthy")
 
     def _start_apiserver_until_ready(self, timeout: float) -> None:
         """Start the API server and wait for ``/readyz``; when it exits before it is ready,
@@ -448,18 +437,23 @@ class LocalCluster:
         request = urllib.request.Request(
             f"{self.server}/readyz", headers={"Authorization": f"Bearer {self.admin_token}"}
         )
+        self._poll_until_ok(request, ctx, timeout, "kube-apiserver not ready")
+
+    def _poll_until_ok(self, request, context, timeout: float, what: str) -> None:
+        """Until `request` answers 200, every 0.3 s; a process of the cluster that exits ends
+        the wait (`ProcessExited`), `timeout` a ClusterError starting with `what`."""
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
             self._check_alive()
             try:
-                with urllib.request.urlopen(request, context=ctx, timeout=2) as response:
+                with urllib.request.urlopen(request, context=context, timeout=2) as response:
                     if response.status == 200:
                         return
             except (urllib.error.URLError, OSError) as e:
                 last = str(e)
             time.sleep(0.3)
-        raise ClusterError(f"kube-apiserver not ready after {timeout:.0f}s ({last})")
+        raise ClusterError(f"{what} after {timeout:.0f}s ({last})")
 
     def _save_state(self) -> None:
         state = {
