@@ -49,25 +49,17 @@ void fill_uniform01(uint64_t seed, const int64_t* ids, int64_t lo, int64_t hi, i
   }
 }
 
-EDL_MULTIVERSION
-void fill_scaled_f32(uint64_t seed, const int64_t* ids, int64_t lo, int64_t hi, int64_t dim, const uint64_t* cols,
-                     float limit, float* out) {
-  for (int64_t i = lo; i < hi; ++i) {
-    const uint64_t key = row_key(ids[i], seed);
-    float* o = out + i * dim;
-    for (int64_t c = 0; c < dim; ++c) o[c] = (2.0f * top24(mix(key + cols[c])) - 1.0f) * limit;
-  }
-}
-
-EDL_MULTIVERSION
-void fill_scaled_f64(uint64_t seed, const int64_t* ids, int64_t lo, int64_t hi, int64_t dim, const uint64_t* cols,
-                     double limit, float* out) {
+// (2u - 1) * limit, the product taken in Limit's precision (float, or double rounded once to
+// float): whichever NumPy uses for a float32 array times the limit.
+template <typename Limit>
+EDL_MULTIVERSION void fill_scaled(uint64_t seed, const int64_t* ids, int64_t lo, int64_t hi, int64_t dim,
+                                  const uint64_t* cols, Limit limit, float* out) {
   for (int64_t i = lo; i < hi; ++i) {
     const uint64_t key = row_key(ids[i], seed);
     float* o = out + i * dim;
     for (int64_t c = 0; c < dim; ++c) {
       const float v = 2.0f * top24(mix(key + cols[c])) - 1.0f;
-      o[c] = static_cast<float>(static_cast<double>(v) * limit);
+      o[c] = static_cast<float>(static_cast<Limit>(v) * limit);
     }
   }
 }
@@ -99,12 +91,11 @@ void uniform_scaled(uint64_t seed, const int64_t* ids, int64_t n, int64_t dim, d
                     float* out) {
   const std::vector<uint64_t> cols = column_offsets(dim, 0);
   if (limit_in_double) {
-    over_rows(n, dim,
-              [&](int64_t lo, int64_t hi) { fill_scaled_f64(seed, ids, lo, hi, dim, cols.data(), limit, out); });
+    over_rows(n, dim, [&](int64_t lo, int64_t hi) { fill_scaled(seed, ids, lo, hi, dim, cols.data(), limit, out); });
   } else {
     const float limit32 = static_cast<float>(limit);
     over_rows(n, dim,
-              [&](int64_t lo, int64_t hi) { fill_scaled_f32(seed, ids, lo, hi, dim, cols.data(), limit32, out); });
+              [&](int64_t lo, int64_t hi) { fill_scaled(seed, ids, lo, hi, dim, cols.data(), limit32, out); });
   }
 }
 
