@@ -8,12 +8,14 @@ so `feed` parses one record at a time.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import tensorflow as tf
 from elasticdl.common.cpu_budget import available_cpus, split_for_training
 from elasticdl.common.model_utils import Mode, ModelSpec
 from elasticdl.proto import elasticdl_pb2 as pb
+from elasticdl.worker.batched_feed import BatchedFeed, failure_reason, quiet_tf_logger, same_values
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +41,10 @@ class TaskDataService:
         # A model's own reader wins over the built-in ones (same rule as on the master).
         self._factory = reader_factory or spec.custom_data_reader or _default_reader_factory
         self._readers: Dict[str, Any] = {}
-        self._pipelines: Dict[tuple, tf.data.Dataset] = {}
+        self._pipelines: Dict[tuple, _Pipeline] = {}
+        # (mode, kind of file) -> whether its feed runs batched (True), per record (False),
+        # or is not checked yet (absent)
+        self._batched_feed: Dict[tuple, bool] = {}
         self._current: Dict[tuple, pb.Shard] = {}  # the shard each pipeline reads next
         # Training pipelines run beside the compiled step (the worker's look-ahead computes the
         # next task's minibatches while the current one trains): on a thread pool of their own
@@ -82,6 +87,11 @@ class TaskDataService:
           minibatches at once; a task that fits in one chunk is computed in a single call
           (``get_single_element``) and sliced into minibatches here, which is exactly what
           ``batch(minibatch_size)`` of the same stream would give.
+
+        A third is ``feed``'s own per-record cost in tf.data: where ``feed`` is a chain of
+        maps, the pipeline runs them once over a chunk of records (``batched_feed``), after
+        checking on the first task that this gives exactly what the per-record pipeline gives
+        (else it stays per record, for good, and says why in the log).
         """
         num_records = len(shard.indices) if shard.indices else shard.end - shard.start
         if num_records <= 0:
@@ -92,15 +102,36 @@ class TaskDataService:
         if pipeline is None:
             pipeline = self._pipelines[key] = self._build_pipeline(shard.name, mode, key, stream)
         self._current[key] = shard
+        feed_key = key[:-1]
+        batched = pipeline.batched if self._batched_feed.get(feed_key) is not False else None
         if stream:
-            return self._minibatches_of_chunks(iter(pipeline))
+            if batched is not None and self._batched_feed.get(feed_key):
+                return self._minibatches_of_chunks(iter(batched))
+            return self._minibatches_of_chunks(iter(pipeline.per_record))
+        if batched is not None and self._batched_feed.get(feed_key):
+            return self._minibatches_of_chunks([batched.get_single_element()])
         try:
-            chunk = pipeline.get_single_element()
+            chunk = pipeline.per_record.get_single_element()
         except tf.errors.InvalidArgumentError as err:
             if "empty" in str(err).lower():  # feed dropped every record of the task
                 return iter(())
             raise
+        if batched is not None:
+            self._check_batched_feed(feed_key, batched, chunk)
         return self._minibatches_of_chunks([chunk])
+
+    def _check_batched_feed(self, feed_key: tuple, batched: tf.data.Dataset, want) -> None:
+        """Use the batched feed from now on if it gives `want` for the same records."""
+        try:
+            same = same_values(batched.get_single_element(), want)
+            why = "" if same else "its values differ from the per-record feed's"
+        except Exception as err:  # noqa: BLE001 - any failure keeps the per-record feed
+            same, why = False, failure_reason(err)
+        self._batched_feed[feed_key] = same
+        if same:
+            logger.info("feed (%s) runs on whole chunks of records, vectorized", feed_key[0].value)
+        else:
+            logger.info("feed (%s) runs record by record: %s", feed_key[0].value, why)
 
     def pieces(self, shard: pb.Shard) -> List[pb.Shard]:
         """``shard`` as consecutive shards of at most ``chunk_records`` records each, whose
@@ -149,25 +180,49 @@ class TaskDataService:
     def _out_type(reader):
         return getattr(reader, "records_output_types", tf.string) or tf.string
 
-    def _build_pipeline(
-        self, shard_name: str, mode: Mode, key: tuple, stream: bool
-    ) -> tf.data.Dataset:
+    def _build_pipeline(self, shard_name: str, mode: Mode, key: tuple, stream: bool) -> "_Pipeline":
         """`stream`: iterated chunk by chunk (a task of several chunks), so the next chunk is
         computed ahead while the worker trains on one; otherwise computed in one call, where a
         prefetch would only add a hand-off to its own thread (a tenth of the task's CPU time
         on the README model)."""
         reader = self.reader_for(shard_name)
         out_type = self._out_type(reader)
+        chunk = self.chunk_records
 
-        def task_records():
-            yield list(self.records(self._current[key]))
+        def task_chunks():
+            rows = list(self.records(self._current[key]))
+            for start in range(0, len(rows), chunk):
+                yield rows[start : start + chunk]
 
-        ds = tf.data.Dataset.from_generator(
-            task_records, output_signature=tf.TensorSpec((None,), out_type)
-        ).unbatch()
+        chunks = tf.data.Dataset.from_generator(
+            task_chunks, output_signature=tf.TensorSpec((None,), out_type)
+        )
+        records = chunks.unbatch()
+        per_record, batched = records, None
         if self.spec.feed is not None:
-            ds = self.spec.feed(ds, mode, getattr(reader, "metadata", None))
-        ds = ds.batch(self.chunk_records)
+            per_record = self.spec.feed(records, mode, getattr(reader, "metadata", None))
+            batched = self._batched_pipeline(chunks, per_record, records, key[:-1])
+        per_record = per_record.batch(chunk)
+        return _Pipeline(
+            per_record=self._finish(per_record, mode, stream),
+            batched=self._finish(batched, mode, stream) if batched is not None else None,
+        )
+
+    def _batched_pipeline(self, chunks, fed, records, feed_key: tuple):
+        if self._batched_feed.get(feed_key) is False:
+            return None
+        feed_fn, why = BatchedFeed.of(fed, records)
+        if feed_fn is not None:
+            try:
+                with quiet_tf_logger():
+                    return chunks.map(feed_fn)  # traced (and vectorized) here
+            except Exception as err:  # noqa: BLE001 - what pfor cannot vectorize stays per record
+                why = failure_reason(err)
+        self._batched_feed[feed_key] = False
+        logger.info("feed (%s) runs record by record: %s", feed_key[0].value, why)
+        return None
+
+    def _finish(self, ds: tf.data.Dataset, mode: Mode, stream: bool) -> tf.data.Dataset:
         if stream:
             ds = ds.prefetch(1)
         if mode == Mode.TRAINING:
@@ -176,6 +231,15 @@ class TaskDataService:
             options.threading.max_intra_op_parallelism = 1
             ds = ds.with_options(options)
         return ds
+
+
+@dataclass
+class _Pipeline:
+    """One (mode, kind of file, streamed or not) pipeline: the model's feed record by record,
+    and the same feed over whole chunks where it can run so (else None)."""
+
+    per_record: tf.data.Dataset
+    batched: Optional[tf.data.Dataset]
 
 
 # Minibatches computed by one pipeline call (a task of at most this many is one call).

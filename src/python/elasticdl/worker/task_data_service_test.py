@@ -135,8 +135,8 @@ def test_training_pipelines_get_their_own_thread_pool(tmp_path):
     ]
     training = next(p for k, p in service._pipelines.items() if k[0] == Mode.TRAINING)
     evaluation = next(p for k, p in service._pipelines.items() if k[0] == Mode.EVALUATION)
-    assert training.options().threading.private_threadpool_size == 1
-    assert evaluation.options().threading.private_threadpool_size is None
+    assert training.per_record.options().threading.private_threadpool_size == 1
+    assert evaluation.per_record.options().threading.private_threadpool_size is None
     assert TaskDataService(_spec(), minibatch_size=8).training_threads >= 1
 
 
@@ -158,3 +158,111 @@ def test_pieces_of_a_task_larger_than_a_chunk_give_its_records_in_order(tmp_path
     assert all(p.start == min(p.indices) and p.end == max(p.indices) + 1 for p in parts)
     labels = [x for p in parts for x in _labels(service, p, Mode.TRAINING)]
     assert labels == [10 * i for i in shuffled]
+
+
+# ------------------------------------------------------------------ feeds run on whole chunks
+def _example_records(path, n):
+    import tensorflow as tf
+
+    with recordio.Writer(str(path)) as w:
+        for i in range(n):
+            feature = {
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=[i, -0.5 * i])),
+                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+            }
+            w.write(
+                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            )
+    return str(path)
+
+
+def _example_spec(extra=None):
+    import tensorflow as tf
+
+    columns = {
+        "x": tf.io.FixedLenFeature([2], tf.float32),
+        "y": tf.io.FixedLenFeature([1], tf.int64),
+    }
+
+    def feed(dataset, mode, metadata):
+        ds = dataset.map(
+            lambda r: tf.io.parse_single_example(r, columns), num_parallel_calls=tf.data.AUTOTUNE
+        )
+        ds = ds.map(lambda ex: ({"x": ex["x"] * 2.0}, ex["y"] * 10))
+        return extra(ds) if extra else ds
+
+    spec = _spec()
+    spec.feed = feed
+    return spec
+
+
+def _xs_and_labels(service, shard, mode):
+    xs, labels = [], []
+    for features, label in service.dataset(shard, mode):
+        xs.extend(features["x"].numpy().tolist())
+        labels.extend(label.numpy().ravel().tolist())
+    return xs, labels
+
+
+def test_a_feed_of_maps_runs_on_whole_chunks_once_checked_against_per_record(tmp_path, caplog):
+    import logging
+
+    a = _example_records(tmp_path / "a.rio", 300)
+    service = TaskDataService(_example_spec(), minibatch_size=8)
+    with caplog.at_level(logging.INFO, logger="elasticdl.worker.task_data_service"):
+        first = _xs_and_labels(service, pb.Shard(name=a, start=0, end=20), Mode.TRAINING)
+    assert first == ([[2.0 * i, -1.0 * i] for i in range(20)], [10 * i for i in range(20)])
+    assert service._batched_feed == {service._pipeline_key(a, Mode.TRAINING): True}
+    assert "runs on whole chunks of records" in caplog.text
+    # From now on the per-record pipeline is never run: every task's values come from the
+    # batched one, in the right order, for small tasks, shuffled indices and streamed ones.
+    for pipeline in service._pipelines.values():
+        pipeline.per_record = None
+    shuffled = [17, 3, 250, 3, 99]
+    assert _xs_and_labels(
+        service, pb.Shard(name=a, start=3, end=251, indices=shuffled), Mode.TRAINING
+    )[1] == [10 * i for i in shuffled]
+    assert _xs_and_labels(service, pb.Shard(name=a, start=40, end=300), Mode.TRAINING)[1] == [
+        10 * i for i in range(40, 300)
+    ]  # 260 records: more than one chunk of 256, streamed
+    sizes = [
+        int(y.shape[0])
+        for _, y in service.dataset(pb.Shard(name=a, start=0, end=30), Mode.TRAINING)
+    ]
+    assert sizes == [8, 8, 8, 6]
+
+
+def test_feeds_that_cannot_run_batched_stay_per_record_and_say_why(tmp_path, caplog):
+    import logging
+
+    import tensorflow as tf
+
+    a = _example_records(tmp_path / "a.rio", 40)
+    cases = {
+        # random numbers: pfor vectorizes them, but not to the per-record values
+        "values differ": lambda ds: ds.map(
+            lambda f, y: ({"x": f["x"] + tf.random.uniform([2])}, y)
+        ),
+        "not only map": lambda ds: ds.filter(lambda f, y: y[0] % 20 == 0),
+        # an op pfor has no rule for; its error log is not the user's to read
+        "AsString": lambda ds: ds.map(
+            lambda f, y: (f, y + tf.strings.to_number(tf.strings.as_string(y), tf.int64) * 0)
+        ),
+    }
+    for why, extra in cases.items():
+        service = TaskDataService(_example_spec(extra), minibatch_size=8)
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            for start in (0, 10, 20):
+                labels = _xs_and_labels(
+                    service, pb.Shard(name=a, start=start, end=start + 10), Mode.TRAINING
+                )[1]
+                want = [10 * i for i in range(start, start + 10)]
+                assert labels == (
+                    [y for y in want if y % 20 == 0] if why == "not only map" else want
+                )
+        key = service._pipeline_key(a, Mode.TRAINING)
+        assert service._batched_feed == {key: False}, why
+        lines = [r.getMessage() for r in caplog.records if "record by record" in r.getMessage()]
+        assert len(lines) == 1 and why in lines[0], (why, lines)
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], why

@@ -1,0 +1,91 @@
+"""A per-record feed made of maps, run over a whole vector of records, gives exactly what the
+per-record pipeline then `batch` gives; anything else is refused with its reason."""
+import numpy as np
+import tensorflow as tf
+from elasticdl.worker.batched_feed import BatchedFeed, map_chain, same_values
+
+SPEC = {
+    "dense": tf.io.FixedLenFeature([3], tf.float32),
+    "ids": tf.io.FixedLenFeature([4], tf.int64),
+    "label": tf.io.FixedLenFeature([1], tf.int64, default_value=[0]),
+}
+
+
+def _records(n):
+    out = []
+    for i in range(n):
+        ex = tf.train.Example(
+            features=tf.train.Features(
+                feature={
+                    "dense": tf.train.Feature(
+                        float_list=tf.train.FloatList(value=[i * 0.5, -i, np.nan if i == 3 else 1])
+                    ),
+                    "ids": tf.train.Feature(int64_list=tf.train.Int64List(value=[i, 2 * i, 7, i])),
+                    # record 5 has no label: the default applies
+                    **(
+                        {}
+                        if i == 5
+                        else {
+                            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 2]))
+                        }
+                    ),
+                }
+            )
+        )
+        out.append(ex.SerializeToString())
+    return out
+
+
+def _parse(record):
+    ex = tf.io.parse_single_example(record, SPEC)
+    return {"dense": ex["dense"], "ids": ex["ids"]}, ex["label"]
+
+
+def _scale(features, label):
+    return {"dense": features["dense"] * 2.0, "ids": features["ids"] + 100}, tf.cast(
+        label, tf.float32
+    )
+
+
+def test_a_chain_of_maps_over_a_vector_equals_per_record_then_batch():
+    records = tf.data.Dataset.from_tensor_slices(_records(9))
+    fed = records.map(_parse, num_parallel_calls=tf.data.AUTOTUNE).map(_scale)
+    batched, why = BatchedFeed.of(fed, records)
+    assert batched is not None, why
+    want = fed.batch(9).get_single_element()
+    got = batched(tf.constant(_records(9)))
+    assert same_values(got, want)
+    assert got[0]["ids"].numpy()[2].tolist() == [102, 104, 107, 102]
+    assert got[1].numpy()[5].tolist() == [0.0]  # the parse's default
+    assert np.isnan(got[0]["dense"].numpy()[3, 2])
+
+
+def test_anything_but_maps_or_dense_values_is_refused_with_the_reason():
+    records = tf.data.Dataset.from_tensor_slices(_records(4))
+    parsed = records.map(_parse)
+    for fed, reason in [
+        (parsed.filter(lambda f, label: label[0] > 0), "FilterDataset"),
+        (parsed.shuffle(8), "ShuffleDataset"),
+        (parsed.map(_scale).prefetch(1), "PrefetchDataset"),
+        (records, "feed maps nothing"),
+        (
+            records.map(
+                lambda r: tf.io.parse_single_example(r, {"v": tf.io.VarLenFeature(tf.int64)})
+            ),
+            "sparse or ragged",
+        ),
+    ]:
+        chain, why = map_chain(fed, records)
+        assert chain is None and reason in why, why
+    # a chain that starts from another dataset is not this feed's
+    chain, why = map_chain(tf.data.Dataset.from_tensor_slices(_records(2)).map(_parse), records)
+    assert chain is None
+
+
+def test_same_values_compares_structure_dtype_shape_and_values():
+    a = ({"x": tf.constant([1.0, np.nan])}, tf.constant([1]))
+    assert same_values(a, ({"x": tf.constant([1.0, np.nan])}, tf.constant([1])))
+    assert not same_values(a, ({"x": tf.constant([1.0, 2.0])}, tf.constant([1])))
+    assert not same_values(a, ({"x": tf.constant([1.0, np.nan])}, tf.constant([1], tf.int64)))
+    assert not same_values(a, ({"x": tf.constant([[1.0, np.nan]])}, tf.constant([1])))
+    assert not same_values(a, ({"y": tf.constant([1.0, np.nan])}, tf.constant([1])))
