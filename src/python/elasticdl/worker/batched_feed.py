@@ -9,25 +9,28 @@ tensors, the same functions can run once over all the records of a chunk, vector
 TensorFlow's `pfor` (`tf.vectorized_map`): one element instead of thousands.
 
 `BatchedFeed.of(fed, records)` finds that chain (`fed` must be `records` followed by maps and
-nothing else: a `filter`, `shuffle`, `interleave` or a sparse or ragged value leaves the feed
-per record) and returns a callable from a vector of records to the batched structure that
-`fed.batch(n)` would give, or None with the reason. Whether the two agree is the caller's to
-check on real data (`same_values`): `pfor` refuses what it cannot vectorize (a `py_function`,
-most stateful ops), but a function whose per-record results cannot be batched (records of
-different lengths) or that draws random numbers would give different values, and only the
-comparison tells.
+shuffles and nothing else: a `filter`, `interleave`, `prefetch` or a sparse or ragged value
+leaves the feed per record) and returns a callable from a vector of records to the batched
+structure that the maps then `batch(n)` would give (the shuffles, `BatchedFeed.shuffle`, then
+run on its records), or None with the reason. Whether the two agree is the caller's to check
+on real data (`same_values` against `BatchedFeed.one`, the maps record by record): `pfor`
+refuses what it cannot vectorize (a `py_function`, most stateful ops), but a function whose
+per-record results cannot be batched (records of different lengths) or that draws random
+numbers would give different values, and only the comparison tells.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 _MAP_DATASETS = ("_MapDataset", "_ParallelMapDataset")
+_SHUFFLE_DATASET = "_ShuffleDataset"
 
 
 @contextlib.contextmanager
@@ -47,40 +50,68 @@ def _dense_only(structure) -> bool:
     return all(isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(structure))
 
 
-def map_chain(fed: tf.data.Dataset, records: tf.data.Dataset) -> Tuple[Optional[list], str]:
+@dataclass(frozen=True)
+class Shuffle:
+    """A `shuffle` of the feed, to apply again to the batched feed's records."""
+
+    buffer_size: Any
+    seed: Optional[int]  # the op-level seed: with the same global seed, the same seeds
+    reshuffle_each_iteration: bool
+
+    def apply(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        return dataset.shuffle(
+            self.buffer_size,
+            seed=self.seed,
+            reshuffle_each_iteration=self.reshuffle_each_iteration,
+        )
+
+
+def map_chain(fed: tf.data.Dataset, records: tf.data.Dataset) -> Tuple[Optional[list], list, str]:
     """The map functions (tf.data's function wrappers) that turn `records` into `fed`, first
-    one first, or (None, why not)."""
+    one first, and the shuffles among them, or (None, [], why not). A shuffle of a record's
+    values commutes with a map of each record, so the shuffles can run after all the maps."""
     chain: List[Any] = []
+    shuffles: List[Shuffle] = []
     node = fed
     while node is not records:
-        if type(node).__name__ not in _MAP_DATASETS:
-            return None, f"feed applies {type(node).__name__.strip('_')}, not only map"
+        kind = type(node).__name__
+        if kind == _SHUFFLE_DATASET:
+            shuffles.append(
+                Shuffle(node._buffer_size, node._seed2, bool(node._reshuffle_each_iteration))
+            )
+            node = node._input_dataset
+            continue
+        if kind not in _MAP_DATASETS:
+            return None, [], f"feed applies {kind.strip('_')}, not only map and shuffle"
         wrapper = getattr(node, "_map_func", None)
         node = getattr(node, "_input_dataset", None)
         if wrapper is None or node is None:
-            return None, "this TensorFlow's map datasets do not expose their function"
+            return None, [], "this TensorFlow's map datasets do not expose their function"
         chain.append(wrapper)
     if not chain:
-        return None, "feed maps nothing"
+        return None, [], "feed maps nothing"
     for wrapper in chain:
         if not (_dense_only(wrapper._input_structure) and _dense_only(wrapper._output_structure)):
-            return None, "feed maps sparse or ragged values"
-    return list(reversed(chain)), ""
+            return None, [], "feed maps sparse or ragged values"
+    return list(reversed(chain)), list(reversed(shuffles)), ""
 
 
 class BatchedFeed:
-    """The composed map functions of a per-record feed, over a vector of records."""
+    """The composed map functions of a per-record feed, over a vector of records, and the
+    feed's shuffles."""
 
-    def __init__(self, chain: list):
+    def __init__(self, chain: list, shuffles: Optional[List[Shuffle]] = None):
         self._chain = chain
+        self.shuffles = list(shuffles or [])
 
     @classmethod
     def of(cls, fed: tf.data.Dataset, records: tf.data.Dataset):
         """(BatchedFeed or None, why not)."""
-        chain, why = map_chain(fed, records)
-        return (cls(chain), "") if chain else (None, why)
+        chain, shuffles, why = map_chain(fed, records)
+        return (cls(chain, shuffles), "") if chain else (None, why)
 
-    def _one(self, record):
+    def one(self, record):
+        """The feed's maps on one record (the per-record values `__call__` must equal)."""
         value = record
         for wrapper in self._chain:
             outputs = wrapper.function(*tf.nest.flatten(value))
@@ -88,9 +119,15 @@ class BatchedFeed:
         return value
 
     def __call__(self, records: tf.Tensor):
-        """What per-record feed then batch gives for `records` (shape [n]), in one call;
-        raises where pfor cannot vectorize a function."""
-        return tf.vectorized_map(self._one, records, fallback_to_while_loop=False)
+        """What the feed's maps of each record then `batch` give for `records` (shape [n]), in
+        one call; raises where pfor cannot vectorize a function. The shuffles are not in it."""
+        return tf.vectorized_map(self.one, records, fallback_to_while_loop=False)
+
+    def shuffle(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """`dataset` (of records' values) through the feed's shuffles, in order."""
+        for shuffle in self.shuffles:
+            dataset = shuffle.apply(dataset)
+        return dataset
 
 
 def failure_reason(err: BaseException) -> str:

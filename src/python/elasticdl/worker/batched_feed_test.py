@@ -65,7 +65,6 @@ def test_anything_but_maps_or_dense_values_is_refused_with_the_reason():
     parsed = records.map(_parse)
     for fed, reason in [
         (parsed.filter(lambda f, label: label[0] > 0), "FilterDataset"),
-        (parsed.shuffle(8), "ShuffleDataset"),
         (parsed.map(_scale).prefetch(1), "PrefetchDataset"),
         (records, "feed maps nothing"),
         (
@@ -75,11 +74,29 @@ def test_anything_but_maps_or_dense_values_is_refused_with_the_reason():
             "sparse or ragged",
         ),
     ]:
-        chain, why = map_chain(fed, records)
+        chain, shuffles, why = map_chain(fed, records)
         assert chain is None and reason in why, why
     # a chain that starts from another dataset is not this feed's
-    chain, why = map_chain(tf.data.Dataset.from_tensor_slices(_records(2)).map(_parse), records)
-    assert chain is None
+    other = tf.data.Dataset.from_tensor_slices(_records(2))
+    assert map_chain(other.map(_parse), records)[0] is None
+
+
+def test_shuffles_among_the_maps_run_after_them_with_the_same_seeds():
+    tf.random.set_seed(11)
+    records = tf.data.Dataset.from_tensor_slices(_records(40))
+    fed = records.map(_parse).shuffle(16).map(_scale).shuffle(8, reshuffle_each_iteration=False)
+    batched, why = BatchedFeed.of(fed, records)
+    assert batched is not None, why
+    assert [(s.buffer_size.numpy(), s.reshuffle_each_iteration) for s in batched.shuffles] == [
+        (16, True),
+        (8, False),
+    ]
+    chunk = tf.data.Dataset.from_tensors(tf.constant(_records(40)))
+    again = batched.shuffle(chunk.map(batched).unbatch()).batch(40).get_single_element()
+    want = fed.batch(40).get_single_element()
+    assert same_values(again, want)  # the same op seeds under one global seed: the same order
+    labels = want[0]["ids"].numpy()[:, 0] - 100
+    assert sorted(labels.tolist()) == list(range(40)) and labels.tolist() != list(range(40))
 
 
 def test_same_values_compares_structure_dtype_shape_and_values():

@@ -117,13 +117,15 @@ class TaskDataService:
                 return iter(())
             raise
         if batched is not None:
-            self._check_batched_feed(feed_key, batched, chunk)
+            self._check_batched_feed(feed_key, pipeline.check)
         return self._minibatches_of_chunks([chunk])
 
-    def _check_batched_feed(self, feed_key: tuple, batched: tf.data.Dataset, want) -> None:
-        """Use the batched feed from now on if it gives `want` for the same records."""
+    def _check_batched_feed(self, feed_key: tuple, check: "_Check") -> None:
+        """Use the batched feed from now on if its maps give, for this task's records, what
+        they give record by record."""
         try:
-            same = same_values(batched.get_single_element(), want)
+            want = check.per_record.get_single_element()
+            same = same_values(check.batched.get_single_element(), want)
             why = "" if same else "its values differ from the per-record feed's"
         except Exception as err:  # noqa: BLE001 - any failure keeps the per-record feed
             same, why = False, failure_reason(err)
@@ -198,24 +200,31 @@ class TaskDataService:
             task_chunks, output_signature=tf.TensorSpec((None,), out_type)
         )
         records = chunks.unbatch()
-        per_record, batched = records, None
-        if self.spec.feed is not None:
-            per_record = self.spec.feed(records, mode, getattr(reader, "metadata", None))
-            batched = self._batched_pipeline(chunks, per_record, records, key[:-1])
-        per_record = per_record.batch(chunk)
-        return _Pipeline(
-            per_record=self._finish(per_record, mode, stream),
-            batched=self._finish(batched, mode, stream) if batched is not None else None,
-        )
+        if self.spec.feed is None:
+            return _Pipeline(per_record=self._finish(records.batch(chunk), mode, stream))
+        fed = self.spec.feed(records, mode, getattr(reader, "metadata", None))
+        pipeline = _Pipeline(per_record=self._finish(fed.batch(chunk), mode, stream))
+        feed_fn = self._batched_feed_fn(chunks, fed, records, key[:-1])
+        if feed_fn is not None:
+            batched = chunks.map(feed_fn)
+            if feed_fn.shuffles:
+                batched = feed_fn.shuffle(batched.unbatch()).batch(chunk)
+            pipeline.batched = self._finish(batched, mode, stream)
+            pipeline.check = _Check(
+                per_record=self._finish(records.map(feed_fn.one).batch(chunk), mode, False),
+                batched=self._finish(chunks.map(feed_fn), mode, False),
+            )
+        return pipeline
 
-    def _batched_pipeline(self, chunks, fed, records, feed_key: tuple):
+    def _batched_feed_fn(self, chunks, fed, records, feed_key: tuple) -> Optional[BatchedFeed]:
         if self._batched_feed.get(feed_key) is False:
             return None
         feed_fn, why = BatchedFeed.of(fed, records)
         if feed_fn is not None:
             try:
                 with quiet_tf_logger():
-                    return chunks.map(feed_fn)  # traced (and vectorized) here
+                    chunks.map(feed_fn)  # traces (and vectorizes) the functions
+                return feed_fn
             except Exception as err:  # noqa: BLE001 - what pfor cannot vectorize stays per record
                 why = failure_reason(err)
         self._batched_feed[feed_key] = False
@@ -234,12 +243,22 @@ class TaskDataService:
 
 
 @dataclass
+class _Check:
+    """The feed's maps record by record and over the chunk, both without its shuffles: what
+    the first task compares."""
+
+    per_record: tf.data.Dataset
+    batched: tf.data.Dataset
+
+
+@dataclass
 class _Pipeline:
     """One (mode, kind of file, streamed or not) pipeline: the model's feed record by record,
     and the same feed over whole chunks where it can run so (else None)."""
 
     per_record: tf.data.Dataset
-    batched: Optional[tf.data.Dataset]
+    batched: Optional[tf.data.Dataset] = None
+    check: Optional[_Check] = None
 
 
 # Minibatches computed by one pipeline call (a task of at most this many is one call).

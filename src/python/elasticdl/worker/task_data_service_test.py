@@ -232,6 +232,23 @@ def test_a_feed_of_maps_runs_on_whole_chunks_once_checked_against_per_record(tmp
     assert sizes == [8, 8, 8, 6]
 
 
+def test_a_feed_that_shuffles_runs_batched_and_shuffles_each_task(tmp_path):
+    a = _example_records(tmp_path / "a.rio", 400)
+    service = TaskDataService(_example_spec(lambda ds: ds.shuffle(64)), minibatch_size=8)
+    orders = []
+    for start, end in ((0, 200), (0, 200), (0, 200), (100, 400)):
+        labels = _xs_and_labels(service, pb.Shard(name=a, start=start, end=end), Mode.TRAINING)[1]
+        assert sorted(labels) == [10 * i for i in range(start, end)]  # each record once
+        orders.append(labels)
+        assert service._batched_feed == {service._pipeline_key(a, Mode.TRAINING): True}
+        for pipeline in service._pipelines.values():  # the batched pipeline from now on
+            pipeline.per_record = None
+    # reshuffled every task (the first ran record by record, the next ones batched)
+    assert orders[1] != orders[2] and orders[1] != sorted(orders[1])
+    # a 64-record buffer brings no record more than 63 places forward, as record by record
+    assert all(labels.index(10 * i) >= i - 63 for labels in orders[:3] for i in range(200))
+
+
 def test_feeds_that_cannot_run_batched_stay_per_record_and_say_why(tmp_path, caplog):
     import logging
 
