@@ -3,6 +3,7 @@ against a single-process Keras loop with a Keras Embedding of the same size, sam
 
     python benchmarks/runtime/sparse_job.py [--rows 500000] [--features 26] [--vocab 38462]
         [--zipf 1.1] [--ps 1,2] [--modes sync,async] [--minibatch_size 256] [--plot out.png]
+        [--loop_feed per_record|batched]
 
 Data: `elasticdl dataset prepare synthetic_ctr` with the given flags (cached under
 ~/.cache/elasticdl/bench), whose manifest holds the hidden model's AUC on the test split (the
@@ -76,17 +77,26 @@ def model_spec(args, embedding: str = ""):
     )
 
 
-def minibatches(spec, directory: str, mode, minibatch_size: int):
-    """The loop's feed: every record of `directory` through the spec's `feed`, in minibatches."""
+def minibatches(spec, directory: str, mode, minibatch_size: int, loop_feed: str = "per_record"):
+    """The loop's feed: every record of `directory` through the spec's `feed`, in minibatches.
+    `loop_feed="batched"`: the feed's maps over whole minibatches of records, as the worker
+    runs them (`elasticdl.worker.batched_feed`), for a loop written with a batched parse."""
     import tensorflow as tf
     from elasticdl.data.reader import create_data_reader
+    from elasticdl.worker.batched_feed import BatchedFeed
 
     reader = create_data_reader(directory, records_per_task=None)
     records = []
     for shard in reader.create_shards():
         records.extend(reader.read_records(shard.name, shard.start, shard.end))
     ds = tf.data.Dataset.from_tensor_slices(records)
-    return spec.feed(ds, mode, None).batch(minibatch_size).prefetch(1)
+    fed = spec.feed(ds, mode, None)
+    if loop_feed == "batched":
+        batched, why = BatchedFeed.of(fed, ds)
+        if batched is None:
+            raise SystemExit(f"--loop_feed=batched: the model's feed cannot run batched ({why})")
+        return ds.batch(minibatch_size).map(batched).prefetch(1)
+    return fed.batch(minibatch_size).prefetch(1)
 
 
 def keras_step(spec):
@@ -115,7 +125,7 @@ def run_baseline(args) -> dict:
     spec = model_spec(args, embedding="keras")
 
     def dataset(directory, mode):
-        return minibatches(spec, directory, mode, args.minibatch_size)
+        return minibatches(spec, directory, mode, args.minibatch_size, args.loop_feed)
 
     model, step = keras_step(spec)
     seen = counted = 0
@@ -161,6 +171,7 @@ def _shared_flags(args) -> list:
         f"--minibatch_size={args.minibatch_size}",
         f"--warmup_records={args.warmup_records}",
         f"--optimizer={args.optimizer}",
+        f"--loop_feed={args.loop_feed}",
     ]
 
 
@@ -248,6 +259,13 @@ def main(argv=None) -> int:
         "--modes", default="sync", help="PS modes of the jobs, of sync,async (each PS count)"
     )
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adam")
+    p.add_argument(
+        "--loop_feed",
+        choices=["per_record", "batched"],
+        default="per_record",
+        help="the loop's feed: the model file's, record by record (what a user writes), or its "
+        "maps over whole minibatches, as the job's worker runs them",
+    )
     p.add_argument("--minibatch_size", type=int, default=256)
     p.add_argument("--minibatches_per_task", type=int, default=16)
     p.add_argument("--warmup_records", type=int, default=20_000)
@@ -307,6 +325,7 @@ def main(argv=None) -> int:
             "zipf": args.zipf,
             "minibatch_size": args.minibatch_size,
             "optimizer": args.optimizer,
+            "loop_feed": args.loop_feed,
             "ps": ps_counts,
             "modes": modes,
             "repeats": args.repeats,

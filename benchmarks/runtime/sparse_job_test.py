@@ -1,5 +1,6 @@
 """sparse_job.py runs end to end at a tiny size (so it cannot rot): real 1 PS + 1 worker jobs,
-sync and async, and the Keras loop on a small synthetic_ctr; its JSON line is sane. No timing
+sync and async, and the Keras loop (with the batched feed) on a small synthetic_ctr; its JSON
+line is sane. No timing
 assertions."""
 import os
 
@@ -10,7 +11,7 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sparse_job.py
 
 def test_tiny_sparse_job_prints_a_sane_json_line(tmp_path):
     flags = ["--rows", "4000", "--features", "4", "--vocab", "50", "--ps", "1"]
-    flags += ["--modes", "sync,async"]
+    flags += ["--modes", "sync,async", "--loop_feed", "batched"]
     flags += ["--minibatch_size", "64", "--minibatches_per_task", "4", "--warmup_records", "512"]
     # HOME: nothing of this run lands in the real ~/.elasticdl or cache.
     out = run_script(
@@ -25,7 +26,7 @@ def test_tiny_sparse_job_prints_a_sane_json_line(tmp_path):
     summary = json_line(out)
     assert summary["benchmark"] == "sparse_job"
     assert summary["table_rows"] == 200 and summary["ps"] == [1]
-    assert summary["modes"] == ["sync", "async"]
+    assert summary["modes"] == ["sync", "async"] and summary["loop_feed"] == "batched"
     assert 0.5 < summary["auc_ceiling"] < 1.0
     assert summary["baseline_samples_per_s"] > 0
     assert 0.0 < summary["baseline_auc"] < 1.0
