@@ -46,6 +46,36 @@ def quiet_tf_logger():
         logger.setLevel(level)
 
 
+# Ops that act on each element of their one input on their own (DecodeRaw appends a dimension
+# of the decoded values), which TensorFlow's pfor has no rule for: for a vector of records they
+# are the same op on the vector. The check on the first task still compares the values.
+ELEMENTWISE_OPS = (
+    "DecodeRaw",
+    "StringToNumber",
+    "AsString",
+    "StringStrip",
+    "StringToHashBucketFast",
+    "DecodeBase64",
+)
+
+
+def _register_elementwise_ops() -> None:
+    try:
+        from tensorflow.python.ops.parallel_for import pfor
+    except ImportError:  # pragma: no cover - another TensorFlow: those feeds stay per record
+        return
+    registry = getattr(pfor, "_pfor_converter_registry", None)
+    convert = getattr(pfor, "_convert_cwise", None)
+    if registry is None or convert is None:  # pragma: no cover
+        return
+    for name in ELEMENTWISE_OPS:
+        if name not in registry:
+            pfor.RegisterPFor(name)(convert)
+
+
+_register_elementwise_ops()
+
+
 def _dense_only(structure) -> bool:
     return all(isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(structure))
 

@@ -262,8 +262,8 @@ def test_feeds_that_cannot_run_batched_stay_per_record_and_say_why(tmp_path, cap
         ),
         "not only map": lambda ds: ds.filter(lambda f, y: y[0] % 20 == 0),
         # an op pfor has no rule for; its error log is not the user's to read
-        "AsString": lambda ds: ds.map(
-            lambda f, y: (f, y + tf.strings.to_number(tf.strings.as_string(y), tf.int64) * 0)
+        "EagerPyFunc": lambda ds: ds.map(
+            lambda f, y: (f, tf.py_function(lambda v: v + 0, [y], tf.int64))
         ),
     }
     for why, extra in cases.items():
