@@ -186,6 +186,9 @@ log "./pants package (wheels for the image tests)"
 ./pants package //:elasticdl-wheel src/python:elasticdl-client-wheel src/cc:native //:elasticdl-server-wheel
 record "./pants package" "$t"
 export ELASTICDL_WHEEL_DIR="$root/dist" ELASTICDL_SOURCE_ROOT="$root"
+# The image and real-node tests name this in their environment: new wheels, new cache key.
+ELASTICDL_WHEELS_DIGEST=$(python3 scripts/ci/wheels_digest.py "$ELASTICDL_WHEEL_DIR")
+export ELASTICDL_WHEELS_DIGEST
 
 [[ -z $engine_pid ]] || wait "$engine_pid" || true
 record "set-up before the tests" "$started"
