@@ -103,20 +103,20 @@ class TaskDataService:
             pipeline = self._pipelines[key] = self._build_pipeline(shard.name, mode, key, stream)
         self._current[key] = shard
         feed_key = key[:-1]
-        batched = pipeline.batched if self._batched_feed.get(feed_key) is not False else None
+        checked = self._batched_feed.get(feed_key)
+        if checked and pipeline.batched is not None:
+            if stream:
+                return self._minibatches_of_chunks(iter(pipeline.batched))
+            return self._minibatches_of_chunks([pipeline.batched.get_single_element()])
         if stream:
-            if batched is not None and self._batched_feed.get(feed_key):
-                return self._minibatches_of_chunks(iter(batched))
             return self._minibatches_of_chunks(iter(pipeline.per_record))
-        if batched is not None and self._batched_feed.get(feed_key):
-            return self._minibatches_of_chunks([batched.get_single_element()])
         try:
             chunk = pipeline.per_record.get_single_element()
         except tf.errors.InvalidArgumentError as err:
             if "empty" in str(err).lower():  # feed dropped every record of the task
                 return iter(())
             raise
-        if batched is not None:
+        if checked is None and pipeline.check is not None:
             self._check_batched_feed(feed_key, pipeline.check)
         return self._minibatches_of_chunks([chunk])
 
@@ -129,8 +129,12 @@ class TaskDataService:
             why = "" if same else "its values differ from the per-record feed's"
         except Exception as err:  # noqa: BLE001 - any failure keeps the per-record feed
             same, why = False, failure_reason(err)
-        self._batched_feed[feed_key] = same
-        if same:
+        self._settle_feed(feed_key, same, why)
+
+    def _settle_feed(self, feed_key: tuple, batched: bool, why: str = "") -> None:
+        """Record for good whether (mode, kind of file)'s feed runs batched, and say so."""
+        self._batched_feed[feed_key] = batched
+        if batched:
             logger.info("feed (%s) runs on whole chunks of records, vectorized", feed_key[0].value)
         else:
             logger.info("feed (%s) runs record by record: %s", feed_key[0].value, why)
@@ -204,31 +208,30 @@ class TaskDataService:
             return _Pipeline(per_record=self._finish(records.batch(chunk), mode, stream))
         fed = self.spec.feed(records, mode, getattr(reader, "metadata", None))
         pipeline = _Pipeline(per_record=self._finish(fed.batch(chunk), mode, stream))
-        feed_fn = self._batched_feed_fn(chunks, fed, records, key[:-1])
-        if feed_fn is not None:
-            batched = chunks.map(feed_fn)
-            if feed_fn.shuffles:
-                batched = feed_fn.shuffle(batched.unbatch()).batch(chunk)
+        found = self._batched_maps(chunks, fed, records, key[:-1])
+        if found is not None:
+            feed_fn, mapped = found
+            batched = feed_fn.shuffle(mapped.unbatch()).batch(chunk) if feed_fn.shuffles else mapped
             pipeline.batched = self._finish(batched, mode, stream)
             pipeline.check = _Check(
                 per_record=self._finish(records.map(feed_fn.one).batch(chunk), mode, False),
-                batched=self._finish(chunks.map(feed_fn), mode, False),
+                batched=self._finish(mapped, mode, False),
             )
         return pipeline
 
-    def _batched_feed_fn(self, chunks, fed, records, feed_key: tuple) -> Optional[BatchedFeed]:
+    def _batched_maps(self, chunks, fed, records, feed_key: tuple):
+        """(the feed's BatchedFeed, `chunks` through its vectorized maps), or None where the
+        feed stays per record."""
         if self._batched_feed.get(feed_key) is False:
             return None
         feed_fn, why = BatchedFeed.of(fed, records)
         if feed_fn is not None:
             try:
                 with quiet_tf_logger():
-                    chunks.map(feed_fn)  # traces (and vectorizes) the functions
-                return feed_fn
+                    return feed_fn, chunks.map(feed_fn)  # traced (and vectorized) here
             except Exception as err:  # noqa: BLE001 - what pfor cannot vectorize stays per record
                 why = failure_reason(err)
-        self._batched_feed[feed_key] = False
-        logger.info("feed (%s) runs record by record: %s", feed_key[0].value, why)
+        self._settle_feed(feed_key, False, why)
         return None
 
     def _finish(self, ds: tf.data.Dataset, mode: Mode, stream: bool) -> tf.data.Dataset:
