@@ -90,8 +90,9 @@ class TaskDataService:
 
         A third is ``feed``'s own per-record cost in tf.data: where ``feed`` is a chain of
         maps, the pipeline runs them once over a chunk of records (``batched_feed``), after
-        checking on the first task that this gives exactly what the per-record pipeline gives
-        (else it stays per record, for good, and says why in the log).
+        checking on the first single-call task that the vectorized maps give exactly what the
+        same maps give record by record (the feed's shuffles left out of both; else it stays
+        per record, for good, and says why in the log).
         """
         num_records = len(shard.indices) if shard.indices else shard.end - shard.start
         if num_records <= 0:
@@ -213,10 +214,12 @@ class TaskDataService:
             feed_fn, mapped = found
             batched = feed_fn.shuffle(mapped.unbatch()).batch(chunk) if feed_fn.shuffles else mapped
             pipeline.batched = self._finish(batched, mode, stream)
-            pipeline.check = _Check(
-                per_record=self._finish(records.map(feed_fn.one).batch(chunk), mode, False),
-                batched=self._finish(mapped, mode, False),
-            )
+            if not stream and self._batched_feed.get(key[:-1]) is None:
+                # Only a single-call task runs the check, and only until the feed is settled.
+                pipeline.check = _Check(
+                    per_record=self._finish(records.map(feed_fn.one).batch(chunk), mode, False),
+                    batched=self._finish(mapped, mode, False),
+                )
         return pipeline
 
     def _batched_maps(self, chunks, fed, records, feed_key: tuple):
