@@ -34,6 +34,7 @@ from elasticdl.common.tensor_utils import (
 from elasticdl.common.tls import TLS
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+from elasticdl.worker import id_shares
 from elasticdl.worker.grpc_utils import Backoff, build_channel, is_retryable
 from elasticdl.worker.ps_fan_out import fan_out
 from elasticdl.worker.ps_links import (  # noqa: F401  (the attach schedule, re-exported)
@@ -377,12 +378,11 @@ class PSClient:
         else:
             unique, inverse = np.unique(ids, return_inverse=True)
         # Per PS: its ids' positions in `unique` (a slice when there is one PS: no copy).
-        shares = [
-            (ps_id, slice(0, unique.size))
-            if self.num_ps == 1
-            else (ps_id, np.flatnonzero(unique % self.num_ps == ps_id))
-            for ps_id in range(self.num_ps)
-        ]
+        if self.num_ps == 1:
+            shares = [(0, slice(0, unique.size))]
+        else:
+            masks = id_shares.owner_masks(unique, self.num_ps)
+            shares = [(ps_id, np.flatnonzero(mask)) for ps_id, mask in enumerate(masks)]
         # The local channels first (one frame per PS and table: the channel has no per-message
         # budget), then the gRPC calls run while those PS work, then the channels' answers are
         # read. `by_grpc`: (table, ps_id, positions).
@@ -433,7 +433,7 @@ class PSClient:
         """One table's rows for `unique` from its (positions, rows) answers, then for the
         caller's ids (`inverse`, None when they were `unique`)."""
         for pos, rows in slots:
-            expected = unique[pos].shape[0]
+            expected = _count(pos)
             if rows.ndim != 2 or rows.shape[0] != expected:
                 raise RuntimeError(
                     f"embedding {name}: PS returned {rows.shape[0] if rows.ndim else 0} rows "
@@ -445,7 +445,7 @@ class PSClient:
             first = slots[0][1]
             out = np.empty((unique.size,) + first.shape[1:], dtype=first.dtype)
             for pos, rows in slots:
-                out[pos] = rows
+                id_shares.put_rows(out, pos, rows)
         return out if inverse is None else out[inverse]
 
     def _pull_by_grpc(self, tables, dims, unique: np.ndarray, shares, slots) -> None:
@@ -568,11 +568,9 @@ class PSClient:
             if self.num_ps == 1:  # no split, so no copy of the rows through a mask
                 parts[0].embedding[name] = IndexedRows(values, ids)
                 continue
-            owner = ids % self.num_ps
-            for ps_id in range(self.num_ps):
-                mask = owner == ps_id
-                if mask.any():
-                    parts[ps_id].embedding[name] = IndexedRows(values[mask], ids[mask])
+            for ps_id, share in enumerate(id_shares.split_rows(values, ids, self.num_ps)):
+                if share is not None:
+                    parts[ps_id].embedding[name] = IndexedRows(*share)
         return parts
 
     def _send_pushes(self) -> List[pb.PushGradientsResponse]:
