@@ -1,24 +1,27 @@
 """CPU per minibatch: the sparse job's trainer and PS against the plain Keras loop, same run.
 
     python benchmarks/runtime/cpu_per_minibatch.py [--rows 40000] [--minibatches 150]
-        [--warmup 30] [--modes sync,async] [--optimizer sgd] [--repeats 1] [--profile DIR]
+        [--warmup 30] [--modes sync,async] [--ps 1] [--optimizer sgd] [--repeats 1]
+        [--profile DIR]
 
 The model, data and loop are sparse_job.py's (DeepFM on synthetic_ctr, `keras.layers.Embedding`
 for the loop, the project's PS `Embedding` for the job). The training minibatches are read
 once into memory, so neither side pays its feed here: what is compared is the work of a step.
-Per mode (each with a fresh PS: `python -m elasticdl.ps.main`, 1 PS on 127.0.0.1, the
-optimizer the model names), `PSTrainer.train_minibatch` runs `--warmup` minibatches, then
+Per PS count of `--ps` (e.g. `1,2`) and mode, each with fresh PS processes (`python -m
+elasticdl.ps.main` on 127.0.0.1, the optimizer the model names), `PSTrainer.train_minibatch` runs `--warmup` minibatches, then
 `--minibatches` timed ones (async: until every push was answered); the loop runs the same
 minibatches in this process first.
 
 Reported per minibatch, user + system CPU: the worker (this process, all threads, and its main
-thread alone), the PS process (from /proc), their total, and the loop's; ratio = the loop's
+thread alone), the PS processes (from /proc, summed), their total, and the loop's; ratio = the loop's
 CPU / the job's total (>= 1 means the job spends no more CPU than the loop). CPU time moves
 far less with the machine's other load than wall time, which is printed too. `--profile DIR`
 writes a cProfile of the worker's main thread over the timed minibatches of each mode
-(DIR/worker_<mode>.prof) and one of the PS's answers to the frames of its local channels
+(DIR/worker_<mode>.prof) and one of the first PS's answers to the frames of its local channels
 (DIR/ps_<mode>.prof: every push and pull of this set-up; the frames' socket reads and writes
-are outside it), and prints their top functions. Prints a table, then a JSON line.
+are outside it), and prints their top functions; with several PS counts the files are
+DIR/<who>_<N>ps_<mode>.prof. JSON keys are `<mode>_...` for 1 PS and `<N>ps_<mode>_...` for
+N > 1. Prints a table, then a JSON line.
 """
 from __future__ import annotations
 
@@ -103,14 +106,24 @@ def measure_loop(args, batches) -> dict:
 
 
 class PSProcess:
-    """One PS (`python -m elasticdl.ps.main`) on 127.0.0.1 with the model's optimizer."""
+    """PS `ps_id` of `num_ps` (`python -m elasticdl.ps.main`) on 127.0.0.1 with the model's
+    optimizer and the job's `secret`."""
 
-    def __init__(self, spec, use_async: bool, minibatch_size: int, profile: str = ""):
+    def __init__(
+        self,
+        spec,
+        use_async: bool,
+        minibatch_size: int,
+        profile: str = "",
+        ps_id: int = 0,
+        num_ps: int = 1,
+        secret: str = "",
+    ):
         from elasticdl.common import auth
         from elasticdl.common.model_utils import get_optimizer_info
 
         opt_type, opt_args = get_optimizer_info(spec.optimizer())
-        self.secret = secrets.token_hex(16)
+        self.secret = secret or secrets.token_hex(16)
         self.port = common.free_port()
         env = dict(common.python_env(), **{auth.JOB_SECRET_ENV: self.secret})
         # With `profile`, this script runs the PS (see `serve_profiled`).
@@ -119,6 +132,8 @@ class PSProcess:
             sys.executable,
             *run,
             f"--port={self.port}",
+            f"--ps_id={ps_id}",
+            f"--num_ps_pods={num_ps}",
             "--bind_host=127.0.0.1",
             f"--opt_type={opt_type}",
             f"--opt_args={opt_args}",
@@ -161,17 +176,34 @@ def serve_profiled(profile: str, ps_argv) -> int:
     return main.main(ps_argv)
 
 
-def measure_job(args, batches, mode: str, profile: str = "") -> dict:
+def _profile_name(who: str, key: str) -> str:
+    return f"{who}_{key}.prof"
+
+
+def run_key(num_ps: int, mode: str) -> str:
+    """`mode` for 1 PS, `<N>ps_<mode>` for more: the JSON keys' and profiles' prefix."""
+    return mode if num_ps == 1 else f"{num_ps}ps_{mode}"
+
+
+def measure_job(args, batches, mode: str, profile: str = "", num_ps: int = 1) -> dict:
     from elasticdl.worker.ps_client import PSClient, wait_for_ps
     from elasticdl.worker.ps_trainer import PSTrainer, TrainerConfig
 
     spec = sparse_job.model_spec(args)
     use_async = mode == "async"
-    ps_profile = os.path.join(profile, f"ps_{mode}.prof") if profile else ""
-    ps = PSProcess(spec, use_async, args.minibatch_size, ps_profile)
+    key = run_key(num_ps, mode)
+    ps_profile = os.path.join(profile, _profile_name("ps", key)) if profile else ""
+    secret = secrets.token_hex(16)
+    servers = []
     client = None
     try:
-        client = PSClient([f"127.0.0.1:{ps.port}"], secret=ps.secret)
+        for ps_id in range(num_ps):
+            servers.append(
+                PSProcess(spec, use_async, args.minibatch_size, ps_profile if ps_id == 0 else "",
+                          ps_id, num_ps, secret)
+            )  # fmt: skip
+        addrs = [f"127.0.0.1:{ps.port}" for ps in servers]
+        client = PSClient(addrs, secret=secret)
         wait_for_ps(client, 60)
         trainer = PSTrainer(spec, client, TrainerConfig(overlap_pushes=use_async))
         warm, timed = batches[: args.warmup], batches[args.warmup :]
@@ -188,15 +220,16 @@ def measure_job(args, batches, mode: str, profile: str = "") -> dict:
                 trainer.train_minibatch(features, labels)
             trainer.wait_for_pushes()  # a task is done only once its pushes were answered
 
-        worker_profile = os.path.join(profile, f"worker_{mode}.prof") if profile else ""
-        out = _timed(run, len(timed), pids=[ps.proc.pid], profile=worker_profile)
+        worker_profile = os.path.join(profile, _profile_name("worker", key)) if profile else ""
+        out = _timed(run, len(timed), pids=[ps.proc.pid for ps in servers], profile=worker_profile)
         out["steps"] = trainer.steps
         out["shared_memory_ps"] = client.shared_memory_ps()
         return out
     finally:
         if client is not None:
             client.close()
-        ps.close()
+        for ps in servers:
+            ps.close()
 
 
 def _ms(value: float) -> str:
@@ -225,6 +258,7 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=30, help="untimed minibatches first")
     p.add_argument("--minibatches", type=int, default=100, help="timed minibatches")
     p.add_argument("--modes", default="sync,async", help="PS modes, of sync,async")
+    p.add_argument("--ps", default="1", help="PS counts, comma-separated (e.g. 1,2)")
     p.add_argument("--repeats", type=int, default=1, help="loop + jobs, alternating")
     p.add_argument("--profile", default="", help="write cProfiles of the worker here")
     args = p.parse_args(argv)
@@ -233,23 +267,30 @@ def main(argv=None) -> int:
         p.error(f"--modes must name some of {','.join(MODES)} once each, got {args.modes!r}")
     if args.warmup < 1 or args.minibatches < 1 or args.repeats < 1:
         p.error("--warmup, --minibatches and --repeats must be >= 1")
+    try:
+        ps_counts = [int(n) for n in args.ps.split(",") if n.strip()]
+    except ValueError:
+        ps_counts = []
+    if not ps_counts or min(ps_counts) < 1 or len(set(ps_counts)) != len(ps_counts):
+        p.error(f"--ps must be distinct PS counts >= 1, comma-separated, got {args.ps!r}")
+    runs = [(n, m) for n in ps_counts for m in modes]
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
 
     args.data = sparse_job.prepare_data(args)
     batches = load_minibatches(args, sparse_job.model_spec(args))
     load_before = os.getloadavg()
-    loops, jobs = [], {m: [] for m in modes}
+    loops, jobs = [], {run_key(n, m): [] for n, m in runs}
     rows = []
     for r in range(args.repeats):
         loop = measure_loop(args, batches)
         loops.append(loop)
         rows.append([r + 1, "keras loop", _ms(loop["cpu_ms"]), "-", _ms(loop["cpu_ms"]), 1.0,
                      _ms(loop["wall_ms"])])  # fmt: skip
-        for mode in modes:
-            job = measure_job(args, batches, mode, args.profile)
-            jobs[mode].append(job)
-            rows.append([r + 1, f"1 worker + 1 PS, {mode}", _ms(job["cpu_ms"]),
+        for num_ps, mode in runs:
+            job = measure_job(args, batches, mode, args.profile, num_ps)
+            jobs[run_key(num_ps, mode)].append(job)
+            rows.append([r + 1, f"1 worker + {num_ps} PS, {mode}", _ms(job["cpu_ms"]),
                          _ms(job["server_cpu_ms"]), _ms(job["total_cpu_ms"]),
                          loop["cpu_ms"] / job["total_cpu_ms"], _ms(job["wall_ms"])])  # fmt: skip
     loop_cpu = common.median([x["cpu_ms"] for x in loops])
@@ -281,10 +322,10 @@ def main(argv=None) -> int:
         rows,
     )
     if args.profile:
-        for mode in modes:
+        for key in jobs:
             for who in ("worker", "ps"):
-                print(f"--- {who}, {mode}")
-                _print_profile(os.path.join(args.profile, f"{who}_{mode}.prof"))
+                print(f"--- {who}, {key}")
+                _print_profile(os.path.join(args.profile, _profile_name(who, key)))
     common.print_json(summary)
     return 0
 
