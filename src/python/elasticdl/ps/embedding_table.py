@@ -22,8 +22,13 @@ from elasticdl.ps.errors import PSError
 from elasticdl.ps.id_index import IdIndex
 
 _MIN_CAPACITY = 64
-# Gathers of at most this many floats use NumPy (figures: benchmarks/ps/README.md, wire.py).
-_SMALL_GATHER = 16384
+# Gathers NumPy's `take` does faster than the lookup kernel woken from a passive wait (figures:
+# benchmarks/ps/README.md, "Which gather"): fewer rows than this, whatever their width ...
+_KERNEL_MIN_ROWS = 12_000
+# ... and rows narrower than this many bytes up to this many rows (the kernel's per-row copy
+# and streaming stores do not pay for rows of a few floats).
+_KERNEL_MIN_ROW_BYTES = 64
+_NARROW_KERNEL_MIN_ROWS = 150_000
 # Blocks of at least this many bytes are mappings of their own (see `_block`).
 _MAPPED_BLOCK_BYTES = 1 << 20
 
@@ -147,11 +152,10 @@ class EmbeddingTable:
         """Copy of the rows for `ids` (n, dim), creating unseen rows lazily (`checked`: as in
         `rows`)."""
         rows = self.rows(ids, checked=checked)
-        if rows.size * self.dim <= _SMALL_GATHER:
-            # A few rows: the kernel's argument checks cost more than NumPy's whole gather.
+        if not kernel_gathers(rows.size, self.dim * self._values.itemsize):
             return np.take(self._values, rows, axis=0)
         # The lookup kernel: a prefetched, multi-threaded gather into pooled memory, faster than
-        # NumPy's fancy indexing (benchmarks/ops/RESULTS.md).
+        # NumPy's fancy indexing for many wide rows (benchmarks/ops/RESULTS.md).
         return ops.embedding_lookup(self._values, rows)
 
     def set(self, ids: np.ndarray, values: np.ndarray, slot: str | None = None) -> None:
@@ -176,6 +180,14 @@ class EmbeddingTable:
         order = np.argsort(keys)  # ids are unique: any sort is stable
         block = self.values if slot is None else self.slot(slot)
         return keys[order], block[rows[order]]
+
+
+def kernel_gathers(rows: int, row_bytes: int) -> bool:
+    """Whether a gather of `rows` rows of `row_bytes` each runs on the lookup kernel (else on
+    NumPy's `take`, faster for few or narrow rows)."""
+    if rows < _KERNEL_MIN_ROWS:
+        return False
+    return row_bytes >= _KERNEL_MIN_ROW_BYTES or rows >= _NARROW_KERNEL_MIN_ROWS
 
 
 def check_ids(ids, table: str) -> np.ndarray:

@@ -311,3 +311,30 @@ def test_a_table_with_vocabulary_gives_the_same_rows_as_one_without(hash_backend
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
     assert with_vocab.index_nbytes >= 500 * 8
     assert with_vocab.slot_names == without.slot_names == ("m", "v")
+
+
+def test_gathers_pick_numpy_for_few_or_narrow_rows_and_give_the_same_rows(monkeypatch):
+    from elasticdl import ops
+    from elasticdl.ps import embedding_table
+
+    assert not embedding_table.kernel_gathers(11_999, 256)
+    assert embedding_table.kernel_gathers(12_000, 64)
+    assert not embedding_table.kernel_gathers(100_000, 32)  # 8 floats a row
+    assert embedding_table.kernel_gathers(150_000, 4)
+    kernel_calls = []
+    lookup = ops.embedding_lookup
+
+    def counted(*args, **kwargs):
+        kernel_calls.append(args[1].size)
+        return lookup(*args, **kwargs)
+
+    monkeypatch.setattr(embedding_table.ops, "embedding_lookup", counted)
+    rng = np.random.default_rng(3)
+    for dim, n in ((8, 20_000), (16, 12_000), (1, 5_000)):
+        table = EmbeddingTable(f"t{dim}", dim, vocabulary=100_000)
+        ids = rng.choice(100_000, n, replace=False)
+        first = table.get(ids).copy()  # creates the rows
+        again = rng.permutation(ids)
+        want = first[np.argsort(ids)][np.searchsorted(np.sort(ids), again)]
+        np.testing.assert_array_equal(table.get(again), want)
+    assert kernel_calls == [12_000, 12_000]  # the 16-float rows only: created, then read
