@@ -8,9 +8,9 @@ The model, data and loop are sparse_job.py's (DeepFM on synthetic_ctr, `keras.la
 for the loop, the project's PS `Embedding` for the job). The training minibatches are read
 once into memory, so neither side pays its feed here: what is compared is the work of a step.
 Per PS count of `--ps` (e.g. `1,2`) and mode, each with fresh PS processes (`python -m
-elasticdl.ps.main` on 127.0.0.1, the optimizer the model names), `PSTrainer.train_minibatch` runs `--warmup` minibatches, then
-`--minibatches` timed ones (async: until every push was answered); the loop runs the same
-minibatches in this process first.
+elasticdl.ps.main` on 127.0.0.1, the optimizer the model names), `PSTrainer.train_minibatch`
+runs `--warmup` minibatches, then `--minibatches` timed ones (async: until every push was
+answered); the loop runs the same minibatches in this process first.
 
 Reported per minibatch, user + system CPU: the worker (this process, all threads, and its main
 thread alone), the PS processes (from /proc, summed), their total, and the loop's; ratio = the loop's
