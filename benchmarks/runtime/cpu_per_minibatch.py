@@ -13,8 +13,8 @@ runs `--warmup` minibatches, then `--minibatches` timed ones (async: until every
 answered); the loop runs the same minibatches in this process first.
 
 Reported per minibatch, user + system CPU: the worker (this process, all threads, and its main
-thread alone), the PS processes (from /proc, summed), their total, and the loop's; ratio = the loop's
-CPU / the job's total (>= 1 means the job spends no more CPU than the loop). CPU time moves
+thread alone), the PS processes (from /proc, summed), their total, and the loop's; ratio = the
+loop's CPU / the job's total (>= 1 means the job spends no more CPU than the loop). CPU time moves
 far less with the machine's other load than wall time, which is printed too. `--profile DIR`
 writes a cProfile of the worker's main thread over the timed minibatches of each mode
 (DIR/worker_<mode>.prof) and one of the first PS's answers to the frames of its local channels
@@ -114,18 +114,17 @@ class PSProcess:
         spec,
         use_async: bool,
         minibatch_size: int,
-        profile: str = "",
+        secret: str,
         ps_id: int = 0,
         num_ps: int = 1,
-        secret: str = "",
+        profile: str = "",
     ):
         from elasticdl.common import auth
         from elasticdl.common.model_utils import get_optimizer_info
 
         opt_type, opt_args = get_optimizer_info(spec.optimizer())
-        self.secret = secret or secrets.token_hex(16)
         self.port = common.free_port()
-        env = dict(common.python_env(), **{auth.JOB_SECRET_ENV: self.secret})
+        env = dict(common.python_env(), **{auth.JOB_SECRET_ENV: secret})
         # With `profile`, this script runs the PS (see `serve_profiled`).
         run = ["-m", "elasticdl.ps.main"] if not profile else [__file__, "_ps", profile, "--"]
         argv = [
@@ -197,11 +196,11 @@ def measure_job(args, batches, mode: str, profile: str = "", num_ps: int = 1) ->
     servers = []
     client = None
     try:
-        for ps_id in range(num_ps):
+        for ps_id in range(num_ps):  # appended one by one: `finally` stops those started
+            profiled = ps_profile if ps_id == 0 else ""
             servers.append(
-                PSProcess(spec, use_async, args.minibatch_size, ps_profile if ps_id == 0 else "",
-                          ps_id, num_ps, secret)
-            )  # fmt: skip
+                PSProcess(spec, use_async, args.minibatch_size, secret, ps_id, num_ps, profiled)
+            )
         addrs = [f"127.0.0.1:{ps.port}" for ps in servers]
         client = PSClient(addrs, secret=secret)
         wait_for_ps(client, 60)
