@@ -32,9 +32,10 @@ using edl::OptSlots;
 
 namespace {
 
-constexpr int kAbiVersion = 6;  // 2: IdMap; 3: IdMap.items, IdMap.nbytes; 4: cpu_sparse_update_unique;
+constexpr int kAbiVersion = 7;  // 2: IdMap; 3: IdMap.items, IdMap.nbytes; 4: cpu_sparse_update_unique;
                                 // 5: push_encode, push_decode, scan_ids,
-                                // cpu_aggregate_increasing; 6: cpu_uniform01, cpu_uniform_scaled
+                                // cpu_aggregate_increasing; 6: cpu_uniform01, cpu_uniform_scaled;
+                                // 7: IdMap.resolve
 
 template <typename T>
 T* P(uintptr_t a) {
@@ -326,6 +327,27 @@ PYBIND11_MODULE(elasticdl_native, m) {
              }
              return rows;
            })
+      .def(
+          "resolve",
+          [](const edl::cpu::IdMap& map, py::object direct, IdArray ids, int64_t next_row) {
+            // `direct`: the table's direct index (int64, -1 where absent) or None. Cast without a
+            // copy when it is already a contiguous int64 array, as the table keeps it.
+            IdArray index = direct.is_none() ? IdArray(0) : direct.cast<IdArray>();
+            const int64_t n = ids.size();
+            IdArray rows(n);
+            std::vector<int64_t> new_ids;
+            const int64_t* d = index.data();
+            const int64_t* in = ids.data();
+            int64_t* out = rows.mutable_data();
+            {
+              py::gil_scoped_release nogil;
+              map.resolve(d, index.size(), in, n, next_row, out, &new_ids);
+            }
+            return py::make_tuple(rows, IdArray(static_cast<py::ssize_t>(new_ids.size()), new_ids.data()));
+          },
+          py::arg("direct"), py::arg("ids"), py::arg("next_row"),
+          "(rows, new_ids): each id's row from the direct index (ids below its length) or the map; absent "
+          "ids get next_row + their rank among the distinct absent ids, new_ids (sorted). Inserts nothing.")
       .def("insert", [](edl::cpu::IdMap& map, IdArray ids, IdArray rows) {
         if (ids.size() != rows.size()) throw py::value_error("IdMap.insert: ids and rows differ in length");
         const int64_t* r = rows.data();

@@ -46,6 +46,14 @@ IdMap::IdMap(int64_t capacity) {
 
 IdMap::~IdMap() { release(slots_, n_slots_); }
 
+int64_t IdMap::find(int64_t id) const {
+  for (uint64_t j = home(id);; j = next(j)) {
+    const Slot& s = slots_[j];
+    if (s.row1 == 0) return -1;
+    if (s.key == id) return static_cast<int64_t>(s.row1 - 1);
+  }
+}
+
 void IdMap::lookup(const int64_t* ids, int64_t n, int64_t* rows) const {
   std::shared_lock<std::shared_mutex> lock(mu_);
   follow_load();
@@ -53,18 +61,39 @@ void IdMap::lookup(const int64_t* ids, int64_t n, int64_t* rows) const {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     if (i + kProbeAhead < n) __builtin_prefetch(slots + home(ids[i + kProbeAhead]), 0, 1);
-    const int64_t id = ids[i];
-    int64_t row = -1;
-    for (uint64_t j = home(id);; j = next(j)) {
-      const Slot& s = slots[j];
-      if (s.row1 == 0) break;
-      if (s.key == id) {
-        row = static_cast<int64_t>(s.row1 - 1);
-        break;
-      }
-    }
-    rows[i] = row;
+    rows[i] = find(ids[i]);
   }
+}
+
+void IdMap::resolve(const int64_t* direct, int64_t n_direct, const int64_t* ids, int64_t n, int64_t next_row,
+                    int64_t* rows, std::vector<int64_t>* new_ids) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  follow_load();
+  const Slot* slots = slots_;
+  // Unsigned, a negative id compares as huge: it goes to the map, never indexes `direct`.
+  const uint64_t below = n_direct > 0 ? static_cast<uint64_t>(n_direct) : 0;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kProbeAhead < n) {
+      const uint64_t ahead = static_cast<uint64_t>(ids[i + kProbeAhead]);
+      if (ahead < below)
+        __builtin_prefetch(direct + ahead, 0, 1);
+      else
+        __builtin_prefetch(slots + home(static_cast<int64_t>(ahead)), 0, 1);
+    }
+    const int64_t id = ids[i];
+    rows[i] = static_cast<uint64_t>(id) < below ? direct[id] : find(id);
+  }
+  const size_t first_new = new_ids->size();
+  std::vector<int64_t> absent;  // positions in ids
+  for (int64_t i = 0; i < n; ++i)
+    if (rows[i] < 0) absent.push_back(i);
+  if (absent.empty()) return;
+  for (const int64_t i : absent) new_ids->push_back(ids[i]);
+  const auto begin = new_ids->begin() + static_cast<std::ptrdiff_t>(first_new);
+  std::sort(begin, new_ids->end());
+  new_ids->erase(std::unique(begin, new_ids->end()), new_ids->end());
+  for (const int64_t i : absent) rows[i] = next_row + (std::lower_bound(begin, new_ids->end(), ids[i]) - begin);
 }
 
 void IdMap::put(int64_t id, uint64_t row1) {

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <shared_mutex>
+#include <vector>
 
 namespace edl {
 namespace cpu {
@@ -33,6 +34,12 @@ class IdMap {
   size_t bytes() const { return n_slots_ * sizeof(Slot); }
   // rows[i] = the row of ids[i], or -1 where the id is absent.
   void lookup(const int64_t* ids, int64_t n, int64_t* rows) const;
+  // rows[i] = the row of ids[i], where an id below n_direct reads direct[id] (-1: absent) and
+  // the others the map. An absent id gets next_row + its rank among the distinct absent ids,
+  // which are appended to *new_ids in increasing order: the rows an append of *new_ids would
+  // give them. Nothing is inserted, so a caller that refuses new ids has changed nothing.
+  void resolve(const int64_t* direct, int64_t n_direct, const int64_t* ids, int64_t n, int64_t next_row,
+               int64_t* rows, std::vector<int64_t>* new_ids) const;
   // Maps ids[i] -> rows[i] (rows >= 0); an id already present gets the new row.
   void insert(const int64_t* ids, const int64_t* rows, int64_t n);
   // Writes the (id, row) pairs, in slot order, into ids[] and rows[], at most max_n of them;
@@ -46,6 +53,7 @@ class IdMap {
   };
   static Slot* allocate(size_t n);
   static void release(Slot* slots, size_t n);
+  int64_t find(int64_t id) const;  // the row of id, -1 if absent; the caller holds mu_
   void put(int64_t id, uint64_t row1);
   void grow(int64_t needed);
   uint64_t home(int64_t id) const {

@@ -13,7 +13,7 @@ logger = logging.getLogger(__name__)
 
 # Bumped whenever the native function signatures change, so a stale build is ignored
 # (with a warning) instead of being called with the wrong arguments.
-NATIVE_ABI = 6
+NATIVE_ABI = 7
 
 native = None
 _reason = ""

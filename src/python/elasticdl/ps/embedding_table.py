@@ -115,22 +115,14 @@ class EmbeddingTable:
         Parameters.check_embedding_ids, not again at every use: a pass over them each time)."""
         if not checked:
             ids = check_ids(ids, self.name)
-        rows = self._index.lookup(ids)
-        missing = rows < 0
-        if missing.any():
+        rows, new_ids = self._index.resolve(ids, self._size)
+        if new_ids.size:
             if not create:
                 raise PSError(
                     f"embedding table {self.name!r} has no row for ids "
-                    f"{ids[missing][:5].tolist()}"
+                    f"{ids[rows >= self._size][:5].tolist()}"
                 )
-            absent = ids[missing]
-            if strictly_increasing(absent):
-                # Already unique and in order (a worker's push, whose ids it summed): a row each.
-                rows[missing] = self._append(absent, None)
-            else:
-                new_ids = np.unique(absent)
-                new_rows = self._append(new_ids, None)
-                rows[missing] = new_rows[np.searchsorted(new_ids, absent)]
+            self._append(new_ids, None)  # rows from self._size on, as `resolve` numbered them
         return rows
 
     def _append(self, new_ids: np.ndarray, values: np.ndarray | None) -> np.ndarray:
@@ -191,13 +183,24 @@ def kernel_gathers(rows: int, row_bytes: int) -> bool:
 
 
 def check_ids(ids, table: str) -> np.ndarray:
+    """`ids` as a 1-D int64 array once they are integers and non-negative; a PSError else."""
+    ids = id_array(ids, table)
+    if ids.size:
+        check_lowest_id(int(ids.min()), table)
+    return ids
+
+
+def id_array(ids, table: str) -> np.ndarray:
+    """`ids` as a 1-D int64 array once they are integers (any sign); a PSError else."""
     ids = np.asarray(ids)
     if ids.dtype.kind not in "iu":
         raise PSError(f"embedding table {table!r}: ids must be integers, got dtype {ids.dtype}")
-    ids = ids.astype(np.int64, copy=False).reshape(-1)
-    if ids.size and ids.min() < 0:
-        raise PSError(f"embedding table {table!r}: ids must be non-negative, got {ids.min()}")
-    return ids
+    return ids.astype(np.int64, copy=False).reshape(-1)
+
+
+def check_lowest_id(lowest: int, table: str) -> None:
+    if lowest < 0:
+        raise PSError(f"embedding table {table!r}: ids must be non-negative, got {lowest}")
 
 
 def strictly_increasing(ids: np.ndarray) -> bool:

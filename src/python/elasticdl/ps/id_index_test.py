@@ -86,3 +86,60 @@ def test_a_vocabulary_past_the_cap_keeps_the_hash_map(monkeypatch):
     assert index.direct_size == 0
     index.insert(np.array([3, 40]), np.array([0, 1]))
     assert len(index._impl) == 2
+
+
+@pytest.mark.parametrize("vocab", [0, 1000], ids=["hash", "direct"])
+@NATIVE
+def test_resolve_numbers_absent_ids_as_an_append_would(native, vocab):
+    """`resolve` against an oracle built from `lookup`: known ids keep their rows; absent ones
+    (repeated, unsorted, below and past the vocabulary, huge) get next_row + their rank among the
+    distinct absent ids, listed once and sorted; and nothing is inserted until the caller does."""
+    rng = np.random.default_rng(11)
+    index = IdIndex(capacity=16, native=native, vocabulary=vocab)
+    size = 0
+    for batch in range(25):
+        n = 1 if batch % 6 == 0 else int(rng.integers(2, 400))
+        ids = rng.integers(0, 3000, n)
+        if batch % 4 == 0:
+            ids = np.concatenate([ids, rng.integers(0, 1 << 62, 3), ids[:5]])
+        known = index.lookup(ids)
+        rows, new_ids = index.resolve(ids, size)
+        expected_new = np.unique(ids[known < 0])
+        np.testing.assert_array_equal(new_ids, expected_new)
+        assert new_ids.dtype == np.int64
+        np.testing.assert_array_equal(rows[known >= 0], known[known >= 0])
+        np.testing.assert_array_equal(
+            rows[known < 0], size + np.searchsorted(expected_new, ids[known < 0])
+        )
+        assert len(index) == size  # resolve inserted nothing
+        index.insert(new_ids, np.arange(size, size + new_ids.size))
+        size += new_ids.size
+        np.testing.assert_array_equal(index.lookup(ids), rows)
+        again, none = index.resolve(ids, size)
+        np.testing.assert_array_equal(again, rows)
+        assert none.size == 0
+
+
+@NATIVE
+def test_resolve_of_no_ids(native):
+    index = IdIndex(native=native, vocabulary=10)
+    rows, new_ids = index.resolve(np.array([], dtype=np.int64), 0)
+    assert rows.shape == (0,) and new_ids.shape == (0,)
+
+
+@pytest.mark.parametrize("vocab", [0, 100_000], ids=["hash", "direct"])
+def test_resolve_of_a_large_batch_answers_as_numpy(vocab):
+    """Batches past the size the native map resolves on several threads."""
+    from elasticdl.ops import _backend
+
+    if _backend.native is None:
+        pytest.skip("the native map is not built: nothing to compare with NumPy")
+    rng = np.random.default_rng(3)
+    indexes = [IdIndex(capacity=16, native=k, vocabulary=vocab) for k in (False, True)]
+    known = np.unique(rng.integers(0, 200_000, 60_000))
+    for index in indexes:
+        index.insert(known, np.arange(known.size))
+    ids = rng.integers(0, 250_000, 80_000)
+    (rows_np, new_np), (rows_cc, new_cc) = (i.resolve(ids, known.size) for i in indexes)
+    np.testing.assert_array_equal(rows_cc, rows_np)
+    np.testing.assert_array_equal(new_cc, new_np)

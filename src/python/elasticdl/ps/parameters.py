@@ -29,7 +29,7 @@ from elasticdl.common import tensor_utils as tu
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.ops.id_scan import scan_ids
 from elasticdl.proto import elasticdl_pb2 as pb
-from elasticdl.ps.embedding_table import EmbeddingTable, check_ids
+from elasticdl.ps.embedding_table import EmbeddingTable, check_lowest_id, id_array
 from elasticdl.ps.errors import NotFoundError, PSError
 from elasticdl.ps.memory_fit import TableDemand
 
@@ -192,14 +192,14 @@ class Parameters:
         return value
 
     def check_embedding_ids(self, table_name: str, ids) -> np.ndarray:
-        """`ids` as a 1-D int64 array once they are integers, non-negative (`check_ids`) and
-        this PS's (one pass, elasticdl.ops.id_scan; the refused ones are looked up only to
-        name them); a PSError otherwise."""
+        """`ids` as a 1-D int64 array once they are integers, non-negative and this PS's (one
+        pass reads the smallest and the first foreign id, elasticdl.ops.id_scan; the refused
+        ones are looked up only to name them); a PSError otherwise."""
         table = self.get_embedding_table(table_name)
-        ids = check_ids(ids, table.name)
-        if self.num_ps == 1:
-            return ids
-        if scan_ids(ids, self.num_ps, self.ps_id).first_foreign >= 0:
+        ids = id_array(ids, table.name)
+        scan = scan_ids(ids, self.num_ps, self.ps_id)
+        check_lowest_id(scan.min, table.name)
+        if scan.first_foreign >= 0:
             foreign = ~self.owns_ids(ids)
             raise PSError(
                 f"embedding table {table_name!r}: ids {ids[foreign][:5].tolist()} belong to "

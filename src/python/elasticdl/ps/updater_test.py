@@ -145,19 +145,24 @@ def test_a_push_and_a_pull_check_their_ids_once(use_async, monkeypatch):
     trusts them instead of checking them again. Negative ids are still refused."""
     from elasticdl.ps import embedding_table, parameters
 
-    calls = []
-    real = embedding_table.check_ids
+    checks, rechecks = [], []
+    real_id_array, real_check_ids = parameters.id_array, embedding_table.check_ids
 
     def counted(ids, table):
-        calls.append(table)
-        return real(ids, table)
+        checks.append(table)
+        return real_id_array(ids, table)
 
-    monkeypatch.setattr(embedding_table, "check_ids", counted)
-    monkeypatch.setattr(parameters, "check_ids", counted)
+    def counted_again(ids, table):
+        rechecks.append(table)
+        return real_check_ids(ids, table)
+
+    monkeypatch.setattr(parameters, "id_array", counted)
+    monkeypatch.setattr(embedding_table, "check_ids", counted_again)
     ps, _ = make_ps(UpdatePolicy(use_async=use_async))
     assert push(ps, 0, ids=[1, 5], rows=[[1, 1], [2, 2]]).accepted
     np.testing.assert_allclose(ps.pull_embedding_vectors("e", [5, 1]), [[-0.2, -0.2], [-0.1, -0.1]])
-    assert calls == ["e", "e"]  # one for the push, one for the pull
+    assert checks == ["e", "e"]  # one for the push, one for the pull
+    assert rechecks == []  # the table trusts them
     with pytest.raises(PSError, match="non-negative"):
         push(ps, 1, ids=[-1], rows=[[1, 1]])
     with pytest.raises(PSError, match="non-negative"):
