@@ -84,16 +84,28 @@ void IdMap::resolve(const int64_t* direct, int64_t n_direct, const int64_t* ids,
     const int64_t id = ids[i];
     rows[i] = static_cast<uint64_t>(id) < below ? direct[id] : find(id);
   }
-  const size_t first_new = new_ids->size();
   std::vector<int64_t> absent;  // positions in ids
   for (int64_t i = 0; i < n; ++i)
     if (rows[i] < 0) absent.push_back(i);
   if (absent.empty()) return;
-  for (const int64_t i : absent) new_ids->push_back(ids[i]);
-  const auto begin = new_ids->begin() + static_cast<std::ptrdiff_t>(first_new);
-  std::sort(begin, new_ids->end());
-  new_ids->erase(std::unique(begin, new_ids->end()), new_ids->end());
-  for (const int64_t i : absent) rows[i] = next_row + (std::lower_bound(begin, new_ids->end(), ids[i]) - begin);
+  // Distinct absent ids in order of first appearance, each numbered once: a small open-addressing
+  // set (load <= 1/2), linear in the absent ids, where sorting them would not be.
+  size_t cap = 16;
+  while (cap < 2 * absent.size()) cap *= 2;
+  const int shift = 64 - __builtin_ctzll(cap);
+  std::vector<int64_t> keys(cap);
+  std::vector<int64_t> rank1(cap, 0);  // rank + 1; 0: empty
+  for (const int64_t i : absent) {
+    const int64_t id = ids[i];
+    uint64_t j = (static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> shift;
+    while (rank1[j] != 0 && keys[j] != id) j = (j + 1) & (cap - 1);
+    if (rank1[j] == 0) {
+      keys[j] = id;
+      new_ids->push_back(id);
+      rank1[j] = static_cast<int64_t>(new_ids->size());
+    }
+    rows[i] = next_row + rank1[j] - 1;
+  }
 }
 
 void IdMap::put(int64_t id, uint64_t row1) {

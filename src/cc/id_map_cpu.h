@@ -35,9 +35,10 @@ class IdMap {
   // rows[i] = the row of ids[i], or -1 where the id is absent.
   void lookup(const int64_t* ids, int64_t n, int64_t* rows) const;
   // rows[i] = the row of ids[i], where an id below n_direct reads direct[id] (-1: absent) and
-  // the others the map. An absent id gets next_row + its rank among the distinct absent ids,
-  // which are appended to *new_ids in increasing order: the rows an append of *new_ids would
-  // give them. Nothing is inserted, so a caller that refuses new ids has changed nothing.
+  // the others the map. An absent id gets next_row + its rank among the distinct absent ids in
+  // order of first appearance, and those ids are appended to *new_ids (empty on entry) in that
+  // order: the rows an append of *new_ids would give them. Nothing is inserted, so a caller
+  // that refuses new ids has changed nothing.
   void resolve(const int64_t* direct, int64_t n_direct, const int64_t* ids, int64_t n, int64_t next_row,
                int64_t* rows, std::vector<int64_t>* new_ids) const;
   // Maps ids[i] -> rows[i] (rows >= 0); an id already present gets the new row.

@@ -86,20 +86,23 @@ class IdIndex:
 
     def resolve(self, ids: np.ndarray, next_row: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, new_ids): the row of every id (duplicates allowed), where an absent id gets
-        ``next_row`` + its rank among the distinct absent ids, and those ids in increasing order:
-        the rows that appending ``new_ids`` from ``next_row`` on gives them. Inserts nothing.
-        The native map answers in one call; the NumPy one with `lookup` and a sort."""
+        ``next_row`` + its rank among the distinct absent ids in order of first appearance, and
+        those ids in that order: the rows that appending ``new_ids`` from ``next_row`` on gives
+        them. Inserts nothing. The native map answers in one call."""
         ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
-        if isinstance(self._impl, NumpyIdIndex):
-            rows = self.lookup(ids)
-            missing = rows < 0
-            if not missing.any():
-                return rows, ids[:0]
-            absent = ids[missing]
-            new_ids = np.unique(absent)
-            rows[missing] = next_row + np.searchsorted(new_ids, absent)
-            return rows, new_ids
-        return self._impl.resolve(self._direct, ids, next_row)
+        if not isinstance(self._impl, NumpyIdIndex):
+            return self._impl.resolve(self._direct, ids, next_row)
+        rows = self.lookup(ids)
+        missing = rows < 0
+        if not missing.any():
+            return rows, ids[:0]
+        absent = ids[missing]
+        distinct, first = np.unique(absent, return_index=True)
+        order = np.argsort(first)  # distinct ids by first appearance
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        rows[missing] = next_row + rank[np.searchsorted(distinct, absent)]
+        return rows, distinct[order]
 
     def insert(self, ids: np.ndarray, rows: np.ndarray) -> None:
         """Add ids (unique, not yet present) mapping to rows (>= 0)."""

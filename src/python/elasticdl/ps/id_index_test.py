@@ -93,7 +93,8 @@ def test_a_vocabulary_past_the_cap_keeps_the_hash_map(monkeypatch):
 def test_resolve_numbers_absent_ids_as_an_append_would(native, vocab):
     """`resolve` against an oracle built from `lookup`: known ids keep their rows; absent ones
     (repeated, unsorted, below and past the vocabulary, huge) get next_row + their rank among the
-    distinct absent ids, listed once and sorted; and nothing is inserted until the caller does."""
+    distinct absent ids by first appearance, listed once in that order; and nothing is inserted
+    until the caller does."""
     rng = np.random.default_rng(11)
     index = IdIndex(capacity=16, native=native, vocabulary=vocab)
     size = 0
@@ -104,12 +105,13 @@ def test_resolve_numbers_absent_ids_as_an_append_would(native, vocab):
             ids = np.concatenate([ids, rng.integers(0, 1 << 62, 3), ids[:5]])
         known = index.lookup(ids)
         rows, new_ids = index.resolve(ids, size)
-        expected_new = np.unique(ids[known < 0])
-        np.testing.assert_array_equal(new_ids, expected_new)
+        first_seen = list(dict.fromkeys(ids[known < 0].tolist()))
+        np.testing.assert_array_equal(new_ids, first_seen)
         assert new_ids.dtype == np.int64
         np.testing.assert_array_equal(rows[known >= 0], known[known >= 0])
+        rank = {i: r for r, i in enumerate(first_seen)}
         np.testing.assert_array_equal(
-            rows[known < 0], size + np.searchsorted(expected_new, ids[known < 0])
+            rows[known < 0], [size + rank[i] for i in ids[known < 0].tolist()]
         )
         assert len(index) == size  # resolve inserted nothing
         index.insert(new_ids, np.arange(size, size + new_ids.size))
