@@ -38,9 +38,25 @@ def scaled_uniform(seed: int, ids: np.ndarray, dim: int, limit) -> np.ndarray:
     is the reference's bits whatever the type of ``limit``."""
     ids = _ids(ids, dim)
     if _backend.native is not None:
-        in_double = (np.zeros(1, np.float32) * limit).dtype == np.float64
-        return _backend.native.cpu_uniform_scaled(seed & _U64, ids, dim, float(limit), in_double)
+        return _backend.native.cpu_uniform_scaled(
+            seed & _U64, ids, dim, float(limit), _limit_in_double(limit)
+        )
     return reference_scaled_uniform(seed, ids, dim, limit)
+
+
+_IN_DOUBLE: dict = {}  # (type, value) of a limit -> whether NumPy multiplies in float64
+
+
+def _limit_in_double(limit) -> bool:
+    """Whether a float32 array times `limit` is float64 in this NumPy. Keyed by type and value:
+    NumPy before NEP 50 decides by the value too (a float64 too large for float32 promotes)."""
+    key = (type(limit), limit)
+    known = _IN_DOUBLE.get(key)
+    if known is None:
+        known = (np.zeros(1, np.float32) * limit).dtype == np.float64
+        if len(_IN_DOUBLE) < 256:  # a table's limits are few; a stream of new ones is not kept
+            _IN_DOUBLE[key] = known
+    return known
 
 
 def _ids(ids, dim: int) -> np.ndarray:

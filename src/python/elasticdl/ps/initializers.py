@@ -134,5 +134,4 @@ def initial_values(name: str, seed: int, ids: np.ndarray, dim: int) -> np.ndarra
     # A table keeps its initializer's name normalized: the regex runs only for other callers.
     fn = _INITIALIZERS.get(name) or _INITIALIZERS[check_initializer(name)]
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-    with np.errstate(over="ignore"):
-        return np.asarray(fn(seed, ids, dim), dtype=np.float32).reshape(ids.shape[0], dim)
+    return np.asarray(fn(seed, ids, dim), dtype=np.float32).reshape(ids.shape[0], dim)
