@@ -347,7 +347,8 @@ PYBIND11_MODULE(elasticdl_native, m) {
           },
           py::arg("direct"), py::arg("ids"), py::arg("next_row"),
           "(rows, new_ids): each id's row from the direct index (ids below its length) or the map; absent "
-          "ids get next_row + their rank among the distinct absent ids, new_ids (sorted). Inserts nothing.")
+          "ids get next_row + their rank among the distinct absent ids by first appearance, new_ids in that "
+          "order. Inserts nothing.")
       .def("insert", [](edl::cpu::IdMap& map, IdArray ids, IdArray rows) {
         if (ids.size() != rows.size()) throw py::value_error("IdMap.insert: ids and rows differ in length");
         const int64_t* r = rows.data();
