@@ -58,8 +58,10 @@ WORKER_LIMIT_QUOTA_US = 100_000
 LOSS_STEPS = 4
 # The auto-sized job: it must still be training when the third worker is given up, which
 # takes the warm-up, the baseline (two measuring windows that agree, 20 s or more) and the
-# pending timeout (~45 s of training, more if the baseline needs a third window).
-AUTO_EPOCHS = 56
+# pending timeout: ~45 s of training, more if the baseline needs a third window. The epochs
+# give two workers about twice that, so a faster build or machine still leaves a margin: a job
+# that runs out of tasks first frees the CPU the third worker waits for.
+AUTO_EPOCHS = 112
 PENDING_TIMEOUT_S = 20
 # _job_argv's CPU requests of the master and the PS.
 MASTER_CPU = PS_CPU = Decimal("0.1")
