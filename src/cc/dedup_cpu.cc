@@ -26,6 +26,10 @@ constexpr int64_t kIdsPerChunk = 16384;
 // sort_unique: below this many unique ids one thread sorts them all; above, the ids are
 // range-bucketed by their top kBucketBits bits (of id - min) and buckets sorted in parallel.
 constexpr int64_t kParallelSortMin = 32768;
+// Smaller batches are hashed, ranked and summed on one thread: below it a team's fork and
+// join, and on a busy host a second thread waiting for its time slice, cost more than the
+// work it takes over (where it was measured: benchmarks/ops/RESULTS.md).
+constexpr int64_t kParallelMin = int64_t{1} << 15;
 constexpr int kBucketBits = 7;
 // sort_unique uses a bitmap over [min, max] when it has at most this many 64-bit words per
 // unique id (ids spread over at most 256x their count).
@@ -75,6 +79,8 @@ Dedup::Dedup(const int64_t* ids, int64_t n) : s_(ScratchPool<DedupScratch>::acqu
   count_ = s_->count.get(m);
   part_of_pos_ = s_->part.get(m);
   follow_load();
+  const bool parallel = n >= kParallelMin && omp_get_max_threads() > 1;
+  parallel_ = parallel;
   int part_bits = 0;
   while (part_bits < 8 && (int64_t{kIdsPerPart} << part_bits) < n) ++part_bits;
   const int P = 1 << part_bits;
@@ -88,7 +94,7 @@ Dedup::Dedup(const int64_t* ids, int64_t n) : s_(ScratchPool<DedupScratch>::acqu
   int64_t* hist = s_->hist.get(static_cast<size_t>(C) * P);
   std::fill(hist, hist + static_cast<size_t>(C) * P, 0);
   const int64_t per_chunk = (n + C - 1) / C;
-#pragma omp parallel for schedule(static, 1) if (C > 1)
+#pragma omp parallel for schedule(static, 1) if (parallel && C > 1)
   for (int c = 0; c < C; ++c) {
     int64_t* h = hist + static_cast<size_t>(c) * P;
     for (int64_t i = c * per_chunk, e = std::min(n, i + per_chunk); i < e; ++i) {
@@ -112,7 +118,7 @@ Dedup::Dedup(const int64_t* ids, int64_t n) : s_(ScratchPool<DedupScratch>::acqu
     seg_begin[p + 1] = seg_begin[p] + (int64_t{1} << seg_bits[p]);
   }
   begin[P] = at;
-#pragma omp parallel for schedule(static, 1) if (C > 1)
+#pragma omp parallel for schedule(static, 1) if (parallel && C > 1)
   for (int c = 0; c < C; ++c) {
     int64_t* fill = hist + static_cast<size_t>(c) * P;
     for (int64_t i = c * per_chunk, e = std::min(n, i + per_chunk); i < e; ++i) pos_[fill[part_of_pos_[i]]++] = i;
@@ -121,7 +127,7 @@ Dedup::Dedup(const int64_t* ids, int64_t n) : s_(ScratchPool<DedupScratch>::acqu
   int64_t lo_id[kMaxParts], hi_id[kMaxParts];
 
   // 2. Per partition, one pass over its positions in order: find or insert each id.
-#pragma omp parallel for schedule(dynamic, 1) if (P > 1)
+#pragma omp parallel for schedule(dynamic, 1) if (parallel && P > 1)
   for (int p = 0; p < P; ++p) {
     Entry* seg = table + seg_begin[p];
     const int bits = seg_bits[p];
@@ -250,7 +256,7 @@ void Dedup::sort_unique(int64_t* sorted_ids, int64_t* rank) {
         sorted_ids[r++] = static_cast<int64_t>(base + (w << 6) + static_cast<uint64_t>(__builtin_ctzll(x)));
       }
     }
-#pragma omp parallel for schedule(dynamic, 4) if (u >= kParallelSortMin)
+#pragma omp parallel for schedule(dynamic, 4) if (parallel_ && u >= kParallelSortMin)
     for (int p = 0; p < P; ++p) {
       for (int64_t g = part_begin_[p], e = g + part_unique_[p]; g < e; ++g) {
         const uint64_t kk = static_cast<uint64_t>(slot_id_[g]) - base;
@@ -260,7 +266,7 @@ void Dedup::sort_unique(int64_t* sorted_ids, int64_t* rank) {
     }
     return;
   }
-  if (u < kParallelSortMin || P == 1 || bits <= kBucketBits || omp_get_max_threads() == 1) {
+  if (!parallel_ || u < kParallelSortMin || P == 1 || bits <= kBucketBits) {
     int64_t k = 0;
     for (int p = 0; p < P; ++p) {
       for (int64_t g = part_begin_[p], e = g + part_unique_[p]; g < e; ++g, ++k) {

@@ -39,6 +39,8 @@ class Dedup {
   int64_t n() const { return n_; }
   int64_t num_unique() const { return num_unique_; }
   int parts() const { return parts_; }
+  // Whether the passes over this batch run on a team (large batches with several threads).
+  bool parallel() const { return parallel_; }
   int64_t slot_begin(int p) const { return part_begin_[p]; }
   int64_t unique_in(int p) const { return part_unique_[p]; }
   int64_t min_id() const { return min_id_; }
@@ -65,6 +67,7 @@ class Dedup {
   DedupScratch* s_;
   int64_t n_ = 0, num_unique_ = 0;
   int parts_ = 1;
+  bool parallel_ = false;
   int64_t part_begin_[kMaxParts + 1] = {};
   int64_t part_unique_[kMaxParts] = {};
   int64_t min_id_ = 0, max_id_ = 0;

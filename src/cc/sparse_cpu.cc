@@ -307,7 +307,7 @@ void aggregate_rows(Dedup& d, const float* grads, int64_t dim, int64_t* out_ids,
   d.sort_unique(out_ids, rank);  // sorted output ids: only the unique ids are sorted
   const int P = d.parts();
   const bool stream = stream_rows(out, dim, d.num_unique());  // rows land at random places
-  if (P == 1 || omp_get_max_threads() == 1) {
+  if (P == 1 || !d.parallel()) {
     // One thread: one sequential sweep of all positions, which the hardware prefetcher follows
     // (walking the partitions one by one reads the rows in a random order).
     aggregate_sweep(d, grads, dim, rank, out, stream);
@@ -356,7 +356,7 @@ int64_t sparse_update(const OptParams& p, float* table, int64_t rows, int64_t di
   const int P = d.parts();
   dispatch_kind(p.kind, [&](auto kc) {
     constexpr int K = decltype(kc)::value;
-#pragma omp parallel for schedule(dynamic, 1) if (P > 1)
+#pragma omp parallel for schedule(dynamic, 1) if (P > 1 && d.parallel())
     for (int q = 0; q < P; ++q) sparse_part<K>(p, table, dim, ids, grads, s, d, q, buf);
   });
   return -1;

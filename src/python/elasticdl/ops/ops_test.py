@@ -377,16 +377,19 @@ def test_sparse_aggregate_bitmap_range_threshold():
 def test_sparse_kernels_are_exact_on_seven_threads():
     """A many-core host in miniature: 7 OpenMP threads (OMP_DYNAMIC set, so the team is not
     trimmed to the free CPUs) over every layout -- uneven position shares, counters capped per
-    position ("twice": n/2 groups), hashed ids; OMP_NUM_THREADS is read at start-up, hence a
-    subprocess."""
+    position ("twice": n/2 groups), hashed ids -- in batches below and above the size that
+    hashed ids are shared out from; OMP_NUM_THREADS is read at start-up, hence a subprocess."""
     if ops.backend() != "native":
         pytest.skip("native backend only")
     body = (
         "rng = np.random.default_rng(17)\n"
-        "n, rows = 50_003, 400_000\n"
-        "layouts = [rng.integers(0, rows, n), np.minimum(rng.zipf(1.2, n), rows) - 1,\n"
-        "           rng.permutation(np.repeat(np.arange(n // 2), 2)), rng.integers(0, 2**50, n)]\n"
+        "layouts = []\n"
+        "for n in (5_003, 70_003):\n"
+        "    rows = 8 * n\n"
+        "    layouts += [rng.integers(0, rows, n), np.minimum(rng.zipf(1.2, n), rows) - 1,\n"
+        "                rng.permutation(np.repeat(np.arange(n // 2), 2)), rng.integers(0, 2**50, n)]\n"
         "for ids in layouts:\n"
+        "    rows = 8 * ids.size\n"
         "    g = rng.standard_normal((ids.size, 16)).astype(np.float32)\n"
         "    u, s = ops.sparse_aggregate(ids, g)\n"
         "    ru, rs = R.sparse_aggregate(ids, g)\n"
