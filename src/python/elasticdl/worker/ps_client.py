@@ -45,6 +45,7 @@ from elasticdl.worker.ps_links import (  # noqa: F401  (the attach schedule, re-
     dense_to_message,
 )
 from elasticdl.worker.ps_types import (  # noqa: F401 (part of this module's names)
+    DistinctIdRows,
     EmbeddingTableInfo,
     PackedGradients,
     PackedLayout,
@@ -508,7 +509,8 @@ class PSClient:
         state: Optional[Mapping[str, np.ndarray]] = None,
     ) -> PushResult:
         """Send gradients to every PS (an empty message still counts, so all PS versions advance
-        together); embedding gradients are summed per id and scattered by `id % num_ps`.
+        together); embedding gradients are summed per id (unless they are `DistinctIdRows`)
+        and scattered by `id % num_ps`.
 
         Each message carries the version this worker computed against on that PS, which the PS
         uses for staleness checks (sync) or lr modulation (async). `pull_dense=True` asks each
@@ -563,8 +565,11 @@ class PSClient:
                 parts.append(PushPart(req, block=block, entries=entries_of[ps_id]))
             else:
                 parts.append(PushPart(req, dense={}))
-        for name, (values, ids) in (embedding_grads or {}).items():
-            values, ids = deduplicate_indexed_rows(values, ids)
+        for name, grad in (embedding_grads or {}).items():
+            if isinstance(grad, DistinctIdRows):
+                values, ids = grad
+            else:
+                values, ids = deduplicate_indexed_rows(*grad)
             if self.num_ps == 1:  # no split, so no copy of the rows through a mask
                 parts[0].embedding[name] = IndexedRows(values, ids)
                 continue

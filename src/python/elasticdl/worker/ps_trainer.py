@@ -48,6 +48,7 @@ from elasticdl.worker.ps_client import (
     PSClient,
     PullResult,
 )
+from elasticdl.worker.ps_types import DistinctIdRows
 from elasticdl.worker.saved_model import batch_spec, write_saved_model
 from elasticdl.worker.trainer import Trainer
 
@@ -415,15 +416,22 @@ class PSTrainer(Trainer):
         return float(loss.numpy()), dense_grads, self._embedding_grads(sparse)
 
     def _embedding_grads(self, sparse) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+        """Table name -> (rows, ids). One call of a layer gives rows for its unique ids
+        (`DistinctIdRows`); a layer called more than once gives a concatenation, which may
+        repeat ids and is summed before the push."""
         embedding_grads: Dict[str, Tuple[np.ndarray, np.ndarray]] = {}
         for name, (ids, g) in zip(self._record_names, sparse):
             if g is None:
                 continue
             ids, g = ids.numpy(), g.numpy()
-            if name in embedding_grads:  # layer called more than once in the model
+            if name in embedding_grads:
                 prev_g, prev_ids = embedding_grads[name]
-                g, ids = np.concatenate([prev_g, g]), np.concatenate([prev_ids, ids])
-            embedding_grads[name] = (g, ids)
+                embedding_grads[name] = (
+                    np.concatenate([prev_g, g]),
+                    np.concatenate([prev_ids, ids]),
+                )
+            else:
+                embedding_grads[name] = DistinctIdRows(g, ids)
         return embedding_grads
 
     # ------------------------------------------------------------------ training

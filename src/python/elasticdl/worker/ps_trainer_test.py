@@ -167,6 +167,61 @@ def test_embedding_step_matches_local_keras_embedding(ps_cluster):
     client.close()
 
 
+def _embedding_called(times: int, remote: bool):
+    """One table looked up `times` times per example (overlapping id columns)."""
+    inp = keras.Input(shape=(4,), dtype="int64")
+    if remote:
+        layer = Embedding(4, input_dim=10, combiner="mean", name="emb")
+        looked_up = [layer(inp[:, k : k + 2]) for k in range(times)]
+    else:
+        layer = keras.layers.Embedding(10, 4, name="emb")
+        looked_up = [keras.ops.mean(layer(inp[:, k : k + 2]), axis=1) for k in range(times)]
+    joined = looked_up[0] if times == 1 else keras.layers.Concatenate()(looked_up)
+    return keras.Model(inp, keras.layers.Dense(3, name="out")(joined))
+
+
+@pytest.mark.parametrize("times", [1, 2])
+def test_a_layer_called_once_pushes_its_unique_ids_unsorted(ps_cluster, monkeypatch, times):
+    """A layer's rows for its `tf.unique` ids go to the PS as they are (first appearance, not
+    sorted; the PS ranks them); a table looked up twice is summed per id first. Both train
+    exactly as Keras does."""
+    from elasticdl.worker import ps_client
+
+    summed = []
+    real = ps_client.deduplicate_indexed_rows
+    monkeypatch.setattr(
+        ps_client, "deduplicate_indexed_rows", lambda v, i: summed.append(i.size) or real(v, i)
+    )
+    cluster = ps_cluster(2)
+    client = PSClient(cluster.addrs)
+    trainer = PSTrainer(_spec(lambda: _embedding_called(times, remote=True)), client)
+    # First appearance 9, 4, 2, 7, 3, 1, 0: decreasing and spread over both PS.
+    x = tf.constant([[9, 4, 4, 2], [7, 3, 9, 1], [0, 2, 7, 7]], tf.int64)
+    y = tf.constant([0, 1, 2])
+    trainer.ensure_model(x)
+    table = client.pull_embedding_vectors("emb", np.arange(10))
+    dense_init = [v.numpy() for v in trainer.model.trainable_variables]
+    local = _embedding_called(times, remote=False)
+    local.get_layer("emb").embeddings.assign(table)
+    local.get_layer("out").kernel.assign(dense_init[0])
+    local.get_layer("out").bias.assign(dense_init[1])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(_loss(y, local(x, training=True)))
+    grads = tape.gradient(loss, local.trainable_variables)
+    keras.optimizers.SGD(LR).apply_gradients(zip(grads, local.trainable_variables))
+
+    assert trainer.train_minibatch(x, y) == pytest.approx(float(loss), rel=1e-5)
+    np.testing.assert_allclose(
+        client.pull_embedding_vectors("emb", np.arange(10)),
+        local.get_layer("emb").embeddings.numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    # Once: nothing summed on the worker. Twice: the calls' 6 and 5 unique ids, concatenated.
+    assert summed == {1: [], 2: [11]}[times], summed
+    client.close()
+
+
 def test_tables_that_cannot_fit_on_the_ps_fail_before_any_training(ps_cluster):
     """The layers' vocabularies reach the PS with the tables; a table whose share of rows
     cannot fit in the PS's memory (here 10^13 rows: no machine has 1,000 TiB) is refused with

@@ -5,7 +5,7 @@ gradients before they are pushed."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 from elasticdl import ops
@@ -72,6 +72,16 @@ class PushResult:
     # did not answer it (one that predates the field), so the caller pulls separately. Its
     # arrays may be views of shared memory: valid until the next push, copy to keep them.
     pulled: Optional[PullResult] = None
+
+
+class DistinctIdRows(NamedTuple):
+    """An embedding gradient whose ids are distinct, in no particular order: an embedding
+    layer's rows for its `tf.unique` ids. Pushed as it is, without the sort of
+    `deduplicate_indexed_rows`: the PS ranks a push's ids when they do not increase, which
+    costs it less than the sort costs the worker, and a repeated id would still be summed."""
+
+    values: np.ndarray
+    ids: np.ndarray
 
 
 def deduplicate_indexed_rows(values: np.ndarray, ids: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
