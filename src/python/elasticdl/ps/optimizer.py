@@ -179,8 +179,9 @@ class Optimizer:
         # Creates rows never pulled (e.g. after a PS restart).
         rows = table.rows(ids, checked=ids_checked)
         slots = [table.slot(s, init) for s, init in self._slots]
-        # A worker sends each id once, in order (it summed them: ps_client); checked here, not
-        # trusted, since the kernel races on a repeated row. Distinct ids have distinct rows,
-        # so the kernel updates each row straight from its gradient, without ranking them.
+        # A worker sends each id once: in order when it summed them (ps_client), in a layer's
+        # first-appearance order otherwise. Order is checked here, not trusted, since the
+        # kernel races on a repeated row: strictly increasing ids have distinct rows, updated
+        # straight from their gradients; any other order is ranked, which sums repeats.
         unique = ids.size >= _UNRANKED_MIN and strictly_increasing(ids)
         ops.sparse_update(self.spec, table.values, rows, grads, slots, lr, step, unique)
