@@ -129,26 +129,19 @@ def _embedding_model(remote=True):
     return keras.Model(inp, keras.layers.Dense(3, name="out")(emb))
 
 
-def test_embedding_step_matches_local_keras_embedding(ps_cluster):
-    cluster = ps_cluster(2)
-    client = PSClient(cluster.addrs)
-    trainer = PSTrainer(_spec(_embedding_model), client)
-    x = tf.constant([[1, 2, 2], [3, 1, 7], [7, 7, 7]], tf.int64)
-    y = tf.constant([0, 1, 2])
+def _step_both_and_compare_tables(trainer, client, local, x, y):
+    """One SGD step of `trainer` (table "emb" on the PS) and of the all-Keras `local` model
+    from the same weights: the same loss, and the same table after it."""
     trainer.ensure_model(x)
     table = client.pull_embedding_vectors("emb", np.arange(10))
     dense_init = [v.numpy() for v in trainer.model.trainable_variables]
-
-    local = _embedding_model(remote=False)
     local.get_layer("emb").embeddings.assign(table)
     local.get_layer("out").kernel.assign(dense_init[0])
     local.get_layer("out").bias.assign(dense_init[1])
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(_loss(y, local(x, training=True)))
-    opt = keras.optimizers.SGD(LR)
-    opt.apply_gradients(
-        zip(tape.gradient(loss, local.trainable_variables), local.trainable_variables)
-    )
+    grads = tape.gradient(loss, local.trainable_variables)
+    keras.optimizers.SGD(LR).apply_gradients(zip(grads, local.trainable_variables))
 
     assert trainer.train_minibatch(x, y) == pytest.approx(float(loss), rel=1e-5)
     np.testing.assert_allclose(
@@ -157,6 +150,16 @@ def test_embedding_step_matches_local_keras_embedding(ps_cluster):
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+def test_embedding_step_matches_local_keras_embedding(ps_cluster):
+    cluster = ps_cluster(2)
+    client = PSClient(cluster.addrs)
+    trainer = PSTrainer(_spec(_embedding_model), client)
+    x = tf.constant([[1, 2, 2], [3, 1, 7], [7, 7, 7]], tf.int64)
+    y = tf.constant([0, 1, 2])
+    local = _embedding_model(remote=False)
+    _step_both_and_compare_tables(trainer, client, local, x, y)
     trainer.pull_model()
     np.testing.assert_allclose(
         trainer.model.get_layer("out").kernel.numpy(),
@@ -198,25 +201,7 @@ def test_a_layer_called_once_pushes_its_unique_ids_unsorted(ps_cluster, monkeypa
     # First appearance 9, 4, 2, 7, 3, 1, 0: decreasing and spread over both PS.
     x = tf.constant([[9, 4, 4, 2], [7, 3, 9, 1], [0, 2, 7, 7]], tf.int64)
     y = tf.constant([0, 1, 2])
-    trainer.ensure_model(x)
-    table = client.pull_embedding_vectors("emb", np.arange(10))
-    dense_init = [v.numpy() for v in trainer.model.trainable_variables]
-    local = _embedding_called(times, remote=False)
-    local.get_layer("emb").embeddings.assign(table)
-    local.get_layer("out").kernel.assign(dense_init[0])
-    local.get_layer("out").bias.assign(dense_init[1])
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(_loss(y, local(x, training=True)))
-    grads = tape.gradient(loss, local.trainable_variables)
-    keras.optimizers.SGD(LR).apply_gradients(zip(grads, local.trainable_variables))
-
-    assert trainer.train_minibatch(x, y) == pytest.approx(float(loss), rel=1e-5)
-    np.testing.assert_allclose(
-        client.pull_embedding_vectors("emb", np.arange(10)),
-        local.get_layer("emb").embeddings.numpy(),
-        rtol=1e-5,
-        atol=1e-6,
-    )
+    _step_both_and_compare_tables(trainer, client, _embedding_called(times, remote=False), x, y)
     # Once: nothing summed on the worker. Twice: the calls' 6 and 5 unique ids, concatenated.
     assert summed == {1: [], 2: [11]}[times], summed
     client.close()
