@@ -79,6 +79,8 @@ Dedup::Dedup(const int64_t* ids, int64_t n) : s_(ScratchPool<DedupScratch>::acqu
   count_ = s_->count.get(m);
   part_of_pos_ = s_->part.get(m);
   follow_load();
+  // The loops below test a local: reading the member inside OpenMP's outlined loops made the
+  // one-thread path of small batches slower.
   const bool parallel = n >= kParallelMin && omp_get_max_threads() > 1;
   parallel_ = parallel;
   int part_bits = 0;
