@@ -11,7 +11,7 @@ what its job can send, with headroom:
   PS      before it holds a model, `TRANSPORT_MAX_BYTES` (the first push_model brings it);
           then twice its shard's dense bytes plus the embedding rows a minibatch can push
           (`minibatch_size` x `EMBEDDING_IDS_PER_RECORD` ids x the tables' widths), plus
-          `BASE_BYTES`. Checked by `SizeCapInterceptor` on the request's bytes before they are
+          `BASE_BYTES`. Checked by `CappedHandlers` on the request's bytes before they are
           parsed, and by the local push channel on each frame.
 
 A refused request ends with RESOURCE_EXHAUSTED and a message naming the method, both sizes and
@@ -79,28 +79,70 @@ def _refusing(behavior, method: str):
     return handle
 
 
-class SizeCapInterceptor(grpc.ServerInterceptor):
-    """For ``grpc.server``: refuse requests larger than ``limit()`` (a cap and where it comes
-    from) before parsing them. Register after the token interceptor, so that only the job's
-    own callers are measured at all."""
-
-    def __init__(self, limit: Callable[[], tuple[int, str]]):
-        self._limit = limit
-
-    def intercept_service(self, continuation, handler_call_details):
-        handler = continuation(handler_call_details)
-        if handler is None or handler.request_streaming:
-            return handler
-        method = handler_call_details.method.rpartition("/")[2]
-        parse = _capped(handler.request_deserializer, self._limit)
-        if handler.response_streaming:
-            return grpc.unary_stream_rpc_method_handler(
-                _refusing(handler.unary_stream, method),
-                request_deserializer=parse,
-                response_serializer=handler.response_serializer,
-            )
-        return grpc.unary_unary_rpc_method_handler(
-            _refusing(handler.unary_unary, method),
+def capped_handler(
+    handler: grpc.RpcMethodHandler | None, method: str, limit: Callable[[], tuple[int, str]]
+) -> grpc.RpcMethodHandler | None:
+    """`handler` with requests larger than ``limit()`` (read at each request) refused before
+    they are parsed; streamed requests are passed as they are."""
+    if handler is None or handler.request_streaming:
+        return handler
+    name = method.rpartition("/")[2]
+    parse = _capped(handler.request_deserializer, limit)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(
+            _refusing(handler.unary_stream, name),
             request_deserializer=parse,
             response_serializer=handler.response_serializer,
         )
+    return grpc.unary_unary_rpc_method_handler(
+        _refusing(handler.unary_unary, name),
+        request_deserializer=parse,
+        response_serializer=handler.response_serializer,
+    )
+
+
+class CappedHandlers(grpc.GenericRpcHandler):
+    """For ``grpc.server``: the methods of generic `handlers` (the first that has a method wins,
+    as in the server) with requests larger than ``limit()`` (a cap and where it comes from)
+    refused before they are parsed.
+
+    A server interceptor could do the same, but it runs on every call and builds the wrapped
+    handler anew each time; here each method's is built on its first call and kept, since the
+    handlers given answer by method name alone. The server's interceptors (the job's token)
+    still run first, so only the job's own callers are measured at all."""
+
+    def __init__(
+        self, handlers: Iterable[grpc.GenericRpcHandler], limit: Callable[[], tuple[int, str]]
+    ):
+        self._handlers = tuple(handlers)
+        self._limit = limit
+        self._by_method: dict[str, grpc.RpcMethodHandler] = {}
+
+    def service(self, handler_call_details):
+        method = handler_call_details.method
+        wrapped = self._by_method.get(method)
+        if wrapped is None:
+            for generic in self._handlers:
+                handler = generic.service(handler_call_details)
+                if handler is not None:
+                    break
+            else:
+                return None  # unknown method: not kept, so a caller cannot grow the table
+            wrapped = self._by_method.setdefault(
+                method, capped_handler(handler, method, self._limit)
+            )
+        return wrapped
+
+
+class HandlerCollector:
+    """Stands in for a server in a generated ``add_<Service>Servicer_to_server`` call, to get
+    the service's handlers as generic ones (for `CappedHandlers`)."""
+
+    def __init__(self) -> None:
+        self.handlers: list[grpc.GenericRpcHandler] = []
+
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        self.handlers.extend(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers) -> None:
+        self.handlers.append(grpc.method_handlers_generic_handler(service, handlers))

@@ -80,3 +80,31 @@ def test_the_local_channel_applies_the_same_cap(ps):
     assert ps.params.version == version
     assert client.push_gradients(grads, learning_rate=0.1).accepted
     client.close()
+
+
+def test_every_method_is_capped_the_wire_ones_and_the_generated_ones(ps):
+    client = PSClient([f"127.0.0.1:{ps.port}"], retry_timeout=5, shared_memory=False)
+    client.push_model(MODEL)
+    cap, why = ps.request_cap()
+    channel = grpc.insecure_channel(f"127.0.0.1:{ps.port}")
+    oversized = b"\n" + b"\xff" * 4 + b"\x0f" + b"\0" * (cap + 16)  # never parsed
+    for method in (
+        "pull_embedding_vectors",
+        "push_gradients",
+        "push_model",
+        "pull_dense_parameters",
+    ):
+        call = channel.unary_unary(f"/elasticdl.Pserver/{method}")
+        with pytest.raises(grpc.RpcError) as refused:
+            call(oversized, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, method
+        assert f"{method}: a request of {len(oversized)} bytes" in refused.value.details()
+        assert why in refused.value.details()
+    with pytest.raises(grpc.RpcError) as unknown:
+        channel.unary_unary("/elasticdl.Pserver/no_such_method")(b"", timeout=30)
+    assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    # Under the cap the same methods serve.
+    pulled = client.pull_dense_parameters(force=True)
+    np.testing.assert_array_equal(pulled.parameters["dense/kernel"], MODEL["dense/kernel"])
+    channel.close()
+    client.close()

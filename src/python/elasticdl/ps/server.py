@@ -178,11 +178,12 @@ class PSServer:
             ],
             interceptors=(
                 [auth.TokenServerInterceptor(self.secret)] if self.secret is not None else []
-            )
-            + [message_caps.SizeCapInterceptor(self.request_cap)],
+            ),
         )
-        server.add_generic_rpc_handlers((wire_handlers(self.servicer),))
-        pb_grpc.add_PserverServicer_to_server(self.servicer, server)
+        generated = message_caps.HandlerCollector()
+        pb_grpc.add_PserverServicer_to_server(self.servicer, generated)
+        handlers = [wire_handlers(self.servicer)] + generated.handlers  # the wire ones first
+        server.add_generic_rpc_handlers((message_caps.CappedHandlers(handlers, self.request_cap),))
         address = _bind_address(c.bind_host, c.port)
         port = tls.add_port(server, address, self.tls)
         if port == 0:

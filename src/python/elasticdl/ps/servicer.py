@@ -113,7 +113,7 @@ class PserverServicer(pb_grpc.PserverServicer):
         request_cap: Callable[[], tuple[int, str]] | None = None,
     ):
         self.ps = ps
-        self.request_cap = request_cap  # for the local channel's pushes (gRPC: an interceptor)
+        self.request_cap = request_cap  # for the local channel's pushes (gRPC: CappedHandlers)
         self.checkpointer = checkpointer
         self.regions = regions if regions is not None else SharedRegions()
         self._channel_lock = threading.Lock()
