@@ -398,7 +398,7 @@ class PSClient:
                 if count * 4 * max(dims[t], 1) <= CHANNEL_PULL_MAX_BYTES
             ]
             requests = []
-            if fits:
+            if fits and self._links[ps_id].may_pull_on_channel():
                 share_ids = ndarray_to_pb(unique[pos])
                 for t in fits:
                     req = pb.PullEmbeddingVectorsRequest(name=tables[t][0])

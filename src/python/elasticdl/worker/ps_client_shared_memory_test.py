@@ -443,6 +443,12 @@ def test_a_ps_that_refuses_pulls_on_its_channel_gets_them_by_grpc(ps_cluster):
     np.testing.assert_array_equal(client.pull_embedding_vectors("emb", ids, dim=4), direct)
     # Refused once on the channel, then by gRPC only; pushes keep the channel.
     assert grpc_pulls == [(0, 20), (0, 20)] and not client._links[0].pulls_on_channel
+    # From then on no pull is offered to the channel (no request is built for it).
+    assert not client._links[0].may_pull_on_channel()
+    offered = []
+    client._links[0].send_pulls = lambda requests: offered.append(requests) or False
+    np.testing.assert_array_equal(client.pull_embedding_vectors("emb", ids, dim=4), direct)
+    assert offered == []
     assert client.push_gradients(
         {n: np.ones_like(v) for n, v in PARAMS.items()}, learning_rate=0.1
     ).accepted

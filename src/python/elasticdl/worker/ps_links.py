@@ -355,6 +355,17 @@ class PSLink:
             self._channel_lock.release()
 
     # ------------------------------------------------------------------ pulls
+    def may_pull_on_channel(self) -> bool:
+        """Whether `send_pulls` could take pulls now (it may still refuse them): the caller
+        builds their requests only then."""
+        shared = self.shared
+        return (
+            shared is not None
+            and shared.channel is not None
+            and self.pulls_on_channel
+            and not self._channel_suspect
+        )
+
     def send_pulls(self, requests: Sequence[pb.PullEmbeddingVectorsRequest]) -> bool:
         """Send pulls of embedding rows on the local channel (several tables' rows for the same
         ids: one round trip); False (nothing in flight) when the link has no channel free for
@@ -364,11 +375,9 @@ class PSLink:
         small: the PS answers each before it reads the next, so a large request behind a large
         answer could fill both directions' socket buffers at once. Larger ones are sent one at
         a time, each after the previous answer."""
+        if not self.may_pull_on_channel():  # a suspect channel is out of step until a push
+            return False
         shared = self.shared
-        if shared is None or shared.channel is None or not self.pulls_on_channel:
-            return False
-        if self._channel_suspect:  # out of step until the next push attaches anew
-            return False
         if not self._pull_lock.acquire(blocking=False):
             return False  # another thread's pull
         payloads = [r.SerializeToString() for r in requests]
