@@ -17,9 +17,17 @@ interleaved:
                push channel), against an echo of B up and B down;
   dense, msg   the same push in gRPC messages (`ELASTICDL_SHARED_MEMORY=0`'s path).
 
+And, for each case, a second baseline that is not gRPC:
+
+  stream       the echo's byte counts over one TCP connection to the echo process as
+               length-prefixed frames (the local channel's framing, on 127.0.0.1 instead of a
+               Unix socket; the connection's first frame carries the job secret): what the same
+               round trip costs without grpcio, the bound on a framed-stream transport.
+
 Ratio = echo seconds per call / PS seconds per call (target >= 0.8 at every size): blocks of
 calls (up to ~1 MB of payload each), an echo block then its PS block, for --repeats (more for
 small payloads) rounds; the ratio is the median of the rounds' ratios, the times are medians.
+echo/stream: the same for the gRPC echo against the stream (its block follows the PS block).
 CPU ms: the client's and both servers' CPU per call (from /proc), a figure the machine's load
 moves less than wall time; cpu ratio = echo CPU / PS CPU.
 Prints a table, then a JSON line; --plot writes the ratios and MB/s per size as a PNG.
@@ -29,10 +37,14 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import hmac
 import os
 import secrets
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 from concurrent import futures
 
@@ -67,8 +79,84 @@ def parse_size(text: str) -> int:
     return int(digits) * scale
 
 
+# ------------------------------------------------------------------------------ stream echo
+_STREAM_ASK = struct.Struct("<QQ")  # bytes up (that follow), bytes down
+_STREAM_ANSWER = struct.Struct("<Q")
+
+
+def _recv_into(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionError("stream closed")
+        got += n
+
+
+def _serve_stream_connection(conn: socket.socket, secret: bytes) -> None:
+    with conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.settimeout(30)
+        hello = bytearray(len(secret))
+        try:
+            _recv_into(conn, memoryview(hello))
+        except (ConnectionError, OSError):
+            return
+        if not hmac.compare_digest(bytes(hello), secret):
+            return  # not the job's: closed without an answer
+        conn.settimeout(None)
+        buf, ask, answers = bytearray(1 << 20), bytearray(_STREAM_ASK.size), {}
+        try:
+            while True:
+                _recv_into(conn, memoryview(ask))
+                up, down = _STREAM_ASK.unpack(ask)
+                if up > len(buf):
+                    buf = bytearray(up)
+                _recv_into(conn, memoryview(buf)[:up])
+                answer = answers.get(down)
+                if answer is None:
+                    answer = answers.setdefault(down, _STREAM_ANSWER.pack(down) + bytes(down))
+                conn.sendall(answer)
+        except (ConnectionError, OSError):
+            return
+
+
+def serve_stream(listener: socket.socket, secret: bytes) -> None:
+    """Answer each frame (up, down, `up` bytes) with `down` bytes, on 127.0.0.1, for callers
+    whose first frame is the job secret."""
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=_serve_stream_connection, args=(conn, secret), daemon=True).start()
+
+
+class StreamClient:
+    def __init__(self, port: int, secret: bytes):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.sendall(secret)
+        self.buf = bytearray(1 << 20)
+        self.head = bytearray(_STREAM_ANSWER.size)
+        self._requests: dict[int, bytes] = {}
+
+    def call(self, up: int, down: int) -> None:
+        req = self._requests.get(up)
+        if req is None:
+            req = self._requests.setdefault(up, bytes(up))
+        self.sock.sendall(_STREAM_ASK.pack(up, down))
+        self.sock.sendall(req)
+        _recv_into(self.sock, memoryview(self.head))
+        (size,) = _STREAM_ANSWER.unpack(self.head)
+        if size > len(self.buf):
+            self.buf = bytearray(size)
+        _recv_into(self.sock, memoryview(self.buf)[:size])
+        assert size == down
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 # ------------------------------------------------------------------------------ echo server
-def serve_echo(port: int) -> None:
+def serve_echo(port: int, stream_port: int = 0) -> None:
     """The raw gRPC baseline: answer a request with as many bytes as its first 8 name."""
     import grpc
     from elasticdl.common import auth
@@ -97,6 +185,10 @@ def serve_echo(port: int) -> None:
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
+    if stream_port:
+        listener = socket.create_server(("127.0.0.1", stream_port))
+        secret = os.environ[auth.JOB_SECRET_ENV].encode()
+        threading.Thread(target=serve_stream, args=(listener, secret), daemon=True).start()
     server.wait_for_termination()
 
 
@@ -111,6 +203,7 @@ class Servers:
         env = dict(common.python_env(), **{auth.JOB_SECRET_ENV: self.secret})
         env.pop("ELASTICDL_SHARED_MEMORY", None)
         self.ps_port, self.echo_port = common.free_port(), common.free_port()
+        self.stream_port = common.free_port()
         ps_argv = [
             sys.executable,
             "-m",
@@ -122,7 +215,12 @@ class Servers:
             "--use_async=true",
             "--log_level=WARNING",
         ]
-        echo_argv = [sys.executable, os.path.abspath(__file__), "--serve_echo", str(self.echo_port)]
+        echo_argv = [
+            sys.executable,
+            os.path.abspath(__file__),
+            f"--serve_echo={self.echo_port}",
+            f"--serve_stream={self.stream_port}",
+        ]
         self.procs = [
             subprocess.Popen(ps_argv, env=env),
             subprocess.Popen(echo_argv, env=env),
@@ -155,6 +253,7 @@ class Bench:
         self.echo_channel = build_channel(f"127.0.0.1:{servers.echo_port}", servers.secret)
         grpc.channel_ready_future(self.echo_channel).result(timeout=60)
         self.echo_stub = self.echo_channel.unary_unary(ECHO_METHOD)
+        self.stream = StreamClient(servers.stream_port, servers.secret.encode())
         self.info = EmbeddingTableInfo(TABLE, dim)
         self._requests: dict[int, bytes] = {}
 
@@ -162,6 +261,7 @@ class Bench:
         self.msg.close()
         self.shm.close()
         self.echo_channel.close()
+        self.stream.close()
 
     # ---------------------------------------------------------------- the calls
     def echo(self, up: int, down: int) -> None:
@@ -233,13 +333,17 @@ def measure_size(servers_factory, payload: int, args) -> list[dict]:
         for case in CASES:  # warm-up: the shared-memory region attaches on the first push
             bench.run(case, data)
             bench.run(case, data)
-        samples = {c: [] for c in CASES}  # (echo wall, echo cpu, PS wall, PS cpu) per round
+        for case in CASES:  # and the stream's connection
+            bench.stream.call(*ECHO_SHAPES[case](payload, n))
+        # Per round: (echo wall, echo cpu, PS wall, PS cpu, stream wall).
+        samples = {c: [] for c in CASES}
         for _ in range(rounds):
             for case in CASES:
                 up, down = ECHO_SHAPES[case](payload, n)
                 echo = _timed(lambda: bench.echo(up, down), iters, pids)
                 ps = _timed(lambda: bench.run(case, data), iters, pids)
-                samples[case].append(echo + ps)
+                stream = _timed(lambda: bench.stream.call(up, down), iters, pids)
+                samples[case].append(echo + ps + stream[:1])
         if args.profile and payload == max(args.sizes):
             os.makedirs(args.profile, exist_ok=True)
             for case in CASES:
@@ -248,8 +352,8 @@ def measure_size(servers_factory, payload: int, args) -> list[dict]:
                 prof.dump_stats(os.path.join(args.profile, f"client-{case}-{payload}.prof"))
         points = []
         for case in CASES:
-            echo_s, echo_cpu, ps_s, ps_cpu = (
-                common.median([x[i] for x in samples[case]]) for i in range(4)
+            echo_s, echo_cpu, ps_s, ps_cpu, stream_s = (
+                common.median([x[i] for x in samples[case]]) for i in range(5)
             )
             points.append(
                 {
@@ -268,6 +372,9 @@ def measure_size(servers_factory, payload: int, args) -> list[dict]:
                     "echo_cpu_ms": echo_cpu * 1e3,
                     "cpu_ratio": sum(x[1] for x in samples[case])
                     / max(1e-9, sum(x[3] for x in samples[case])),
+                    "stream_ms": stream_s * 1e3,
+                    # How many times a framed stream's round trip the gRPC echo takes.
+                    "echo_over_stream": common.median([x[0] / x[4] for x in samples[case]]),
                 }
             )
         return points
@@ -296,6 +403,12 @@ def plot(points: list[dict], path: str) -> None:
         "k--",
         label="raw echo (pull's bytes)",
     )
+    ax2.plot(
+        [p["payload_bytes"] for p in echo],
+        [p["payload_bytes"] / p["stream_ms"] / 1e3 for p in echo],
+        "k:",
+        label="framed TCP stream (pull's bytes)",
+    )
     ax1.axhline(TARGET_RATIO, color="grey", linestyle=":", label="target 0.8")
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
@@ -319,6 +432,7 @@ def parse_args(argv=None):
     p.add_argument("--plot", default="")
     p.add_argument("--profile", default="")
     p.add_argument("--serve_echo", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--serve_stream", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     try:
         args.sizes = [parse_size(s) for s in args.sizes.split(",")]
@@ -339,7 +453,7 @@ def main(argv=None) -> int:
     # stands for the worker) recycle megabyte buffers the same way.
     tune_malloc()
     if args.serve_echo:
-        serve_echo(args.serve_echo)
+        serve_echo(args.serve_echo, args.serve_stream)
         return 0
     points = []
     for payload in args.sizes:
@@ -357,6 +471,8 @@ def main(argv=None) -> int:
             p["ps_cpu_ms"],
             p["echo_cpu_ms"],
             p["cpu_ratio"],
+            p["stream_ms"],
+            p["echo_over_stream"],
         )
         for p in points
     ]
@@ -374,6 +490,8 @@ def main(argv=None) -> int:
             "PS cpu ms",
             "echo cpu ms",
             "cpu ratio",
+            "stream ms",
+            "echo/stream",
         ),
         rows,
     )
