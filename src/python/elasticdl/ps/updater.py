@@ -11,6 +11,11 @@ Sync (`grads_to_wait` = K): a push is accepted if grad_version >= ps_version - t
 buffered; after K accepted pushes the dense gradients are AVERAGED, the sparse ones SUMMED (the
 rows each worker touched are disjoint samples of the batch), applied once, and the version bumps.
 
+A push its worker numbered (`push_id`) is taken once: sent again because its answer was lost (a
+connection that broke after the PS took it, a local channel that failed), it is answered as it
+was, without its gradients applied or buffered a second time. The PS remembers each worker's last
+numbered push; the worker resends only the push in flight.
+
 One lock covers apply and every read of the model, so readers never see a half-applied update;
 it is metered (elasticdl.ps.load_meter: how long requests queue for it and hold it).
 NumPy and the native kernels release the GIL for large arrays, so decoding a push (done before
@@ -130,6 +135,9 @@ class ParameterServer:
         self._on_version = on_version
         # Called likewise, with the unchanged version, after state sent alone was assigned.
         self._on_state = on_state
+        # worker_id -> (push_id, accepted) of the last numbered push taken from that worker: a
+        # resend of it (its answer was lost) is answered, not taken twice.
+        self._last_push: dict[int, tuple[int, bool]] = {}
 
     @property
     def version(self) -> int:
@@ -171,6 +179,7 @@ class ParameterServer:
         with self.lock:
             self.params.restore_from_model_pb(model)
             self._buffer = _SyncBuffer()
+            self._last_push.clear()
 
     # ------------------------------------------------------------------ reads
     def pull_dense(
@@ -258,8 +267,21 @@ class ParameterServer:
         gradient slots and the pulled parameters written to its parameter slots. `embedding` and
         `dense`: the gradients when the transport read them apart from `request`."""
         grad_version = int(request.gradients.version)
+        push_id, worker = int(request.push_id), int(request.worker_id)
         with self.lock:
-            result = self._push_locked(request, grad_version, region, embedding, dense)
+            taken = self._last_push.get(worker) if push_id else None
+            if taken is not None and taken[0] == push_id:
+                logger.info(
+                    "PS %d: push %d of worker %d came again (its answer was lost): not taken twice",
+                    self.params.ps_id,
+                    push_id,
+                    worker,
+                )
+                result = PushResult(taken[1], self.params.version)
+            else:
+                result = self._push_locked(request, grad_version, region, embedding, dense)
+                if push_id:
+                    self._last_push[worker] = (push_id, result.accepted)
             if pull_into is not None:
                 self._fill_pull(pull_into, grad_version, region)
             return result

@@ -24,8 +24,8 @@ def make_ps(policy, opt_args="learning_rate=0.1", opt_type="SGD"):
     return ps, versions
 
 
-def push(ps, version, dense=None, ids=None, rows=None, lr=0.0):
-    req = pb.PushGradientsRequest(learning_rate=lr)
+def push(ps, version, dense=None, ids=None, rows=None, lr=0.0, push_id=0, worker_id=0):
+    req = pb.PushGradientsRequest(learning_rate=lr, push_id=push_id, worker_id=worker_id)
     req.gradients.version = version
     if dense is not None:
         tu.ndarray_to_pb(np.asarray(dense, np.float32), req.gradients.dense_parameters["w"])
@@ -167,3 +167,46 @@ def test_a_push_and_a_pull_check_their_ids_once(use_async, monkeypatch):
         push(ps, 1, ids=[-1], rows=[[1, 1]])
     with pytest.raises(PSError, match="non-negative"):
         ps.pull_embedding_vectors("e", [-3])
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+def test_a_numbered_push_sent_again_is_answered_not_taken_twice(use_async):
+    ps, versions = make_ps(UpdatePolicy(use_async=use_async))
+    first = push(ps, 0, dense=[1, 0, 0], ids=[4], rows=[[1, 1]], push_id=7, worker_id=3)
+    again = push(ps, 0, dense=[1, 0, 0], ids=[4], rows=[[1, 1]], push_id=7, worker_id=3)
+    assert (first.accepted, first.version) == (True, 1)
+    assert (again.accepted, again.version) == (True, 1)
+    np.testing.assert_allclose(ps.params.dense["w"], [-0.1, 0, 0])
+    np.testing.assert_allclose(ps.pull_embedding_vectors("e", [4]), [[-0.1, -0.1]])
+    assert versions == [1]
+    # The answer a resend gets carries the version of now (another worker pushed meanwhile).
+    assert push(
+        ps, 1, dense=[0, 1, 0], push_id=7, worker_id=4
+    ).accepted  # same number, other worker
+    assert push(ps, 1, dense=[1, 0, 0], push_id=7, worker_id=3).version == 2
+    np.testing.assert_allclose(ps.params.dense["w"], [-0.1, -0.1, 0])
+    # Its next push is taken; unnumbered pushes always are.
+    assert push(ps, 2, dense=[0, 0, 1], push_id=8, worker_id=3).version == 3
+    assert push(ps, 3, dense=[0, 0, 1]).version == 4
+    assert push(ps, 4, dense=[0, 0, 1]).version == 5
+    np.testing.assert_allclose(ps.params.dense["w"], [-0.1, -0.1, -0.3], rtol=1e-6)
+
+
+def test_a_resent_push_counts_once_towards_a_sync_round_and_keeps_its_verdict():
+    ps, versions = make_ps(UpdatePolicy(grads_to_wait=2, sync_version_tolerance=0))
+    assert push(ps, 0, dense=[2, 0, 0], push_id=11, worker_id=1).version == 0
+    assert push(ps, 0, dense=[2, 0, 0], push_id=11, worker_id=1).version == 0  # not a 2nd grad
+    np.testing.assert_array_equal(ps.params.dense["w"], 0)
+    assert push(ps, 0, dense=[0, 2, 0], push_id=5, worker_id=2).version == 1
+    np.testing.assert_allclose(ps.params.dense["w"], [-0.1, -0.1, 0])  # the mean of two
+    # A stale push is refused, and so is its resend, which is not taken either.
+    assert not push(ps, 0, dense=[9, 9, 9], push_id=12, worker_id=1).accepted
+    assert not push(ps, 0, dense=[9, 9, 9], push_id=12, worker_id=1).accepted
+    assert versions == [1]
+
+
+def test_a_push_that_failed_is_not_remembered():
+    ps, _ = make_ps(UpdatePolicy(use_async=True))
+    with pytest.raises(PSError, match="NaN"):
+        push(ps, 0, dense=[np.nan, 0, 0], push_id=21, worker_id=1)
+    assert push(ps, 0, dense=[1, 0, 0], push_id=21, worker_id=1).version == 1

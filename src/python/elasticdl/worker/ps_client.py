@@ -17,7 +17,9 @@ messages per PS; this module fans a push out over the links and assembles the re
 """
 from __future__ import annotations
 
+import itertools
 import logging
+import secrets
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -92,6 +94,9 @@ class PSClient:
         self.addrs = list(ps_addrs)
         self.num_ps = len(self.addrs)
         self.worker_id = int(worker_id)
+        # Push numbers (`PushGradientsRequest.push_id`) start at random: another client with
+        # the same worker id (a relaunched worker) never repeats one the PS has taken.
+        self._push_ids = itertools.count(secrets.randbits(62) + 1)
         self.retry_timeout = retry_timeout
         self.rpc_timeout = rpc_timeout
         self.max_message_bytes = int(max_message_bytes)
@@ -551,12 +556,14 @@ class PSClient:
         else:
             entries_of = dict(packed.layout.entries)
         parts = []
+        push_id = next(self._push_ids)  # every resend of this push carries it too
         for ps_id, version in enumerate(self.ps_versions):
             req = pb.PushGradientsRequest(
                 gradients=pb.Model(version=max(version, 0)),
                 learning_rate=float(learning_rate),
                 worker_id=self.worker_id,
                 pull_dense_parameters=pull_dense,
+                push_id=push_id,
             )
             if packed is None:
                 parts.append(PushPart(req, dense=by_name[ps_id]))

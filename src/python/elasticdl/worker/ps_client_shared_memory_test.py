@@ -187,6 +187,34 @@ def test_a_broken_channel_falls_back_to_grpc_once_and_reconnects(ps_cluster):
     client.close()
 
 
+def test_a_push_taken_on_the_channel_whose_answer_was_lost_is_not_taken_again(ps_cluster):
+    import grpc
+    from elasticdl.common import local_channel as lc
+
+    cluster = ps_cluster(1)
+    client = _client(cluster, True)
+    grads = {n: np.ones_like(v) for n, v in PARAMS.items()}
+    client.push_gradients(grads, learning_rate=0.1, pull_dense=True)
+    channel = cluster.servers[0].servicer._local_channel
+    assert client._links[0].shared.channel is not None and channel is not None
+    real_answer, lost = channel._answer, []
+
+    def answer_lost_once(kind, payload, region_id):
+        answer = real_answer(kind, payload, region_id)  # the PS takes the push
+        if kind == lc.PUSH and not lost:
+            lost.append(kind)
+            return lc.ERROR, lc.error_payload(grpc.StatusCode.UNAVAILABLE, "answer lost")
+        return answer
+
+    channel._answer = answer_lost_once
+    result = client.push_gradients(grads, learning_rate=0.1, pull_dense=True)
+    # The link sent the push again in a gRPC message; the PS answered it without taking it.
+    assert lost and result.accepted and cluster.servers[0].params.version == 2
+    for name, value in PARAMS.items():
+        np.testing.assert_allclose(result.pulled.parameters[name], value - 0.2, rtol=1e-6)
+    client.close()
+
+
 def test_the_channel_admits_only_the_holder_of_the_region(ps_cluster):
     import grpc
     from elasticdl.common import local_channel as lc

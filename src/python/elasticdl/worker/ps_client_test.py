@@ -146,3 +146,59 @@ def test_push_with_pull_dense_against_a_ps_that_predates_it(ps_cluster, monkeypa
     assert client.ps_versions == [0]  # not advanced: the caller must pull
     np.testing.assert_allclose(client.pull_dense_parameters().parameters["w"], [-0.1] * 3)
     client.close()
+
+
+def test_a_push_whose_answer_was_lost_is_sent_again_and_taken_once(ps_cluster, monkeypatch):
+    import grpc
+    from elasticdl.ps import server as ps_server
+
+    real_handlers = ps_server.wire_handlers
+    lost = []
+
+    class AnswerLostOnce(grpc.GenericRpcHandler):
+        """The PS takes the first push, then its answer is lost (the call ends UNAVAILABLE, as
+        when the connection breaks after the request arrived)."""
+
+        def __init__(self, servicer):
+            self.real = real_handlers(servicer)
+
+        def service(self, details):
+            handler = self.real.service(details)
+            if handler is None or not details.method.endswith("/push_gradients"):
+                return handler
+
+            def push(request, context):
+                answer = handler.unary_unary(request, context)
+                if not lost:
+                    lost.append(request.request.push_id)
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "connection reset by the test")
+                return answer
+
+            return grpc.unary_unary_rpc_method_handler(
+                push,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+
+    monkeypatch.setattr(ps_server, "wire_handlers", AnswerLostOnce)
+    cluster = ps_cluster(1)
+    client = PSClient(cluster.addrs, retry_timeout=10, shared_memory=False)
+    client.push_model({"a": np.ones(3, np.float32)}, [EmbeddingTableInfo("emb", 2, "zeros")])
+    client.pull_dense_parameters()
+    result = client.push_gradients(
+        {"a": np.ones(3, np.float32)},
+        {"emb": (np.ones((2, 2), np.float32), np.array([1, 2]))},
+        learning_rate=0.5,
+        pull_dense=True,
+    )
+    assert lost and lost[0] != 0  # the answer was lost once and the push had a number
+    assert result.accepted and client.ps_versions == [1]
+    ps = cluster.servers[0].ps
+    assert ps.version == 1  # taken once, though it arrived twice
+    np.testing.assert_allclose(ps.params.dense["a"], [0.5, 0.5, 0.5])
+    np.testing.assert_allclose(result.pulled.parameters["a"], [0.5, 0.5, 0.5])
+    np.testing.assert_allclose(client.pull_embedding_vectors("emb", [1, 2]), -0.5)
+    # The next push is a new one.
+    assert client.push_gradients({"a": np.ones(3, np.float32)}, learning_rate=0.5).accepted
+    assert ps.version == 2
+    client.close()

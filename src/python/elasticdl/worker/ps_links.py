@@ -10,8 +10,9 @@ it, and the PS's local push channel when it offers one). A push goes one of thre
     region + channel    the same request over the local channel (elasticdl.common.local_channel)
 
 A push that took a region falls back to a message in exactly two cases, and then only this PS's
-push is sent again, once: the others may have been applied already, and a PS applies every
-message it gets.
+push is sent again, once (the others may have been applied already). The message carries the
+push's number (`push_id`): a PS that took the push before its answer was lost answers it again
+without taking it twice.
 
   * The PS answers FAILED_PRECONDITION to a gRPC push naming the region: it was relaunched and
     knows no region.
