@@ -16,8 +16,16 @@ The socket lives in the abstract namespace (no file to clean up), which belongs 
 namespace: a worker in another pod cannot reach it, and does not try, since it could not attach
 the region either.
 
+A worker on another host gets the same frames over TCP instead (a "stream channel"): the PS
+offers a port and a ticket in its answer to `open_stream_channel`, a gRPC call the job's secret
+authenticates, and the connection's HELLO carries that ticket instead of a region. Pushes then
+carry their dense gradients inline, as a gRPC message does, and name no region. grpcio's own
+Python costs several times a framed round trip over the same TCP (benchmarks/ps/README.md).
+The PS offers no stream to a job with TLS certificates (the frames are not encrypted), nor with
+ELASTICDL_STREAM_CHANNEL=0 on either side.
+
 Frames: 4-byte little-endian length, then one kind byte, then the payload:
-  client -> PS   HELLO   region id (8 bytes LE) + token
+  client -> PS   HELLO   region id (8 bytes LE) + token; over TCP: the ticket
                  PUSH    serialized PushGradientsRequest
                  PULL    serialized PullEmbeddingVectorsRequest
   PS -> client   OK      serialized response (empty for HELLO; a PULL's: the rows as a
@@ -28,9 +36,10 @@ Errors keep gRPC's status codes so the worker handles them exactly as gRPC error
 """
 from __future__ import annotations
 
+import os
 import socket
 import struct
-from typing import Tuple
+from typing import Mapping, Optional, Tuple
 
 import grpc
 
@@ -59,6 +68,21 @@ class LocalChannelError(grpc.RpcError):
 
     def __str__(self) -> str:
         return f"{self._code.name}: {self._details}"
+
+
+STREAM_ENV_SWITCH = "ELASTICDL_STREAM_CHANNEL"
+
+
+def stream_enabled(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether the stream channel may be used (on unless ELASTICDL_STREAM_CHANNEL is 0/false)."""
+    environ = os.environ if environ is None else environ
+    return environ.get(STREAM_ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def host_of(addr: str) -> str:
+    """The host of a ``host:port`` address (an IPv6 literal without its brackets)."""
+    host = addr.rpartition(":")[0]
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 def abstract_address(name: str) -> str:
@@ -105,10 +129,34 @@ class LocalChannelClient:
     def __init__(self, name: str, region_id: int, token: bytes, timeout: float = 120.0):
         self.name = name
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._open(abstract_address(name), struct.pack("<Q", region_id) + token, timeout)
+
+    @classmethod
+    def over_tcp(
+        cls,
+        host: str,
+        port: int,
+        ticket: bytes,
+        timeout: float = 120.0,
+        connect_timeout: Optional[float] = None,
+    ) -> "LocalChannelClient":
+        """A connection to a PS's stream channel (its `open_stream_channel` answer); connecting
+        and being admitted may take `connect_timeout` (default: `timeout`)."""
+        self = cls.__new__(cls)
+        self.name = f"{host}:{port}"
+        first = timeout if connect_timeout is None else connect_timeout
+        self._sock = socket.create_connection((host, port), timeout=first)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._open(None, ticket, first)
+        self._sock.settimeout(timeout)
+        return self
+
+    def _open(self, address, hello: bytes, timeout: float) -> None:
         try:
             self._sock.settimeout(timeout)
-            self._sock.connect(abstract_address(name))
-            self.call(HELLO, struct.pack("<Q", region_id) + token)
+            if address is not None:
+                self._sock.connect(address)
+            self.call(HELLO, hello)
         except Exception:
             self._sock.close()
             raise

@@ -161,6 +161,9 @@ def test_a_ps_serves_only_clients_with_the_jobs_certificate(certs):
         with tls.channel(addr, [], _job_tls(certs)) as channel:
             stub = pb_grpc.PserverStub(auth.authenticated_channel(channel, "s3cret"))
             stub.pull_dense_parameters(pb.PullDenseParametersRequest(), timeout=10)
+            # No stream channel: its frames would travel unencrypted beside the TLS calls.
+            offer = stub.open_stream_channel(pb.OpenStreamChannelRequest(), timeout=10)
+            assert offer.port == 0 and not offer.ticket and "TLS" in offer.reason
     finally:
         ps.stop(grace_s=0)
 

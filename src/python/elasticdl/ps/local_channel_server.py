@@ -1,4 +1,5 @@
-"""The PS's end of the same-host push channel (see elasticdl.common.local_channel).
+"""The PS's end of the same-host push channel, and of the stream channel that carries the same
+frames over TCP to workers on other hosts (see elasticdl.common.local_channel).
 
 One thread accepts connections, one thread per connection answers its pushes and pulls in
 order: a worker has at most one call in flight per PS on it, so the connection's thread is all
@@ -7,6 +8,8 @@ it needs, and the call runs on it directly (no hand-off to a pool, unlike a gRPC
 """
 from __future__ import annotations
 
+import collections
+import hashlib
 import hmac
 import logging
 import os
@@ -36,6 +39,9 @@ logger = logging.getLogger(__name__)
 HELLO_MAX_BYTES = 4096
 HELLO_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 1024
+# Tickets a stream channel honours: the newest this many (a worker asks for one per connect).
+MAX_TICKETS = 4096
+TICKET_BYTES = 32
 
 
 def _same_user(conn: socket.socket) -> bool:
@@ -60,16 +66,28 @@ class LocalChannelServer:
         status_for: Callable[[Exception], grpc.StatusCode],
         tag: str = "",
         request_cap: Optional[Callable[[], Tuple[int, str]]] = None,
+        tcp_host: Optional[str] = None,
     ):
+        """With `tcp_host` (the PS's bind host): a stream channel on a free TCP port of it,
+        whose connections show a ticket (`issue_ticket`) instead of a region."""
         self._regions = regions
         self._request_cap = request_cap
         self._handle_push = handle_push
         self._handle_pull = handle_pull
         self._status_for = status_for
-        self.name = f"elasticdl-{tag + '-' if tag else ''}{os.getpid()}-{secrets.token_hex(8)}"
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(lc.abstract_address(self.name))
-        self._listener.listen(128)
+        self.port: Optional[int] = None
+        self._tickets: "collections.OrderedDict[bytes, None]" = collections.OrderedDict()
+        if tcp_host is None:
+            self.name = f"elasticdl-{tag + '-' if tag else ''}{os.getpid()}-{secrets.token_hex(8)}"
+            self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._listener.bind(lc.abstract_address(self.name))
+            self._listener.listen(128)
+        else:
+            host = tcp_host or "0.0.0.0"
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            self._listener = socket.create_server((host, 0), family=family, backlog=128)
+            self.port = self._listener.getsockname()[1]
+            self.name = f"{host}:{self.port}"
         self._lock = threading.Lock()
         self._connections: Set[socket.socket] = set()
         self._closed = False
@@ -77,6 +95,25 @@ class LocalChannelServer:
             target=self._accept_loop, name="ps-local-channel", daemon=True
         )
         self._thread.start()
+
+    @property
+    def over_tcp(self) -> bool:
+        return self.port is not None
+
+    def issue_ticket(self) -> bytes:
+        """A ticket for one worker's connections to this stream channel."""
+        ticket = secrets.token_bytes(TICKET_BYTES)
+        with self._lock:
+            self._tickets[hashlib.sha256(ticket).digest()] = None
+            while len(self._tickets) > MAX_TICKETS:
+                self._tickets.popitem(last=False)
+        return ticket
+
+    def _ticket_known(self, ticket: bytes) -> bool:
+        # Looked up by digest: the time taken says nothing about a ticket's bytes.
+        digest = hashlib.sha256(ticket).digest()
+        with self._lock:
+            return digest in self._tickets
 
     def _accept_loop(self) -> None:
         while True:
@@ -88,10 +125,14 @@ class LocalChannelServer:
                 if self._closed:
                     conn.close()
                     return
-                if len(self._connections) >= MAX_CONNECTIONS or not _same_user(conn):
+                if len(self._connections) >= MAX_CONNECTIONS or not (
+                    self.over_tcp or _same_user(conn)
+                ):
                     conn.close()
                     continue
                 self._connections.add(conn)
+            if self.over_tcp:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(
                 target=self._serve, args=(conn,), name="ps-local-push", daemon=True
             ).start()
@@ -116,8 +157,12 @@ class LocalChannelServer:
         kind, payload = lc.recv_frame(conn, HELLO_MAX_BYTES)
         conn.settimeout(None)
         refusal = None
+        region_id = 0  # a stream channel's pushes name no region
         if kind != lc.HELLO or len(payload) < 8:
             refusal = (grpc.StatusCode.INVALID_ARGUMENT, "the first frame must be HELLO")
+        elif self.over_tcp:
+            if not self._ticket_known(payload):
+                refusal = (grpc.StatusCode.PERMISSION_DENIED, "unknown stream channel ticket")
         else:
             (region_id,) = struct.unpack_from("<Q", payload)
             try:
@@ -157,7 +202,11 @@ class LocalChannelServer:
                 return lc.OK, self._handle_pull(request)
             push = decode_push(payload)
             if push.request.shared_memory_region != region_id:
-                raise PSError("a push on this channel must name the channel's region")
+                raise PSError(
+                    "a push on a stream channel carries its dense gradients and names no region"
+                    if self.over_tcp
+                    else "a push on this channel must name the channel's region"
+                )
             return (
                 lc.OK,
                 self._handle_push(push.request, push.embedding, push.dense).SerializeToString(),

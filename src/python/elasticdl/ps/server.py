@@ -104,7 +104,13 @@ class PSServer:
         )
         self.restored_from = self._restore()
         self.request_cap = RequestCap(self.params, c.minibatch_size)
-        self.servicer = PserverServicer(self.ps, self.checkpointer, request_cap=self.request_cap)
+        self.servicer = PserverServicer(
+            self.ps,
+            self.checkpointer,
+            request_cap=self.request_cap,
+            # The stream channel's frames are not encrypted: none for a job with TLS.
+            stream_host=None if self.tls is not None else config.bind_host,
+        )
         self._server: grpc.Server | None = None
         self.port: int | None = None
 

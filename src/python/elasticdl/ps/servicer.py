@@ -13,6 +13,7 @@ from typing import Callable, Mapping
 
 import grpc
 import numpy as np
+from elasticdl.common import local_channel as lc
 from elasticdl.common import push_wire
 from elasticdl.common import shared_memory as shm
 from elasticdl.common import tensor_utils as tu
@@ -111,8 +112,14 @@ class PserverServicer(pb_grpc.PserverServicer):
         checkpointer: Checkpointer | None = None,
         regions: SharedRegions | None = None,
         request_cap: Callable[[], tuple[int, str]] | None = None,
+        stream_host: str | None = None,
     ):
+        """`stream_host`: where the stream channel listens (the PS's bind host); None offers
+        none (a job with TLS certificates: its frames are not encrypted)."""
         self.ps = ps
+        self.stream_host = stream_host
+        self._stream_channel: LocalChannelServer | None = None
+        self._stream_failed = ""
         self.request_cap = request_cap  # for the local channel's pushes (gRPC: CappedHandlers)
         self.checkpointer = checkpointer
         self.regions = regions if regions is not None else SharedRegions()
@@ -251,12 +258,51 @@ class PserverServicer(pb_grpc.PserverServicer):
                     self._channel_failed = True
             return self._local_channel.name if self._local_channel is not None else ""
 
+    @_rpc
+    def open_stream_channel(self, request: pb.OpenStreamChannelRequest, context):
+        """The stream channel's port and a ticket for the worker's connections; port 0 and the
+        reason when this PS offers none."""
+        reason = ""
+        if self.stream_host is None:
+            reason = "this job's PS offer no stream channel (TLS, or switched off)"
+        elif not lc.stream_enabled():
+            reason = f"{lc.STREAM_ENV_SWITCH}=0 on the PS"
+        else:
+            with self._channel_lock:
+                if self._stream_channel is None and not self._stream_failed:
+                    try:
+                        self._stream_channel = LocalChannelServer(
+                            self.regions,
+                            self.handle_push,
+                            self._rows_bytes,
+                            _status_for,
+                            request_cap=self.request_cap,
+                            tcp_host=self.stream_host,
+                        )
+                        logger.info(
+                            "PS %d: stream channel on %s",
+                            self.ps.params.ps_id,
+                            self._stream_channel.name,
+                        )
+                    except OSError as e:
+                        self._stream_failed = f"the stream channel cannot listen: {e}"
+                        logger.info("PS %d: %s", self.ps.params.ps_id, self._stream_failed)
+                channel = self._stream_channel
+            if channel is not None:
+                return pb.OpenStreamChannelResponse(
+                    port=channel.port, ticket=channel.issue_ticket()
+                )
+            reason = self._stream_failed
+        return pb.OpenStreamChannelResponse(port=0, reason=reason)
+
     def close(self) -> None:
-        """Stop the local channel and unmap every region (the gRPC server is stopped)."""
+        """Stop the channels and unmap every region (the gRPC server is stopped)."""
         with self._channel_lock:
-            channel, self._local_channel = self._local_channel, None
-        if channel is not None:
-            channel.close()
+            channels = (self._local_channel, self._stream_channel)
+            self._local_channel = self._stream_channel = None
+        for channel in channels:
+            if channel is not None:
+                channel.close()
         self.regions.close()
 
     @_rpc

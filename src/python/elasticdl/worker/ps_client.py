@@ -25,6 +25,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
+from elasticdl.common import local_channel as lc
 from elasticdl.common import shared_memory as shm
 from elasticdl.common.hash_utils import string_to_id
 from elasticdl.common.tensor_utils import (
@@ -86,6 +87,7 @@ class PSClient:
         shared_memory: Optional[bool] = None,
         secret: Optional[str] = None,
         tls_config: Optional[TLS] = None,
+        stream_channel: Optional[bool] = None,
     ):
         if not ps_addrs:
             raise ValueError(
@@ -129,6 +131,12 @@ class PSClient:
         if shared_memory is None:
             shared_memory = shm.enabled() and shm.default_directory() is not None
         self.shared_memory = bool(shared_memory)
+        # With a PS this worker shares no memory with (another host): pushes and pulls on the
+        # PS's stream channel (elasticdl.common.local_channel) unless ELASTICDL_STREAM_CHANNEL=0
+        # or the job has TLS certificates (the stream is not encrypted; the PS offers none).
+        if stream_channel is None:
+            stream_channel = lc.stream_enabled() and tls_config is None
+        self.stream_channel = bool(stream_channel)
         self._dense_layout: Optional[Dict[str, Tuple[np.dtype, Tuple[int, ...]]]] = None
         # Per PS, the tensors of the dense layout it holds: what a region with it is made for.
         self._dense_layout_of: List[Dict[str, Tuple[np.dtype, Tuple[int, ...]]]] = []
@@ -147,6 +155,7 @@ class PSClient:
             shared, link.shared = link.shared, None
             if shared is not None:
                 shared.close()
+            link.drop_stream()
         for c in self._channels:
             c.close()
 
@@ -530,6 +539,8 @@ class PSClient:
                     ndarray_to_pb(np.asarray(value), parts[ps_id].request.gradients.state[name])
         for link, part in zip(self._links, parts):
             self._maybe_attach(link)
+            if self.stream_channel:
+                link.maybe_open_stream()
             link.prepare_push(part)
         responses = self._send_pushes()
         pulled = None

@@ -136,7 +136,7 @@ def test_push_with_pull_dense_against_a_ps_that_predates_it(ps_cluster, monkeypa
     # Before the server starts: gRPC binds the handlers when the servicer is registered.
     monkeypatch.setattr(PserverServicer, "push_gradients_decoded", old_ps_push)
     cluster = ps_cluster(1)
-    client = PSClient(cluster.addrs)
+    client = PSClient(cluster.addrs, stream_channel=False)  # the gRPC push's answer
     client.push_model({"w": np.zeros(3, np.float32)})
     client.pull_dense_parameters()
     result = client.push_gradients(
@@ -182,7 +182,7 @@ def test_a_push_whose_answer_was_lost_is_sent_again_and_taken_once(ps_cluster, m
 
     monkeypatch.setattr(ps_server, "wire_handlers", AnswerLostOnce)
     cluster = ps_cluster(1)
-    client = PSClient(cluster.addrs, retry_timeout=10, shared_memory=False)
+    client = PSClient(cluster.addrs, retry_timeout=10, shared_memory=False, stream_channel=False)
     client.push_model({"a": np.ones(3, np.float32)}, [EmbeddingTableInfo("emb", 2, "zeros")])
     client.pull_dense_parameters()
     result = client.push_gradients(

@@ -3,11 +3,14 @@ when that way fails.
 
 A worker keeps one `PSLink` per PS. The link holds the PS's gRPC stub and, while the PS has
 this worker's shared-memory region mapped, a `SharedMemoryLink` (the region, the id the PS gave
-it, and the PS's local push channel when it offers one). A push goes one of three ways:
+it, and the PS's local push channel when it offers one); with a PS it shares no memory with
+(another host), a `StreamLink` instead when the PS offers its stream channel (the same frames
+over TCP). A push goes one of four ways:
 
     in a message        the dense gradients inside the gRPC request
     region + gRPC       the gradients written into the region, the gRPC request names it
     region + channel    the same request over the local channel (elasticdl.common.local_channel)
+    stream              the message's bytes over the stream channel instead of gRPC
 
 A push that took a region falls back to a message in exactly two cases, and then only this PS's
 push is sent again, once (the others may have been applied already). The message carries the
@@ -19,10 +22,13 @@ without taking it twice.
   * The local channel breaks: the send fails, or the answer is UNAVAILABLE (connection gone) or
     FAILED_PRECONDITION (region gone).
 
-Either way the link drops the region and attaches again at the next push.
+Either way the link drops the region and attaches again at the next push. A push on the stream
+falls back the same way when the stream breaks (the send fails, or the answer is UNAVAILABLE), and
+the link opens the stream again at the next push.
 
 A PS that refuses a region (on another host, a model that differs) keeps getting messages and
-is asked again after ATTACH_RETRY_PUSHES pushes, then twice as many after each further refusal.
+is asked again after ATTACH_RETRY_PUSHES pushes, then twice as many after each further refusal;
+a stream channel that the PS does not offer or that cannot be reached, likewise.
 """
 from __future__ import annotations
 
@@ -145,6 +151,42 @@ class SharedMemoryLink:
         self.region.close()
 
 
+# How long a worker waits for a stream channel to connect and admit it before staying on gRPC.
+STREAM_CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass
+class StreamLink:
+    """The stream channel of a PS this worker shares no memory with: a connection for pushes
+    and a second one for pulls of embedding rows (opened on the first pull)."""
+
+    host: str
+    port: int
+    ticket: bytes
+    channel: lc.LocalChannelClient
+    pull_channel: Optional[lc.LocalChannelClient] = None
+
+    @classmethod
+    def connect(cls, host: str, port: int, ticket: bytes, timeout: float) -> "StreamLink":
+        return cls(host, port, ticket, cls._connection(host, port, ticket, timeout))
+
+    @staticmethod
+    def _connection(host: str, port: int, ticket: bytes, timeout: float) -> lc.LocalChannelClient:
+        return lc.LocalChannelClient.over_tcp(
+            host, port, ticket, timeout, connect_timeout=min(timeout, STREAM_CONNECT_TIMEOUT_S)
+        )
+
+    def pull_connection(self, timeout: float) -> lc.LocalChannelClient:
+        if self.pull_channel is None:
+            self.pull_channel = self._connection(self.host, self.port, self.ticket, timeout)
+        return self.pull_channel
+
+    def close(self) -> None:
+        for channel in (self.channel, self.pull_channel):
+            if channel is not None:
+                channel.close()
+
+
 class PSLink:
     """The worker's push path to one PS: its gRPC stub, the shared-memory link while attached,
     when to ask for one next, and the push in flight.
@@ -172,6 +214,11 @@ class PSLink:
         self.shared: Optional[SharedMemoryLink] = None
         self.attach_countdown = 0  # pushes until the next attach attempt
         self.attach_refusals = 0
+        self.stream: Optional[StreamLink] = None
+        self.stream_countdown = 0  # pushes until the next attempt to open the stream
+        self.stream_refusals = 0
+        # The link whose channel the push in flight went on (the region's or the stream).
+        self._push_via: Optional[object] = None
         # The push in flight.
         self.request: Optional[pb.PushGradientsRequest] = None
         self._part: Optional[PushPart] = None
@@ -232,6 +279,7 @@ class PSLink:
                     logger.info("PS %d: no local push channel (%s): pushes use gRPC", self.ps_id, e)
             self.shared = SharedMemoryLink(region, resp.region_id, channel)
             self.attach_refusals = 0
+            self._close_stream()  # same host after all: the region's way wins
             logger.info(
                 "PS %d (%s): dense gradients and parameters go through shared memory%s",
                 self.ps_id,
@@ -258,8 +306,81 @@ class PSLink:
             shared.close()
         self.attach_countdown = 0
 
+    # ------------------------------------------------------------------ the stream channel
+    def maybe_open_stream(self) -> None:
+        """Open the PS's stream channel unless this worker shares memory with it, has the
+        stream already, or was refused it recently (then it stays on gRPC)."""
+        if self.shared is not None or self.stream is not None:
+            return
+        if self.stream_countdown > 0:
+            self.stream_countdown -= 1
+            return
+        refusals = self.stream_refusals
+        self.stream_countdown = ATTACH_RETRY_PUSHES << min(refusals, ATTACH_MAX_DOUBLINGS)
+        try:
+            resp = self.stub.open_stream_channel(
+                pb.OpenStreamChannelRequest(worker_id=self.worker_id), timeout=self.rpc_timeout
+            )
+            reason = resp.reason
+            if resp.port:
+                host = lc.host_of(self.addr)
+                self.stream = StreamLink.connect(host, resp.port, resp.ticket, self.rpc_timeout)
+        except lc.LocalChannelError as err:  # the channel refused the ticket
+            reason = f"{err.code().name}: {err.details()}"
+        except grpc.RpcError as err:
+            if is_retryable(err):
+                self.stream_countdown = 0  # the PS is restarting: try at the next push
+                return
+            reason = f"{err.code().name}: {err.details()}"  # UNIMPLEMENTED: an older PS
+        except OSError as err:
+            reason = f"cannot connect: {err}"
+        if self.stream is not None:
+            self.stream_refusals = 0
+            logger.info(
+                "PS %d (%s): pushes and pulls go through its stream channel (port %d)",
+                self.ps_id,
+                self.addr,
+                self.stream.port,
+            )
+            return
+        self.stream_refusals += 1
+        logger.log(
+            logging.INFO if refusals == 0 else logging.DEBUG,
+            "PS %d (%s): no stream channel (%s): pushes and pulls stay on gRPC "
+            "(asking again in %d pushes)",
+            self.ps_id,
+            self.addr,
+            reason,
+            self.stream_countdown,
+        )
+
+    def drop_stream(self) -> None:
+        """Forget the stream (it broke) and open it again at the next push."""
+        self._close_stream()
+        self.stream_countdown = 0
+
+    def _close_stream(self) -> None:
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            stream.close()
+
+    def _channel_link(self):
+        """The link whose channel pushes and pulls take: the region's (same host, when the PS
+        offered its local channel) or the stream; None: gRPC only."""
+        if self.shared is not None:
+            return self.shared if self.shared.channel is not None else None
+        return self.stream
+
+    def _drop_channel_link(self, link) -> None:
+        if link is not None and link is self.stream:
+            self.drop_stream()
+        else:
+            self.drop_shared()
+
     def close(self) -> None:
-        """Detach the region, if any; the gRPC channel belongs to the caller."""
+        """Detach the region, if any, and close the stream; the gRPC channel belongs to the
+        caller."""
+        self._close_stream()
         shared, self.shared = self.shared, None
         if shared is None:
             return
@@ -277,15 +398,19 @@ class PSLink:
         make its request this link's push in flight."""
         if self._channel_suspect:
             self._channel_suspect = False
-            logger.warning("PS %d: local channel failed during a pull; attaching anew", self.ps_id)
-            self.drop_shared()
+            logger.warning("PS %d: its channel failed during a pull; connecting anew", self.ps_id)
+            self._drop_channel_link(self._channel_link())
         req = part.request
         shared = self.shared
         self._dense_in_message = {}
         if shared is None or not shared.write(part, req):
             self._dense_in_message = part.dense_by_name()
         self.request, self._part = req, part
-        self.on_channel = bool(req.shared_memory_region) and shared.channel is not None
+        if req.shared_memory_region:
+            self._push_via = shared if shared.channel is not None else None
+        else:  # in a message: by the stream when there is one (never beside a region)
+            self._push_via = self.stream if shared is None else None
+        self.on_channel = self._push_via is not None
         self.sent = False
         return self.in_flight()
 
@@ -300,7 +425,7 @@ class PSLink:
             self._channel_lock.acquire()
             self._holds_channel = True
         try:
-            self.shared.channel.send(lc.PUSH, self.in_flight().SerializeToString())
+            self._push_via.channel.send(lc.PUSH, self.in_flight().SerializeToString())
             self.sent = self._answer_unread = True
         except lc.LocalChannelError:
             self.sent = False
@@ -310,7 +435,7 @@ class PSLink:
         message (`in_message`). Other errors are the PS's answer and propagate."""
         self._answer_unread = False
         try:
-            return pb.PushGradientsResponse.FromString(self.shared.channel.receive())
+            return pb.PushGradientsResponse.FromString(self._push_via.channel.receive())
         except lc.LocalChannelError as err:
             if err.code() not in CHANNEL_FALLBACK_CODES:
                 raise
@@ -330,8 +455,9 @@ class PSLink:
 
     def in_message(self) -> PushRequest:
         """The push in flight as a plain message, after its region or channel failed; the region
-        is dropped and attached again at the next push."""
-        self.drop_shared()
+        is dropped and attached again at the next push (a broken stream: opened again)."""
+        self._drop_channel_link(self._push_via)
+        self._push_via = None
         req = self.request
         req.ClearField("shared_memory_region")
         del req.shared_memory_missing[:]
@@ -345,9 +471,10 @@ class PSLink:
         for the next push's while the PS still works in the region: the region and channel are
         dropped instead, and attached again at the next push."""
         if self._answer_unread:
-            logger.warning("PS %d: push abandoned on the local channel; attaching anew", self.ps_id)
+            logger.warning("PS %d: push abandoned on its channel; connecting anew", self.ps_id)
             self._answer_unread = False
-            self.drop_shared()
+            self._drop_channel_link(self._push_via)
+        self._push_via = None
         self.request = self._part = None
         self._dense_in_message = {}
         self.on_channel = self.sent = False
@@ -359,12 +486,8 @@ class PSLink:
     def may_pull_on_channel(self) -> bool:
         """Whether `send_pulls` could take pulls now (it may still refuse them): the caller
         builds their requests only then."""
-        shared = self.shared
         return (
-            shared is not None
-            and shared.channel is not None
-            and self.pulls_on_channel
-            and not self._channel_suspect
+            self._channel_link() is not None and self.pulls_on_channel and not self._channel_suspect
         )
 
     def send_pulls(self, requests: Sequence[pb.PullEmbeddingVectorsRequest]) -> bool:
@@ -378,7 +501,7 @@ class PSLink:
         a time, each after the previous answer."""
         if not self.may_pull_on_channel():  # a suspect channel is out of step until a push
             return False
-        shared = self.shared
+        holder = self._channel_link()
         if not self._pull_lock.acquire(blocking=False):
             return False  # another thread's pull
         payloads = [r.SerializeToString() for r in requests]
@@ -386,7 +509,7 @@ class PSLink:
         if sum(len(p) for p in payloads[1:]) > PIPELINED_PULL_MAX_BYTES:
             ahead = 1
         try:
-            channel = shared.pull_connection(self.rpc_timeout)
+            channel = holder.pull_connection(self.rpc_timeout)
             for payload in payloads[:ahead]:
                 channel.send(lc.PULL, payload)
         except (OSError, grpc.RpcError) as err:

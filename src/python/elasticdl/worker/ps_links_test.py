@@ -63,6 +63,9 @@ class FakeStub:
         self.attach_shared_memory = _Method(attach or _refuse)
         self.push_gradients = _Method(push or (lambda req: _accepted(version)))
         self.detach_shared_memory = _Method(lambda req: None)
+        self.open_stream_channel = _Method(
+            lambda req: pb.OpenStreamChannelResponse(port=0, reason="not offered")
+        )
 
 
 def _refuse(req):
