@@ -11,11 +11,15 @@ interleaved:
                interceptor), sending and answering the byte counts of the PS call it stands for;
   pull         `PSClient.pull_embedding_vectors` of N existing rows (the real worker client ->
                a real `python -m elasticdl.ps.main` process): ids up (8 N bytes), rows down (B);
-  push         `PSClient.push_gradients` of N rows' gradients (B + 8 N bytes up), SGD applied;
+               on the PS's stream channel, as a worker on another host pulls;
+  push         `PSClient.push_gradients` of N rows' gradients (B + 8 N bytes up), SGD applied,
+               on the stream channel likewise;
   dense, shm   a dense tensor of B bytes pushed with its parameters pulled back
                (`pull_dense=True`) through the same-host path (shared-memory region + local
                push channel), against an echo of B up and B down;
-  dense, msg   the same push in gRPC messages (`ELASTICDL_SHARED_MEMORY=0`'s path).
+  dense, msg   the same push in messages on the stream channel (`ELASTICDL_SHARED_MEMORY=0`'s
+               path);
+  *_grpc       pull, push and dense msg by gRPC (`ELASTICDL_STREAM_CHANNEL=0`'s path).
 
 And, for each case, a second baseline that is not gRPC:
 
@@ -56,7 +60,7 @@ TARGET_RATIO = 0.8
 TABLE = "emb"
 DENSE = "w"
 ECHO_METHOD = "/bench.Echo/Echo"
-CASES = ("pull", "push", "dense_shm", "dense_msg")
+CASES = ("pull", "push", "dense_shm", "dense_msg", "pull_grpc", "push_grpc", "dense_grpc")
 # Each PS case's echo: (bytes up, bytes down) as functions of payload B and rows N.
 ECHO_SHAPES = {
     "pull": lambda b, n: (8 * n, b),
@@ -64,6 +68,8 @@ ECHO_SHAPES = {
     "dense_shm": lambda b, n: (b, b),
     "dense_msg": lambda b, n: (b, b),
 }
+for _case in ("pull", "push", "dense_msg"):
+    ECHO_SHAPES[_case.replace("_msg", "") + "_grpc"] = ECHO_SHAPES[_case]
 
 
 class UsageError(Exception):
@@ -249,6 +255,9 @@ class Bench:
         addr = [f"127.0.0.1:{servers.ps_port}"]
         self.msg = PSClient(addr, secret=servers.secret, shared_memory=False)
         self.shm = PSClient(addr, worker_id=1, secret=servers.secret, shared_memory=True)
+        self.grpc = PSClient(
+            addr, worker_id=2, secret=servers.secret, shared_memory=False, stream_channel=False
+        )
         wait_for_ps(self.msg, 60)
         self.echo_channel = build_channel(f"127.0.0.1:{servers.echo_port}", servers.secret)
         grpc.channel_ready_future(self.echo_channel).result(timeout=60)
@@ -260,6 +269,7 @@ class Bench:
     def close(self) -> None:
         self.msg.close()
         self.shm.close()
+        self.grpc.close()
         self.echo_channel.close()
         self.stream.close()
 
@@ -285,19 +295,22 @@ class Bench:
         return {"n": n, "ids": ids, "grads": grads, "dense": {DENSE: dense + 1e-3}}
 
     def run(self, case: str, data: dict) -> None:
-        if case == "pull":
+        client = self.grpc if case.endswith("_grpc") else self.msg
+        if case.startswith("pull"):
             # As the trainer pulls: the embedding layer's ids come from tf.unique.
-            rows = self.msg.pull_embedding_vectors(TABLE, data["ids"], self.dim, ids_unique=True)
+            rows = client.pull_embedding_vectors(TABLE, data["ids"], self.dim, ids_unique=True)
             assert rows.shape == (data["n"], self.dim)
-        elif case == "push":
-            res = self.msg.push_gradients({}, {TABLE: (data["grads"], data["ids"])})
+        elif case.startswith("push"):
+            res = client.push_gradients({}, {TABLE: (data["grads"], data["ids"])})
             assert res.accepted
         else:
-            client = self.shm if case == "dense_shm" else self.msg
+            client = self.shm if case == "dense_shm" else client
             res = client.push_gradients(data["dense"], pull_dense=True)
             assert res.accepted and res.pulled is not None
             if case == "dense_shm":
                 assert client.shared_memory_ps() == [0], "the same-host path did not attach"
+        if case in ("pull", "push", "dense_msg"):
+            assert self.msg._links[0].stream is not None or case == "pull", "no stream channel"
 
 
 def _cpu_s(pids) -> float:
@@ -498,6 +511,7 @@ def main(argv=None) -> int:
     if args.plot:
         plot(points, args.plot)
     message = [p["ratio"] for p in points if p["case"] in ("pull", "push")]
+    by_grpc = [p["ratio"] for p in points if p["case"] in ("pull_grpc", "push_grpc")]
     common.print_json(
         {
             "benchmark": "ps_wire",
@@ -505,6 +519,7 @@ def main(argv=None) -> int:
             "repeats": args.repeats,
             "points": points,
             "min_ratio_message_path": min(message),
+            "min_ratio_grpc": min(by_grpc),
             "min_ratio_same_host": min(p["ratio"] for p in points if p["case"] == "dense_shm"),
             "target_ratio": TARGET_RATIO,
             "targets_met": min(message) >= TARGET_RATIO,

@@ -16,12 +16,20 @@ def test_tiny_sizes_print_a_sane_json_line():
     assert [(p["payload_bytes"], p["case"]) for p in points] == [
         (size, case)
         for size in (1024, 16384)
-        for case in ("pull", "push", "dense_shm", "dense_msg")
+        for case in (
+            "pull",
+            "push",
+            "dense_shm",
+            "dense_msg",
+            "pull_grpc",
+            "push_grpc",
+            "dense_grpc",
+        )
     ]
     for p in points:
         assert p["ps_ms"] > 0 and p["echo_ms"] > 0 and p["ratio"] > 0
         assert p["stream_ms"] > 0 and p["echo_over_stream"] > 0
-    assert points[4]["rows"] == 16384 // (4 * 16)
+    assert points[7]["rows"] == 16384 // (4 * 16)
     assert isinstance(summary["targets_met"], bool)
 
 

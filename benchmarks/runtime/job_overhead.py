@@ -33,6 +33,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (benchmarks are scripts, not a package)
 
 MODEL_DEF = "mnist.mnist_functional_api.custom_model"
+# The job's environment per transport (--transports).
+TRANSPORT_ENV = {
+    "shared_memory": {"ELASTICDL_SHARED_MEMORY": "1"},
+    "messages": {"ELASTICDL_SHARED_MEMORY": "0"},
+    "grpc": {"ELASTICDL_SHARED_MEMORY": "0", "ELASTICDL_STREAM_CHANNEL": "0"},
+}
 
 
 # ---------------------------------------------------------------------------------------- baseline
@@ -116,12 +122,13 @@ def run_job(
     minibatch_size: int,
     warmup_records: int,
     timeout_s: float,
-    shared_memory: bool = True,
+    transport: str = "shared_memory",
 ) -> dict:
     """Submit a 1 PS + 1 worker job through the client CLI and time its steady state.
 
-    `shared_memory=False` runs it with ELASTICDL_SHARED_MEMORY=0: the dense model then travels
-    in gRPC messages, as it does between hosts."""
+    `transport`: "shared_memory" (the default path on one host), "messages"
+    (ELASTICDL_SHARED_MEMORY=0: the dense model in messages on the PS's stream channel, as
+    between hosts) or "grpc" (ELASTICDL_STREAM_CHANNEL=0 too: the messages by gRPC)."""
     submitted = time.time()
     job_dir = common.submit_local_job(
         home,
@@ -135,7 +142,7 @@ def run_job(
             "--num_workers=1",
             "--num_ps_pods=1",
         ],
-        env={"ELASTICDL_SHARED_MEMORY": "1" if shared_memory else "0"},
+        env=TRANSPORT_ENV[transport],
     )
     t0, r0, t1, r1 = common.steady_state(job_dir, warmup_records, submitted + timeout_s)
     return {
@@ -170,13 +177,15 @@ def main(argv=None) -> int:
     p.add_argument(
         "--transports",
         default="shared_memory,messages",
-        help="job variants per repeat: shared_memory (the default path on one host) and/or "
-        "messages (ELASTICDL_SHARED_MEMORY=0, the dense model in gRPC messages)",
+        help="job variants per repeat: shared_memory (the default path on one host), "
+        "messages (ELASTICDL_SHARED_MEMORY=0: the dense model in messages on the PS's stream "
+        "channel, as between hosts) and/or grpc (those messages by gRPC: "
+        "ELASTICDL_STREAM_CHANNEL=0 too)",
     )
     args = p.parse_args(argv)
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
-    if not transports or set(transports) - {"shared_memory", "messages"}:
-        p.error("--transports: a comma-separated subset of shared_memory,messages")
+    if not transports or set(transports) - set(TRANSPORT_ENV):
+        p.error("--transports: a comma-separated subset of shared_memory,messages,grpc")
 
     if args.cmd == "_baseline":
         common.print_json(run_baseline(args.train_dir, args.minibatch_size, args.warmup_records))
@@ -211,7 +220,7 @@ def main(argv=None) -> int:
                     args.minibatch_size,
                     args.warmup_records,
                     args.timeout,
-                    shared_memory=t == "shared_memory",
+                    transport=t,
                 )
                 job[t].append(j_res["samples_per_s"])
                 rows.append(
@@ -266,10 +275,11 @@ def main(argv=None) -> int:
             repeats=args.repeats,
             cpus=os.cpu_count(),
         )
-        if len(transports) == 2:
-            summary["shared_memory_vs_messages"] = round(
-                common.median(job["shared_memory"]) / common.median(job["messages"]), 3
-            )
+        for t in ("messages", "grpc"):
+            if "shared_memory" in job and t in job:
+                summary[f"shared_memory_vs_{t}"] = round(
+                    common.median(job["shared_memory"]) / common.median(job[t]), 3
+                )
         common.print_json(summary)
     finally:
         shutil.rmtree(work, ignore_errors=True)
