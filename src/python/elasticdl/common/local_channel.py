@@ -47,7 +47,7 @@ HELLO, PUSH, OK, ERROR, PULL = 1, 2, 3, 4, 5
 MAX_FRAME_BYTES = (
     256 * 1024 * 1024
 )  # the transport ceiling of gRPC messages; the PS caps pushes lower
-_LEN = struct.Struct("<I")
+_HEAD = struct.Struct("<IB")  # the length (kind byte included), then the kind
 # Status codes by value (grpc.StatusCode members carry (value, name) tuples).
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
@@ -90,28 +90,37 @@ def abstract_address(name: str) -> str:
     return "\0" + name
 
 
+# Payloads up to this size go out in one write with their header; larger ones after it, so that
+# they are not copied into a concatenation first.
+_JOIN_MAX_BYTES = 64 * 1024
+
+
 def send_frame(sock: socket.socket, kind: int, payload: bytes = b"") -> None:
-    sock.sendall(_LEN.pack(len(payload) + 1) + bytes((kind,)) + payload)
+    head = _HEAD.pack(len(payload) + 1, kind)
+    if len(payload) <= _JOIN_MAX_BYTES:
+        sock.sendall(head + payload)
+    else:
+        sock.sendall(head)
+        sock.sendall(payload)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
+def _recv_into(sock: socket.socket, buf: bytearray) -> bytearray:
     view = memoryview(buf)
-    got = 0
+    got, n = 0, len(buf)
     while got < n:
         k = sock.recv_into(view[got:], n - got)
         if k == 0:
             raise ConnectionError("the peer closed the channel")
         got += k
-    return bytes(buf)
+    return buf
 
 
-def recv_frame(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> Tuple[int, bytes]:
-    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
+def recv_frame(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> Tuple[int, bytearray]:
+    """A frame's kind and payload (read into the bytearray returned: no copy after the read)."""
+    n, kind = _HEAD.unpack(_recv_into(sock, bytearray(_HEAD.size)))
     if not 1 <= n <= max_bytes:
         raise ConnectionError(f"bad frame length {n}")
-    frame = _recv_exact(sock, n)
-    return frame[0], frame[1:]
+    return kind, _recv_into(sock, bytearray(n - 1))
 
 
 def error_payload(code: grpc.StatusCode, message: str) -> bytes:
@@ -168,7 +177,7 @@ class LocalChannelClient:
         except OSError as e:
             raise LocalChannelError(grpc.StatusCode.UNAVAILABLE, f"channel {self.name}: {e}")
 
-    def receive(self) -> bytes:
+    def receive(self) -> bytearray:
         try:
             kind, payload = recv_frame(self._sock)
         except (OSError, ConnectionError) as e:
@@ -179,7 +188,7 @@ class LocalChannelClient:
             raise LocalChannelError(grpc.StatusCode.INTERNAL, f"unexpected frame kind {kind}")
         return payload
 
-    def call(self, kind: int, payload: bytes) -> bytes:
+    def call(self, kind: int, payload: bytes) -> bytearray:
         self.send(kind, payload)
         return self.receive()
 

@@ -292,9 +292,10 @@ def _decode_python(data: bytes) -> DecodedPush:
 
 
 def decode_push(data: bytes) -> DecodedPush:
-    """The request in `data`, its embedding gradients as read-only views of `data` where the
-    bytes are laid out as usual (see the module docstring)."""
+    """The request in `data` (bytes, or a channel frame's bytearray), its embedding gradients as
+    views of `data` (read-only for bytes) where the bytes are laid out as usual (see the module
+    docstring)."""
     try:
         return _decode_native(data) if _native is not None else _decode_python(data)
     except (_Unexpected, ValueError, UnicodeDecodeError):
-        return DecodedPush(pb.PushGradientsRequest.FromString(data))
+        return DecodedPush(pb.PushGradientsRequest.FromString(bytes(data)))

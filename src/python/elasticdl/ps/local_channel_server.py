@@ -22,7 +22,7 @@ from typing import Callable, Optional, Set, Tuple
 import grpc
 from elasticdl.common import local_channel as lc
 from elasticdl.common import message_caps, push_wire
-from elasticdl.common.push_wire import decode_push
+from elasticdl.common.push_wire import DecodedPush, decode_push
 from elasticdl.ops import _backend
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.ps.errors import PSError
@@ -59,8 +59,8 @@ class LocalChannelServer:
     def __init__(
         self,
         regions: SharedRegions,
-        # (request, its embedding and dense gradients read apart from it, or None) -> answer
-        handle_push: Callable[..., pb.PushGradientsResponse],
+        # a push read by `decode_push` -> its serialized PushGradientsResponse
+        handle_push: Callable[[DecodedPush], bytes],
         # PullEmbeddingVectorsRequest -> the rows as a serialized Tensor
         handle_pull: Callable[[pb.PullEmbeddingVectorsRequest], bytes],
         status_for: Callable[[Exception], grpc.StatusCode],
@@ -196,7 +196,7 @@ class LocalChannelServer:
                     )
             if kind == lc.PULL:
                 try:
-                    request = pb.PullEmbeddingVectorsRequest.FromString(payload)
+                    request = pb.PullEmbeddingVectorsRequest.FromString(bytes(payload))
                 except DecodeError:
                     raise PSError("a pull frame must hold a PullEmbeddingVectorsRequest") from None
                 return lc.OK, self._handle_pull(request)
@@ -207,10 +207,7 @@ class LocalChannelServer:
                     if self.over_tcp
                     else "a push on this channel must name the channel's region"
                 )
-            return (
-                lc.OK,
-                self._handle_push(push.request, push.embedding, push.dense).SerializeToString(),
-            )
+            return lc.OK, self._handle_push(push)
         except PSError as e:
             return lc.ERROR, lc.error_payload(self._status_for(e), str(e))
         except Exception as e:  # noqa: BLE001 - the worker must get an answer, not a hang

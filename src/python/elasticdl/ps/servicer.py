@@ -169,6 +169,11 @@ class PserverServicer(pb_grpc.PserverServicer):
     def push_gradients_decoded(self, push: DecodedPush, context) -> bytes:
         """A push read by `decode_push`, answered with the pulled parameters written with one
         copy (see `wire_handlers`)."""
+        return self.answer_push(push)
+
+    def answer_push(self, push: DecodedPush) -> bytes:
+        """A push read by `decode_push` (by gRPC or on a channel), answered as serialized bytes;
+        raises PSError for a bad request."""
         resp = pb.PushGradientsResponse()
         pull = DensePull(resp.dense_parameters) if push.request.pull_dense_parameters else None
         self._apply_push(push.request, resp, pull, push.embedding, push.dense)
@@ -180,8 +185,8 @@ class PserverServicer(pb_grpc.PserverServicer):
         embedding: Mapping[str, tu.IndexedRows] | None = None,
         dense: Mapping[str, np.ndarray] | None = None,
     ) -> pb.PushGradientsResponse:
-        """A push, from gRPC or from a local channel (`embedding`, `dense`: its gradients when
-        read apart from `request`); raises PSError for a bad request."""
+        """A push parsed by protobuf (`embedding`, `dense`: its gradients when read apart from
+        `request`); raises PSError for a bad request."""
         resp = pb.PushGradientsResponse()
         pull_into = resp.dense_parameters if request.pull_dense_parameters else None
         return self._apply_push(request, resp, pull_into, embedding, dense)
@@ -247,7 +252,7 @@ class PserverServicer(pb_grpc.PserverServicer):
                 try:
                     self._local_channel = LocalChannelServer(
                         self.regions,
-                        self.handle_push,
+                        self.answer_push,
                         self._rows_bytes,
                         _status_for,
                         f"ps{self.ps.params.ps_id}",
@@ -273,7 +278,7 @@ class PserverServicer(pb_grpc.PserverServicer):
                     try:
                         self._stream_channel = LocalChannelServer(
                             self.regions,
-                            self.handle_push,
+                            self.answer_push,
                             self._rows_bytes,
                             _status_for,
                             request_cap=self.request_cap,

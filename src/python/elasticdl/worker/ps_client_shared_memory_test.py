@@ -154,7 +154,7 @@ def test_pushes_go_through_the_local_channel_not_grpc(ps_cluster, monkeypatch):
         grpc_pushes.append(push.request.shared_memory_region)
         return original(self, push, context)
 
-    # Before the servers start (the gRPC handler of a push; the local channel's is handle_push).
+    # Before the servers start (the gRPC handler of a push; the local channel's is answer_push).
     monkeypatch.setattr(PserverServicer, "push_gradients_decoded", counting)
     cluster = ps_cluster(2, opt_type="Adam", opt_args="learning_rate=0.01;")
     twin = ps_cluster(2, opt_type="Adam", opt_args="learning_rate=0.01;")

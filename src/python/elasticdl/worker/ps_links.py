@@ -435,7 +435,7 @@ class PSLink:
         message (`in_message`). Other errors are the PS's answer and propagate."""
         self._answer_unread = False
         try:
-            return pb.PushGradientsResponse.FromString(self._push_via.channel.receive())
+            return pb.PushGradientsResponse.FromString(bytes(self._push_via.channel.receive()))
         except lc.LocalChannelError as err:
             if err.code() not in CHANNEL_FALLBACK_CODES:
                 raise
