@@ -307,6 +307,16 @@ def test_mnist_ps_job_in_real_containers(
         return capsys.readouterr().out.strip()
 
     wait_for(worker_log, 120, "worker-0 to write its log", diagnose)
+    # A worker on the node without the PS shares no memory with it: its pushes and pulls take
+    # the PS's stream channel (a TCP port of the PS pod) across the pod network.
+    far = next(p for p in pods if "-worker-" in p and placed[p] != placed[pods[1]])
+
+    def far_worker_streams() -> bool:
+        replica = far.rsplit("-", 2)[-2] + "-" + far.rsplit("-", 1)[-1]
+        assert main(["logs", job, "--replica", replica, *target]) == 0, diagnose()
+        return "pushes and pulls go through its stream channel" in capsys.readouterr().out
+
+    wait_for(far_worker_streams, 180, f"{far} to push through the PS's stream channel", diagnose)
     assert main(["wait", job, "--timeout=900", *target]) == 0, diagnose()
     job_s = time.monotonic() - t_submit
     capsys.readouterr()
