@@ -65,7 +65,9 @@ ATTACH_MAX_DOUBLINGS = 10
 CHANNEL_FALLBACK_CODES = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE)
 
 # Pulls of several tables' rows on one connection are all sent before the first answer is read
-# while the requests after the first total at most this (well under a Unix socket's buffer).
+# while the requests after the first total at most this: under a Unix socket's buffer and under
+# Linux's default TCP receive buffer (128 KiB), so the PS can take them while it still writes a
+# large first answer.
 PIPELINED_PULL_MAX_BYTES = 64 * 1024
 
 Entries = Tuple[Tuple[str, int, int, Tuple[int, ...]], ...]
