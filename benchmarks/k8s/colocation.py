@@ -6,7 +6,10 @@ workers (Exp. 3's baseline). The job evaluates its final model on the test split
 
 The job: master and PS (``elasticdl-high``, 0.25 CPU each) and 6 workers (``elasticdl-low``,
 0.25 CPU each): 2 CPUs, the whole cluster. The service: replicas of 0.5 CPU (``elasticdl-high``),
-each taking two workers' place. The schedule starts once the job's workers run.
+each taking two workers' place. The schedule's steps are points of the job's progress (the
+fraction of its records trained, from the master's status annotation), not seconds: on a machine
+of any speed, and with any transport, the job then still has work left when the service shrinks,
+to take the CPU back for. No step fires before all the job's workers have run.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import cluster
 import online_service
+from elasticdl.jobs.k8s_status import master_status
 from utilisation import Sampler, plot
 
 TOOL = "elastic_scheduling"
@@ -50,9 +54,19 @@ def install_priority_classes(env) -> list[str]:
     return [n for n in names if f"priorityclass.scheduling.k8s.io/{n}" not in existing]
 
 
+def progress(master, namespace: str) -> float:
+    """The fraction of the job's records trained, as ``elasticdl status`` reads it from the
+    master pod (the status the master publishes there every few seconds); 0 before the first."""
+    if master is None:
+        return 0.0
+    status = master_status(master, namespace)
+    total = status.records_total
+    return status.records_trained / total if total > 0 else 0.0
+
+
 def run(args, env, core, namespace: str, image: str, data: Path, schedule=None, png=None) -> dict:
-    """One job; ``schedule`` (default ``args.schedule``): (seconds after all workers run,
-    service replicas) steps; empty: the service is never scaled up."""
+    """One job; ``schedule`` (default ``args.schedule``): (fraction of the job's records
+    trained, service replicas) steps; empty: the service is never scaled up."""
     schedule = list(args.schedule if schedule is None else schedule)
     fixed = not schedule
     job = f"{'fixed' if fixed else 'coloc'}-{uuid.uuid4().hex[:4]}"
@@ -97,6 +111,7 @@ def run(args, env, core, namespace: str, image: str, data: Path, schedule=None, 
     service_pods: dict[str, list] = {}  # name -> [first seen, Running at]
     workers_running: list[tuple[float, int]] = []
     steps = list(schedule)
+    fired: list[tuple[float, int, float]] = []  # (progress, replicas, seconds) of each step
     t_schedule = None
     t_first_worker = None
     done = None
@@ -119,8 +134,11 @@ def run(args, env, core, namespace: str, image: str, data: Path, schedule=None, 
                 t_first_worker = now
             if t_schedule is None and running == WORKERS:
                 t_schedule = now
-            while t_schedule is not None and steps and now >= t_schedule + steps[0][0]:
+            master = next((p for p in pods if p.metadata.name == f"elasticdl-{job}-master"), None)
+            trained = progress(master, namespace)
+            while t_schedule is not None and steps and trained >= steps[0][0]:
                 _, replicas = steps.pop(0)
+                fired.append((trained, replicas, now))
                 _kubectl(
                     env,
                     "scale",
@@ -135,7 +153,6 @@ def run(args, env, core, namespace: str, image: str, data: Path, schedule=None, 
                     seen = service_pods.setdefault(p.metadata.name, [now, None])
                     if seen[1] is None and p.status.phase == "Running":
                         seen[1] = now
-            master = next((p for p in pods if p.metadata.name == f"elasticdl-{job}-master"), None)
             if master is not None and master.status.phase in ("Succeeded", "Failed"):
                 done = now
             time.sleep(0.5)
@@ -166,12 +183,18 @@ def run(args, env, core, namespace: str, image: str, data: Path, schedule=None, 
             if e["involvedObject"]["name"].startswith(ours)
         }
     )
-    last_scale = t_schedule + schedule[-1][0] if t_schedule is not None and schedule else None
+    last_scale = fired[-1][2] if fired and len(fired) == len(schedule) else None
     regained = None
     if not fixed:
         regained = last_scale is not None and any(
             t > last_scale and n == WORKERS for t, n in workers_running
         )
+    # The running workers' count where it changed: what "regained" was read from.
+    changes = [
+        (round(t, 1), n)
+        for i, (t, n) in enumerate(workers_running)
+        if i == 0 or n != workers_running[i - 1][1]
+    ]
     pending = [
         (ran - seen) if ran is not None else (done - seen) for seen, ran in service_pods.values()
     ]
@@ -179,9 +202,8 @@ def run(args, env, core, namespace: str, image: str, data: Path, schedule=None, 
     requested, used = sampler.mean(start, done)
     png = args.png_dir / (png or f"{TOOL}_colocation.png")
     marks = {"job submit": 0.0, "job done": done}
-    if t_schedule is not None:
-        for offset, replicas in schedule:
-            marks[f"service x{replicas} at +{offset}s"] = t_schedule + offset
+    for share, replicas, t in fired:
+        marks[f"service x{replicas} at {share:.0%}"] = t
     title = "fixed workers: the job alone" if fixed else "co-location: job + service"
     plot(sampler, png, f"{title} (2 CPUs, low workers; size {args.size})", marks)
     return {
@@ -196,6 +218,8 @@ def run(args, env, core, namespace: str, image: str, data: Path, schedule=None, 
         "window_s": [round(start, 1), round(done, 1)],
         "workers_preempted": len(preempted),
         "workers_regained": regained,
+        "workers_running_changes": changes,
+        "steps_fired": [[round(p, 3), r, round(t, 1)] for p, r, t in fired],
         "service_pods": len(service_pods),
         "service_pending_max_s": round(max(pending), 1) if pending else None,
         "requests": load.counts,

@@ -59,10 +59,10 @@ SIZES = {
     "full": (8192, 4, 30.0),
 }
 # Co-location: the training job's epochs (of the records above) and the service's schedule,
-# (seconds after the job's workers all run, replicas of 0.5 CPU).
+# (fraction of the job's records trained, replicas of 0.5 CPU).
 COLOCATION = {
-    "tiny": (40, ((15, 1), (40, 0))),
-    "full": (20, ((30, 1), (75, 2), (120, 1), (165, 0))),
+    "tiny": (40, ((0.15, 1), (0.45, 0))),
+    "full": (20, ((0.12, 1), (0.3, 2), (0.5, 1), (0.7, 0))),
 }
 
 

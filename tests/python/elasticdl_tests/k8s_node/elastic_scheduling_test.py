@@ -78,15 +78,17 @@ def test_colocation_beside_a_high_priority_service(
     )
     assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
     result = json_line(out)
-    assert result["experiment"] == "colocation" and result["mode"] == "colocation", result
-    assert result["phase"] == "Succeeded", result
-    assert result["records_trained"] == result["records_expected"] > 0, result
-    assert result["accuracy"] is not None and 0.5 < result["accuracy"] <= 1, result
-    assert (tmp_path / result["png"]).stat().st_size > 0
-    assert result["workers_preempted"] >= 1, result
-    assert result["workers_regained"] is True, result
-    assert result["service_pods"] >= 1, result
-    assert result["requests"].get("200", 0) > 0, result
+    # The whole result in every message (pytest shortens a dict's repr).
+    shown = json.dumps(result, sort_keys=True)
+    assert result["experiment"] == "colocation" and result["mode"] == "colocation", shown
+    assert result["phase"] == "Succeeded", shown
+    assert result["records_trained"] == result["records_expected"] > 0, shown
+    assert result["accuracy"] is not None and 0.5 < result["accuracy"] <= 1, shown
+    assert (tmp_path / result["png"]).stat().st_size > 0, shown
+    assert result["workers_preempted"] >= 1, shown
+    assert result["workers_regained"] is True, shown
+    assert result["service_pods"] >= 1, shown
+    assert result["requests"].get("200", 0) > 0, shown
     # Refused without the token, never answered; a request to a pod still starting or already
     # stopping gets no answer at all ("error"), which says nothing either way.
     unauthenticated = {
@@ -94,7 +96,7 @@ def test_colocation_beside_a_high_priority_service(
         for k, n in result["requests"].items()
         if k.startswith("unauthenticated_")
     }
-    assert unauthenticated.get("401", 0) > 0, result
-    assert set(unauthenticated) <= {"401", "error"}, result
+    assert unauthenticated.get("401", 0) > 0, shown
+    assert set(unauthenticated) <= {"401", "error"}, shown
     # The PriorityClasses the benchmark installed are gone again.
     assert exclusive_cluster.kubectl("get", "priorityclass", "-o", "name") == classes_before
