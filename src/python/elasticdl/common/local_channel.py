@@ -39,7 +39,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
-from typing import Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple, Union
 
 import grpc
 
@@ -48,6 +48,8 @@ MAX_FRAME_BYTES = (
     256 * 1024 * 1024
 )  # the transport ceiling of gRPC messages; the PS caps pushes lower
 _HEAD = struct.Struct("<IB")  # the length (kind byte included), then the kind
+# A frame's payload: bytes-like, or a list of bytes-like pieces (see send_frame).
+Payload = Union[bytes, bytearray, memoryview, List]
 # Status codes by value (grpc.StatusCode members carry (value, name) tuples).
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
@@ -95,13 +97,26 @@ def abstract_address(name: str) -> str:
 _JOIN_MAX_BYTES = 64 * 1024
 
 
-def send_frame(sock: socket.socket, kind: int, payload: bytes = b"") -> None:
-    head = _HEAD.pack(len(payload) + 1, kind)
-    if len(payload) <= _JOIN_MAX_BYTES:
-        sock.sendall(head + payload)
+def send_frame(sock: socket.socket, kind: int, payload: Payload = b"") -> None:
+    """One frame; `payload` is bytes-like, or a list of bytes-like pieces sent as their
+    concatenation (a large one in one gathering write, without being joined first)."""
+    pieces = payload if isinstance(payload, list) else [payload]
+    size = sum(memoryview(p).nbytes for p in pieces)
+    head = _HEAD.pack(size + 1, kind)
+    if size <= _JOIN_MAX_BYTES:
+        sock.sendall(b"".join([head, *pieces]))
     else:
-        sock.sendall(head)
-        sock.sendall(payload)
+        _send_pieces(sock, [head, *pieces])
+
+
+def _send_pieces(sock: socket.socket, pieces: List) -> None:
+    views = [v for v in (memoryview(p).cast("B") for p in pieces) if v.nbytes]
+    while views:
+        sent = sock.sendmsg(views)
+        while views and sent >= views[0].nbytes:
+            sent -= views.pop(0).nbytes
+        if sent:
+            views[0] = views[0][sent:]
 
 
 def _recv_into(sock: socket.socket, buf: bytearray) -> bytearray:

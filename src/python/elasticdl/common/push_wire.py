@@ -4,7 +4,9 @@ Through protobuf the gradients of a push (embedding rows, and the dense tensors 
 in the message) are copied three times on the way out (`tobytes`, into the message,
 `SerializeToString`) and twice on the way in (the parsed message, its `content` field). Here the
 worker writes them once (`encode_push`) and the PS reads them as views of the received bytes
-(`decode_push`).
+(`decode_push`). The answer that carries the pulled parameters back goes the same way: the PS
+writes them once (`DensePull`, `push_answer_pieces`), the worker reads them as views
+(`decode_push_answer`).
 
 The bytes are the protobuf encoding of the same request: the message without those gradients,
 serialized by protobuf, followed by a second `gradients` field that holds only them. A parser
@@ -176,13 +178,57 @@ class DensePull:
         self.tensors = b"".join(entries)
 
 
-def encode_push_answer(answer: pb.PushGradientsResponse, pull: Optional[DensePull]) -> bytes:
+def push_answer_pieces(answer: pb.PushGradientsResponse, pull: Optional[DensePull]) -> List:
     """`answer` serialized with `pull`'s tensors in its dense_parameters (the PS's side of
-    the same protobuf merge as `encode_push`)."""
+    the same protobuf merge as `encode_push`), as pieces whose concatenation is those bytes: a
+    channel writes them as they are, the tensors without another copy."""
     head = answer.SerializeToString()
     if pull is None or not pull.tensors:
-        return head
-    return b"".join([head, _tag(_ANSWER_PULL), tu._varint(len(pull.tensors)), pull.tensors])
+        return [head]
+    return [head, _tag(_ANSWER_PULL) + tu._varint(len(pull.tensors)), pull.tensors]
+
+
+@dataclass
+class PushAnswer:
+    """A push's answer as the worker reads it: the message without the dense parameters it
+    carried in the usual layout, and those parameters as views of the answer's bytes (None:
+    protobuf parsed the whole answer, and the parameters are in the message)."""
+
+    message: pb.PushGradientsResponse
+    pulled: Optional[Dict[str, np.ndarray]] = None
+
+
+def _decode_answer_python(data) -> PushAnswer:
+    view = memoryview(data)
+    rest: List = []  # the answer's other fields, as they are
+    pull: List = []  # the pull's other fields (occurrences merge: concatenated)
+    pulled: Dict[str, np.ndarray] = {}
+    seen_pull = False
+    for number, wire, field_start, start, end in _fields(view, 0, len(view)):
+        if number != _ANSWER_PULL or wire != _LEN:
+            rest.append(view[field_start:end])
+            continue
+        seen_pull = True
+        for inner, inner_wire, inner_start, s, e in _fields(view, start, end):
+            if inner == _PULLED and inner_wire == _LEN:
+                name, value = _entry(view, s, e)
+                pulled[name] = tu.tensor_bytes_to_ndarray(view[slice(*value)])  # later wins
+            else:
+                pull.append(view[inner_start:e])
+    if seen_pull:  # present (maybe empty), as protobuf would leave it
+        body = b"".join(pull)
+        rest += [_tag(_ANSWER_PULL), tu._varint(len(body)), body]
+    return PushAnswer(pb.PushGradientsResponse.FromString(b"".join(rest)), pulled)
+
+
+def decode_push_answer(data) -> PushAnswer:
+    """The answer to a push in `data` (bytes, or a channel frame's bytearray), its pulled dense
+    parameters as views of `data` (read-only for bytes) where they are laid out as usual;
+    anything else is parsed by protobuf, whose answer this always is."""
+    try:
+        return _decode_answer_python(data)
+    except (_Unexpected, ValueError, TypeError, UnicodeDecodeError):  # TypeError: a bad dtype
+        return PushAnswer(pb.PushGradientsResponse.FromString(bytes(data)))
 
 
 # ------------------------------------------------------------------ reading

@@ -8,10 +8,17 @@ import grpc
 import numpy as np
 import pytest
 from elasticdl.common import tensor_utils as tu
-from elasticdl.common.push_wire import DensePull, decode_push, encode_push, encode_push_answer
+from elasticdl.common.push_wire import (
+    DensePull,
+    decode_push,
+    decode_push_answer,
+    encode_push,
+    push_answer_pieces,
+)
 from elasticdl.ops import _backend
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
+from google.protobuf.message import DecodeError
 
 RNG = np.random.default_rng(3)
 
@@ -236,14 +243,125 @@ def test_the_ps_answer_with_pulled_parameters_parses_as_protobufs(params):
     params_before = {n: np.array(v) for n, v in params.items()}
     for value in params.values():
         value += 1  # the answer holds a copy made by write()
-    parsed = pb.PushGradientsResponse.FromString(encode_push_answer(answer, pull))
+    data = b"".join(push_answer_pieces(answer, pull))
+    parsed = pb.PushGradientsResponse.FromString(data)
     want = pb.PushGradientsResponse(accepted=True, version=7)
     want.dense_parameters.initialized, want.dense_parameters.version = True, 7
     for name, value in params_before.items():
         tu.ndarray_to_pb(value, want.dense_parameters.dense_parameters[name])
     assert parsed == want
     no_pull = pb.PushGradientsResponse(accepted=True, version=7)
-    assert encode_push_answer(no_pull, None) == no_pull.SerializeToString()
+    assert push_answer_pieces(no_pull, None) == [no_pull.SerializeToString()]
+    # The worker reads the parameters as views of the bytes, the rest as the message.
+    read = decode_push_answer(data)
+    assert read.message == pb.PushGradientsResponse(
+        accepted=True,
+        version=7,
+        dense_parameters=pb.PullDenseParametersResponse(initialized=True, version=7),
+    )
+    assert read.pulled.keys() == params_before.keys()
+    for name, value in params_before.items():
+        np.testing.assert_array_equal(read.pulled[name], value)
+        assert read.pulled[name].dtype == value.dtype and read.pulled[name].shape == value.shape
+        if value.size:
+            assert np.shares_memory(read.pulled[name], np.frombuffer(data, np.uint8))
+            assert not read.pulled[name].flags.writeable
+
+
+def _answer_by_protobuf(params, **pull_fields) -> pb.PushGradientsResponse:
+    answer = pb.PushGradientsResponse(accepted=True, version=3)
+    answer.dense_parameters.SetInParent()
+    for field_name, value in pull_fields.items():
+        setattr(answer.dense_parameters, field_name, value)
+    for name, value in params.items():
+        tu.ndarray_to_pb(value, answer.dense_parameters.dense_parameters[name])
+    return answer
+
+
+def _read_as_protobuf(read) -> pb.PushGradientsResponse:
+    """The message `decode_push_answer` read, with the parameters it read apart put back."""
+    whole = pb.PushGradientsResponse()
+    whole.CopyFrom(read.message)
+    for name, value in (read.pulled or {}).items():
+        tu.ndarray_to_pb(np.array(value), whole.dense_parameters.dense_parameters[name])
+    return whole
+
+
+ANSWER_PARAMS = {
+    "dense/kernel": np.arange(12, dtype=np.float32).reshape(3, 4),
+    "steps": np.array([5, 6], dtype=np.int64),
+    "half": np.ones((2, 2), dtype=np.float16),
+    "empty": np.zeros((0, 3), dtype=np.float32),
+}
+
+
+def test_an_answer_protobuf_wrote_reads_as_protobuf_reads_it_the_parameters_as_views():
+    answer = _answer_by_protobuf(ANSWER_PARAMS, initialized=True, version=3)
+    tu.ndarray_to_pb(np.ones(2, np.float32), answer.dense_parameters.state["bn/mean"])
+    data = bytearray(answer.SerializeToString())  # as a channel frame arrives
+    read = decode_push_answer(data)
+    assert read.pulled is not None and read.pulled.keys() == ANSWER_PARAMS.keys()
+    assert not read.message.dense_parameters.dense_parameters  # read apart, not parsed twice
+    assert read.message.dense_parameters.state.keys() == {"bn/mean"}  # the rest as protobuf's
+    assert _read_as_protobuf(read) == answer
+    assert np.shares_memory(read.pulled["dense/kernel"], np.frombuffer(data, np.uint8))
+
+
+def test_an_answer_without_a_pull_or_with_an_empty_one_is_protobufs():
+    bare = pb.PushGradientsResponse(accepted=False, version=9)
+    read = decode_push_answer(bare.SerializeToString())
+    assert read.message == bare and not read.message.HasField("dense_parameters")
+    assert read.pulled == {}
+    empty = _answer_by_protobuf({})
+    read = decode_push_answer(empty.SerializeToString())
+    assert read.message == empty and read.message.HasField("dense_parameters")
+
+
+def test_a_parameter_sent_twice_is_the_later_one_and_occurrences_merge_as_in_protobuf():
+    first = _answer_by_protobuf({"w": np.zeros(2, np.float32)}, initialized=True)
+    second = _answer_by_protobuf({"w": np.ones(2, np.float32)}, version=4)
+    data = first.SerializeToString() + second.SerializeToString()
+    read = decode_push_answer(data)
+    assert read.pulled is not None
+    assert _read_as_protobuf(read) == pb.PushGradientsResponse.FromString(data)
+    np.testing.assert_array_equal(read.pulled["w"], np.ones(2, np.float32))
+
+
+def test_what_the_answer_reader_does_not_expect_is_parsed_by_protobuf():
+    answer = _answer_by_protobuf({"w": np.ones(2, np.float32)}, initialized=True)
+    data = answer.SerializeToString()
+    # A map entry with a third field: legal protobuf (unknown), not the usual layout.
+    entry = tu._varint(1 << 3 | 2) + b"\x01w" + tu._varint(3 << 3 | 0) + b"\x07"
+    odd = (
+        data
+        + tu._varint(3 << 3 | 2)
+        + tu._varint(len(entry) + 2)
+        + (tu._varint(3 << 3 | 2) + tu._varint(len(entry)) + entry)
+    )
+    read = decode_push_answer(odd)
+    assert read.pulled is None
+    assert read.message == pb.PushGradientsResponse.FromString(odd)
+    with pytest.raises(DecodeError):  # not an answer at all: protobuf's own error
+        decode_push_answer(b"\xff\xff")
+
+
+def test_truncated_and_corrupted_answers_read_as_protobuf_reads_them():
+    data = _answer_by_protobuf(ANSWER_PARAMS, initialized=True, version=3).SerializeToString()
+    rng = np.random.default_rng(11)
+    cases = [data[:n] for n in range(0, len(data), 7)]
+    for _ in range(300):
+        corrupted = bytearray(data)
+        for pos in rng.integers(0, len(data), 3):
+            corrupted[pos] = int(rng.integers(0, 256))
+        cases.append(bytes(corrupted))
+    for case in cases:
+        try:
+            want = pb.PushGradientsResponse.FromString(case)
+        except DecodeError:
+            with pytest.raises(DecodeError):
+                decode_push_answer(case)
+            continue
+        assert _read_as_protobuf(decode_push_answer(case)) == want
 
 
 # ------------------------------------------------------------------ the native extension

@@ -59,8 +59,8 @@ class LocalChannelServer:
     def __init__(
         self,
         regions: SharedRegions,
-        # a push read by `decode_push` -> its serialized PushGradientsResponse
-        handle_push: Callable[[DecodedPush], bytes],
+        # a push read by `decode_push` -> its serialized PushGradientsResponse (lc.Payload)
+        handle_push: Callable[[DecodedPush], lc.Payload],
         # PullEmbeddingVectorsRequest -> the rows as a serialized Tensor
         handle_pull: Callable[[pb.PullEmbeddingVectorsRequest], bytes],
         status_for: Callable[[Exception], grpc.StatusCode],

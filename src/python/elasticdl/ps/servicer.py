@@ -17,7 +17,7 @@ from elasticdl.common import local_channel as lc
 from elasticdl.common import push_wire
 from elasticdl.common import shared_memory as shm
 from elasticdl.common import tensor_utils as tu
-from elasticdl.common.push_wire import DecodedPush, DensePull, decode_push, encode_push_answer
+from elasticdl.common.push_wire import DecodedPush, DensePull, decode_push, push_answer_pieces
 from elasticdl.ops import _backend
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.proto import elasticdl_pb2_grpc as pb_grpc
@@ -168,16 +168,17 @@ class PserverServicer(pb_grpc.PserverServicer):
     @_rpc
     def push_gradients_decoded(self, push: DecodedPush, context) -> bytes:
         """A push read by `decode_push`, answered with the pulled parameters written with one
-        copy (see `wire_handlers`)."""
-        return self.answer_push(push)
+        copy and joined once more (gRPC sends one buffer; see `wire_handlers`)."""
+        return b"".join(self.answer_push(push))
 
-    def answer_push(self, push: DecodedPush) -> bytes:
-        """A push read by `decode_push` (by gRPC or on a channel), answered as serialized bytes;
-        raises PSError for a bad request."""
+    def answer_push(self, push: DecodedPush) -> list:
+        """A push read by `decode_push` (by gRPC or on a channel), answered as the pieces of its
+        serialized bytes (`push_answer_pieces`: a channel sends them as they are); raises PSError
+        for a bad request."""
         resp = pb.PushGradientsResponse()
         pull = DensePull(resp.dense_parameters) if push.request.pull_dense_parameters else None
         self._apply_push(push.request, resp, pull, push.embedding, push.dense)
-        return encode_push_answer(resp, pull)
+        return push_answer_pieces(resp, pull)
 
     def handle_push(
         self,
@@ -269,7 +270,7 @@ class PserverServicer(pb_grpc.PserverServicer):
         reason when this PS offers none."""
         reason = ""
         if self.stream_host is None:
-            reason = "this job's PS offer no stream channel (TLS, or switched off)"
+            reason = "this job's PS serve TLS, and the stream channel's frames are not encrypted"
         elif not lc.stream_enabled():
             reason = f"{lc.STREAM_ENV_SWITCH}=0 on the PS"
         else:

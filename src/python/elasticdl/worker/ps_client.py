@@ -28,6 +28,7 @@ import numpy as np
 from elasticdl.common import local_channel as lc
 from elasticdl.common import shared_memory as shm
 from elasticdl.common.hash_utils import string_to_id
+from elasticdl.common.push_wire import PushAnswer, decode_push_answer
 from elasticdl.common.tensor_utils import (
     IndexedRows,
     ndarray_to_pb,
@@ -113,11 +114,12 @@ class PSClient:
                 response_deserializer=tensor_bytes_to_ndarray,
             )
             # A push is sent as a ps_links.PushRequest, whose embedding rows go into the
-            # request's bytes without protobuf's copies (elasticdl.common.push_wire).
+            # request's bytes without protobuf's copies, and its answer's parameters are read as
+            # views of the received bytes (elasticdl.common.push_wire).
             stub.push_gradients = channel.unary_unary(
                 "/elasticdl.Pserver/push_gradients",
                 request_serializer=_serialize,
-                response_deserializer=pb.PushGradientsResponse.FromString,
+                response_deserializer=decode_push_answer,
             )
         self._links = [
             PSLink(i, addr, stub, self.worker_id, rpc_timeout)
@@ -309,10 +311,15 @@ class PSClient:
         return self._pull_result(self._fan_out("pull_dense_parameters", reqs), include_state)
 
     def _pull_result(
-        self, responses: List[pb.PullDenseParametersResponse], include_state: bool = False
+        self,
+        responses: List[pb.PullDenseParametersResponse],
+        include_state: bool = False,
+        pulled: Optional[List[Optional[Dict[str, np.ndarray]]]] = None,
     ) -> PullResult:
-        """Parameters and per-PS versions from one PullDenseParametersResponse per PS."""
+        """Parameters and per-PS versions from one PullDenseParametersResponse per PS;
+        `pulled[i]`, when not None, holds PS i's parameters read apart from its message."""
         responses = list(responses)
+        pulled = list(pulled) if pulled is not None else [None] * len(responses)
         # A PS whose version went back was relaunched from an older checkpoint: it sends nothing
         # for a request of a newer version, but the local copy is not its model any more.
         went_back = [
@@ -327,7 +334,7 @@ class PSClient:
                 [i for i, _ in went_back],
             )
             for (i, _), resp in zip(went_back, self._fan_out("pull_dense_parameters", went_back)):
-                responses[i] = resp
+                responses[i], pulled[i] = resp, None
         uninitialized = []
         params: Dict[str, np.ndarray] = {}
         state: Dict[str, np.ndarray] = {}
@@ -347,8 +354,10 @@ class PSClient:
                     blocks[ps_id] = packed.parameters
                 else:
                     blocks = None
-            elif resp.dense_parameters:
+            elif resp.dense_parameters or pulled[ps_id]:
                 blocks = None
+            if pulled[ps_id]:
+                params.update(pulled[ps_id])
             for name, tensor in resp.dense_parameters.items():
                 params[name] = pb_to_ndarray(tensor)
             for name, tensor in resp.state.items():
@@ -542,10 +551,13 @@ class PSClient:
             if self.stream_channel:
                 link.maybe_open_stream()
             link.prepare_push(part)
-        responses = self._send_pushes()
+        answers = self._send_pushes()
+        responses = [a.message for a in answers]
         pulled = None
         if pull_dense and all(r.HasField("dense_parameters") for r in responses):
-            pulled = self._pull_result([r.dense_parameters for r in responses])
+            pulled = self._pull_result(
+                [r.dense_parameters for r in responses], pulled=[a.pulled for a in answers]
+            )
         return PushResult(
             accepted=all(r.accepted for r in responses),
             versions={ps_id: r.version for ps_id, r in enumerate(responses)},
@@ -596,14 +608,14 @@ class PSClient:
                     parts[ps_id].embedding[name] = IndexedRows(*share)
         return parts
 
-    def _send_pushes(self) -> List[pb.PushGradientsResponse]:
+    def _send_pushes(self) -> List[PushAnswer]:
         """Send every link's prepared push and collect the answers, in PS order.
 
         Pushes on a local channel are sent first, the gRPC ones run meanwhile, then the channel
         answers are read: every PS works on its push at the same time. A push whose region or
         channel failed is sent once more, in a message, to that PS alone (the link decides).
         """
-        responses: List[Optional[pb.PushGradientsResponse]] = [None] * self.num_ps
+        responses: List[Optional[PushAnswer]] = [None] * self.num_ps
         try:
             on_channel = [link for link in self._links if link.on_channel]
             for link in on_channel:

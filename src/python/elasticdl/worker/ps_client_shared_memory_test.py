@@ -525,7 +525,7 @@ def test_a_pull_while_a_push_is_in_flight_takes_the_channel_on_its_own_connectio
         ids = np.arange(10)
         direct = cluster.servers[0].servicer.ps.pull_embedding_vectors("emb", ids)
         np.testing.assert_array_equal(client.pull_embedding_vectors("emb", ids, dim=4), direct)
-        assert link.receive().accepted
+        assert link.receive().message.accepted
     finally:
         link.end_push()
     assert grpc_pulls == [] and link.shared.pull_channel is not None

@@ -42,7 +42,7 @@ import numpy as np
 from elasticdl.common import local_channel as lc
 from elasticdl.common import push_wire
 from elasticdl.common import shared_memory as shm
-from elasticdl.common.push_wire import encode_push
+from elasticdl.common.push_wire import PushAnswer, decode_push_answer, encode_push
 from elasticdl.common.tensor_utils import IndexedRows, ndarray_to_pb, tensor_bytes_to_ndarray
 from elasticdl.ops import _backend
 from elasticdl.proto import elasticdl_pb2 as pb
@@ -432,12 +432,13 @@ class PSLink:
         except lc.LocalChannelError:
             self.sent = False
 
-    def receive(self) -> Optional[pb.PushGradientsResponse]:
-        """The answer to the push `send` put on the channel; None when it must be sent again in a
-        message (`in_message`). Other errors are the PS's answer and propagate."""
+    def receive(self) -> Optional[PushAnswer]:
+        """The answer to the push `send` put on the channel (its parameters: views of the frame
+        received); None when it must be sent again in a message (`in_message`). Other errors are
+        the PS's answer and propagate."""
         self._answer_unread = False
         try:
-            return pb.PushGradientsResponse.FromString(bytes(self._push_via.channel.receive()))
+            return decode_push_answer(self._push_via.channel.receive())
         except lc.LocalChannelError as err:
             if err.code() not in CHANNEL_FALLBACK_CODES:
                 raise

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from elasticdl.common import local_channel as lc
 from elasticdl.common import shared_memory as shm
+from elasticdl.common.push_wire import decode_push_answer
 from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.ps_client import PackedGradients, PackedLayout, PSClient
 from elasticdl.worker.ps_links import (
@@ -78,8 +79,13 @@ def _attach(region_id=7, local_channel=""):
     )
 
 
-def _accepted(version=1):
+def _response(version=1) -> pb.PushGradientsResponse:
     return pb.PushGradientsResponse(accepted=True, version=version)
+
+
+def _accepted(version=1):
+    """What the stub's deserializer makes of the PS's answer."""
+    return decode_push_answer(_response(version).SerializeToString())
 
 
 def _raise(err):
@@ -105,7 +111,7 @@ class FakeChannel:
     def receive(self):
         if self.receive_error is not None:
             raise self.receive_error
-        return _accepted(self.version).SerializeToString()
+        return _response(self.version).SerializeToString()
 
     def close(self):
         self.closed = True
@@ -296,7 +302,7 @@ def test_the_channel_carries_a_push_naming_the_region():
     assert link.on_channel
     link.send()
     assert link.sent and channel.sent[0].shared_memory_region == 7
-    assert link.receive().version == 5
+    assert link.receive().message.version == 5
 
 
 def test_a_send_that_fails_leaves_the_push_to_a_message():
