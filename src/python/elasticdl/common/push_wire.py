@@ -200,25 +200,17 @@ class PushAnswer:
 
 def _decode_answer_python(data) -> PushAnswer:
     view = memoryview(data)
-    rest: List = []  # the answer's other fields, as they are
-    pull: List = []  # the pull's other fields (occurrences merge: concatenated)
     pulled: Dict[str, np.ndarray] = {}
-    seen_pull = False
-    for number, wire, field_start, start, end in _fields(view, 0, len(view)):
-        if number != _ANSWER_PULL or wire != _LEN:
-            rest.append(view[field_start:end])
-            continue
-        seen_pull = True
-        for inner, inner_wire, inner_start, s, e in _fields(view, start, end):
-            if inner == _PULLED and inner_wire == _LEN:
-                name, value = _entry(view, s, e)
-                pulled[name] = tu.tensor_bytes_to_ndarray(view[slice(*value)])  # later wins
-            else:
-                pull.append(view[inner_start:e])
-    if seen_pull:  # present (maybe empty), as protobuf would leave it
-        body = b"".join(pull)
-        rest += [_tag(_ANSWER_PULL), tu._varint(len(body)), body]
-    return PushAnswer(pb.PushGradientsResponse.FromString(b"".join(rest)), pulled)
+
+    def take(number: int, start: int, end: int) -> bool:
+        if number != _PULLED:
+            return False
+        name, value = _entry(view, start, end)
+        pulled[name] = tu.tensor_bytes_to_ndarray(view[slice(*value)])  # a later entry wins
+        return True
+
+    rest = _split_out(view, _ANSWER_PULL, take)
+    return PushAnswer(pb.PushGradientsResponse.FromString(rest), pulled)
 
 
 def decode_push_answer(data) -> PushAnswer:
@@ -309,31 +301,44 @@ def _decode_native(data: bytes) -> DecodedPush:
     return DecodedPush(pb.PushGradientsRequest.FromString(request), embedding, dense)
 
 
-def _decode_python(data: bytes) -> DecodedPush:
-    view = memoryview(data)
-    rest: List = []  # the request's other fields, as they are
-    model: List = []  # the gradients' other fields (occurrences merge: concatenated)
-    embedding: Dict[str, tu.IndexedRows] = {}
-    dense: Dict[str, np.ndarray] = {}
-    seen_gradients = False
+def _split_out(view: memoryview, outer: int, take) -> bytes:
+    """The message in `view` without the fields of its message field `outer` that
+    `take(number, value start, value end)` consumed (True): the rest as it is, the occurrences
+    of `outer` merged into one (as a parser merges them), present (maybe empty) when it was."""
+    rest: List = []
+    kept: List = []
+    seen = False
     for number, wire, field_start, start, end in _fields(view, 0, len(view)):
-        if number != _GRADIENTS or wire != _LEN:
+        if number != outer or wire != _LEN:
             rest.append(view[field_start:end])
             continue
-        seen_gradients = True
+        seen = True
         for inner, inner_wire, inner_start, s, e in _fields(view, start, end):
-            if inner == _TABLES and inner_wire == _LEN:
-                name, rows = _table(view, s, e)
-                embedding[name] = rows  # a map's later entry wins, as in protobuf
-            elif inner == _DENSE and inner_wire == _LEN:
-                name, value = _entry(view, s, e)
-                dense[name] = tu.tensor_bytes_to_ndarray(view[slice(*value)])
-            else:
-                model.append(view[inner_start:e])
-    if seen_gradients:  # present (maybe empty), as protobuf would leave it
-        body = b"".join(model)
-        rest += [_tag(_GRADIENTS), tu._varint(len(body)), body]
-    request = pb.PushGradientsRequest.FromString(b"".join(rest))
+            if inner_wire != _LEN or not take(inner, s, e):
+                kept.append(view[inner_start:e])
+    if seen:
+        body = b"".join(kept)
+        rest += [_tag(outer), tu._varint(len(body)), body]
+    return b"".join(rest)
+
+
+def _decode_python(data: bytes) -> DecodedPush:
+    view = memoryview(data)
+    embedding: Dict[str, tu.IndexedRows] = {}
+    dense: Dict[str, np.ndarray] = {}
+
+    def take(number: int, start: int, end: int) -> bool:
+        if number == _TABLES:
+            name, rows = _table(view, start, end)
+            embedding[name] = rows  # a map's later entry wins, as in protobuf
+        elif number == _DENSE:
+            name, value = _entry(view, start, end)
+            dense[name] = tu.tensor_bytes_to_ndarray(view[slice(*value)])
+        else:
+            return False
+        return True
+
+    request = pb.PushGradientsRequest.FromString(_split_out(view, _GRADIENTS, take))
     return DecodedPush(request, embedding, dense)
 
 
