@@ -92,8 +92,9 @@ def abstract_address(name: str) -> str:
     return "\0" + name
 
 
-# Payloads up to this size go out in one write with their header; larger ones after it, so that
-# they are not copied into a concatenation first.
+# Payloads up to this size are joined with their header and go out in one write; larger ones go
+# in gathering writes (sendmsg) beside their header, so that they are not copied into a
+# concatenation first.
 _JOIN_MAX_BYTES = 64 * 1024
 
 
