@@ -57,6 +57,7 @@ from elasticdl.worker.ps_types import (  # noqa: F401 (part of this module's nam
     PullResult,
     PushResult,
     deduplicate_indexed_rows,
+    message_layout,
 )
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ class PSClient:
         self._dense_layout: Optional[Dict[str, Tuple[np.dtype, Tuple[int, ...]]]] = None
         # Per PS, the tensors of the dense layout it holds: what a region with it is made for.
         self._dense_layout_of: List[Dict[str, Tuple[np.dtype, Tuple[int, ...]]]] = []
+        self._message_layout: Optional[PackedLayout] = None
 
     def close(self) -> None:
         for link in self._links:
@@ -170,14 +172,19 @@ class PSClient:
         self._dense_layout_of = [dict() for _ in range(self.num_ps)]
         for name, spec in self._dense_layout.items():
             self._dense_layout_of[self.ps_of_param(name)][name] = spec
+        self._message_layout = message_layout(self._dense_layout_of)
         for link in self._links:
             link.attach_countdown = 0
 
     def packed_layout(self) -> Optional[PackedLayout]:
-        """The layout of the flat blocks when every dense parameter goes through a packed
-        shared-memory region (one copy per PS each way); None otherwise."""
+        """The layout of the flat blocks in which the trainer's packed step takes every dense
+        parameter and gives every gradient: that of the packed shared-memory regions when every
+        dense tensor goes through one (one copy per PS each way), the worker's own when none
+        does (the blocks' tensors then travel in messages); None otherwise."""
         if self._dense_layout is None:
             return None
+        if all(link.shared is None for link in self._links):
+            return self._message_layout
         entries, covered = [], 0
         for link in self._links:
             if link.shared is None:

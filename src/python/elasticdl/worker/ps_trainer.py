@@ -454,8 +454,9 @@ class PSTrainer(Trainer):
             )
             pulled = result.pulled if pull else None
             if pulled is not None and pulled.all_initialized:
-                if layout is not None and pulled.blocks is not None:
-                    self._pending = pulled  # assigned by the next step, in the same call
+                pending = self._in_blocks(layout, pulled, keep=False)
+                if pending is not None:
+                    self._pending = pending  # assigned by the next step, in the same call
                 else:
                     self._assign(pulled.parameters)
             if result.accepted:
@@ -546,7 +547,7 @@ class PSTrainer(Trainer):
         result = future.result()
         pulled = result.pulled
         if pulled is not None and pulled.all_initialized:
-            pending = self._copied(pulled) if self._packed_ok else None
+            pending = self._in_blocks(self._packed_layout(), pulled, keep=True)
             if pending is not None:
                 self._pending = pending  # every parameter: what an older one held is in it
             else:
@@ -566,14 +567,23 @@ class PSTrainer(Trainer):
             self._steps_since_pull = 0
             self._need_pull = not pulled.all_initialized
 
-    def _copied(self, pulled: PullResult) -> Optional[PullResult]:
-        """`pulled`'s parameter blocks copied out of the regions, whose next push's answer
-        overwrites them while the step after it has yet to read them; None when they are not
-        every dense parameter in packed blocks (they are then assigned at once)."""
-        layout = self.ps.packed_layout()
-        if pulled.blocks is None or layout is None:
+    def _in_blocks(
+        self, layout: Optional[PackedLayout], pulled: PullResult, keep: bool
+    ) -> Optional[PullResult]:
+        """`pulled` as the packed step laid out by `layout` takes it (None: the caller assigns it
+        at once): the regions' parameter blocks, copied when `keep` (the next push's answer
+        overwrites them while the step after it has yet to read them), or parameters that came
+        in messages packed into fresh blocks, which then need every dense parameter."""
+        if layout is None:
             return None
-        blocks = {ps_id: np.array(b) for ps_id, b in pulled.blocks.items()}
+        if pulled.blocks is not None and not keep:
+            return pulled
+        if pulled.blocks is not None:
+            blocks = {ps_id: np.array(b) for ps_id, b in pulled.blocks.items()}
+        else:
+            blocks = layout.pack(pulled.parameters)
+            if blocks is None:
+                return None
         params: Dict[str, np.ndarray] = {}
         for ps_id, block in blocks.items():
             params.update(layout.unpack(ps_id, block))
@@ -582,13 +592,15 @@ class PSTrainer(Trainer):
         return PullResult([], params, blocks)
 
     # ------------------------------------------------------------------ packed path
-    # When every dense parameter travels through packed shared-memory regions, one compiled
-    # call per minibatch assigns the parameters the previous push brought back (read straight
-    # from the region's flat parameter block), computes the gradients and returns them as one
-    # flat block per PS, which the push copies into the region at once. That saves a compiled
-    # call per minibatch (the assign) and a conversion and copy per variable. The parameters
-    # a push brings back wait in `_pending` until that call; anything else that reads the
-    # model first calls `flush_pending_assign`.
+    # One compiled call per minibatch assigns the parameters the previous push brought back,
+    # computes the gradients and returns them as one flat block per PS. When every dense
+    # parameter travels through packed shared-memory regions, the call reads the region's flat
+    # parameter block and the push copies the gradient block into the region at once; when
+    # they travel in messages, the answer's parameters are packed into an aligned block first
+    # and the push sends views of the gradient block. That saves a compiled call per minibatch
+    # (the assign) and a conversion and copy per variable. The parameters a push brings back
+    # wait in `_pending` until that call; anything else that reads the model first calls
+    # `flush_pending_assign`.
     def _packed_layout(self) -> Optional[PackedLayout]:
         if not self._packed_ok or not self.config.use_tf_function:
             return None

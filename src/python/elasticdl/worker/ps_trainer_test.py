@@ -13,6 +13,7 @@ from elasticdl.worker.ps_trainer import (
     TrainerConfig,
     WorkerStuckError,
 )
+from elasticdl.worker.ps_types import message_layout
 
 LR = 0.1
 
@@ -67,7 +68,10 @@ def test_one_step_through_ps_equals_local_keras_sgd(ps_cluster, use_tf_function)
 
     got_loss = trainer.train_minibatch(x, y)
     assert got_loss == pytest.approx(float(loss), rel=1e-5)
-    # The updated parameters came back with the push: no pull needed to see them.
+    # The updated parameters came back with the push: no pull needed to see them. The compiled
+    # step assigns them in its next call; whatever reads the model first flushes them.
+    assert (trainer._pending is not None) == use_tf_function
+    trainer.flush_pending_assign()
     for v, ref in zip(trainer.model.trainable_variables, local.trainable_variables):
         np.testing.assert_allclose(v.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
     assert trainer.steps == 1 and trainer.model_version == 1
@@ -485,3 +489,60 @@ def test_layers_on_the_same_ids_pull_in_one_call_and_train_as_apart(ps_cluster):
         client.close()
     for a, b in zip(*held):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_dense_tensors_in_messages_take_the_packed_step(ps_cluster, stream):
+    # A worker on another host than its PS (no shared memory), by its stream channel or by
+    # gRPC: the pushes' answers are packed into aligned blocks that the next step assigns in
+    # its own compiled call, and it trains as Keras does.
+    cluster = ps_cluster(2, use_async=False)
+    client = PSClient(cluster.addrs, shared_memory=False, stream_channel=stream)
+    trainer = PSTrainer(_spec(_dense_model), client)
+    x, y = _data()
+    trainer.ensure_model(x)
+    local = _dense_model()
+    for v, w in zip(local.trainable_variables, trainer.model.trainable_variables):
+        v.assign(w.numpy())
+    opt = keras.optimizers.SGD(LR)
+    assigns = []
+    assign = trainer._assign
+    trainer._assign = lambda params: assigns.append(sorted(params)) or assign(params)
+    for step in range(4):
+        x, y = _data(seed=step)
+        with tf.GradientTape() as tape:
+            want = tf.reduce_mean(_loss(y, local(x, training=True)))
+        grads = tape.gradient(want, local.trainable_variables)
+        opt.apply_gradients(zip(grads, local.trainable_variables))
+        assert trainer.train_minibatch(x, y) == pytest.approx(float(want), rel=1e-5)
+        pending = trainer._pending
+        holders = [ps_id for ps_id, _ in client.packed_layout().entries]  # PS holding tensors
+        assert pending is not None and holders and sorted(pending.blocks) == holders
+        assert all(block.ctypes.data % 64 == 0 for block in pending.blocks.values())
+    assert assigns == []  # every answer went to the next step's call, none assigned apart
+    assert client.packed_layout() == message_layout(client._dense_layout_of)
+    assert all(link.shared is None for link in client._links)
+    assert all((link.stream is not None) == stream for link in client._links)
+    trainer.flush_pending_assign()
+    for v, ref in zip(trainer.model.trainable_variables, local.trainable_variables):
+        np.testing.assert_allclose(v.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+    client.close()
+
+
+def test_the_message_layout_is_the_shared_regions_layout(ps_cluster):
+    # The packed step traced for a worker's first pushes (no region attached yet: messages)
+    # serves the regions' blocks once they attach, without being traced again.
+    cluster = ps_cluster(2)
+    client = PSClient(cluster.addrs, shared_memory=True)
+    trainer = PSTrainer(_spec(_dense_model), client)
+    trainer.train_minibatch(*_data(seed=0))
+    first = trainer._packed_fn
+    assert first is not None and trainer._packed_fn_layout == message_layout(
+        client._dense_layout_of
+    )
+    for step in range(1, 4):
+        trainer.train_minibatch(*_data(seed=step))
+    assert all(link.shared is not None for link in client._links)
+    assert client.packed_layout() == trainer._packed_fn_layout
+    assert trainer._packed_fn is first
+    client.close()

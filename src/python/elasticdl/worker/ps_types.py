@@ -1,11 +1,11 @@
 """What the PS client and the trainer exchange: embedding table infos, the results of pulls and
-pushes, the packed layout of dense tensors in shared memory; and the deduplication of embedding
+pushes, the packed layout of dense tensors in flat blocks; and the deduplication of embedding
 gradients before they are pushed."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 from elasticdl import ops
@@ -44,8 +44,10 @@ class PullResult:
 
 @dataclass(frozen=True)
 class PackedLayout:
-    """Where every dense parameter lies in the flat blocks of the regions shared with the PS:
-    per PS, (name, element offset, size, shape) in block order (see SharedRegion.packed)."""
+    """Where every dense parameter lies in one flat block per PS, the packed step's input and
+    output: per PS, (name, element offset, size, shape) in block order. The blocks are those
+    of the regions shared with the PS (SharedRegion.packed), or, when the tensors travel in
+    messages, the worker's own (`message_layout`: the same order)."""
 
     entries: Tuple[Tuple[int, Tuple[Tuple[str, int, int, Tuple[int, ...]], ...]], ...]
 
@@ -54,6 +56,56 @@ class PackedLayout:
             if pid == ps_id:
                 return shm.unpack_block(entries, block)
         raise KeyError(ps_id)
+
+    def pack(self, params: Mapping[str, np.ndarray]) -> Optional[Dict[int, np.ndarray]]:
+        """`params` copied into fresh blocks, one per PS, each aligned so that TensorFlow takes
+        it without another copy; None when a parameter of the layout is missing."""
+        blocks = {}
+        for ps_id, entries in self.entries:
+            if any(name not in params for name, *_ in entries):
+                return None
+            _, last, size, _ = entries[-1]
+            block = aligned_empty(last + size, params[entries[0][0]].dtype)
+            for name, offset, size, _ in entries:
+                np.copyto(block[offset : offset + size], params[name].reshape(-1))
+            blocks[ps_id] = block
+        return blocks
+
+
+def message_layout(
+    layout_of: Sequence[Mapping[str, Tuple[np.dtype, Tuple[int, ...]]]]
+) -> Optional[PackedLayout]:
+    """The packed layout of dense tensors that travel in messages, from each PS's share of the
+    model (name -> (dtype, shape)): per PS, its tensors back to back in name order, the order
+    of a packed region (`SharedRegion.packed`), so both paths trace the same step. None when a
+    PS's tensors are not of one dtype (they cannot share a block)."""
+    entries = []
+    for ps_id, specs in enumerate(layout_of):
+        if not specs:
+            continue
+        if len({np.dtype(dtype) for dtype, _ in specs.values()}) != 1:
+            return None
+        mine, count = [], 0
+        for name in sorted(specs):
+            shape = tuple(int(d) for d in specs[name][1])
+            size = int(np.prod(shape, dtype=np.int64))
+            mine.append((name, count, size, shape))
+            count += size
+        entries.append((ps_id, tuple(mine)))
+    return PackedLayout(tuple(entries)) if entries else None
+
+
+# TensorFlow's CPU allocator alignment: a NumPy input aligned to it becomes a tensor without
+# being copied.
+_TF_ALIGNMENT = 64
+
+
+def aligned_empty(size: int, dtype) -> np.ndarray:
+    """An uninitialised 1-D array of `size` elements whose data starts at a 64-byte boundary."""
+    dtype = np.dtype(dtype)
+    raw = np.empty(size * dtype.itemsize + _TF_ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % _TF_ALIGNMENT
+    return raw[start : start + size * dtype.itemsize].view(dtype)
 
 
 @dataclass
