@@ -104,10 +104,13 @@ def send_frame(sock: socket.socket, kind: int, payload: Payload = b"") -> None:
     pieces = payload if isinstance(payload, list) else [payload]
     size = sum(memoryview(p).nbytes for p in pieces)
     head = _HEAD.pack(size + 1, kind)
-    if size <= _JOIN_MAX_BYTES:
-        sock.sendall(b"".join([head, *pieces]))
-    else:
-        _send_pieces(sock, [head, *pieces])
+    try:
+        if size <= _JOIN_MAX_BYTES:
+            sock.sendall(b"".join([head, *pieces]))
+        else:
+            _send_pieces(sock, [head, *pieces])
+    except BlockingIOError:  # the kernel's send timeout (kernel_timeouts)
+        raise TimeoutError("timed out sending to the peer") from None
 
 
 def _send_pieces(sock: socket.socket, pieces: List) -> None:
@@ -124,11 +127,28 @@ def _recv_into(sock: socket.socket, buf: bytearray) -> bytearray:
     view = memoryview(buf)
     got, n = 0, len(buf)
     while got < n:
-        k = sock.recv_into(view[got:], n - got)
+        # A blocking socket returns once all of it arrived (or its kernel timeout passed):
+        # one call per frame, not one per chunk the kernel has ready.
+        try:
+            k = sock.recv_into(view[got:], n - got, socket.MSG_WAITALL)
+        except BlockingIOError:  # the kernel's receive timeout (kernel_timeouts)
+            raise TimeoutError("timed out waiting for the peer") from None
         if k == 0:
             raise ConnectionError("the peer closed the channel")
         got += k
     return buf
+
+
+def kernel_timeouts(sock: socket.socket, seconds: float) -> None:
+    """Put `sock` in blocking mode with `seconds` as the kernel's send and receive timeouts.
+    Python's own timeout makes the socket non-blocking and polls before every read, so a large
+    frame costs a poll and a read per chunk the kernel has ready; this way it is read in one
+    call, and a peer silent for `seconds` still fails the call (TimeoutError)."""
+    sock.settimeout(None)
+    whole = int(seconds)
+    timeval = struct.pack("@ll", whole, int((seconds - whole) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
 
 
 def recv_frame(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> Tuple[int, bytearray]:
@@ -155,6 +175,7 @@ class LocalChannelClient:
         self.name = name
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._open(abstract_address(name), struct.pack("<Q", region_id) + token, timeout)
+        kernel_timeouts(self._sock, timeout)
 
     @classmethod
     def over_tcp(
@@ -173,7 +194,7 @@ class LocalChannelClient:
         self._sock = socket.create_connection((host, port), timeout=first)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._open(None, ticket, first)
-        self._sock.settimeout(timeout)
+        kernel_timeouts(self._sock, timeout)
         return self
 
     def _open(self, address, hello: bytes, timeout: float) -> None:

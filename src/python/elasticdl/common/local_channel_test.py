@@ -5,7 +5,9 @@ kernel takes part by part while the reader drains them."""
 from __future__ import annotations
 
 import socket
+import struct
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -49,3 +51,41 @@ def test_an_array_view_piece_is_sent_as_its_bytes():
     values = np.arange(40_000, dtype=np.float32)  # 160 KB: the gathering write
     kind, data = _round_trip([b"head", memoryview(values)])
     assert kind == lc.OK and data == b"head" + values.tobytes()
+
+
+def test_with_kernel_timeouts_a_frame_arriving_in_parts_is_read_whole_and_silence_times_out():
+    left, right = socket.socketpair()
+    try:
+        lc.kernel_timeouts(right, 0.5)
+        assert right.gettimeout() is None  # blocking: one read per frame
+        payload = np.arange(300_000, dtype=np.float32).tobytes()  # 1.2 MB
+        frame = struct.pack("<IB", len(payload) + 1, lc.OK) + payload
+
+        def send_in_parts():
+            for start in range(0, len(frame), 400_000):
+                left.sendall(frame[start : start + 400_000])
+                time.sleep(0.05)
+
+        sender = threading.Thread(target=send_in_parts)
+        sender.start()
+        kind, data = lc.recv_frame(right)
+        sender.join(30)
+        assert kind == lc.OK and bytes(data) == payload
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="timed out waiting for the peer"):
+            lc.recv_frame(right)  # the peer sends nothing more
+        assert 0.4 < time.monotonic() - started < 5
+    finally:
+        left.close()
+        right.close()
+
+
+def test_with_kernel_timeouts_a_peer_that_reads_nothing_fails_the_send():
+    left, right = socket.socketpair()
+    try:
+        lc.kernel_timeouts(left, 0.3)
+        with pytest.raises(TimeoutError, match="timed out sending to the peer"):
+            lc.send_frame(left, lc.PUSH, [bytes(64 << 20)])  # more than the socket buffers
+    finally:
+        left.close()
+        right.close()
