@@ -15,8 +15,9 @@ from .conftest import TERMINAL, replica
 
 JOB = "stragglers"
 RECORDS = 16384
+EPOCHS = 3
 MINIBATCHES_PER_TASK = 16
-TASKS = RECORDS // (64 * MINIBATCHES_PER_TASK)
+TASKS = EPOCHS * RECORDS // (64 * MINIBATCHES_PER_TASK)
 REQUIRE_ENV = "ELASTICDL_REQUIRE_CGROUP_CPU"
 
 
@@ -25,7 +26,11 @@ def test_a_throttled_worker_is_backed_up_and_every_record_counts_once(cli, small
         "train",
         JOB,
         f"--training_data={small_data['train']}",
-        "--num_epochs=1",
+        # Three epochs: the throttle starts once 2,048 records are trained, and the fast peer
+        # alone trains one epoch in a few seconds; with one epoch it could finish the data
+        # before the throttle (set after a status poll) took hold, leaving nothing near the end
+        # to back up or withhold. The end of the last epoch is where both happen.
+        f"--num_epochs={EPOCHS}",
         "--minibatch_size=64",
         # Tasks of 1,024 records: throttled, one takes the slow worker seconds, past the
         # age at which an idle peer may back it up (BACKUP_MIN_AGE_SECONDS); tasks of 128
@@ -64,8 +69,8 @@ def test_a_throttled_worker_is_backed_up_and_every_record_counts_once(cli, small
 
     assert seen_slow["phase"] not in TERMINAL or seen_slow["phase"] == "Succeeded"
     assert final["phase"] == "Succeeded", cli.master_log(JOB)[-4000:]
-    assert final["records_trained"] == final["records_expected"] == 16384
-    assert final["records_trained_per_epoch"] == {"1": 16384}
+    assert final["records_trained"] == final["records_expected"] == EPOCHS * RECORDS
+    assert final["records_trained_per_epoch"] == {str(e): RECORDS for e in range(1, EPOCHS + 1)}
     stragglers = final["stragglers"]
     assert 1 in stragglers["ever_slow"], stragglers
     # Near the end it got no more than its share, or its tasks were backed up (or both).
