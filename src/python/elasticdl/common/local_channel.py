@@ -42,6 +42,8 @@ import struct
 from typing import List, Mapping, Optional, Tuple, Union
 
 import grpc
+import numpy as np
+from elasticdl.common.tensor_utils import aligned_empty
 
 HELLO, PUSH, OK, ERROR, PULL = 1, 2, 3, 4, 5
 MAX_FRAME_BYTES = (
@@ -123,7 +125,7 @@ def _send_pieces(sock: socket.socket, pieces: List) -> None:
             views[0] = views[0][sent:]
 
 
-def _recv_into(sock: socket.socket, buf: bytearray) -> bytearray:
+def _recv_into(sock: socket.socket, buf):
     view = memoryview(buf)
     got, n = 0, len(buf)
     while got < n:
@@ -151,12 +153,17 @@ def kernel_timeouts(sock: socket.socket, seconds: float) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
 
 
-def recv_frame(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> Tuple[int, bytearray]:
-    """A frame's kind and payload (read into the bytearray returned: no copy after the read)."""
+def recv_frame(
+    sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES, aligned: bool = False
+) -> Tuple[int, Union[bytearray, np.ndarray]]:
+    """A frame's kind and payload, read into the buffer returned (no copy after the read): a
+    bytearray, or with `aligned` an uninitialised uint8 array that starts at a 64-byte boundary
+    (a packed answer's parameters in it are aligned as TensorFlow takes them)."""
     n, kind = _HEAD.unpack(_recv_into(sock, bytearray(_HEAD.size)))
     if not 1 <= n <= max_bytes:
         raise ConnectionError(f"bad frame length {n}")
-    return kind, _recv_into(sock, bytearray(n - 1))
+    buf = aligned_empty(n - 1, np.uint8) if aligned else bytearray(n - 1)
+    return kind, _recv_into(sock, buf)
 
 
 def error_payload(code: grpc.StatusCode, message: str) -> bytes:
@@ -214,18 +221,20 @@ class LocalChannelClient:
         except OSError as e:
             raise LocalChannelError(grpc.StatusCode.UNAVAILABLE, f"channel {self.name}: {e}")
 
-    def receive(self) -> bytearray:
+    def receive(self) -> np.ndarray:
+        """The payload of the PS's answer, in a uint8 array that starts at a 64-byte boundary;
+        an ERROR answer raises."""
         try:
-            kind, payload = recv_frame(self._sock)
+            kind, payload = recv_frame(self._sock, aligned=True)
         except (OSError, ConnectionError) as e:
             raise LocalChannelError(grpc.StatusCode.UNAVAILABLE, f"channel {self.name}: {e}")
         if kind == ERROR:
-            raise_error_payload(payload)
+            raise_error_payload(bytes(payload))
         if kind != OK:
             raise LocalChannelError(grpc.StatusCode.INTERNAL, f"unexpected frame kind {kind}")
         return payload
 
-    def call(self, kind: int, payload: bytes) -> bytearray:
+    def call(self, kind: int, payload: bytes) -> np.ndarray:
         self.send(kind, payload)
         return self.receive()
 

@@ -14,10 +14,10 @@ import pytest
 from elasticdl.common import local_channel as lc
 
 
-def _round_trip(payload) -> tuple[int, bytes]:
+def _round_trip(payload, aligned: bool = False) -> tuple[int, bytes]:
     left, right = socket.socketpair()
     got: list = []
-    reader = threading.Thread(target=lambda: got.append(lc.recv_frame(right)))
+    reader = threading.Thread(target=lambda: got.append(lc.recv_frame(right, aligned=aligned)))
     reader.start()
     try:
         lc.send_frame(left, lc.OK, payload)
@@ -27,6 +27,9 @@ def _round_trip(payload) -> tuple[int, bytes]:
         left.close()
         right.close()
     kind, data = got[0]
+    if aligned:
+        assert isinstance(data, np.ndarray) and data.dtype == np.uint8
+        assert data.ctypes.data % 64 == 0 or not data.nbytes
     return kind, bytes(data)
 
 
@@ -45,6 +48,26 @@ def test_pieces_arrive_as_their_concatenation(size):
     ]
     assert _round_trip(pieces) == (lc.OK, raw)
     assert _round_trip(raw) == (lc.OK, raw)  # one bytes payload, as before
+    assert _round_trip(pieces, aligned=True) == (lc.OK, raw)  # into a 64-byte aligned buffer
+
+
+def test_the_client_reads_answers_into_aligned_buffers_and_raises_error_answers():
+    server, inner = socket.socketpair()
+    client = lc.LocalChannelClient.__new__(lc.LocalChannelClient)
+    client.name, client._sock = "test", inner
+    try:
+        for size in (0, 5, 70_000):
+            lc.send_frame(server, lc.OK, bytes(range(256)) * (size // 256) + b"x" * (size % 256))
+            got = client.receive()
+            assert got.nbytes == size and (got.ctypes.data % 64 == 0 or not size)
+            assert bytes(got[-1:]) == (b"x" if size else b"")
+        lc.send_frame(server, lc.ERROR, lc.error_payload(lc.grpc.StatusCode.NOT_FOUND, "no such"))
+        with pytest.raises(lc.LocalChannelError) as err:
+            client.receive()
+        assert err.value.code() == lc.grpc.StatusCode.NOT_FOUND and err.value.details() == "no such"
+    finally:
+        server.close()
+        inner.close()
 
 
 def test_an_array_view_piece_is_sent_as_its_bytes():

@@ -6,7 +6,10 @@ in the message) are copied three times on the way out (`tobytes`, into the messa
 worker writes them once (`encode_push`) and the PS reads them as views of the received bytes
 (`decode_push`). The answer that carries the pulled parameters back goes the same way: the PS
 writes them once (`DensePull`, `push_answer_pieces`), the worker reads them as views
-(`decode_push_answer`).
+(`decode_push_answer`). Asked for one block (`pull_dense_packed`), the PS writes them back to
+back, at an offset of the answer that is a multiple of 64 bytes (`ALIGNMENT`): a worker that
+reads the answer into a buffer so aligned gives that block to its step as it is, without
+reading a field per tensor or copying them into a block of its own.
 
 The bytes are the protobuf encoding of the same request: the message without those gradients,
 serialized by protobuf, followed by a second `gradients` field that holds only them. A parser
@@ -24,6 +27,7 @@ what serves without the extension or with ELASTICDL_OPS_BACKEND=reference.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
@@ -54,6 +58,8 @@ _TABLES = _number(pb.Model, "embedding_tables")
 _DENSE = _number(pb.Model, "dense_parameters")
 _ANSWER_PULL = _number(pb.PushGradientsResponse, "dense_parameters")
 _PULLED = _number(pb.PullDenseParametersResponse, "dense_parameters")
+_PACKED_PADDING = _number(pb.PullDenseParametersResponse, "packed_padding")
+_PACKED_VALUES = _number(pb.PullDenseParametersResponse, "packed_values")
 _VALUES = _number(pb.IndexedSlices, "values")
 _INDICES = _number(pb.IndexedSlices, "indices")
 _KEY, _VALUE = 1, 2  # every map entry's fields
@@ -167,56 +173,132 @@ def _encode_python(request, embedding, dense) -> bytes:
 @dataclass
 class DensePull:
     """The dense parameters a push's answer carries: `message` (the answer's
-    PullDenseParametersResponse) without them, and their serialized map entries in `tensors`,
-    written by `write` with one copy (under the model lock: the parameters change after it)."""
+    PullDenseParametersResponse) without them, and, written by `write` with one copy (under the
+    model lock: the parameters change after it), either their serialized map entries in
+    `tensors` or, when the push asked for one block in the layout they have (`packed`, its
+    digest), that block in `values` (their names and dtype go in `message`)."""
 
     message: pb.PullDenseParametersResponse
     tensors: bytes = b""
+    packed: bytes = b""  # the push's pull_dense_packed: the worker's layout digest
+    values: Optional[np.ndarray] = None
 
     def write(self, params: Mapping[str, np.ndarray]) -> None:
+        names = sorted(params)
+        if self.packed and self.packed == _packable_digest(params):
+            self.values = np.concatenate([params[n].reshape(-1) for n in names])
+            self.message.packed_names.extend(names)
+            self.message.packed_dtype = tu.dtype_to_pb(self.values.dtype)
+            return
         entries, _ = _tensor_map(_PULLED, params)
         self.tensors = b"".join(entries)
+
+
+def packed_layout_digest(specs: Mapping[str, tuple]) -> bytes:
+    """What a packed block's layout depends on, digested: the tensors' names, dtypes and shapes
+    (name -> (dtype, shape)); the worker sends it with a push, the PS packs when its own match."""
+    canonical = repr(
+        [
+            (name, np.dtype(dtype).str, tuple(int(d) for d in shape))
+            for name, (dtype, shape) in sorted(specs.items())
+        ]
+    )
+    return hashlib.blake2b(canonical.encode(), digest_size=16).digest()
+
+
+# A PS's digests by its parameters' (name, dtype, shape): computed once, not per push.
+_DIGESTS: Dict[tuple, bytes] = {}
+_DIGESTS_KEPT = 8
+
+
+def _packable_digest(params: Mapping[str, np.ndarray]) -> bytes:
+    """The layout digest of `params` when they can travel as one block (some, all of one
+    numeric dtype of the wire's: little-endian, as the wire's tensors are); else b""."""
+    key = tuple((n, a.dtype, a.shape) for n, a in params.items())
+    digest = _DIGESTS.get(key)
+    if digest is None:
+        dtypes = {dtype for _, dtype, _ in key}
+        digest = b""
+        if len(dtypes) == 1 and dtypes.pop() in tu._NP_TO_PB:
+            digest = packed_layout_digest({n: (dtype, shape) for n, dtype, shape in key})
+        if len(_DIGESTS) >= _DIGESTS_KEPT:
+            _DIGESTS.clear()
+        _DIGESTS[key] = digest
+    return digest
 
 
 def push_answer_pieces(answer: pb.PushGradientsResponse, pull: Optional[DensePull]) -> List:
     """`answer` serialized with `pull`'s tensors in its dense_parameters (the PS's side of
     the same protobuf merge as `encode_push`), as pieces whose concatenation is those bytes: a
-    channel writes them as they are, the tensors without another copy."""
+    channel writes them as they are, the tensors without another copy. A packed block starts
+    at an offset of the concatenation that is a multiple of `ALIGNMENT`."""
     head = answer.SerializeToString()
+    if pull is not None and pull.values is not None:
+        return [head, *_aligned_block(len(head), pull.values)]
     if pull is None or not pull.tensors:
         return [head]
     return [head, _tag(_ANSWER_PULL) + tu._varint(len(pull.tensors)), pull.tensors]
+
+
+# Where a packed block starts in an answer: TensorFlow's CPU allocator alignment.
+ALIGNMENT = tu.ALIGNMENT
+
+
+def _aligned_block(start: int, values: np.ndarray) -> List:
+    """The pieces of one more dense_parameters field after `start` bytes: `packed_padding`, then
+    `values` as `packed_values` at an offset that is a multiple of ALIGNMENT."""
+    data = memoryview(values.view(np.uint8))
+    values_head = _tag(_PACKED_VALUES) + tu._varint(data.nbytes)
+    pad = 0
+    while True:  # at most twice more: the padding stays under 128 bytes, one byte of length
+        inner = 2 + pad + len(values_head) + data.nbytes
+        outer_head = _tag(_ANSWER_PULL) + tu._varint(inner)
+        offset = start + len(outer_head) + 2 + pad + len(values_head)
+        if offset % ALIGNMENT == 0:
+            break
+        pad += -offset % ALIGNMENT
+    padding = _tag(_PACKED_PADDING) + bytes((pad,)) + bytes(pad)
+    return [outer_head + padding + values_head, data]
 
 
 @dataclass
 class PushAnswer:
     """A push's answer as the worker reads it: the message without the dense parameters it
     carried in the usual layout, and those parameters as views of the answer's bytes (None:
-    protobuf parsed the whole answer, and the parameters are in the message)."""
+    protobuf parsed the whole answer, and the parameters are in the message); or, when they came
+    as one block, that block's bytes in `packed` (a view of the answer's; their names and dtype
+    are in the message's dense_parameters)."""
 
     message: pb.PushGradientsResponse
     pulled: Optional[Dict[str, np.ndarray]] = None
+    packed: Optional[memoryview] = None
 
 
 def _decode_answer_python(data) -> PushAnswer:
     view = memoryview(data)
     pulled: Dict[str, np.ndarray] = {}
+    packed: List[memoryview] = []
 
     def take(number: int, start: int, end: int) -> bool:
-        if number != _PULLED:
-            return False
-        name, value = _entry(view, start, end)
-        pulled[name] = tu.tensor_bytes_to_ndarray(view[slice(*value)])  # a later entry wins
+        if number == _PULLED:
+            name, value = _entry(view, start, end)
+            pulled[name] = tu.tensor_bytes_to_ndarray(view[slice(*value)])  # a later entry wins
+        elif number == _PACKED_VALUES:
+            packed.append(view[start:end])  # a later occurrence wins
+        else:
+            return False  # the padding too: protobuf reads it (under 128 bytes)
         return True
 
     rest = _split_out(view, _ANSWER_PULL, take)
-    return PushAnswer(pb.PushGradientsResponse.FromString(rest), pulled)
+    return PushAnswer(
+        pb.PushGradientsResponse.FromString(rest), pulled, packed[-1] if packed else None
+    )
 
 
 def decode_push_answer(data) -> PushAnswer:
-    """The answer to a push in `data` (bytes, or a channel frame's bytearray), its pulled dense
-    parameters as views of `data` (read-only for bytes) where they are laid out as usual;
-    anything else is parsed by protobuf, whose answer this always is."""
+    """The answer to a push in `data` (bytes, or a channel frame's buffer), its pulled dense
+    parameters as views of `data` (read-only for bytes) where they are laid out as usual, or
+    their block's bytes; anything else is parsed by protobuf, whose answer this always is."""
     try:
         return _decode_answer_python(data)
     except (_Unexpected, ValueError, TypeError, UnicodeDecodeError):  # TypeError: a bad dtype

@@ -284,7 +284,94 @@ def _read_as_protobuf(read) -> pb.PushGradientsResponse:
     whole.CopyFrom(read.message)
     for name, value in (read.pulled or {}).items():
         tu.ndarray_to_pb(np.array(value), whole.dense_parameters.dense_parameters[name])
+    if read.packed is not None:
+        whole.dense_parameters.packed_values = bytes(read.packed)
     return whole
+
+
+def _digest(params) -> bytes:
+    return push_wire.packed_layout_digest({n: (a.dtype, a.shape) for n, a in params.items()})
+
+
+def _packed_answer(params, version=3) -> bytes:
+    answer = pb.PushGradientsResponse(accepted=True, version=version)
+    pull = DensePull(answer.dense_parameters, packed=_digest(params))
+    pull.message.initialized, pull.message.version = True, version
+    pull.write(params)
+    return b"".join(bytes(memoryview(p).cast("B")) for p in push_answer_pieces(answer, pull))
+
+
+def _aligned_copy(data: bytes) -> np.ndarray:
+    """`data` in a buffer that starts at a 64-byte boundary, as a channel reads an answer."""
+    buf = tu.aligned_empty(len(data), np.uint8)
+    buf[:] = np.frombuffer(data, np.uint8)
+    return buf
+
+
+PACKED_PARAMS = {
+    "w": np.arange(12, dtype=np.float32).reshape(3, 4),
+    "b": np.array([5.0, 6.0], dtype=np.float32),
+    "empty": np.zeros((0, 3), dtype=np.float32),
+}
+
+
+def test_a_packed_answer_parses_as_protobufs_its_block_in_name_order():
+    data = _packed_answer(PACKED_PARAMS, version=7)
+    parsed = pb.PushGradientsResponse.FromString(data)
+    pulled = parsed.dense_parameters
+    assert parsed.accepted and parsed.version == 7 and pulled.initialized and pulled.version == 7
+    assert list(pulled.packed_names) == ["b", "empty", "w"] and not pulled.dense_parameters
+    assert pulled.packed_dtype == pb.DT_FLOAT32
+    want = np.concatenate([PACKED_PARAMS[n].reshape(-1) for n in ("b", "empty", "w")])
+    assert pulled.packed_values == want.tobytes()
+    assert set(pulled.packed_padding) <= {0}
+    # The worker reads the block as a view of the answer, the rest as protobuf does.
+    buf = _aligned_copy(data)
+    read = decode_push_answer(buf)
+    assert read.pulled == {} and read.packed is not None
+    assert np.shares_memory(np.frombuffer(read.packed, np.uint8), buf)
+    assert bytes(read.packed) == want.tobytes()
+    assert not read.message.dense_parameters.packed_values  # read apart, not parsed twice
+    assert _read_as_protobuf(read) == parsed
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.float64])
+def test_a_packed_block_starts_at_a_64_byte_offset_whatever_precedes_it(dtype):
+    # The answer's head grows with the names and the version, and the field's length prefix
+    # with the block (one more byte past 127 bytes, and past 16,383): every remainder of 64.
+    seen = set()
+    for name_length in range(1, 70):
+        for count in (1, 3, 14, 16, 31, 32, 2040, 2050, 4100):
+            for version in (1, 300):
+                params = {"p" * name_length: np.ones(count, dtype)}
+                data = _packed_answer(params, version)
+                read = decode_push_answer(_aligned_copy(data))
+                block = np.frombuffer(read.packed, dtype)
+                assert block.ctypes.data % 64 == 0, (name_length, count, version)
+                assert block.size == count and (block == 1).all()
+                padding = pb.PushGradientsResponse.FromString(data).dense_parameters.packed_padding
+                seen.add(len(padding) % 64)
+    assert len(seen) == 64  # every offset the head left was padded to the boundary
+
+
+def test_parameters_travel_as_a_block_only_when_the_ps_holds_them_as_the_worker_lays_them_out():
+    fewer = {n: v for n, v in PACKED_PARAMS.items() if n != "b"}
+    wider = {**PACKED_PARAMS, "b": np.zeros(3, np.float32)}
+    doubles = {n: v.astype(np.float64) for n, v in PACKED_PARAMS.items()}
+    for held, asked in (
+        (PACKED_PARAMS, b""),  # not asked
+        (PACKED_PARAMS, _digest(fewer)),  # the worker's model lacks a tensor
+        (PACKED_PARAMS, _digest(wider)),  # or has one of another shape
+        (PACKED_PARAMS, _digest(doubles)),  # or of another dtype
+        (ANSWER_PARAMS, _digest(ANSWER_PARAMS)),  # several dtypes: no one block
+        ({}, _digest({})),
+    ):
+        answer = pb.PushGradientsResponse(accepted=True, version=3)
+        pull = DensePull(answer.dense_parameters, packed=asked)
+        pull.write(held)
+        assert pull.values is None and not pull.message.packed_names
+        read = decode_push_answer(b"".join(push_answer_pieces(answer, pull)))
+        assert read.packed is None and read.pulled.keys() == held.keys()
 
 
 ANSWER_PARAMS = {
@@ -345,8 +432,12 @@ def test_what_the_answer_reader_does_not_expect_is_parsed_by_protobuf():
         decode_push_answer(b"\xff\xff")
 
 
-def test_truncated_and_corrupted_answers_read_as_protobuf_reads_them():
-    data = _answer_by_protobuf(ANSWER_PARAMS, initialized=True, version=3).SerializeToString()
+@pytest.mark.parametrize("packed", [False, True], ids=["tensors", "block"])
+def test_truncated_and_corrupted_answers_read_as_protobuf_reads_them(packed):
+    if packed:
+        data = _packed_answer(PACKED_PARAMS)
+    else:
+        data = _answer_by_protobuf(ANSWER_PARAMS, initialized=True, version=3).SerializeToString()
     rng = np.random.default_rng(11)
     cases = [data[:n] for n in range(0, len(data), 7)]
     for _ in range(300):

@@ -35,6 +35,19 @@ except ImportError:  # pragma: no cover
     pass
 
 
+# TensorFlow's CPU allocator alignment: a NumPy input aligned to it becomes a tensor without
+# being copied.
+ALIGNMENT = 64
+
+
+def aligned_empty(size: int, dtype) -> np.ndarray:
+    """An uninitialised 1-D array of `size` elements whose data starts at a 64-byte boundary."""
+    dtype = np.dtype(dtype)
+    raw = np.empty(size * dtype.itemsize + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start : start + size * dtype.itemsize].view(dtype)
+
+
 def dtype_to_pb(dtype) -> int:
     dtype = np.dtype(dtype)
     if dtype.kind in ("S", "O", "U"):

@@ -176,7 +176,9 @@ class PserverServicer(pb_grpc.PserverServicer):
         serialized bytes (`push_answer_pieces`: a channel sends them as they are); raises PSError
         for a bad request."""
         resp = pb.PushGradientsResponse()
-        pull = DensePull(resp.dense_parameters) if push.request.pull_dense_parameters else None
+        pull = None
+        if push.request.pull_dense_parameters:
+            pull = DensePull(resp.dense_parameters, packed=push.request.pull_dense_packed)
         self._apply_push(push.request, resp, pull, push.embedding, push.dense)
         return push_answer_pieces(resp, pull)
 

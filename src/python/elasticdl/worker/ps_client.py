@@ -28,10 +28,13 @@ import numpy as np
 from elasticdl.common import local_channel as lc
 from elasticdl.common import shared_memory as shm
 from elasticdl.common.hash_utils import string_to_id
-from elasticdl.common.push_wire import PushAnswer, decode_push_answer
+from elasticdl.common.push_wire import PushAnswer, decode_push_answer, packed_layout_digest
 from elasticdl.common.tensor_utils import (
+    ALIGNMENT,
     IndexedRows,
+    aligned_empty,
     ndarray_to_pb,
+    pb_to_dtype,
     pb_to_ndarray,
     tensor_bytes_to_ndarray,
 )
@@ -144,6 +147,8 @@ class PSClient:
         # Per PS, the tensors of the dense layout it holds: what a region with it is made for.
         self._dense_layout_of: List[Dict[str, Tuple[np.dtype, Tuple[int, ...]]]] = []
         self._message_layout: Optional[PackedLayout] = None
+        # Per PS, the digest of its tensors' layout that asks it for packed answers (b"": none).
+        self._packed_digests: List[bytes] = []
 
     def close(self) -> None:
         for link in self._links:
@@ -173,6 +178,10 @@ class PSClient:
         for name, spec in self._dense_layout.items():
             self._dense_layout_of[self.ps_of_param(name)][name] = spec
         self._message_layout = message_layout(self._dense_layout_of)
+        self._packed_digests = [
+            packed_layout_digest(specs) if specs and self._message_layout is not None else b""
+            for specs in self._dense_layout_of
+        ]
         for link in self._links:
             link.attach_countdown = 0
 
@@ -322,11 +331,14 @@ class PSClient:
         responses: List[pb.PullDenseParametersResponse],
         include_state: bool = False,
         pulled: Optional[List[Optional[Dict[str, np.ndarray]]]] = None,
+        packed: Optional[List[Optional[memoryview]]] = None,
     ) -> PullResult:
         """Parameters and per-PS versions from one PullDenseParametersResponse per PS;
-        `pulled[i]`, when not None, holds PS i's parameters read apart from its message."""
+        `pulled[i]`, when not None, holds PS i's parameters read apart from its message, and
+        `packed[i]` the bytes of PS i's parameters when they came as one block."""
         responses = list(responses)
         pulled = list(pulled) if pulled is not None else [None] * len(responses)
+        packed = list(packed) if packed is not None else [None] * len(responses)
         # A PS whose version went back was relaunched from an older checkpoint: it sends nothing
         # for a request of a newer version, but the local copy is not its model any more.
         went_back = [
@@ -341,11 +353,12 @@ class PSClient:
                 [i for i, _ in went_back],
             )
             for (i, _), resp in zip(went_back, self._fan_out("pull_dense_parameters", went_back)):
-                responses[i], pulled[i] = resp, None
+                responses[i], pulled[i], packed[i] = resp, None, None
         uninitialized = []
         params: Dict[str, np.ndarray] = {}
         state: Dict[str, np.ndarray] = {}
         blocks: Optional[Dict[int, np.ndarray]] = {}
+        in_regions = False
         for ps_id, resp in enumerate(responses):
             if not resp.initialized:
                 uninitialized.append(ps_id)
@@ -356,11 +369,17 @@ class PSClient:
                 if shared is None:  # cannot happen: only a push naming a region gets this answer
                     raise RuntimeError(f"PS {ps_id} answered in shared memory this worker lacks")
                 params.update(shared.region.parameters())
-                packed = shared.region.packed()
-                if blocks is not None and packed is not None:
-                    blocks[ps_id] = packed.parameters
+                in_region = shared.region.packed()
+                in_regions = True
+                if blocks is not None and in_region is not None:
+                    blocks[ps_id] = in_region.parameters
                 else:
                     blocks = None
+            elif packed[ps_id] is not None:
+                block = self._packed_block(ps_id, resp, packed[ps_id])
+                params.update(self._message_layout.unpack(ps_id, block))
+                if blocks is not None:
+                    blocks[ps_id] = block
             elif resp.dense_parameters or pulled[ps_id]:
                 blocks = None
             if pulled[ps_id]:
@@ -371,8 +390,37 @@ class PSClient:
                 state[name] = pb_to_ndarray(tensor)
             self.ps_versions[ps_id] = resp.version
         return PullResult(
-            uninitialized_ps=uninitialized, parameters=params, blocks=blocks or None, state=state
+            uninitialized_ps=uninitialized,
+            parameters=params,
+            blocks=blocks or None,
+            state=state,
+            blocks_are_views=in_regions,
         )
+
+    def _packed_block(self, ps_id: int, resp: pb.PullDenseParametersResponse, data) -> np.ndarray:
+        """PS `ps_id`'s parameters that came as one block (`data`, its bytes), as the packed
+        step takes them: `data` itself when it starts at a 64-byte boundary (an answer read from
+        a channel), else an aligned copy."""
+        layout = self._message_layout
+        entries = dict(layout.entries).get(ps_id, ()) if layout is not None else ()
+        expected = tuple(name for name, *_ in entries)
+        dtype = pb_to_dtype(resp.packed_dtype)
+        names = tuple(resp.packed_names)
+        size = entries[-1][1] + entries[-1][2] if entries else 0
+        mine = {spec[0] for spec in self._dense_layout_of[ps_id].values()} if entries else set()
+        if names != expected or mine != {dtype} or data.nbytes != size * dtype.itemsize:
+            raise RuntimeError(
+                f"PS {ps_id} sent its dense parameters as one block of {len(names)} {dtype} "
+                f"tensors ({data.nbytes} bytes, {list(names[:3])}...) that this worker's model "
+                f"does not hold as {len(expected)} tensors ({list(expected[:3])}...): the PS and "
+                "the worker run different models"
+            )
+        block = np.frombuffer(data, dtype)
+        if block.ctypes.data % ALIGNMENT == 0:
+            return block
+        aligned = aligned_empty(block.size, dtype)
+        np.copyto(aligned, block)
+        return aligned
 
     def rows_per_message(self, name: str, dim: Optional[int] = None) -> int:
         dim = dim or self._table_dims.get(name) or 1
@@ -563,7 +611,9 @@ class PSClient:
         pulled = None
         if pull_dense and all(r.HasField("dense_parameters") for r in responses):
             pulled = self._pull_result(
-                [r.dense_parameters for r in responses], pulled=[a.pulled for a in answers]
+                [r.dense_parameters for r in responses],
+                pulled=[a.pulled for a in answers],
+                packed=[a.packed for a in answers],
             )
         return PushResult(
             accepted=all(r.accepted for r in responses),
@@ -587,12 +637,15 @@ class PSClient:
             entries_of = dict(packed.layout.entries)
         parts = []
         push_id = next(self._push_ids)  # every resend of this push carries it too
+        packed_pull = pull_dense and bool(self._packed_digests)
         for ps_id, version in enumerate(self.ps_versions):
             req = pb.PushGradientsRequest(
                 gradients=pb.Model(version=max(version, 0)),
                 learning_rate=float(learning_rate),
                 worker_id=self.worker_id,
                 pull_dense_parameters=pull_dense,
+                # The parameters as one block, which the packed step takes as it is.
+                pull_dense_packed=self._packed_digests[ps_id] if packed_pull else b"",
                 push_id=push_id,
             )
             if packed is None:

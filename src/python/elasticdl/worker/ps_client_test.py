@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
 from elasticdl.common.hash_utils import string_to_id
+from elasticdl.common.tensor_utils import aligned_empty
+from elasticdl.proto import elasticdl_pb2 as pb
 from elasticdl.worker.ps_client import (
     EmbeddingTableInfo,
     PSClient,
@@ -201,4 +203,36 @@ def test_a_push_whose_answer_was_lost_is_sent_again_and_taken_once(ps_cluster, m
     # The next push is a new one.
     assert client.push_gradients({"a": np.ones(3, np.float32)}, learning_rate=0.5).accepted
     assert ps.version == 2
+    client.close()
+
+
+def test_a_block_of_parameters_is_taken_as_it_came_when_aligned_and_refused_when_unknown():
+    client = PSClient(["127.0.0.1:1"])
+    client.set_dense_layout({"b": np.zeros(2, np.float32), "w": np.zeros((2, 3), np.float32)})
+    block = aligned_empty(8, np.float32)
+    block[:] = np.arange(8)
+    resp = pb.PullDenseParametersResponse(
+        initialized=True, version=1, packed_names=["b", "w"], packed_dtype=pb.DT_FLOAT32
+    )
+    got = client._packed_block(0, resp, memoryview(block.view(np.uint8)))
+    assert np.shares_memory(got, block)  # used where it was received
+    np.testing.assert_array_equal(got, block)
+    raw = np.empty(block.nbytes + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + 4  # 4 bytes past a 64-byte boundary, as gRPC's bytes may be
+    odd = raw[start : start + block.nbytes]
+    odd[:] = block.view(np.uint8)
+    copied = client._packed_block(0, resp, memoryview(odd))
+    assert copied.ctypes.data % 64 == 0 and not np.shares_memory(copied, odd)
+    np.testing.assert_array_equal(copied, block)
+    for names, dtype, data in (
+        (["w", "b"], pb.DT_FLOAT32, block),  # another order
+        (["b"], pb.DT_FLOAT32, block[:2]),  # a tensor short
+        (["b", "w"], pb.DT_FLOAT64, block.astype(np.float64)),  # another dtype
+        (["b", "w"], pb.DT_FLOAT32, block[:7]),  # another size
+    ):
+        resp.ClearField("packed_names")
+        resp.packed_names.extend(names)
+        resp.packed_dtype = dtype
+        with pytest.raises(RuntimeError, match="different models"):
+            client._packed_block(0, resp, memoryview(np.ascontiguousarray(data).view(np.uint8)))
     client.close()

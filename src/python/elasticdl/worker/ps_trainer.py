@@ -571,12 +571,13 @@ class PSTrainer(Trainer):
         self, layout: Optional[PackedLayout], pulled: PullResult, keep: bool
     ) -> Optional[PullResult]:
         """`pulled` as the packed step laid out by `layout` takes it (None: the caller assigns it
-        at once): the regions' parameter blocks, copied when `keep` (the next push's answer
-        overwrites them while the step after it has yet to read them), or parameters that came
-        in messages packed into fresh blocks, which then need every dense parameter."""
+        at once): the blocks that came in messages, the regions' parameter blocks, copied when
+        `keep` (the next push's answer overwrites them while the step after it has yet to read
+        them), or parameters that came in messages one by one packed into fresh blocks, which
+        then need every dense parameter."""
         if layout is None:
             return None
-        if pulled.blocks is not None and not keep:
+        if pulled.blocks is not None and (not keep or not pulled.blocks_are_views):
             return pulled
         if pulled.blocks is not None:
             blocks = {ps_id: np.array(b) for ps_id, b in pulled.blocks.items()}
@@ -589,15 +590,16 @@ class PSTrainer(Trainer):
             params.update(layout.unpack(ps_id, block))
         if params.keys() != set(self._names):
             return None
-        return PullResult([], params, blocks)
+        return PullResult([], params, blocks, blocks_are_views=False)
 
     # ------------------------------------------------------------------ packed path
     # One compiled call per minibatch assigns the parameters the previous push brought back,
     # computes the gradients and returns them as one flat block per PS. When every dense
     # parameter travels through packed shared-memory regions, the call reads the region's flat
     # parameter block and the push copies the gradient block into the region at once; when
-    # they travel in messages, the answer's parameters are packed into an aligned block first
-    # and the push sends views of the gradient block. That saves a compiled call per minibatch
+    # they travel in messages, the PS sends the parameters as one block that the call takes as
+    # it is (one PS that sends them tensor by tensor has them packed into a block first), and
+    # the push sends views of the gradient block. That saves a compiled call per minibatch
     # (the assign) and a conversion and copy per variable. The parameters a push brings back
     # wait in `_pending` until that call; anything else that reads the model first calls
     # `flush_pending_assign`.

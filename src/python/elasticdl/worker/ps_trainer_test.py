@@ -3,7 +3,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from elasticdl.common import push_wire
 from elasticdl.common.model_utils import ModelSpec
+from elasticdl.worker import ps_client
 from elasticdl.worker.layers import Embedding
 from elasticdl.worker.ps_client import PSClient
 from elasticdl.worker.ps_trainer import (
@@ -13,7 +15,7 @@ from elasticdl.worker.ps_trainer import (
     TrainerConfig,
     WorkerStuckError,
 )
-from elasticdl.worker.ps_types import message_layout
+from elasticdl.worker.ps_types import PackedLayout, message_layout
 
 LR = 0.1
 
@@ -491,11 +493,29 @@ def test_layers_on_the_same_ids_pull_in_one_call_and_train_as_apart(ps_cluster):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("stream", [True, False])
-def test_dense_tensors_in_messages_take_the_packed_step(ps_cluster, stream):
+@pytest.mark.parametrize("ps_packs", [True, False], ids=["ps_packs", "ps_sends_tensors"])
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "grpc"])
+def test_dense_tensors_in_messages_take_the_packed_step(ps_cluster, monkeypatch, stream, ps_packs):
     # A worker on another host than its PS (no shared memory), by its stream channel or by
-    # gRPC: the pushes' answers are packed into aligned blocks that the next step assigns in
-    # its own compiled call, and it trains as Keras does.
+    # gRPC: each push's answer brings the parameters as one aligned block per PS that the next
+    # step assigns in its own compiled call, and it trains as Keras does. The stream channel
+    # reads the answer into an aligned buffer, so its block is used as it came; gRPC's bytes
+    # may start anywhere, and are copied once. A PS that sends the parameters tensor by tensor
+    # (one that predates packed answers) has them packed into blocks by the worker.
+    if not ps_packs:
+        monkeypatch.setattr(push_wire, "_packable_digest", lambda params: b"")
+    packs = []
+    monkeypatch.setattr(
+        PackedLayout,
+        "pack",
+        lambda self, params, pack=PackedLayout.pack: packs.append(1) or pack(self, params),
+    )
+    copies = []
+    monkeypatch.setattr(
+        ps_client,
+        "aligned_empty",
+        lambda *a, fn=ps_client.aligned_empty: copies.append(1) or fn(*a),
+    )
     cluster = ps_cluster(2, use_async=False)
     client = PSClient(cluster.addrs, shared_memory=False, stream_channel=stream)
     trainer = PSTrainer(_spec(_dense_model), client)
@@ -520,6 +540,12 @@ def test_dense_tensors_in_messages_take_the_packed_step(ps_cluster, stream):
         assert pending is not None and holders and sorted(pending.blocks) == holders
         assert all(block.ctypes.data % 64 == 0 for block in pending.blocks.values())
     assert assigns == []  # every answer went to the next step's call, none assigned apart
+    if ps_packs:
+        assert packs == []  # the blocks came as they are
+        if stream:
+            assert copies == []  # and were used where they were received
+    else:
+        assert len(packs) == 4
     assert client.packed_layout() == message_layout(client._dense_layout_of)
     assert all(link.shared is None for link in client._links)
     assert all((link.stream is not None) == stream for link in client._links)

@@ -10,6 +10,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 from elasticdl import ops
 from elasticdl.common import shared_memory as shm
+from elasticdl.common.tensor_utils import aligned_empty
 
 
 class PSUnavailableError(RuntimeError):
@@ -32,10 +33,13 @@ class PullResult:
     uninitialized_ps: List[int]
     parameters: Dict[str, np.ndarray]
     # PS id -> its flat parameter block, when every PS that sent parameters wrote them into a
-    # packed shared-memory region (views, valid until the next push); else None.
+    # packed shared-memory region or sent them as one block; else None.
     blocks: Optional[Dict[int, np.ndarray]] = None
     # The model's non-trainable state the PS hold, when the pull asked for it (include_state).
     state: Dict[str, np.ndarray] = field(default_factory=dict)
+    # Some blocks may be views of shared-memory regions, valid until the next push (copy to
+    # keep them); False: blocks that came in messages, the worker's own.
+    blocks_are_views: bool = True
 
     @property
     def all_initialized(self) -> bool:
@@ -64,8 +68,8 @@ class PackedLayout:
         for ps_id, entries in self.entries:
             if any(name not in params for name, *_ in entries):
                 return None
-            _, last, size, _ = entries[-1]
-            block = aligned_empty(last + size, params[entries[0][0]].dtype)
+            _, last, last_size, _ = entries[-1]
+            block = aligned_empty(last + last_size, params[entries[0][0]].dtype)
             for name, offset, size, _ in entries:
                 np.copyto(block[offset : offset + size], params[name].reshape(-1))
             blocks[ps_id] = block
@@ -93,19 +97,6 @@ def message_layout(
             count += size
         entries.append((ps_id, tuple(mine)))
     return PackedLayout(tuple(entries)) if entries else None
-
-
-# TensorFlow's CPU allocator alignment: a NumPy input aligned to it becomes a tensor without
-# being copied.
-_TF_ALIGNMENT = 64
-
-
-def aligned_empty(size: int, dtype) -> np.ndarray:
-    """An uninitialised 1-D array of `size` elements whose data starts at a 64-byte boundary."""
-    dtype = np.dtype(dtype)
-    raw = np.empty(size * dtype.itemsize + _TF_ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % _TF_ALIGNMENT
-    return raw[start : start + size * dtype.itemsize].view(dtype)
 
 
 @dataclass
