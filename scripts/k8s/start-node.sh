@@ -51,8 +51,10 @@ AUTH=${ELASTICDL_NODE_KUBELET_AUTH:-secure}
 CGROOT=${ELASTICDL_NODE_CGROUP:-/elasticdl-node}
 GRACE=${ELASTICDL_NODE_GRACE:-40s}
 MONITOR=${ELASTICDL_NODE_MONITOR_PERIOD:-5s}
-# How long a node's engine may take to answer (seconds).
+# How long a node's engine may take to answer (seconds), and how often one that exits while
+# starting is started again (as systemd's docker.service restarts it).
 DOCKERD_READY_S=180
+DOCKERD_RESTARTS=2
 NETP=${ELASTICDL_NODE_NET:-10.244}
 PB=${ELASTICDL_NODE_PORT_BASE:-24300}
 REGISTRY_KEEP_MB=${ELASTICDL_NODE_REGISTRY_KEEP_MB:-8192}
@@ -132,6 +134,29 @@ wait_for() { # what timeout-seconds command...
   local what=$1 t=$2; shift 2
   for _ in $(seq $((t * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
   die "$what not ready after ${t}s (logs in $L)"
+}
+
+wait_for_engine() { # node: its engine answers; else the start fails with what it was doing
+  local i=$1 restarts=0 end=$((SECONDS + DOCKERD_READY_S)) kept
+  while ((SECONDS < end)); do
+    curl -sf --unix-socket "$(node_dir "$i")/docker.sock" http://d/_ping >/dev/null 2>&1 && return 0
+    if ! alive "dockerd-$i"; then
+      ((restarts < DOCKERD_RESTARTS)) || break
+      restarts=$((restarts + 1))
+      # Its log is overwritten by the next spawn: kept under another name.
+      kept="$L/dockerd-$i.exited-$restarts.log"
+      cp "$L/dockerd-$i.log" "$kept" 2>/dev/null || true
+      say "dockerd of node $i exited while starting, its log kept in $kept ($(tail -n 1 "$kept" | cut -c1-200)); starting it again"
+      start_dockerd "$i"
+      end=$((SECONDS + DOCKERD_READY_S))
+    fi
+    sleep 0.2
+  done
+  local state="exited while starting ($restarts restarts)"
+  alive "dockerd-$i" && state="not answering after ${DOCKERD_READY_S}s"
+  kept="$L/dockerd-$i.not-ready.log"
+  cp "$L/dockerd-$i.log" "$kept" 2>/dev/null || true
+  die "dockerd of node $i $state; its log, kept in $kept, ends: $(tail -n 1 "$kept" 2>/dev/null | cut -c1-240)"
 }
 
 node_count() { # the running cluster's node count, else the one asked for
@@ -515,7 +540,7 @@ boot_node() { # node node-count: namespace, engine, images, kubelet (idempotent)
   node_ns "$i"
   start_dockerd "$i"
   # After a hard kill the engine first cleans up the containers it left: minutes under load.
-  wait_for "dockerd of node $i" "$DOCKERD_READY_S" curl -sf --unix-socket "$(node_dir "$i")/docker.sock" http://d/_ping
+  wait_for_engine "$i"
   images "$i"
   start_kubelet "$i" "$n"
 }
@@ -614,7 +639,7 @@ start() {
     --kubelet-certificate-authority="$P/ca.crt" --kubelet-preferred-address-types=InternalIP,Hostname \
     --allow-privileged=true --profiling=false --v=1
   for i in $(seq "$n"); do
-    wait_for "dockerd of node $i" "$DOCKERD_READY_S" curl -sf --unix-socket "$(node_dir "$i")/docker.sock" http://d/_ping
+    wait_for_engine "$i"
     images "$i"
     ((fresh_registry == 0)) || drop_registry_copies "$i"
   done

@@ -20,6 +20,11 @@ they wait until no other test process uses it; it is handed back whole afterward
    iptables rules and the names of its links) and starts a working cluster; killed hard again,
    ``stop`` alone leaves nothing behind either. Throughout, the machine's ``docker0`` (another
    engine's bridge) survives the nodes' engines.
+4. A node's engine that exits while starting is started again (twice at most, as systemd's
+   docker.service restarts it), its log kept; one that keeps exiting fails the start at once,
+   the error ending with that engine's last log line, instead of after the engines' timeout.
+   The failures come from a wrapper ahead of the real ``dockerd`` on PATH (a fault injected:
+   an engine's own start-up failures cannot be produced on demand).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -552,4 +558,67 @@ def test_a_cluster_killed_hard_is_cleaned_up_by_start_and_by_stop(exclusive_clus
         docker0.assert_kept("by stop")
     finally:
         docker0.close()
+    # (exclusive_cluster starts the cluster again for the other tests)
+
+
+def _failing_dockerd(tmp_path: Path) -> dict[str, str]:
+    """An environment whose ``dockerd`` fails its first ``$FAILS`` starts per engine (counted by
+    its arguments: each node's engine has its own config file), then runs the real one."""
+    real = shutil.which("dockerd")
+    assert real, "no dockerd on PATH"
+    bin_dir, counts = tmp_path / "bin", tmp_path / "counts"
+    bin_dir.mkdir(parents=True)
+    counts.mkdir(parents=True)
+    wrapper = bin_dir / "dockerd"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'c="{counts}/$(echo "$*" | md5sum | cut -c1-8)"\n'
+        'n=$(cat "$c" 2>/dev/null || echo 0); echo $((n + 1)) >"$c"\n'
+        'if [ "$n" -lt "$FAILS" ]; then\n'
+        '  echo "level=fatal msg=\\"start failure $n of the test\\"" >&2; exit 1\n'
+        "fi\n"
+        f'exec {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_an_engine_exiting_while_starting_is_started_again_and_one_that_keeps_exiting_fails_at_once(
+    exclusive_cluster, tmp_path
+):
+    cluster = exclusive_cluster
+    logs = cluster.state_dir / "logs"
+    r = cluster.script("stop")  # (stopped by the test before; idempotent)
+    assert r.returncode == 0, r.stderr
+    try:
+        env = _failing_dockerd(tmp_path / "once")
+        r = cluster.script("start", env={**env, "FAILS": "1"})
+        assert r.returncode == 0, r.stderr
+        for i in range(1, len(cluster.nodes) + 1):
+            assert f"dockerd of node {i} exited while starting" in r.stderr, r.stderr
+            assert "start failure 0 of the test" in (logs / f"dockerd-{i}.exited-1.log").read_text()
+            assert cluster.docker_on(cluster.nodes[i - 1], "info", "-f", "{{.ID}}").strip()
+        for node in cluster.nodes:
+            wait_for(lambda node=node: _ready(cluster, node) == "True", 60, f"node {node} Ready")
+        r = cluster.script("stop")
+        assert r.returncode == 0, r.stderr
+
+        env = _failing_dockerd(tmp_path / "always")
+        started = time.monotonic()
+        r = cluster.script("start", env={**env, "FAILS": "99"})
+        took = time.monotonic() - started
+        assert r.returncode != 0
+        last = r.stderr.strip().splitlines()[-1]
+        assert re.fullmatch(
+            r"start-node: error: dockerd of node 1 exited while starting \(2 restarts\); its log, "
+            r"kept in \S+dockerd-1\.not-ready\.log, ends: .*start failure 2 of the test.*",
+            last,
+        ), r.stderr
+        assert took < 60, f"the start failed after {took:.0f} s, not at once"
+    finally:
+        cluster.script("stop")
+        for kept in list(logs.glob("dockerd-*.exited-*.log")) + list(
+            logs.glob("dockerd-*.not-ready.log")
+        ):
+            kept.unlink()
     # (exclusive_cluster starts the cluster again for the other tests)
