@@ -7,9 +7,10 @@ worker writes them once (`encode_push`) and the PS reads them as views of the re
 (`decode_push`). The answer that carries the pulled parameters back goes the same way: the PS
 writes them once (`DensePull`, `push_answer_pieces`), the worker reads them as views
 (`decode_push_answer`). Asked for one block (`pull_dense_packed`), the PS writes them back to
-back, at an offset of the answer that is a multiple of 64 bytes (`ALIGNMENT`): a worker that
-reads the answer into a buffer so aligned gives that block to its step as it is, without
-reading a field per tensor or copying them into a block of its own.
+back, at an offset of the answer that is a multiple of 64 bytes (`tensor_utils.ALIGNMENT`,
+TensorFlow's CPU allocator alignment): a worker that reads the answer into a buffer so aligned
+gives that block to its step as it is, without reading a field per tensor or copying them into
+a block of its own.
 
 The bytes are the protobuf encoding of the same request: the message without those gradients,
 serialized by protobuf, followed by a second `gradients` field that holds only them. A parser
@@ -231,7 +232,7 @@ def push_answer_pieces(answer: pb.PushGradientsResponse, pull: Optional[DensePul
     """`answer` serialized with `pull`'s tensors in its dense_parameters (the PS's side of
     the same protobuf merge as `encode_push`), as pieces whose concatenation is those bytes: a
     channel writes them as they are, the tensors without another copy. A packed block starts
-    at an offset of the concatenation that is a multiple of `ALIGNMENT`."""
+    at an offset of the concatenation that is a multiple of `tu.ALIGNMENT`."""
     head = answer.SerializeToString()
     if pull is not None and pull.values is not None:
         return [head, *_aligned_block(len(head), pull.values)]
@@ -240,13 +241,9 @@ def push_answer_pieces(answer: pb.PushGradientsResponse, pull: Optional[DensePul
     return [head, _tag(_ANSWER_PULL) + tu._varint(len(pull.tensors)), pull.tensors]
 
 
-# Where a packed block starts in an answer: TensorFlow's CPU allocator alignment.
-ALIGNMENT = tu.ALIGNMENT
-
-
 def _aligned_block(start: int, values: np.ndarray) -> List:
     """The pieces of one more dense_parameters field after `start` bytes: `packed_padding`, then
-    `values` as `packed_values` at an offset that is a multiple of ALIGNMENT."""
+    `values` as `packed_values` at an offset that is a multiple of `tu.ALIGNMENT`."""
     data = memoryview(values.view(np.uint8))
     values_head = _tag(_PACKED_VALUES) + tu._varint(data.nbytes)
     pad = 0
@@ -254,9 +251,9 @@ def _aligned_block(start: int, values: np.ndarray) -> List:
         inner = 2 + pad + len(values_head) + data.nbytes
         outer_head = _tag(_ANSWER_PULL) + tu._varint(inner)
         offset = start + len(outer_head) + 2 + pad + len(values_head)
-        if offset % ALIGNMENT == 0:
+        if offset % tu.ALIGNMENT == 0:
             break
-        pad += -offset % ALIGNMENT
+        pad += -offset % tu.ALIGNMENT
     padding = _tag(_PACKED_PADDING) + bytes((pad,)) + bytes(pad)
     return [outer_head + padding + values_head, data]
 

@@ -48,6 +48,13 @@ def aligned_empty(size: int, dtype) -> np.ndarray:
     return raw[start : start + size * dtype.itemsize].view(dtype)
 
 
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A 1-D copy of `a` whose data starts at a 64-byte boundary."""
+    out = aligned_empty(a.size, a.dtype)
+    np.copyto(out, a.reshape(-1))
+    return out
+
+
 def dtype_to_pb(dtype) -> int:
     dtype = np.dtype(dtype)
     if dtype.kind in ("S", "O", "U"):

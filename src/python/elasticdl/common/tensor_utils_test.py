@@ -135,3 +135,12 @@ def test_truncated_varints_are_refused():
     for data in (b"\x80", b"\xff\xff", b"\x05\x80"):
         with pytest.raises(ValueError, match="inside a varint"):
             tu._read_varint(data, len(data) - 1 if data == b"\x05\x80" else 0)
+
+
+def test_an_aligned_copy_starts_at_64_bytes_and_owns_its_values():
+    raw = np.arange(40, dtype=np.float32)
+    for source in (raw[1:34], raw.reshape(5, 8)):  # a view 4 bytes in; a 2-D array
+        copy = tu.aligned_copy(source)
+        assert copy.ctypes.data % tu.ALIGNMENT == 0 and copy.dtype == np.float32
+        np.testing.assert_array_equal(copy, source.reshape(-1))
+        assert not np.shares_memory(copy, raw)

@@ -32,7 +32,7 @@ from elasticdl.common.push_wire import PushAnswer, decode_push_answer, packed_la
 from elasticdl.common.tensor_utils import (
     ALIGNMENT,
     IndexedRows,
-    aligned_empty,
+    aligned_copy,
     ndarray_to_pb,
     pb_to_dtype,
     pb_to_ndarray,
@@ -402,7 +402,7 @@ class PSClient:
         step takes them: `data` itself when it starts at a 64-byte boundary (an answer read from
         a channel), else an aligned copy."""
         layout = self._message_layout
-        entries = dict(layout.entries).get(ps_id, ()) if layout is not None else ()
+        entries = layout.entries_of(ps_id) if layout is not None else ()
         expected = tuple(name for name, *_ in entries)
         dtype = pb_to_dtype(resp.packed_dtype)
         names = tuple(resp.packed_names)
@@ -416,11 +416,7 @@ class PSClient:
                 "the worker run different models"
             )
         block = np.frombuffer(data, dtype)
-        if block.ctypes.data % ALIGNMENT == 0:
-            return block
-        aligned = aligned_empty(block.size, dtype)
-        np.copyto(aligned, block)
-        return aligned
+        return block if block.ctypes.data % ALIGNMENT == 0 else aligned_copy(block)
 
     def rows_per_message(self, name: str, dim: Optional[int] = None) -> int:
         dim = dim or self._table_dims.get(name) or 1
@@ -633,8 +629,6 @@ class PSClient:
         packed = dense_grads if isinstance(dense_grads, PackedGradients) else None
         if packed is None:
             by_name = self.partition_dense(dense_grads)
-        else:
-            entries_of = dict(packed.layout.entries)
         parts = []
         push_id = next(self._push_ids)  # every resend of this push carries it too
         packed_pull = pull_dense and bool(self._packed_digests)
@@ -652,7 +646,7 @@ class PSClient:
                 parts.append(PushPart(req, dense=by_name[ps_id]))
             elif ps_id in packed.blocks:
                 block = packed.blocks[ps_id]
-                parts.append(PushPart(req, block=block, entries=entries_of[ps_id]))
+                parts.append(PushPart(req, block=block, entries=packed.layout.entries_of(ps_id)))
             else:
                 parts.append(PushPart(req, dense={}))
         for name, grad in (embedding_grads or {}).items():

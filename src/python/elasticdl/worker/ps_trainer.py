@@ -40,6 +40,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from elasticdl.common.model_utils import ModelSpec
+from elasticdl.common.tensor_utils import aligned_copy
 from elasticdl.worker.layers import Embedding, SharedLookups, find_embedding_layers
 from elasticdl.worker.ps_client import (
     EmbeddingTableInfo,
@@ -570,17 +571,24 @@ class PSTrainer(Trainer):
     def _in_blocks(
         self, layout: Optional[PackedLayout], pulled: PullResult, keep: bool
     ) -> Optional[PullResult]:
-        """`pulled` as the packed step laid out by `layout` takes it (None: the caller assigns it
-        at once): the blocks that came in messages, the regions' parameter blocks, copied when
-        `keep` (the next push's answer overwrites them while the step after it has yet to read
-        them), or parameters that came in messages one by one packed into fresh blocks, which
-        then need every dense parameter."""
+        """`pulled` as the packed step laid out by `layout` takes it; None when it cannot (the
+        caller then assigns the parameters at once).
+
+        - Blocks the worker owns (`blocks_are_views` false: an answer's block, or a copy) are
+          taken as they are.
+        - Views of memory shared with a PS (a region's parameter block) are taken as they are
+          when the step reads them before the next push, and copied when `keep`: the next
+          push's answer overwrites the region while the step after it has yet to read them.
+        - Parameters that came one by one are packed into fresh blocks, which needs every
+          dense parameter of the layout.
+
+        Every copy or fresh block starts at a 64-byte boundary, as TensorFlow takes it."""
         if layout is None:
             return None
         if pulled.blocks is not None and (not keep or not pulled.blocks_are_views):
             return pulled
         if pulled.blocks is not None:
-            blocks = {ps_id: np.array(b) for ps_id, b in pulled.blocks.items()}
+            blocks = {ps_id: aligned_copy(b) for ps_id, b in pulled.blocks.items()}
         else:
             blocks = layout.pack(pulled.parameters)
             if blocks is None:

@@ -364,16 +364,27 @@ def test_overlapped_pushes_run_each_step_one_push_behind_and_wait_settles_them(p
     x, y = _data()
     server = cluster.servers[0]
     losses = []
+    aligned = []
     for step in range(1, 5):
         losses.append(overlapped.train_minibatch(x, y))
         # At most one push in flight: the previous one was answered before this one was sent.
         assert server.params.version >= step - 1
+        if overlapped._pending is not None:
+            aligned += [b.ctypes.data % 64 == 0 for b in overlapped._pending.blocks.values()]
     # The second step ran while the first push was in flight: on the same parameters.
     assert losses[1] == pytest.approx(losses[0], rel=1e-6)
     assert losses[2] < losses[1]  # the third had the first push's answer
     overlapped.wait_for_pushes()
     assert server.params.version == 4 and overlapped.steps == 4
     assert overlapped.model_version == 4
+    # The answers' parameters came in the region shared with the PS, which the next push
+    # overwrites before the step after it reads them: each step held aligned copies of its own.
+    assert client.shared_memory_ps() == [0]
+    region = client._links[0].shared.region.packed().parameters
+    pending = overlapped._pending.blocks[0]
+    aligned.append(pending.ctypes.data % 64 == 0)
+    assert len(aligned) >= 3 and all(aligned) and not np.shares_memory(pending, region)
+    np.testing.assert_array_equal(pending, region)
     overlapped.flush_pending_assign()
     for name, var in zip(overlapped._names, overlapped._vars):
         np.testing.assert_array_equal(var.numpy(), server.params.dense[name])
@@ -513,8 +524,8 @@ def test_dense_tensors_in_messages_take_the_packed_step(ps_cluster, monkeypatch,
     copies = []
     monkeypatch.setattr(
         ps_client,
-        "aligned_empty",
-        lambda *a, fn=ps_client.aligned_empty: copies.append(1) or fn(*a),
+        "aligned_copy",
+        lambda *a, fn=ps_client.aligned_copy: copies.append(1) or fn(*a),
     )
     cluster = ps_cluster(2, use_async=False)
     client = PSClient(cluster.addrs, shared_memory=False, stream_channel=stream)

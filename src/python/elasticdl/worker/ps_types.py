@@ -55,11 +55,19 @@ class PackedLayout:
 
     entries: Tuple[Tuple[int, Tuple[Tuple[str, int, int, Tuple[int, ...]], ...]], ...]
 
-    def unpack(self, ps_id: int, block: np.ndarray) -> Dict[str, np.ndarray]:
+    def entries_of(self, ps_id: int) -> Tuple[Tuple[str, int, int, Tuple[int, ...]], ...]:
+        """PS `ps_id`'s (name, element offset, size, shape) in block order; () when it holds
+        no dense parameter of the layout."""
         for pid, entries in self.entries:
             if pid == ps_id:
-                return shm.unpack_block(entries, block)
-        raise KeyError(ps_id)
+                return entries
+        return ()
+
+    def unpack(self, ps_id: int, block: np.ndarray) -> Dict[str, np.ndarray]:
+        entries = self.entries_of(ps_id)
+        if not entries:
+            raise KeyError(ps_id)
+        return shm.unpack_block(entries, block)
 
     def pack(self, params: Mapping[str, np.ndarray]) -> Optional[Dict[int, np.ndarray]]:
         """`params` copied into fresh blocks, one per PS, each aligned so that TensorFlow takes
