@@ -161,3 +161,25 @@ def test_dense_accumulate_and_errors():
     with pytest.raises(ValueError, match=r"ids\[0\] = -2"):
         ops.sparse_sgd(table, dev(np.array([-2, 1])), dev(np.ones((2, 4), np.float32)), 0.1)
     assert not host(table).any()
+
+
+def test_each_call_reports_its_own_first_bad_id():
+    # A bad id in one call says nothing of the next: a clean call after it returns its rows,
+    # and a later bad call names its own first bad position, not an earlier call's.
+    table_host = np.arange(40, dtype=np.float32).reshape(10, 4)
+    table = dev(table_host)
+    offsets = dev(np.array([0, 1, 3], np.int64))
+    for _ in range(2):
+        with pytest.raises(ops.IdOutOfRangeError, match=r"ids\[1\] = 10 .* 10 rows"):
+            ops.embedding_lookup(table, dev(np.array([3, 10])))
+        np.testing.assert_array_equal(
+            host(ops.embedding_lookup(table, dev(np.array([3, 4])))), table_host[[3, 4]]
+        )
+        with pytest.raises(ops.IdOutOfRangeError, match=r"ids\[0\] = 20"):
+            ops.embedding_lookup(table, dev(np.array([20, 1, -1])))
+        with pytest.raises(ops.IdOutOfRangeError, match=r"ids\[2\] = -1"):
+            ops.embedding_lookup(table, dev(np.array([1, 2, -1])), offsets, "sum")
+        pooled = ops.embedding_lookup(table, dev(np.array([1, 2, 5])), offsets, "sum")
+        np.testing.assert_array_equal(
+            host(pooled), np.stack([table_host[1], table_host[2] + table_host[5]])
+        )
