@@ -6,9 +6,12 @@ started working after having nothing), over the records of the training or predi
 reported, smoothed over its last tasks (EWMA). The master measures it on its own clock, so
 the worker's look-ahead (it holds the next task while it runs one) does not distort it. A
 worker's first task is its warm-up (TensorFlow traces the model: seconds, where a task takes
-a fraction of one) and is not measured. Later, while a worker runs a task, ``elapsed /
-records of that task`` is a lower bound of its pace: a worker that stalls is seen before it
-reports.
+a fraction of one) and is not measured. Later, once a worker has run a task for
+``STALL_MIN_SECONDS``, ``elapsed / records of that task`` is a lower bound of its pace: a
+worker that stalls is seen before it reports. Over a shorter span the bound says nothing: a
+worker several times slower than its peers for a fraction of a second is more often paused by
+a busy machine (a scheduler hiccup, a garbage collection) than a straggler, and the bound of a
+task just begun would make its worker look faster than any peer.
 
 **Slow.** A worker whose pace is at least ``factor`` times the median of its peers' (the other
 workers with a pace) is slow.
@@ -25,6 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+
+# How long a task must have run before its elapsed time counts towards its worker's pace.
+STALL_MIN_SECONDS = 2.0
 
 
 @dataclasses.dataclass
@@ -82,11 +88,14 @@ class StragglerTracker:
 
     def pace(self, worker: int, now: float, running_records: int = 0) -> float | None:
         """Seconds per record of ``worker``; with ``running_records`` (the records of the task
-        it runs), at least what that task has taken so far."""
+        it runs), at least what that task has taken so far once that is ``STALL_MIN_SECONDS``
+        or more. None: not known yet."""
         pace = self._paces.get(worker)
         if pace is None or not pace.tasks:
             return None
-        bound = (now - pace.since) / running_records if running_records > 0 else None
+        elapsed = now - pace.since
+        stalled = running_records > 0 and elapsed >= STALL_MIN_SECONDS
+        bound = elapsed / running_records if stalled else None
         if pace.seconds_per_record is None:
             return bound
         return max(pace.seconds_per_record, bound or 0.0)
