@@ -1,17 +1,18 @@
 """Workers much slower than their peers (a throttled node, a noisy neighbour): how fast each
 worker goes, judged from its task reports, and what that allows near the end of the data.
 
-**Pace.** A worker's seconds per record: the time between two of its reports (or since it
-started working after having nothing), over the records of the training or prediction task
-reported, smoothed over its last tasks (EWMA). The master measures it on its own clock, so
+**Pace.** A worker's seconds per record: the time between its reports (or since it started
+working after having nothing) over the records of the training or prediction tasks reported,
+taken over spans of at least ``PACE_MIN_SECONDS`` of work (consecutive reports add up until
+then) and smoothed over its last spans (EWMA). The master measures it on its own clock, so
 the worker's look-ahead (it holds the next task while it runs one) does not distort it. A
 worker's first task is its warm-up (TensorFlow traces the model: seconds, where a task takes
-a fraction of one) and is not measured. Later, once a worker has run a task for
-``STALL_MIN_SECONDS``, ``elapsed / records of that task`` is a lower bound of its pace: a
-worker that stalls is seen before it reports. Over a shorter span the bound says nothing: a
-worker several times slower than its peers for a fraction of a second is more often paused by
-a busy machine (a scheduler hiccup, a garbage collection) than a straggler, and the bound of a
-task just begun would make its worker look faster than any peer.
+a fraction of one) and is not measured. Once a worker has run a task for ``PACE_MIN_SECONDS``,
+``elapsed / records of that task`` is a lower bound of its pace: a worker that stalls is seen
+before it reports. Nothing shorter counts: a worker several times slower than its peers for
+a fraction of a second (a scheduler hiccup, a garbage collection, a checkpoint, a step traced
+again) is not a straggler, and the bound of a task just begun would make its worker look
+faster than any peer.
 
 **Slow.** A worker whose pace is at least ``factor`` times the median of its peers' (the other
 workers with a pace) is slow.
@@ -29,8 +30,8 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-# How long a task must have run before its elapsed time counts towards its worker's pace.
-STALL_MIN_SECONDS = 2.0
+# The shortest span of work a pace is judged from.
+PACE_MIN_SECONDS = 2.0
 
 
 @dataclasses.dataclass
@@ -38,6 +39,8 @@ class _Pace:
     seconds_per_record: float | None = None
     since: float = 0.0  # its last report, or when it got work after having none
     tasks: int = 0
+    span_seconds: float = 0.0  # measured work not yet in seconds_per_record
+    span_records: int = 0
 
 
 class StragglerTracker:
@@ -75,11 +78,15 @@ class StragglerTracker:
         pace = self._paces.setdefault(worker, _Pace(since=now))
         if measured and records > 0 and now > pace.since:
             if pace.tasks:  # the first one was the warm-up
-                sample = (now - pace.since) / records
+                pace.span_seconds += now - pace.since
+                pace.span_records += records
+            if pace.span_seconds >= PACE_MIN_SECONDS:
+                sample = pace.span_seconds / pace.span_records
                 old = pace.seconds_per_record
                 pace.seconds_per_record = (
                     sample if old is None else old + self.smoothing * (sample - old)
                 )
+                pace.span_seconds, pace.span_records = 0.0, 0
             pace.tasks += 1
         pace.since = now
 
@@ -88,13 +95,13 @@ class StragglerTracker:
 
     def pace(self, worker: int, now: float, running_records: int = 0) -> float | None:
         """Seconds per record of ``worker``; with ``running_records`` (the records of the task
-        it runs), at least what that task has taken so far once that is ``STALL_MIN_SECONDS``
+        it runs), at least what that task has taken so far once that is ``PACE_MIN_SECONDS``
         or more. None: not known yet."""
         pace = self._paces.get(worker)
         if pace is None or not pace.tasks:
             return None
         elapsed = now - pace.since
-        stalled = running_records > 0 and elapsed >= STALL_MIN_SECONDS
+        stalled = running_records > 0 and elapsed >= PACE_MIN_SECONDS
         bound = elapsed / running_records if stalled else None
         if pace.seconds_per_record is None:
             return bound

@@ -107,18 +107,17 @@ def test_a_task_is_copied_only_once_it_has_run_long_enough():
     """Tasks of a fraction of a second: a copy would cost more than it could win back, so a
     worker measured slow keeps a task younger than the floor to itself."""
     clock = Clock()
-    tm = manager(clock, shards=(("f", 0, 200),))
+    tm = manager(clock, shards=(("f", 0, 400),))
     warm_up(tm, clock)
-    short = BACKUP_MIN_AGE_SECONDS / 20
     measured = tm.get(0)
-    run_fast(tm, clock, 1, 4, seconds=short / 10)
-    clock.now += short
-    assert tm.report(measured.task_id, True, 0)  # 14 times worker 1's pace
+    run_fast(tm, clock, 1, 25, seconds=0.1)
+    assert tm.report(measured.task_id, True, 0)  # 25 times worker 1's pace
     handed_out = clock.now
-    stuck = tm.get(0)  # 43 tasks queued: its share is 2.9 of them
+    stuck = tm.get(0)  # 72 tasks queued: its share is 2.8 of them
     assert stuck.type == TaskType.TRAINING
-    run_fast(tm, clock, 1, 42, seconds=short / 10)  # the queue is empty now
+    run_fast(tm, clock, 1, 71, seconds=0.01)  # the queue is empty now
     assert tm.straggler_status()["slow_workers"][0]["worker"] == 0
+    assert clock.now - handed_out < BACKUP_MIN_AGE_SECONDS
     assert tm.get(1) == WAIT_TASK  # slow, but its task is younger than the floor
     clock.now = handed_out + BACKUP_MIN_AGE_SECONDS
     copy = tm.get(1)
