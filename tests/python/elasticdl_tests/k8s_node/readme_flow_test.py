@@ -36,7 +36,7 @@ from elasticdl_tests.k8s_node import base_image as images
 from elasticdl_tests.k8s_node.node import repo_root
 
 HEADING = "On this machine"
-JOB = "test-mnist"
+JOB = "mnist-k8s"  # not the local quickstart's name: a user runs both, one after the other
 DATA = Path("/tmp/fmnist")
 RECORDS = 4096
 BLOCK_TIMEOUT_S = 1500  # a cold node 2 pulls the 2.5 GB image from the registry
