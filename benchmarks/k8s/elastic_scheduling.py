@@ -61,7 +61,7 @@ SIZES = {
 # Co-location: the training job's epochs (of the records above) and the service's schedule,
 # (fraction of the job's records trained, replicas of 0.5 CPU).
 COLOCATION = {
-    "tiny": (80, ((0.15, 1), (0.35, 0))),
+    "tiny": (100, ((0.15, 1), (0.3, 0))),
     "full": (20, ((0.12, 1), (0.3, 2), (0.5, 1), (0.7, 0))),
 }
 
