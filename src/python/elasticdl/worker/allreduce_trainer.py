@@ -43,6 +43,12 @@ DEFAULT_MAX_ALLREDUCE_RETRIES = 5
 _HEADER = 3  # batch size, leaving, regroup
 
 
+def numpy_dtype(variable) -> np.dtype:
+    """A Keras 3 variable's dtype is a name ("float32"), a tf.keras (Keras 2) or tf.Variable's
+    a ``tf.DType``, which NumPy cannot read."""
+    return np.dtype(tf.as_dtype(variable.dtype).as_numpy_dtype)
+
+
 class AllreduceFailedError(RuntimeError):
     """A minibatch could not be allreduced even after re-forming the group several times."""
 
@@ -144,7 +150,7 @@ class AllreduceTrainer(Trainer):
         variables = self._state_variables()
         by_dtype: dict = {}
         for v in variables:
-            by_dtype.setdefault(np.dtype(v.dtype), []).append(v)
+            by_dtype.setdefault(numpy_dtype(v), []).append(v)
         for dtype, vs in sorted(by_dtype.items(), key=lambda kv: kv[0].str):
             flat = np.concatenate([np.asarray(v.numpy(), dtype).ravel() for v in vs])
             self.group.broadcast_(flat, root=0)
@@ -167,6 +173,11 @@ class AllreduceTrainer(Trainer):
                 logger.warning("State broadcast failed, joining again: %s", err)
                 self.group.drop(failed=True)
                 continue
+            except BaseException:
+                # A member whose state was not synced must not train in the group: its
+                # replica would differ from the others' while their gradients are summed.
+                self.group.drop(failed=True)
+                raise
             self.group.acknowledge()
             self._next_check = time.monotonic() + self.config.check_rendezvous_s
 
