@@ -313,7 +313,9 @@ class ProcessKubelet:
                 target=self._terminate, args=(pod, running, grace), daemon=True
             ).start()
             return
-        if pod.spec.node_name or (pod.status and pod.status.phase not in (None, "Pending")):
+        if pod.status and pod.status.phase not in (None, "Pending"):
+            return
+        if pod.spec.node_name not in (None, NODE_NAME):  # another scheduler's
             return
         with self._lock:
             if (pod.metadata.namespace, pod.metadata.name) in self._held:
@@ -330,20 +332,34 @@ class ProcessKubelet:
             self._patch_status(
                 pod.metadata.namespace,
                 pod.metadata.name,
+                uid,
                 {"phase": "Failed", "reason": "ProcessKubeletError", "message": str(e)[:500]},
             )
 
     # ---- pod lifecycle ----------------------------------------------------------------------
     def _start_pod(self, pod) -> None:
-        ns, name = pod.metadata.namespace, pod.metadata.name
+        ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
         container = pod.spec.containers[0]
         from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
 
-        body = client.V1Binding(
-            metadata=client.V1ObjectMeta(name=name),
-            target=client.V1ObjectReference(api_version="v1", kind="Node", name=NODE_NAME),
-        )
-        self.api.create_namespaced_pod_binding(name, ns, body, _preload_content=False)
+        # A binding names its pod only by name, and this API server does not check a uid in it:
+        # an event read late must not bind a successor of the same name (which, bound, would
+        # then never be started: its own events show it scheduled).
+        try:
+            current = self.api.read_namespaced_pod(name, ns)
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        if current.metadata.uid != uid:
+            return
+        if not current.spec.node_name:
+            body = client.V1Binding(
+                metadata=client.V1ObjectMeta(name=name),
+                target=client.V1ObjectReference(api_version="v1", kind="Node", name=NODE_NAME),
+            )
+            self.api.create_namespaced_pod_binding(name, ns, body, _preload_content=False)
 
         env = dict(os.environ)
         env["PATH"] = f"{self._shim}{os.pathsep}{env.get('PATH', '')}"
@@ -393,10 +409,11 @@ class ProcessKubelet:
                 start_new_session=True,
                 preexec_fn=die_with_parent,
             )
-        running = _Running(ns, name, pod.metadata.uid, container.name, container.image, proc)
-        self._patch_status(
+        running = _Running(ns, name, uid, container.name, container.image, proc)
+        started = self._patch_status(
             ns,
             name,
+            uid,
             {
                 "phase": "Running",
                 "hostIP": POD_IP,
@@ -417,6 +434,10 @@ class ProcessKubelet:
                 ],
             },
         )
+        if not started:  # deleted, or replaced by a pod of the same name, meanwhile
+            _kill_group(proc, signal.SIGKILL)
+            proc.wait()
+            return
         with self._lock:
             dead = ns in self._lost_namespaces  # lost while it started
             if dead:
@@ -438,6 +459,7 @@ class ProcessKubelet:
         self._patch_status(
             running.namespace,
             running.name,
+            running.uid,
             {
                 "phase": "Succeeded" if exit_code == 0 else "Failed",
                 "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": _now()}],
@@ -507,12 +529,27 @@ class ProcessKubelet:
                 )
             self._stop.wait(0.1)
 
-    def _patch_status(self, ns: str, name: str, status: dict) -> None:
+    def _patch_status(self, ns: str, name: str, uid: str, status: dict) -> bool:
+        """Set the status of pod ``uid``; False when it is gone. The uid in the patch is a
+        precondition: a pod deleted at once (grace 0) may already have a successor of the same
+        name, whose status this must not touch (the API server refuses the patch: the uid is
+        immutable)."""
         try:
-            self.api.patch_namespaced_pod_status(name, ns, {"status": status})
+            self.api.patch_namespaced_pod_status(
+                name, ns, {"metadata": {"uid": uid}, "status": status}
+            )
         except Exception as e:
-            if getattr(e, "status", None) != 404:
-                logger.warning("process kubelet: status update of %s/%s failed: %s", ns, name, e)
+            code = getattr(e, "status", None)
+            if code == 404 or code in (409, 422) and self._replaced(ns, name, uid):
+                return False
+            logger.warning("process kubelet: status update of %s/%s failed: %s", ns, name, e)
+        return True
+
+    def _replaced(self, ns: str, name: str, uid: str) -> bool:
+        try:
+            return self.api.read_namespaced_pod(name, ns).metadata.uid != uid
+        except Exception as e:
+            return getattr(e, "status", None) == 404
 
 
 def _kill_group(proc: subprocess.Popen, sig: int) -> None:
